@@ -1,0 +1,68 @@
+"""Options and helpers shared by several sub-commands."""
+from __future__ import annotations
+
+import argparse
+import ast
+import sys
+
+from ..config import PRESETS, PRESET_NOTES, RunConfig, get_preset
+from ..errors import ConfigError
+from ..registry import Registry
+
+
+def add_selection(p: argparse.ArgumentParser, default: str = "all") -> None:
+    p.add_argument("--variants", default=default, metavar="NAMES",
+                   help="'all', variant names and shell-style globs, comma- or space-separated "
+                        f"(default: {default}); buggy variants only by exact name or a 'bug*' glob")
+    p.add_argument("--grid", action="store_true",
+                   help="the full factorial over the slots norm x embedding x attention x mask instead")
+
+
+def add_config(p: argparse.ArgumentParser) -> None:
+    notes = "; ".join(f"{k}: {v}" for k, v in PRESET_NOTES.items())
+    p.add_argument("--preset", default="quick", metavar="NAME", help=f"config preset ({notes}). Default: quick")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override one config value, e.g. --set train.steps=200 --set model.d_model=128")
+    p.add_argument("--device", default="auto", help="auto (cuda when present), cpu or cuda. Default: auto")
+    p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"],
+                   help="fp32, or bf16 mixed precision through torch.autocast (loss in float32)")
+
+
+def parse_overrides(items: list[str]) -> dict:
+    out = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--set expects KEY=VALUE (e.g. train.steps=200), got {item!r}")
+        try:
+            value = ast.literal_eval(raw)
+        except (ValueError, SyntaxError):
+            value = raw
+        out[key.strip()] = value
+    return out
+
+
+def resolve_config(args) -> RunConfig:
+    """Preset + ``--set`` overrides, validated. Raises UnknownNameError / ConfigError."""
+    cfg = get_preset(args.preset)
+    overrides = parse_overrides(args.overrides)
+    return cfg.override(overrides) if overrides else cfg.validate()
+
+
+def load_registry(args) -> Registry:
+    from ..cli import plugin_spec
+
+    reg = Registry.from_plugins(plugin_spec(args))
+    for w in reg.warnings:
+        print(f"harness: warning: {w}", file=sys.stderr)
+    return reg
+
+
+def select_variants(reg: Registry, args):
+    if getattr(args, "grid", False):
+        return reg.grid()
+    patterns = [p for chunk in args.variants.replace(",", " ").split() for p in [chunk]]
+    return reg.select(patterns)
+
+
+__all__ = ["add_selection", "add_config", "resolve_config", "load_registry", "select_variants", "PRESETS"]

@@ -1,0 +1,45 @@
+"""``python -m harness list``: every component by slot and every variant, with its plugin."""
+from __future__ import annotations
+
+import pandas as pd
+
+from ..registry import SLOTS
+from .common import load_registry
+
+
+def register(sub, parents):
+    p = sub.add_parser("list", parents=parents, help="show components by slot and variants with their plugins",
+                       description="Show every slot with its components and every variant with its slot "
+                                   "assignment, summary, source and the plugin that provided it.")
+    p.add_argument("--buggy", action="store_true", help="also show the faithful-bug variants")
+    p.set_defaults(func=main)
+
+
+def main(args) -> int:
+    reg = load_registry(args)
+    rows = []
+    for (slot, name), c in sorted(reg.components.items(), key=lambda kv: (list(SLOTS).index(kv[0][0]), kv[0][1])):
+        if c.buggy and not args.buggy:
+            continue
+        default = SLOTS[slot][0] == name
+        rows.append({"slot": slot, "component": name + (" (default)" if default else "") + (" [bug]" if c.buggy else ""),
+                     "summary": c.summary, "source": c.source, "plugin": c.plugin})
+    print("Components (slot: what it decides)\n")
+    for slot, (_, what) in SLOTS.items():
+        print(f"  {slot}: {what}")
+    print()
+    print(pd.DataFrame(rows).to_markdown(index=False, tablefmt="github"))
+    vrows = []
+    for v in reg.variants.values():
+        if v.buggy and not args.buggy:
+            continue
+        r = v.resolved()
+        changed = ", ".join(f"{s}={c}" for s, c in r.items() if c != SLOTS[s][0]) or "(all defaults)"
+        vrows.append({"variant": v.name + (" [bug]" if v.buggy else ""), "slots (non-default)": changed,
+                      "summary": v.summary, "source": v.source, "plugin": v.plugin})
+    print("\nVariants\n")
+    print(pd.DataFrame(vrows).to_markdown(index=False, tablefmt="github", maxcolwidths=[None, 40, 70, 30, None]))
+    n_bug = sum(v.buggy for v in reg.variants.values())
+    if n_bug and not args.buggy:
+        print(f"\n{n_bug} faithful-bug variants hidden (python -m harness list --buggy).")
+    return 0

@@ -1,0 +1,51 @@
+"""Hook specifications: the whole plugin contract of the harness.
+
+A plugin is any module or object with functions decorated by ``harness.hookimpl`` whose
+names match the specs below. Every hook returns a *list*; the host flattens the lists of
+all plugins, sorts the items by name (pluggy calls plugins last-registered first, so the
+order of hook results carries no meaning) and rejects duplicate names with an error that
+names both plugins (:class:`harness.errors.DuplicateNameError`).
+"""
+from __future__ import annotations
+
+import pluggy
+
+hookspec = pluggy.HookspecMarker("harness")
+
+
+@hookspec
+def harness_add_components():
+    """Offer components: implementations of one slot each.
+
+    When it fires: once per plugin manager, when :func:`harness.registry.Registry.from_plugins`
+    builds a registry (for ``run``, ``list``, ``check``, ``bench`` and in every worker process).
+
+    How results combine: the lists of every plugin are concatenated and sorted by
+    ``(slot, name)``. A ``(slot, name)`` pair offered twice is an error naming both plugins.
+
+    Returns:
+        list[harness.Component]: may be empty.
+
+    Raises:
+        Anything the hook raises is reported as :class:`harness.errors.PluginError` naming
+        the plugin; returning something that is not a list of ``Component`` is one too.
+    """
+
+
+@hookspec
+def harness_add_variants():
+    """Offer variants: named assignments of a component to slots.
+
+    When it fires: as :func:`harness_add_components`, after it.
+
+    How results combine: concatenated and sorted by name; a name offered twice is an
+    error naming both plugins. Slots a variant leaves out take the default component of
+    the slot (see :data:`harness.registry.SLOTS`). Every component a variant names must be
+    offered by some plugin.
+
+    Returns:
+        list[harness.Variant]: may be empty.
+
+    Raises:
+        As for :func:`harness_add_components`.
+    """

@@ -1,0 +1,275 @@
+"""The one assembler: an encoder-decoder Transformer built from the slots' components.
+
+Shape letters used throughout: B batch, S source length, T target length, D = d_model,
+H = h heads, d_k = D / H, V vocabulary.
+
+Slot protocols (what a component's ``factory(ctx)`` must return):
+
+* ``norm``: a new ``nn.Module`` per call with ``forward(x, sublayer) -> x`` wrapping one
+  sub-layer with its residual connection, and a class attribute ``final_norm: bool``
+  (True when the encoder and decoder end with a LayerNorm, as pre-norm needs). It owns one
+  LayerNorm child named ``norm`` made with ``ctx.layer_norm()``.
+* ``layer_norm``: a new ``nn.Module`` normalising the last dimension D, with canonical
+  parameters ``weight`` and ``bias`` of shape (D,).
+* ``projections``: a callable ``linear(d_in, d_out) -> nn.Linear`` used by attention and the FFN.
+* ``positional``: a new ``nn.Module`` per call mapping raw token embeddings (B, L, D) to the
+  encoder/decoder input (B, L, D).
+* ``embedding``: one ``nn.Module`` with ``src(ids (B, S)) -> (B, S, D)``,
+  ``tgt(ids (B, T)) -> (B, T, D)`` (raw lookups) and ``logits(x (B, T, D)) -> (B, T, V)``.
+* ``attention``: a new ``nn.Module`` per call with
+  ``forward(query (B, Tq, D), key (B, Tk, D), value (B, Tk, D), mask) -> (B, Tq, D)``;
+  the mask is whatever the mask component made and is applied with ``ctx.mask.apply``.
+* ``mask``: one object with ``src_mask(src (B, S), pad)``, ``tgt_mask(tgt (B, T), pad)`` and
+  ``apply(scores (..., Tq, Tk), mask) -> scores``.
+
+Canonical parameters: a module that stores parameters in its own layout defines
+``canonical_state() -> dict`` and ``load_canonical_state(dict) -> list[str]`` (notes on
+anything it could not represent); every other module's own parameters are canonical as
+they are. :func:`canonical_state_dict` and :func:`load_canonical_state_dict` walk the
+model with these, so two variants that share a layout can exchange weights exactly.
+"""
+from __future__ import annotations
+
+import math
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from .config import ModelConfig
+from .registry import Component, Registry, Variant
+
+
+@dataclass
+class BuildContext:
+    """What a component's factory receives: the config and its sibling slots' products.
+
+    Components never import each other; they ask the context (``ctx.mask``,
+    ``ctx.linear(...)``, ``ctx.layer_norm()``) for what they need.
+    """
+
+    cfg: ModelConfig
+    components: dict[str, Component]
+    _cache: dict[str, Any] = field(default_factory=dict)
+
+    def make(self, slot: str) -> Any:
+        """Call the slot's component factory and return a new product."""
+        return self.components[slot].factory(self)
+
+    def _shared(self, slot: str) -> Any:
+        if slot not in self._cache:
+            self._cache[slot] = self.make(slot)
+        return self._cache[slot]
+
+    @property
+    def mask(self):
+        """The mask style (one object shared by all attention modules)."""
+        return self._shared("mask")
+
+    def linear(self, d_in: int, d_out: int) -> nn.Linear:
+        """A projection from the ``projections`` slot (with or without bias)."""
+        return self._shared("projections")(d_in, d_out)
+
+    def layer_norm(self) -> nn.Module:
+        """A new LayerNorm over D from the ``layer_norm`` slot."""
+        return self.make("layer_norm")
+
+
+class PositionwiseFeedForward(nn.Module):
+    """FFN(x) = w_2(dropout(relu(w_1(x)))) (Vaswani et al. 2017 §3.3; Annotated Transformer).
+
+    Shape: (B, L, D) -> (B, L, D), inner width d_ff.
+    """
+
+    def __init__(self, ctx: BuildContext):
+        super().__init__()
+        self.w_1 = ctx.linear(ctx.cfg.d_model, ctx.cfg.d_ff)
+        self.w_2 = ctx.linear(ctx.cfg.d_ff, ctx.cfg.d_model)
+        self.dropout = nn.Dropout(ctx.cfg.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.w_2(self.dropout(self.w_1(x).relu()))
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention then FFN, each wrapped by the norm component's residual block."""
+
+    def __init__(self, ctx: BuildContext):
+        super().__init__()
+        self.self_attn = ctx.make("attention")
+        self.feed_forward = PositionwiseFeedForward(ctx)
+        self.sublayer = nn.ModuleList([ctx.make("norm") for _ in range(2)])
+
+    def forward(self, x: torch.Tensor, src_mask) -> torch.Tensor:
+        x = self.sublayer[0](x, lambda y: self.self_attn(y, y, y, src_mask))
+        return self.sublayer[1](x, self.feed_forward)
+
+
+class DecoderLayer(nn.Module):
+    """Masked self-attention, source attention over the memory, FFN."""
+
+    def __init__(self, ctx: BuildContext):
+        super().__init__()
+        self.self_attn = ctx.make("attention")
+        self.src_attn = ctx.make("attention")
+        self.feed_forward = PositionwiseFeedForward(ctx)
+        self.sublayer = nn.ModuleList([ctx.make("norm") for _ in range(3)])
+
+    def forward(self, x, memory, src_mask, tgt_mask) -> torch.Tensor:
+        x = self.sublayer[0](x, lambda y: self.self_attn(y, y, y, tgt_mask))
+        x = self.sublayer[1](x, lambda y: self.src_attn(y, memory, memory, src_mask))
+        return self.sublayer[2](x, self.feed_forward)
+
+
+class Stack(nn.Module):
+    """N layers and, for pre-norm, a final LayerNorm (Identity otherwise)."""
+
+    def __init__(self, ctx: BuildContext, layer_cls):
+        super().__init__()
+        self.layers = nn.ModuleList([layer_cls(ctx) for _ in range(ctx.cfg.N)])
+        final = getattr(type(self.layers[0].sublayer[0]), "final_norm", False)
+        self.norm = ctx.layer_norm() if final else nn.Identity()
+
+    def forward(self, x, *args) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x, *args)
+        return self.norm(x)
+
+
+class EncoderDecoder(nn.Module):
+    """The assembled model: ``forward(src (B, S), tgt (B, T)) -> logits (B, T, V)``.
+
+    Masks are made by the mask component from token ids unless given.
+    """
+
+    def __init__(self, ctx: BuildContext, variant: Variant):
+        super().__init__()
+        self.cfg = ctx.cfg
+        self.variant_name = variant.name
+        self.slots = {slot: comp.name for slot, comp in ctx.components.items()}
+        self.mask_style = ctx.mask
+        self.embed = ctx.make("embedding")
+        self.src_pos = ctx.make("positional")
+        self.tgt_pos = ctx.make("positional")
+        self.encoder = Stack(ctx, EncoderLayer)
+        self.decoder = Stack(ctx, DecoderLayer)
+
+    def make_masks(self, src: torch.Tensor, tgt: torch.Tensor):
+        """(src_mask, tgt_mask) in the mask component's convention."""
+        pad = self.cfg.pad
+        return self.mask_style.src_mask(src, pad), self.mask_style.tgt_mask(tgt, pad)
+
+    def encode(self, src: torch.Tensor, src_mask) -> torch.Tensor:
+        """(B, S) ids -> memory (B, S, D)."""
+        return self.encoder(self.src_pos(self.embed.src(src)), src_mask)
+
+    def decode(self, memory, src_mask, tgt: torch.Tensor, tgt_mask) -> torch.Tensor:
+        """(B, T) ids -> decoder states (B, T, D)."""
+        return self.decoder(self.tgt_pos(self.embed.tgt(tgt)), memory, src_mask, tgt_mask)
+
+    def forward(self, src: torch.Tensor, tgt: torch.Tensor, src_mask=None, tgt_mask=None) -> torch.Tensor:
+        if src_mask is None or tgt_mask is None:
+            made_src, made_tgt = self.make_masks(src, tgt)
+            src_mask = made_src if src_mask is None else src_mask
+            tgt_mask = made_tgt if tgt_mask is None else tgt_mask
+        memory = self.encode(src, src_mask)
+        return self.embed.logits(self.decode(memory, src_mask, tgt, tgt_mask))
+
+
+def canonical_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The model's parameters under canonical names (tensors are the live parameters).
+
+    Tied parameters appear under every canonical name that uses them.
+    """
+    out: dict[str, torch.Tensor] = {}
+
+    def walk(module: nn.Module, prefix: str) -> None:
+        if hasattr(module, "canonical_state"):
+            for k, v in module.canonical_state().items():
+                out[prefix + k] = v
+            return
+        for name, p in module.named_parameters(recurse=False):
+            out[prefix + name] = p
+        for name, child in module.named_children():
+            walk(child, f"{prefix}{name}.")
+
+    walk(model, "")
+    return out
+
+
+def load_canonical_state_dict(model: nn.Module, state: dict[str, torch.Tensor]) -> list[str]:
+    """Copy canonical parameters into ``model`` (no grad). Returns notes on what was lossy
+    (e.g. a bias that a bias-free component cannot hold, or tied weights that differed).
+
+    Raises:
+        KeyError: a canonical parameter of ``model`` is missing from ``state``.
+    """
+    notes: list[str] = []
+
+    def walk(module: nn.Module, prefix: str) -> None:
+        if hasattr(module, "canonical_state"):
+            sub = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
+            notes.extend(prefix + n for n in module.load_canonical_state(sub))
+            return
+        with torch.no_grad():
+            for name, p in module.named_parameters(recurse=False):
+                if prefix + name not in state:
+                    raise KeyError(f"canonical parameter {prefix + name!r} missing")
+                p.copy_(state[prefix + name])
+        for name, child in module.named_children():
+            walk(child, f"{prefix}{name}.")
+
+    walk(model, "")
+    return notes
+
+
+def canonical_init(model: nn.Module, seed: int) -> None:
+    """Initialise every canonical parameter from (seed, canonical name) alone.
+
+    Matrices get Xavier-uniform (as the Annotated Transformer's ``make_model``), the bias of
+    a projection gets U(-1/sqrt(fan_in), 1/sqrt(fan_in)) (``nn.Linear``'s default), LayerNorm
+    weights and biases keep 1 and 0. Because each tensor's values depend only on the seed and
+    its name, two variants with the same canonical layout start from identical weights
+    (paired seeds), whatever their internal layout or parameter registration order.
+    """
+    state = canonical_state_dict(model)
+    fresh = {}
+    for name in sorted(state):
+        t = state[name]
+        g = torch.Generator().manual_seed((seed * 1_000_003 + zlib.crc32(name.encode())) % (2**63))
+        new = t.detach().to("cpu", torch.float32).clone()
+        if t.dim() > 1:
+            nn.init.xavier_uniform_(new, generator=g)
+        elif name.endswith("bias"):
+            w = state.get(name[:-4] + "weight")
+            if w is not None and w.dim() == 2:
+                bound = 1.0 / math.sqrt(w.shape[1])
+                new.uniform_(-bound, bound, generator=g)
+        fresh[name] = new
+    load_canonical_state_dict(model, fresh)
+
+
+def unique_parameter_count(model: nn.Module) -> int:
+    """Parameters counted once per storage (tied weights count once)."""
+    seen, total = set(), 0
+    for p in model.parameters():  # nn.Module.parameters() already de-duplicates by identity
+        if p.data_ptr() not in seen:
+            seen.add(p.data_ptr())
+            total += p.numel()
+    return total
+
+
+def build_model(registry: Registry, variant: Variant, cfg: ModelConfig, seed: int = 0) -> EncoderDecoder:
+    """Assemble ``variant`` with ``cfg`` and initialise it from ``seed`` (:func:`canonical_init`).
+
+    Raises:
+        ConfigError: invalid ``cfg``.  UnknownNameError: a slot's component is not registered.
+    """
+    cfg.validate()
+    comps = {slot: registry.component(slot, name) for slot, name in variant.resolved().items()}
+    torch.manual_seed(seed)
+    model = EncoderDecoder(BuildContext(cfg, comps), variant)
+    canonical_init(model, seed)
+    return model

@@ -1,0 +1,217 @@
+"""Components, variants and the registry that collects them from plugins.
+
+Vocabulary (see the README): a *slot* is one axis of choice, a *component* one
+implementation for one slot, a *variant* a named assignment of components to slots.
+"""
+from __future__ import annotations
+
+import fnmatch
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+from .errors import DuplicateNameError, HarnessError, PluginError, UnknownNameError
+
+#: slot -> (default component, what the slot decides). Every variant gets a component for
+#: every slot; a slot a variant leaves out takes the default, which is the paper's choice.
+SLOTS: dict[str, tuple[str, str]] = {
+    "norm": ("post", "where LayerNorm sits around each sub-layer (post-norm / pre-norm)"),
+    "embedding": ("separate", "source/target embeddings and generator: separate or one shared matrix"),
+    "attention": ("annotated", "how multi-head attention is written (heads split, matmul vs bmm, SDPA)"),
+    "mask": ("bool", "how masks are made and applied to attention scores (bool keep-mask / additive)"),
+    "layer_norm": ("torch", "the LayerNorm formula (nn.LayerNorm / the notes' unbiased std + eps)"),
+    "positional": ("scaled", "embedding scale and positional encoding (x*sqrt(d_model)+PE / +PE then LayerNorm)"),
+    "projections": ("biased", "whether attention and FFN projections carry a bias"),
+}
+#: The slots the built-in single-change variants and ``--grid`` vary.
+MAIN_SLOTS = ("norm", "embedding", "attention", "mask")
+
+
+@dataclass(frozen=True)
+class Component:
+    """One implementation for one slot.
+
+    Args:
+        name: component name, unique within its slot (e.g. ``"pre"``).
+        slot: one of :data:`SLOTS`.
+        factory: ``factory(ctx: harness.model.BuildContext)`` returning what the slot's
+            protocol asks for (documented per slot in ``harness/model.py``).
+        summary: one line for ``list`` and reports.
+        source: where it comes from (paper section, seed note, d2l section).
+        buggy: a faithful reproduction of a bug from a note; never chosen by default.
+    """
+
+    name: str
+    slot: str
+    factory: Callable[..., Any]
+    summary: str = ""
+    source: str = ""
+    buggy: bool = False
+    plugin: str = field(default="", compare=False)
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A named assignment of components to slots.
+
+    Args:
+        name: unique variant name (``baseline``, ``pre_norm``, ``seed_001`` ...).
+        slots: slot -> component name; missing slots take :data:`SLOTS` defaults.
+        summary: one line: what it changes (and, for seed presets, what was fixed).
+        source: paper section or seed note.
+        buggy: reproduces a bug on purpose; excluded from ``all`` and globs, selectable by name.
+    """
+
+    name: str
+    slots: dict = field(default_factory=dict)
+    summary: str = ""
+    source: str = ""
+    buggy: bool = False
+    plugin: str = field(default="", compare=False)
+
+    def resolved(self) -> dict[str, str]:
+        """slot -> component for every slot, defaults filled in."""
+        return {slot: self.slots.get(slot, default) for slot, (default, _) in SLOTS.items()}
+
+
+def _call_hook(pm, hookname: str, kind: type, strict: bool, warnings: list[str]) -> list[tuple[Any, str]]:
+    out = []
+    for impl in getattr(pm.hook, hookname).get_hookimpls():
+        try:
+            items = impl.function()
+        except Exception as exc:  # noqa: BLE001 - attributed to the plugin
+            msg = f"plugin {impl.plugin_name!r}: {hookname}() raised {type(exc).__name__}: {exc}"
+            if strict:
+                raise PluginError(msg) from exc
+            warnings.append(msg)
+            continue
+        if not isinstance(items, (list, tuple)) or not all(isinstance(i, kind) for i in items):
+            got = type(items).__name__ if not isinstance(items, (list, tuple)) else \
+                ", ".join(sorted({type(i).__name__ for i in items}))
+            msg = f"plugin {impl.plugin_name!r}: {hookname}() must return a list of {kind.__name__}, got {got}"
+            if strict:
+                raise PluginError(msg)
+            warnings.append(msg)
+            continue
+        out.extend((item, impl.plugin_name) for item in items)
+    return out
+
+
+class Registry:
+    """All components and variants offered by the loaded plugins.
+
+    Build with :meth:`from_plugins`; components are keyed by ``(slot, name)``, variants by name.
+    """
+
+    def __init__(self, components: Iterable[Component] = (), variants: Iterable[Variant] = (),
+                 warnings: list[str] | None = None):
+        self.components: dict[tuple[str, str], Component] = {}
+        self.variants: dict[str, Variant] = {}
+        self.warnings = warnings if warnings is not None else []
+        for c in components:
+            self.add_component(c)
+        for v in variants:
+            self.add_variant(v)
+
+    @classmethod
+    def from_plugins(cls, spec=None) -> "Registry":
+        """Load built-ins and plugins (see :mod:`harness.plugins`) and collect their hooks.
+
+        Raises:
+            PluginError, DuplicateNameError: broken plugin (strict) or duplicate names.
+            HarnessError: a variant naming a slot or component that nobody offers.
+        """
+        from .plugins import PluginSpec, get_plugin_manager
+
+        spec = spec or PluginSpec()
+        warnings: list[str] = []
+        pm = get_plugin_manager(spec, warnings)
+        reg = cls(warnings=warnings)
+        comps = _call_hook(pm, "harness_add_components", Component, spec.strict, warnings)
+        for comp, plugin in sorted(comps, key=lambda cp: (cp[0].slot, cp[0].name)):
+            reg.add_component(Component(comp.name, comp.slot, comp.factory, comp.summary, comp.source,
+                                        comp.buggy, plugin))
+        vars_ = _call_hook(pm, "harness_add_variants", Variant, spec.strict, warnings)
+        for var, plugin in sorted(vars_, key=lambda vp: vp[0].name):
+            reg.add_variant(Variant(var.name, dict(var.slots), var.summary, var.source, var.buggy, plugin))
+        for var in reg.variants.values():
+            reg.validate_variant(var)
+        return reg
+
+    def add_component(self, comp: Component) -> None:
+        if comp.slot not in SLOTS:
+            raise UnknownNameError("slot", comp.slot, SLOTS, f"component {comp.name!r} from plugin {comp.plugin!r}")
+        key = (comp.slot, comp.name)
+        if key in self.components:
+            other = self.components[key]
+            raise DuplicateNameError(
+                f"component {comp.slot}={comp.name} is offered by two plugins: {other.plugin!r} and {comp.plugin!r}")
+        self.components[key] = comp
+
+    def add_variant(self, var: Variant) -> None:
+        if var.name in self.variants:
+            other = self.variants[var.name]
+            raise DuplicateNameError(
+                f"variant {var.name!r} is offered by two plugins: {other.plugin!r} and {var.plugin!r}")
+        self.variants[var.name] = var
+
+    def validate_variant(self, var: Variant) -> None:
+        for slot, comp in var.slots.items():
+            if slot not in SLOTS:
+                raise UnknownNameError("slot", slot, SLOTS, f"in variant {var.name!r} from plugin {var.plugin!r}")
+            if (slot, comp) not in self.components:
+                raise UnknownNameError(f"{slot} component", comp, self.slot_components(slot, True),
+                                       f"in variant {var.name!r} from plugin {var.plugin!r}")
+
+    def slot_components(self, slot: str, include_buggy: bool = False) -> list[str]:
+        return [n for (s, n), c in self.components.items() if s == slot and (include_buggy or not c.buggy)]
+
+    def component(self, slot: str, name: str) -> Component:
+        if slot not in SLOTS:
+            raise UnknownNameError("slot", slot, SLOTS)
+        if (slot, name) not in self.components:
+            raise UnknownNameError(f"{slot} component", name, self.slot_components(slot, True))
+        return self.components[(slot, name)]
+
+    def grid(self) -> list[Variant]:
+        """The full factorial over :data:`MAIN_SLOTS` (non-buggy components), named
+        ``grid-<norm>-<embedding>-<attention>-<mask>``; other slots at their defaults."""
+        choices = [sorted(self.slot_components(s)) for s in MAIN_SLOTS]
+        out = []
+        for combo in itertools.product(*choices):
+            name = "grid-" + "-".join(combo)
+            out.append(Variant(name, dict(zip(MAIN_SLOTS, combo)),
+                               summary=", ".join(f"{s}={c}" for s, c in zip(MAIN_SLOTS, combo)),
+                               source="full factorial (--grid)", plugin="harness.registry"))
+        return out
+
+    def select(self, patterns: Iterable[str] | str) -> list[Variant]:
+        """Resolve ``all``, exact names and shell-style globs to variants, in name order.
+
+        ``all`` and globs skip buggy variants unless the glob itself starts with ``bug``;
+        buggy variants are selected by exact name.
+
+        Raises:
+            UnknownNameError: a name or glob that matches no variant (with close matches).
+        """
+        if isinstance(patterns, str):
+            patterns = [p for p in patterns.split(",") if p.strip()]
+        chosen: dict[str, Variant] = {}
+        for pat in patterns:
+            pat = pat.strip()
+            if pat == "all":
+                hits = [v for v in self.variants.values() if not v.buggy]
+            elif pat in self.variants:
+                hits = [self.variants[pat]]
+            elif any(ch in pat for ch in "*?["):
+                hits = [v for n, v in self.variants.items() if fnmatch.fnmatchcase(n, pat)
+                        and (not v.buggy or pat.startswith("bug"))]
+                if not hits:
+                    raise UnknownNameError("variant pattern", pat, self.variants, "no variant matches it")
+            else:
+                raise UnknownNameError("variant", pat, self.variants, "see: python -m harness list")
+            for v in hits:
+                chosen[v.name] = v
+        if not chosen:
+            raise HarnessError("no variants selected (use --variants all, names or globs)")
+        return [chosen[n] for n in sorted(chosen)]

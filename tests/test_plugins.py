@@ -1,0 +1,116 @@
+"""Plugins load from a file, a module and an entry point, and duplicates name both plugins."""
+import importlib.metadata
+import sys
+import textwrap
+
+import pytest
+
+from harness.errors import DuplicateNameError, PluginError, UnknownNameError
+from harness.plugins import PluginSpec
+from harness.registry import Registry
+
+from .conftest import EXAMPLE_PLUGIN
+
+
+def test_plugin_file(registry):
+    reg = Registry.from_plugins(PluginSpec(files=[str(EXAMPLE_PLUGIN)]))
+    assert "example_rmsnorm" in reg.variants
+    assert ("layer_norm", "rms") in reg.components
+    assert reg.variants["example_rmsnorm"].plugin == str(EXAMPLE_PLUGIN)
+    assert "example_rmsnorm" not in registry.variants
+
+
+def test_plugin_module(monkeypatch):
+    monkeypatch.syspath_prepend(str(EXAMPLE_PLUGIN.parent))
+    reg = Registry.from_plugins(PluginSpec(modules=["harness_example"]))
+    assert reg.variants["example_rmsnorm"].plugin == "harness_example"
+
+
+class _FakeEntryPoint:
+    def __init__(self, name, obj):
+        self.name, self.value, self._obj = name, f"fake:{name}", obj
+
+    def load(self):
+        if isinstance(self._obj, Exception):
+            raise self._obj
+        return self._obj
+
+
+def _fake_entry_points(monkeypatch, eps):
+    real = importlib.metadata.entry_points
+
+    def entry_points(**kw):
+        if kw.get("group") == "harness":
+            return eps
+        return real(**kw)
+
+    monkeypatch.setattr(importlib.metadata, "entry_points", entry_points)
+    monkeypatch.delenv("HARNESS_DISABLE_PLUGIN_AUTOLOAD", raising=False)
+
+
+def test_entry_point_plugin(monkeypatch):
+    monkeypatch.syspath_prepend(str(EXAMPLE_PLUGIN.parent))
+    import harness_example
+
+    _fake_entry_points(monkeypatch, [_FakeEntryPoint("example", harness_example)])
+    reg = Registry.from_plugins()
+    assert reg.variants["example_rmsnorm"].plugin == "example"
+
+
+def test_broken_entry_point_warns_or_aborts(monkeypatch):
+    _fake_entry_points(monkeypatch, [_FakeEntryPoint("broken", ImportError("no module named nowhere"))])
+    reg = Registry.from_plugins()
+    assert any("broken" in w and "failed to import" in w for w in reg.warnings)
+    assert "baseline" in reg.variants
+    with pytest.raises(PluginError, match="broken"):
+        Registry.from_plugins(PluginSpec(strict=True))
+
+
+def test_duplicate_variant_names_both_plugins(tmp_path):
+    f = tmp_path / "dup_plugin.py"
+    f.write_text(textwrap.dedent("""
+        from harness import Variant, hookimpl
+
+        @hookimpl
+        def harness_add_variants():
+            return [Variant("baseline", {})]
+    """))
+    with pytest.raises(DuplicateNameError) as exc:
+        Registry.from_plugins(PluginSpec(files=[str(f)]))
+    assert "variants.presets" in str(exc.value) and str(f) in str(exc.value)
+
+
+def test_hook_returning_wrong_type_is_reported(tmp_path):
+    f = tmp_path / "wrong_plugin.py"
+    f.write_text("from harness import hookimpl\n\n@hookimpl\ndef harness_add_variants():\n    return 'baseline'\n")
+    reg = Registry.from_plugins(PluginSpec(files=[str(f)]))
+    assert any("must return a list of Variant" in w and "wrong_plugin" in w for w in reg.warnings)
+    with pytest.raises(PluginError, match="wrong_plugin"):
+        Registry.from_plugins(PluginSpec(files=[str(f)], strict=True))
+
+
+def test_variant_with_unknown_component_is_an_error(tmp_path):
+    f = tmp_path / "bad_variant.py"
+    f.write_text("from harness import Variant, hookimpl\n\n@hookimpl\n"
+                 "def harness_add_variants():\n    return [Variant('x', {'attention': 'd2I'})]\n")
+    with pytest.raises(UnknownNameError, match="d2l"):
+        Registry.from_plugins(PluginSpec(files=[str(f)]))
+
+
+def test_missing_plugin_file_and_module():
+    with pytest.raises(PluginError, match="does not exist"):
+        Registry.from_plugins(PluginSpec(files=["/nonexistent/plugin.py"]))
+    with pytest.raises(PluginError, match="not found"):
+        Registry.from_plugins(PluginSpec(modules=["no_such_harness_plugin_module"]))
+
+
+def test_select_all_names_globs_and_unknown(registry):
+    names = [v.name for v in registry.select(["all"])]
+    assert "baseline" in names and not any(n.startswith("bug") for n in names)
+    assert [v.name for v in registry.select(["seed_00[12]"])] == ["seed_001", "seed_002"]
+    assert registry.select(["bug_001_discarded_mask"])[0].buggy
+    with pytest.raises(UnknownNameError, match="baseline"):
+        registry.select(["baselin"])
+    sizes = [len(registry.slot_components(s)) for s in ("norm", "embedding", "attention", "mask")]
+    assert sizes == [2, 2, 4, 3]
+    assert len(registry.grid()) == 2 * 2 * 4 * 3

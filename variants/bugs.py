@@ -1,0 +1,104 @@
+"""Faithful reproductions of bugs found in the seed notes, kept on purpose.
+
+They are marked ``buggy``: never part of ``--variants all`` or a glob (unless the glob starts
+with ``bug``), selectable by exact name, and ``harness check`` must flag every one of them.
+
+* mask ``bug_discarded_fill`` (seed 001): ``scores.masked_fill(mask == 0, -1e9)`` whose result
+  is thrown away -- the padding and causal masks silently never reach the softmax.
+* mask ``bug_uint8_invert`` (seed 001's ``.type(torch.uint8)`` masks): a uint8 keep-mask turned
+  into a block-mask with ``~mask``; on uint8 ``~`` is bitwise (1 -> 254, 0 -> 255), so every
+  position is blocked and attention becomes uniform, future tokens included.
+* attention ``bug_unexpanded_mask`` (seed 001): d2l folded heads (B*H, L, L) with ``bmm``, the
+  mask passed as (B, X, L) without repeating it per head; crashes with "The size of tensor a
+  (B) must match the size of tensor b (B*H)" (the note's recorded error) unless B == 1.
+* attention ``bug_kv_query_len`` (seed 002): K and V reshaped with the query's length; crashes
+  in cross-attention whenever source and target lengths differ.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from harness import Component, Variant, hookimpl
+
+from .attention import D2LAttention, HappyLLMAttention
+from .mask import BoolMask
+
+
+class DiscardedFillMask(BoolMask):
+    """Seed 001: the out-of-place ``masked_fill`` whose result is discarded."""
+
+    def apply(self, scores, mask):
+        scores.masked_fill(mask == 0, -1e9)  # BUG (faithful): result discarded
+        return scores
+
+
+class Uint8InvertMask(BoolMask):
+    """uint8 keep-masks (seed 001) inverted with ``~`` (bitwise on uint8): everything blocked."""
+
+    def src_mask(self, src, pad):
+        return super().src_mask(src, pad).to(torch.uint8)
+
+    def tgt_mask(self, tgt, pad):
+        return super().tgt_mask(tgt, pad).to(torch.uint8)
+
+    def apply(self, scores, mask):
+        blocked = ~mask  # BUG (faithful pattern): 1 -> 254, 0 -> 255, all non-zero
+        return scores.masked_fill(blocked.bool(), -1e9)
+
+
+class UnexpandedMaskAttention(D2LAttention):
+    """Seed 001's ``bmm`` attention: 3-D masks (B, X, L) applied to (B*H, Tq, Tk) scores."""
+
+    def dot_product_attention(self, queries, keys, values, mask):
+        scores = torch.bmm(queries, keys.transpose(1, 2)) / math.sqrt(self.d_k)  # (B*H, Tq, Tk)
+        if mask is not None:
+            scores = self.apply_mask(scores, mask[:, 0])  # BUG (faithful): mask not repeated per head
+        return torch.bmm(self.dropout(scores.softmax(dim=-1)), values)
+
+
+class KVQueryLenAttention(HappyLLMAttention):
+    """Seed 002's happy-llm attention with K/V reshaped by the query's length."""
+
+    def forward(self, q, k, v, mask=None):
+        seqlen = q.size(1)
+        xq = self.split(self.wq(q), seqlen)
+        xk = self.split(self.wk(k), seqlen)  # BUG (faithful): should be k.size(1)
+        xv = self.split(self.wv(v), seqlen)  # BUG (faithful): should be v.size(1)
+        scores = torch.matmul(xq, xk.transpose(2, 3)) / math.sqrt(self.d_k)
+        if mask is not None:
+            scores = self.apply_mask(scores, mask)
+        scores = torch.softmax(scores.float(), dim=-1).type_as(xq)
+        out = torch.matmul(self.dropout(scores), xv).transpose(1, 2).contiguous().view(q.size(0), seqlen, -1)
+        return self.resid_dropout(self.wo(out))
+
+
+@hookimpl
+def harness_add_components():
+    return [
+        Component("bug_discarded_fill", "mask", lambda ctx: DiscardedFillMask(),
+                  "BUG: masked_fill result discarded, mask never applied", "seed 001", buggy=True),
+        Component("bug_uint8_invert", "mask", lambda ctx: Uint8InvertMask(),
+                  "BUG: uint8 mask inverted with ~ blocks every position", "seed 001 (uint8 masks)", buggy=True),
+        Component("bug_unexpanded_mask", "attention", UnexpandedMaskAttention,
+                  "BUG: folded-head bmm attention with masks not repeated per head", "seed 001", buggy=True),
+        Component("bug_kv_query_len", "attention", KVQueryLenAttention,
+                  "BUG: K/V reshaped with the query's length", "seed 002", buggy=True),
+    ]
+
+
+@hookimpl
+def harness_add_variants():
+    return [
+        Variant("bug_001_discarded_mask", {"mask": "bug_discarded_fill"}, buggy=True,
+                summary="seed 001's discarded masked_fill: no mask reaches the softmax", source="seed 001"),
+        Variant("bug_001_uint8_invert", {"mask": "bug_uint8_invert"}, buggy=True,
+                summary="uint8 keep-mask inverted with ~: every position blocked", source="seed 001"),
+        Variant("bug_001_unexpanded_mask", {"attention": "bug_unexpanded_mask"}, buggy=True,
+                summary="seed 001's bmm attention with masks not repeated per head: crashes",
+                source="seed 001"),
+        Variant("bug_002_kv_query_len", {"attention": "bug_kv_query_len", "projections": "bias_free"},
+                buggy=True, summary="seed 002's K/V reshape with the query length: crashes when S != T",
+                source="seed 002"),
+    ]

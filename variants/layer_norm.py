@@ -1,0 +1,63 @@
+"""Slot ``layer_norm``: the LayerNorm formula.
+
+* ``torch``: ``nn.LayerNorm(D)`` -- biased variance, eps = 1e-5 inside the square root
+  (Ba et al. 2016; d2l §10.7, seed 004).
+* ``annotated``: a_2 * (x - mean) / (std + eps) + b_2 with the *unbiased* std and eps = 1e-6
+  added outside the square root -- the Annotated Transformer's ``LayerNorm`` (seeds 000, 002).
+  Differs from ``torch`` by a relative ~1 - sqrt((D-1)/D) (9.8e-4 at D = 512).
+* ``unbiased_var``: (x - mean) / sqrt(var_unbiased + eps) with eps = 1e-6 -- seed 001's
+  hand-written LayerNorm (its printout -1.2649 for the row 0..4 confirms the unbiased variance).
+
+All three expose canonical parameters ``weight`` and ``bias`` of shape (D,).
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from harness import Component, hookimpl
+
+
+class AnnotatedLayerNorm(nn.Module):
+    """Annotated Transformer LayerNorm: unbiased std, eps outside the sqrt. Shape (..., D) -> (..., D)."""
+
+    def __init__(self, features: int, eps: float = 1e-6):
+        super().__init__()
+        self.a_2 = nn.Parameter(torch.ones(features))
+        self.b_2 = nn.Parameter(torch.zeros(features))
+        self.eps = eps
+
+    def forward(self, x):
+        mean = x.mean(-1, keepdim=True)
+        std = x.std(-1, keepdim=True)
+        return self.a_2 * (x - mean) / (std + self.eps) + self.b_2
+
+    def canonical_state(self):
+        return {"weight": self.a_2, "bias": self.b_2}
+
+    def load_canonical_state(self, state):
+        with torch.no_grad():
+            self.a_2.copy_(state["weight"])
+            self.b_2.copy_(state["bias"])
+        return []
+
+
+class UnbiasedVarLayerNorm(AnnotatedLayerNorm):
+    """Seed 001's LayerNorm: unbiased variance, eps inside the sqrt. Shape (..., D) -> (..., D)."""
+
+    def forward(self, x):
+        mean = x.mean(-1, keepdim=True)
+        var = x.var(-1, keepdim=True)
+        return self.a_2 * (x - mean) / torch.sqrt(var + self.eps) + self.b_2
+
+
+@hookimpl
+def harness_add_components():
+    return [
+        Component("torch", "layer_norm", lambda ctx: nn.LayerNorm(ctx.cfg.d_model),
+                  "nn.LayerNorm: biased variance, eps=1e-5 inside sqrt", "Ba et al. 2016; d2l §10.7; seed 004"),
+        Component("annotated", "layer_norm", lambda ctx: AnnotatedLayerNorm(ctx.cfg.d_model),
+                  "unbiased std, eps=1e-6 added outside sqrt", "Annotated Transformer LayerNorm; seeds 000, 002"),
+        Component("unbiased_var", "layer_norm", lambda ctx: UnbiasedVarLayerNorm(ctx.cfg.d_model),
+                  "unbiased variance, eps=1e-6 inside sqrt", "seed 001 LayerNorm"),
+    ]

@@ -1,0 +1,95 @@
+"""Slot ``mask``: how masks are made from token ids and applied to attention scores.
+
+Masks are made once per batch by the model and passed to every attention module; shapes
+broadcast against scores (B, H, Tq, Tk) (the ``d2l`` attention folds the head dimension).
+
+* ``bool`` -- keep-mask, True = attend: ``src_mask`` (B, 1, 1, S) = src != pad, ``tgt_mask``
+  (B, 1, T, T) = (tgt != pad) & lower-triangular; applied as ``scores.masked_fill(mask == 0,
+  -1e9)`` (Annotated Transformer ``attention``/``subsequent_mask``; seeds 000, 004).
+  Fully masked row: every score is -1e9, so the softmax is *uniform* over all keys (finite).
+* ``additive`` -- float mask of 0 (attend) / -inf (blocked), same shapes, applied as
+  ``scores + mask`` (happy-llm's causal buffer, seed 002; ``generate_square_subsequent_mask``).
+  Fully masked row: softmax of all -inf is *NaN*. No such row occurs in the copy task (every
+  sequence starts with the start symbol, so key 0 is always real), and the probes of
+  ``harness check`` report the NaN explicitly.
+* ``valid_lens`` -- d2l §10.3 ``masked_softmax``: lengths instead of matrices. ``src_mask``
+  (B, 1, 1, 1) = number of non-pad tokens (right padding assumed), ``tgt_mask`` (1, 1, T, 1) =
+  1..T (d2l's ``dec_valid_lens``: causal only); applied by filling key positions >= length
+  with -1e6. Fully masked row (length 0): uniform. Differs from ``bool`` only at padded query
+  positions, which never reach the loss.
+
+Every component: ``src_mask(src (B, S), pad)``, ``tgt_mask(tgt (B, T), pad)``,
+``apply(scores (..., Tq, Tk), mask) -> scores``.
+"""
+from __future__ import annotations
+
+import torch
+
+from harness import Component, hookimpl
+
+
+def causal_keep(t: int, device) -> torch.Tensor:
+    """(T, T) bool, True on and below the diagonal (Annotated ``subsequent_mask`` == 0 inverted)."""
+    return torch.ones(t, t, dtype=torch.bool, device=device).tril()
+
+
+class BoolMask:
+    """Keep-mask convention, fill -1e9 (Annotated Transformer)."""
+
+    fill = -1e9
+
+    def src_mask(self, src, pad):
+        return (src != pad)[:, None, None, :]  # (B, 1, 1, S)
+
+    def tgt_mask(self, tgt, pad):
+        return (tgt != pad)[:, None, None, :] & causal_keep(tgt.size(1), tgt.device)  # (B, 1, T, T)
+
+    def apply(self, scores, mask):
+        return scores.masked_fill(mask == 0, self.fill)
+
+
+class AdditiveMask:
+    """0 / -inf float mask added to the scores (happy-llm, PyTorch's float masks)."""
+
+    def src_mask(self, src, pad):
+        m = torch.zeros(src.shape, device=src.device).masked_fill(src == pad, float("-inf"))
+        return m[:, None, None, :]  # (B, 1, 1, S)
+
+    def tgt_mask(self, tgt, pad):
+        t = tgt.size(1)
+        causal = torch.full((t, t), float("-inf"), device=tgt.device).triu(diagonal=1)  # (T, T)
+        return self.src_mask(tgt, pad) + causal  # (B, 1, T, T)
+
+    def apply(self, scores, mask):
+        return scores + mask
+
+
+class ValidLensMask:
+    """d2l ``masked_softmax`` convention: valid lengths, fill -1e6."""
+
+    fill = -1e6
+
+    def src_mask(self, src, pad):
+        return (src != pad).sum(-1)[:, None, None, None]  # (B, 1, 1, 1)
+
+    def tgt_mask(self, tgt, pad):
+        t = tgt.size(1)
+        return torch.arange(1, t + 1, device=tgt.device)[None, None, :, None]  # (1, 1, T, 1)
+
+    def apply(self, scores, valid_lens):
+        keep = torch.arange(scores.size(-1), device=scores.device) < valid_lens  # (..., Tq|1, Tk)
+        return scores.masked_fill(~keep, self.fill)
+
+
+@hookimpl
+def harness_add_components():
+    return [
+        Component("bool", "mask", lambda ctx: BoolMask(),
+                  "bool keep-mask, masked_fill(mask == 0, -1e9); fully masked row -> uniform",
+                  "Annotated Transformer (seeds 000, 004)"),
+        Component("additive", "mask", lambda ctx: AdditiveMask(),
+                  "float 0/-inf added to scores; fully masked row -> NaN", "happy-llm (seed 002)"),
+        Component("valid_lens", "mask", lambda ctx: ValidLensMask(),
+                  "valid lengths, fill -1e6 (d2l masked_softmax); fully masked row -> uniform",
+                  "d2l §10.3 (seed 003)"),
+    ]

@@ -1,0 +1,55 @@
+"""Built-in variants: the paper's baseline, one single-slot change each, one preset per seed note.
+
+``baseline`` keeps the paper's choices (Vaswani et al. 2017): post-norm, separate embeddings
+(the Annotated Transformer's code does not tie either), annotated attention, bool masks,
+``nn.LayerNorm``, x*sqrt(d_model) + PE, biased projections.
+"""
+from __future__ import annotations
+
+from harness import Variant, hookimpl
+
+SEED_PRESETS = [
+    Variant("seed_000", {"norm": "pre", "layer_norm": "annotated"},
+            summary="Annotated-style notes: pre-norm + final LayerNorm, unbiased-std LayerNorm (eps outside "
+                    "sqrt), four cloned Linears, bool mask -1e9. Fixed: nothing in the model (its MHA test mask "
+                    "masked every position, a test-only bug).",
+            source="seed 000 (cnblogs / Annotated Transformer code)"),
+    Variant("seed_001", {"attention": "d2l", "projections": "bias_free", "layer_norm": "unbiased_var",
+                         "positional": "scaled_input_ln"},
+            summary="Notebook: post-norm with the stack's LayerNorm on its input, unbiased-variance LayerNorm, "
+                    "d2l heads folded into the batch (bias-free), bool masks. Fixed: masked_fill result now "
+                    "assigned, masks repeated per head, sqrt(self.d_model) instead of a global, start symbol 1.",
+            source="seed 001 (Annotated notebook + d2l MHA)"),
+    Variant("seed_002", {"norm": "pre", "layer_norm": "annotated", "attention": "happy_llm",
+                         "projections": "bias_free", "mask": "additive"},
+            summary="happy-llm: pre-norm + final LayerNorm, bias-free projections, float32 softmax, additive "
+                    "-inf mask. Fixed: K/V reshaped with their own length, padding mask added, d_ff from config.",
+            source="seed 002 (Datawhale happy-llm ch. 2)"),
+    Variant("seed_003", {"attention": "d2l", "projections": "bias_free", "mask": "valid_lens"},
+            summary="d2l 10.7: post-norm AddNorm with nn.LayerNorm, bias-free d2l attention, valid_lens masking "
+                    "(-1e6). Fixed: LayerNorm over d_model only (its test normalised over [100, 24]).",
+            source="seed 003 (d2l §10.7)"),
+    Variant("seed_004", {"norm": "pre", "positional": "unscaled_ln"},
+            summary="CSDN BERT-style: pre-norm + final LayerNorm, LayerNorm after embedding + PE, no sqrt(d_model). "
+                    "Fixed: causal mask made on the input's device as bool, combined with the padding mask.",
+            source="seed 004 (CSDN article)"),
+]
+
+
+@hookimpl
+def harness_add_variants():
+    return [
+        Variant("baseline", {}, summary="the paper's choices: post-norm, separate embeddings, annotated "
+                "attention, bool masks", source="Vaswani et al. 2017"),
+        Variant("pre_norm", {"norm": "pre"}, summary="baseline with pre-norm (+ final LayerNorm)",
+                source="Xiong et al. 2020; Annotated Transformer"),
+        Variant("shared_embeddings", {"embedding": "shared"},
+                summary="baseline with one matrix for source, target and generator", source="Vaswani §3.4; Press & Wolf 2017"),
+        Variant("d2l_attention", {"attention": "d2l"}, summary="baseline with d2l-style folded-head attention",
+                source="d2l §10.5"),
+        Variant("additive_mask", {"mask": "additive"}, summary="baseline with 0/-inf additive masks",
+                source="happy-llm; PyTorch float masks"),
+        Variant("torch_attention", {"attention": "torch"},
+                summary="baseline with F.scaled_dot_product_attention", source="PyTorch SDPA"),
+        *SEED_PRESETS,
+    ]
