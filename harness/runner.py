@@ -13,6 +13,25 @@ from .store import RunStore, trial_key
 
 
 @dataclass
+class Plan:
+    """What a run trains: variants x seeds x sweep points (each point a name and a config).
+
+    Built from command-line options by ``harness.commands.run`` or from an experiment file
+    by ``harness.experiments``; ``points`` holds ``("", cfg)`` when nothing is swept.
+    """
+
+    variants: list[Variant]
+    seeds: list[int]
+    points: list[tuple[str, RunConfig]]
+    preset: str = ""
+    name: str = ""
+
+    @property
+    def config(self) -> RunConfig:
+        return self.points[0][1]
+
+
+@dataclass
 class TrialSpec:
     """One trial as plain data (see :func:`harness.train.run_trial`)."""
 

@@ -7,7 +7,7 @@ import time
 
 from ..errors import ConfigError
 from ..report import summary_table, to_markdown, write_report
-from ..runner import execute_sequential, make_specs
+from ..runner import Plan, execute_sequential, make_specs
 from ..store import RunStore, config_hash
 from ..train import environment, resolve_device
 from .common import add_config, add_selection, load_registry, resolve_config, select_variants
@@ -22,6 +22,8 @@ def register(sub, parents):
                        description=DESCRIPTION)
     add_selection(p)
     add_config(p)
+    p.add_argument("--experiment", metavar="NAME", default=None,
+                   help="run a declarative experiment from experiments/NAME.toml (see: python -m harness experiments)")
     p.add_argument("--seeds", type=int, default=1, metavar="N", help="seeds per variant: 0..N-1 (default 1)")
     p.add_argument("--seed-start", type=int, default=0, metavar="S", help="first seed (default 0)")
     p.add_argument("--results-dir", default="results", metavar="DIR", help="where runs are stored (default results)")
@@ -34,20 +36,31 @@ def command_line() -> str:
     return "python -m harness " + shlex.join(sys.argv[1:])
 
 
-def main(args) -> int:
-    reg = load_registry(args)
+def plan_from_args(args, reg) -> Plan:
+    """The run's plan from --experiment, or from --variants/--grid, --preset/--set and --seeds."""
+    if args.experiment:
+        from ..experiments import plan_from_experiment
+
+        return plan_from_experiment(args.experiment, reg, args)
     cfg = resolve_config(args)
-    variants = select_variants(reg, args)
-    device = resolve_device(args.device)
     if args.seeds < 1:
         raise ConfigError(f"--seeds must be >= 1, got {args.seeds}")
     seeds = list(range(args.seed_start, args.seed_start + args.seeds))
+    return Plan(select_variants(reg, args), seeds, [("", cfg)], preset=args.preset)
+
+
+def main(args) -> int:
+    reg = load_registry(args)
+    plan = plan_from_args(args, reg)
+    variants, seeds, cfg = plan.variants, plan.seeds, plan.config
+    device = resolve_device(args.device)
     from ..cli import plugin_spec
 
     plugins = plugin_spec(args).to_dict()
-    specs = make_specs(variants, seeds, cfg, device.type, args.dtype, plugins)
+    specs = make_specs(variants, seeds, cfg, device.type, args.dtype, plugins, points=plan.points)
     meta = {
-        "command": command_line(), "preset": args.preset, "config": cfg.to_dict(),
+        "command": command_line(), "preset": plan.preset, "experiment": plan.name, "config": cfg.to_dict(),
+        "points": {name: c.to_dict() for name, c in plan.points if name},
         "config_hash": config_hash(cfg.to_dict()), "variants": [v.name for v in variants], "seeds": seeds,
         "device": device.type, "dtype": args.dtype, "plugins": plugins, "environment": environment(device),
         "trials": [{"key": s.key, "spec": s.spec} for s in specs],
@@ -55,8 +68,8 @@ def main(args) -> int:
     store = RunStore.create(args.results_dir, meta, args.run_id)
     log = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     if log:
-        log(f"run {store.root}: {len(variants)} variant(s) x {len(seeds)} seed(s) on {device.type}, "
-            f"preset {args.preset}")
+        log(f"run {store.root}: {len(variants)} variant(s) x {len(seeds)} seed(s) x {len(plan.points)} "
+            f"config(s) = {len(specs)} trial(s) on {device.type}")
     t0 = time.perf_counter()
     interrupted = False
     try:
