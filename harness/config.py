@@ -6,8 +6,8 @@ evaluation). Both are plain dataclasses so that they cross process boundaries as
 
 Presets (``--preset``):
 
-* ``quick`` (default): a small model that every built-in variant solves (held-out
-  exact-match >= 0.99) in a few seconds on a 2-core CPU. See :data:`PRESETS`.
+* ``quick`` (default): a small model (N=1, d_model=64) that every built-in variant solves
+  (held-out exact-match >= 0.99) in about 10 s on a 2-core CPU. See :data:`PRESETS`.
 * ``paper``: the Annotated Transformer's copy-task config (N=2, d_model=512, d_ff=2048,
   h=8, dropout 0.1, batch 80, 400 steps, warmup 400, base lr 0.5, fixed-length task).
 * ``tiny``: a seconds-long config for tests and smoke runs; it does not solve the task.
@@ -203,7 +203,36 @@ class RunConfig:
         return RunConfig.from_dict(d)
 
 
-#: Named presets. ``quick`` was tuned on a 2-core CPU: see its entry in ``PRESET_NOTES``.
+#: Named presets.
+#:
+#: ``quick`` -- why this config (tuned 2026-11-22 on the 2-core CPU, variable-length copy task,
+#: every built-in variant, seeds 0 and 1; see the closing notes of issue 2):
+#:
+#: * N = 1: with N = 2 (d_model 64, batch 64-256, base lr 0.15-1.0) the post-norm variants hit
+#:   late loss spikes (held-out exact-match 0.99 -> 0.84-0.90 between two evaluations) and some
+#:   variants ended at 0.97-0.99; with N = 1 every variant solved the task by step 250-300 of 400
+#:   and ended at exact-match >= 0.997 on both seeds, at half the cost per step.
+#: * batch 128: about 20% more time per step than batch 64 for twice the tokens.
+#: * lr = 0.15 with warmup 100 (Noam peak 0.15 * 64^-0.5 * 100^-0.5 = 1.9e-3, 9.4e-4 at the end):
+#:   0.25 and above oscillated late, 1.0 did not settle within 800 steps.
+#: * label smoothing 0.1 (Vaswani §5.4): turning it off solved later (exact-match 0.98-0.99 at 400).
+#: * dropout 0: the data are unlimited, nothing to regularise.
+PRESETS: dict[str, RunConfig] = {
+    "quick": RunConfig(
+        ModelConfig(N=1, d_model=64, h=4, d_ff=256, dropout=0.0),
+        TrainConfig(task="copy", batch=128, steps=400, lr=0.15, warmup=100, label_smoothing=0.1,
+                    eval_every=50)),
+    "paper": RunConfig(
+        ModelConfig(N=2, d_model=512, h=8, d_ff=2048, dropout=0.1),
+        TrainConfig(task="copy_fixed", batch=80, steps=400, lr=0.5, warmup=400,
+                    label_smoothing=0.0, eval_every=20)),
+    "tiny": RunConfig(
+        ModelConfig(N=1, d_model=16, h=2, d_ff=32, dropout=0.0, max_len=16),
+        TrainConfig(task="copy", seq_len=6, batch=16, steps=20, lr=1.0, warmup=10,
+                    eval_every=10, eval_sequences=64)),
+}
+
+PRESET_NOTES``.
 PRESETS: dict[str, RunConfig] = {
     "quick": RunConfig(
         ModelConfig(N=2, d_model=64, h=4, d_ff=256, dropout=0.0),
@@ -219,7 +248,7 @@ PRESETS: dict[str, RunConfig] = {
 }
 
 PRESET_NOTES: dict[str, str] = {
-    "quick": "small model tuned so every built-in variant reaches exact-match >= 0.99 on a 2-core CPU",
+    "quick": "N=1, d_model=64, 400 steps at batch 128: every built-in variant reaches exact-match >= 0.99",
     "paper": "the Annotated Transformer's copy-task config (N=2, d_model=512, 400 steps at batch 80)",
     "tiny": "seconds-long smoke config for tests; does not solve the task",
 }
