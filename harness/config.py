@@ -232,21 +232,6 @@ PRESETS: dict[str, RunConfig] = {
                     eval_every=10, eval_sequences=64)),
 }
 
-PRESET_NOTES``.
-PRESETS: dict[str, RunConfig] = {
-    "quick": RunConfig(
-        ModelConfig(N=2, d_model=64, h=4, d_ff=256, dropout=0.0),
-        TrainConfig(task="copy", batch=64, steps=600, lr=1.0, warmup=100, eval_every=100)),
-    "paper": RunConfig(
-        ModelConfig(N=2, d_model=512, h=8, d_ff=2048, dropout=0.1),
-        TrainConfig(task="copy_fixed", batch=80, steps=400, lr=0.5, warmup=400,
-                    label_smoothing=0.0, eval_every=20)),
-    "tiny": RunConfig(
-        ModelConfig(N=1, d_model=16, h=2, d_ff=32, dropout=0.0, max_len=16),
-        TrainConfig(task="copy", seq_len=6, batch=16, steps=20, lr=1.0, warmup=10,
-                    eval_every=10, eval_sequences=64)),
-}
-
 PRESET_NOTES: dict[str, str] = {
     "quick": "N=1, d_model=64, 400 steps at batch 128: every built-in variant reaches exact-match >= 0.99",
     "paper": "the Annotated Transformer's copy-task config (N=2, d_model=512, 400 steps at batch 80)",
