@@ -25,6 +25,13 @@ exit codes: 0 ok, 1 a trial failed / a check or comparison found a problem,
             2 bad input, 130 interrupted (the run can be resumed)"""
 
 
+class HarnessArgumentParser(argparse.ArgumentParser):
+    """argparse with one-line errors: ``harness: error: <what> (see <prog> --help)``, exit 2."""
+
+    def error(self, message):
+        self.exit(2, f"harness: error: {message} (see: {self.prog} --help)\n")
+
+
 def plugin_parent(suppress: bool) -> argparse.ArgumentParser:
     """Plugin options, accepted before or after the sub-command."""
     p = argparse.ArgumentParser(add_help=False)
@@ -41,7 +48,7 @@ def plugin_parent(suppress: bool) -> argparse.ArgumentParser:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = HarnessArgumentParser(
         prog="python -m harness", parents=[plugin_parent(False)],
         description="Train, check and compare interchangeable Transformer implementations.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -11,8 +11,8 @@ from ..registry import Registry
 
 
 def add_selection(p: argparse.ArgumentParser, default: str = "all") -> None:
-    p.add_argument("--variants", default=default, metavar="NAMES",
-                   help="'all', variant names and shell-style globs, comma- or space-separated "
+    p.add_argument("--variants", nargs="+", default=[default], metavar="NAME",
+                   help="'all', variant names and shell-style globs, space- or comma-separated "
                         f"(default: {default}); buggy variants only by exact name or a 'bug*' glob")
     p.add_argument("--grid", action="store_true",
                    help="the full factorial over the slots norm x embedding x attention x mask instead")
@@ -61,7 +61,8 @@ def load_registry(args) -> Registry:
 def select_variants(reg: Registry, args):
     if getattr(args, "grid", False):
         return reg.grid()
-    patterns = [p for chunk in args.variants.replace(",", " ").split() for p in [chunk]]
+    items = args.variants if isinstance(args.variants, list) else [args.variants]
+    patterns = [p for item in items for p in item.replace(",", " ").split()]
     return reg.select(patterns)
 
 

@@ -1,0 +1,85 @@
+"""End-to-end: the CLI as a user runs it, in a subprocess."""
+import json
+import os
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from .conftest import EXAMPLE_PLUGIN, ROOT
+
+
+def harness(*args, cwd=None):
+    env = {**os.environ, "HARNESS_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True,
+                          cwd=cwd or ROOT, env=env, timeout=300)
+
+
+def test_run_tiny_writes_every_file(tmp_path):
+    r = harness("run", "--variants", "baseline", "pre_norm", "--preset", "tiny", "--seeds", "2",
+                "--results-dir", str(tmp_path), "--run-id", "t", "--quiet", "--device", "cpu")
+    assert r.returncode == 0, r.stderr
+    run = tmp_path / "t"
+    for name in ("config.json", "trials.csv", "curves.csv", "report.md", "curves.png"):
+        assert (run / name).is_file(), name
+    meta = json.loads((run / "config.json").read_text())
+    assert meta["config"]["model"]["d_model"] == 16 and meta["seeds"] == [0, 1]
+    assert meta["environment"]["torch"] and meta["environment"]["threads"] >= 1
+    trials = pd.read_csv(run / "trials.csv")
+    assert sorted(zip(trials.variant, trials.seed)) == [("baseline", 0), ("baseline", 1), ("pre_norm", 0), ("pre_norm", 1)]
+    for col in ("slot_norm", "slot_embedding", "slot_attention", "slot_mask", "params", "steps", "final_train_loss",
+                "heldout_ce", "heldout_token_acc", "exact_match", "wall_s", "tokens_per_s", "peak_mem_mb", "status"):
+        assert col in trials.columns, col
+    assert set(trials.status) == {"ok"}
+    assert (trials.steps == 20).all()
+    assert trials.exact_match.between(0, 1).all()
+    assert set(trials.slot_norm) == {"post", "pre"}
+    curves = pd.read_csv(run / "curves.csv")
+    assert set(curves.split) == {"train", "heldout"}
+    assert len(curves[(curves.split == "train") & (curves.variant == "baseline") & (curves.seed == 0)]) == 20
+    report = (run / "report.md").read_text()
+    assert "pre_norm" in report and "| variant" in report and "python -m harness run" in report
+    assert "| baseline" in r.stdout  # the table is printed too
+
+
+def test_list_shows_slots_variants_and_plugins():
+    r = harness("list")
+    assert r.returncode == 0, r.stderr
+    for word in ("norm", "attention", "d2l", "baseline", "seed_004", "variants.presets"):
+        assert word in r.stdout
+    assert "bug_001_discarded_mask" not in r.stdout
+    assert "bug_001_discarded_mask" in harness("list", "--buggy").stdout
+
+
+def test_example_plugin_file_list_and_run(tmp_path):
+    r = harness("--plugin", str(EXAMPLE_PLUGIN), "list")
+    assert r.returncode == 0, r.stderr
+    assert "example_rmsnorm" in r.stdout and "rms" in r.stdout
+    r = harness("--plugin", str(EXAMPLE_PLUGIN), "run", "--variants", "example_rmsnorm", "--preset", "tiny",
+                "--results-dir", str(tmp_path), "--quiet")
+    assert r.returncode == 0, r.stderr
+    trials = pd.read_csv(next(tmp_path.glob("*/trials.csv")))
+    assert trials.loc[0, "variant"] == "example_rmsnorm" and trials.loc[0, "slot_layer_norm"] == "rms"
+
+
+def test_example_plugin_module_with_p():
+    env_path = str(EXAMPLE_PLUGIN.parent)
+    env = {**os.environ, "HARNESS_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONPATH": f"{env_path}{os.pathsep}{ROOT}"}
+    r = subprocess.run([sys.executable, "-m", "harness", "-p", "harness_example", "list"], capture_output=True,
+                       text=True, cwd=ROOT, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "example_rmsnorm" in r.stdout and "harness_example" in r.stdout
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["run", "--variants", "baselin"], "did you mean 'baseline'"),
+    (["run", "--set", "model.d_model=30", "--set", "model.h=4"], "divisible by h"),
+    (["run", "--preset", "quik"], "unknown preset 'quik'"),
+], ids=["unknown-variant", "d_model-not-divisible", "bad-preset"])
+def test_bad_input_one_line_exit_2(args, needle, tmp_path):
+    r = harness(*args, "--results-dir", str(tmp_path))
+    assert r.returncode == 2
+    assert needle in r.stderr
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert not any(tmp_path.iterdir()), "bad input must not create a run"
