@@ -1,0 +1,103 @@
+"""``python -m harness check``: which variants compute the same function, and which leak.
+
+Prints the equivalence matrix and writes ``results/<run-id>/checks.csv`` and ``checks.md``
+(see :mod:`harness.checks` for the recipe and docs/checks.md for how to read them).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+
+from ..checks import (CHECK_MODEL, TOLERANCES, merge_groups, parse_equivalent, render_markdown, render_text,
+                      results_frame, run_checks)
+from ..config import ModelConfig, get_preset
+from ..errors import ConfigError
+from ..store import RunStore, atomic_write_text
+from ..train import environment, resolve_device
+from .common import add_selection, load_registry, parse_overrides, select_variants
+
+DESCRIPTION = """Check the selected variants against each other and against PyTorch's built-ins:
+every pair of variants holding the same canonical parameters (logits at real target positions
+and the gradient of every canonical parameter, each variant's error measured against a float64
+run of itself), every attention component against torch.nn.MultiheadAttention, encoder-decoder
+stacks against torch.nn.Transformer, mask probes (causal leak and padded keys, eval and train
+mode), mask components on fully masked rows, tied embeddings, CPU vs CUDA. Faithful-bug variants
+(selected by name or a 'bug*' glob) must be flagged, each with its reason."""
+
+EPILOG = """examples:
+  python -m harness check --variants all                 the built-in variants (exit 0 on a clean clone)
+  python -m harness check --variants all,'bug*'          ... and the seed notes' bugs, each flagged
+  python -m harness check --variants baseline,pre_norm --dtype bf16
+  python -m harness --plugin my_attn.py check --variants all,my_variant --equivalent attention=annotated,my_attn
+
+exit codes: 0 every result matches its declaration (flagged bugs included),
+            1 something declared equivalent differs, a probe leaks, or a bug goes unflagged,
+            2 bad input"""
+
+
+def register(sub, parents):
+    p = sub.add_parser("check", parents=parents, help="equivalence matrix, PyTorch references, mask probes, bugs",
+                       description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_selection(p)
+    base = ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(CHECK_MODEL).items())
+    p.add_argument("--preset", default=None, metavar="NAME",
+                   help=f"take the model config from this preset (quick, paper, tiny) instead of the check config ({base})")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="model.KEY=VALUE",
+                   help="override one model value, e.g. --set model.d_model=64 (train.* settings do not apply)")
+    p.add_argument("--device", default="auto",
+                   help="auto (cuda when present), cpu or cuda: where the comparisons run. Default: auto")
+    p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"],
+                   help="fp32, or bf16 through torch.autocast; tolerance rows: "
+                        + ", ".join(f"{d}/{dev}" for d, dev in TOLERANCES))
+    p.add_argument("--seed", type=int, default=0, help="seed of the reference parameters and the batch (default 0)")
+    p.add_argument("--equivalent", action="append", default=[], metavar="SLOT=A,B",
+                   help="declare components of SLOT numerically equivalent (repeatable), e.g. attention=annotated,my_attn")
+    p.add_argument("--results-dir", default="results", metavar="DIR", help="where results are stored (default results)")
+    p.add_argument("--run-id", default=None, help="name of the results folder (default: a timestamp)")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
+    p.set_defaults(func=main)
+
+
+def model_config(args) -> ModelConfig:
+    """The check config (or ``--preset``'s model) with ``--set model.*`` overrides. Raises ConfigError."""
+    base = get_preset(args.preset).model if args.preset else CHECK_MODEL
+    values = dataclasses.asdict(base)
+    for key, value in parse_overrides(args.overrides).items():
+        section, _, name = key.rpartition(".")
+        if section not in ("", "model"):
+            raise ConfigError(f"check builds models only: --set {key} does not apply (use model.<name>, "
+                              f"e.g. --set model.d_model=64)")
+        values[name] = value
+    return ModelConfig.from_dict(values)
+
+
+def main(args) -> int:
+    reg = load_registry(args)
+    variants = select_variants(reg, args)
+    cfg = model_config(args)
+    device = resolve_device(args.device)
+    extra = parse_equivalent(args.equivalent)
+    for slot, groups in extra.items():
+        for group in groups:
+            for name in group:
+                reg.component(slot, name)  # UnknownNameError for a typo
+    groups = merge_groups(extra)
+    log = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
+    report = run_checks(reg, variants, cfg, device=device, dtype=args.dtype, seed=args.seed, groups=groups, log=log)
+    from ..cli import plugin_spec
+    from .run import command_line
+
+    meta = {"kind": "check", "command": command_line(), "config": {"model": dataclasses.asdict(cfg)},
+            "variants": [v.name for v in variants], "seeds": [args.seed], "device": device.type, "dtype": args.dtype,
+            "equivalent": {s: sorted(sorted(g) for g in gs) for s, gs in groups.items()},
+            "plugins": plugin_spec(args).to_dict(), "environment": environment(device), "tf32": report.tf32,
+            "check_wall_s": report.wall_s, "ok": report.ok}
+    store = RunStore.create(args.results_dir, meta, args.run_id)
+    meta["run_id"] = store.root.name
+    csv_path, md_path = store.root / "checks.csv", store.root / "checks.md"
+    atomic_write_text(csv_path, results_frame(report).to_csv(index=False))
+    atomic_write_text(md_path, render_markdown(report, meta))
+    print(render_text(report))
+    print(f"\nchecks: {md_path}  {csv_path}  ({report.wall_s:.1f} s)")
+    return 0 if report.ok else 1

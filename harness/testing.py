@@ -1,0 +1,288 @@
+"""Conformance kit: run the harness's checks on your own components from your own test suite.
+
+Everything here is a thin, assertion-raising wrapper around :mod:`harness.checks` -- the same
+code ``python -m harness check`` runs -- so a plugin's tests and the CLI cannot disagree. The
+project's own tests use this kit (``tests/test_checks.py``).
+
+Example (a plugin's ``tests/test_my_plugin.py``)::
+
+    from harness.testing import (assert_equivalent, assert_matches_multihead_attention,
+                                 check_variant_contract, load_registry)
+
+    REG = load_registry(files=["my_plugin.py"])          # or modules=["harness_my"]
+
+    def test_contract():
+        check_variant_contract(REG, "my_variant")           # shapes, gradients, canonical layout,
+                                                             # mask probes, tied weights
+    def test_my_attention_is_multi_head_attention():
+        assert_matches_multihead_attention(REG, "my_attn")  # vs torch.nn.MultiheadAttention
+
+    def test_same_function_as_baseline():
+        assert_equivalent(REG, "my_variant", "baseline")
+
+pytest fixtures (``pytest_plugins = ["harness.testing"]`` in a conftest, or import them):
+``harness_registry`` (built-ins plus installed plugins) and ``harness_config`` (the check config:
+N=2, d_model=32, h=4, d_ff=64, dropout 0.1).
+
+Every ``assert_*`` raises ``AssertionError`` whose message says what was compared, the size of the
+difference, the threshold and why (e.g. "decoder position 0 changed ... causal mask not applied").
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Iterable
+
+import torch
+
+from .checks import (CHECK_MODEL, DECLARED, EQUIVALENT, IDENTICAL, NOT_COMPARABLE, BugResult, MaskComponentResult,
+                     PairResult, ProbeResult, ReferenceResult, TieResult, bug_reasons, check_ties,
+                     compare_attention_with_mha, compare_variants, compare_with_nn_transformer, describe_exception,
+                     get_tolerance, merge_groups, padded_batch, probe_mask_component, probe_variant, reference_state)
+from .config import ModelConfig
+from .model import build_model, canonical_state_dict, load_canonical_state_dict
+from .registry import Registry, Variant
+
+__all__ = [
+    "load_registry", "small_config", "padded_batch", "check_variant_contract", "contract_failures",
+    "assert_equivalent", "assert_differs", "assert_mask_probes_pass", "assert_mask_component",
+    "assert_matches_multihead_attention", "assert_matches_nn_transformer", "assert_ties_hold", "assert_flagged",
+    "harness_registry", "harness_config",
+]
+
+
+def load_registry(files: Iterable[str] = (), modules: Iterable[str] = (), strict: bool = True) -> Registry:
+    """A registry with the built-ins, installed plugins (unless ``HARNESS_DISABLE_PLUGIN_AUTOLOAD``
+    is set) and the given plugin files / modules. ``strict`` (default here) turns a broken plugin
+    into an error instead of a warning.
+
+    Raises:
+        PluginError, DuplicateNameError, UnknownNameError: as :meth:`Registry.from_plugins`.
+    """
+    from .plugins import PluginSpec
+
+    return Registry.from_plugins(PluginSpec(modules=list(modules), files=[str(f) for f in files], strict=strict))
+
+
+def small_config(**overrides) -> ModelConfig:
+    """The check config (:data:`harness.checks.CHECK_MODEL`) with ``overrides``, validated.
+
+    Example: ``small_config(d_model=64, h=8)``. Raises ConfigError on a bad value.
+    """
+    return ModelConfig.from_dict({**dataclasses.asdict(CHECK_MODEL), **overrides})
+
+
+def _variant(registry: Registry, name: str | Variant) -> Variant:
+    return name if isinstance(name, Variant) else registry.select([name])[0]
+
+
+def _fail(title: str, lines: list[str]) -> None:
+    if lines:
+        raise AssertionError(title + "\n" + "\n".join(f"  - {x}" for x in lines))
+
+
+# --------------------------------------------------------------------------- contract
+
+def contract_failures(registry: Registry, variant: str | Variant, cfg: ModelConfig | None = None, *,
+                      seed: int = 0, device: str = "cpu") -> list[str]:
+    """Everything ``variant`` breaks of the harness contract (empty list: conforms). See
+    :func:`check_variant_contract` for the items."""
+    cfg = (cfg or CHECK_MODEL).validate()
+    v = _variant(registry, variant)
+    dev = torch.device(device)
+    src, tgt, labels = (t.to(dev) for t in padded_batch(cfg, seed=seed))
+    out: list[str] = []
+    try:
+        model = build_model(registry, v, cfg, seed).to(dev).eval()
+        logits = model(src, tgt)
+    except Exception as exc:  # noqa: BLE001
+        return [f"forward crashes: {describe_exception(exc)}"]
+    want = (src.size(0), tgt.size(1), cfg.vocab)
+    if tuple(logits.shape) != want:
+        out.append(f"logits have shape {tuple(logits.shape)}, expected (B, T, V) = {want}")
+        return out
+    if not torch.isfinite(logits).all():
+        out.append("logits contain NaN or inf on a padded batch")
+    torch.nn.functional.cross_entropy(logits[tgt != cfg.pad], labels[tgt != cfg.pad]).backward()
+    for name, p in model.named_parameters():
+        if p.grad is None:
+            out.append(f"parameter {name} gets no gradient")
+        elif not torch.isfinite(p.grad).all():
+            out.append(f"parameter {name} has a non-finite gradient")
+        elif not p.grad.any():
+            out.append(f"parameter {name} has an all-zero gradient")
+    state = {k: t.detach().clone() for k, t in canonical_state_dict(model).items()}
+    fresh = build_model(registry, v, cfg, seed + 1).to(dev).eval()
+    try:
+        notes = load_canonical_state_dict(fresh, state)
+    except Exception as exc:  # noqa: BLE001
+        notes = [f"load_canonical_state_dict fails: {describe_exception(exc)}"]
+    out += [f"canonical round trip is lossy: {n}" for n in notes]
+    for k, t in canonical_state_dict(fresh).items():
+        if k not in state or not torch.equal(t, state[k]):
+            out.append(f"canonical parameter {k} does not survive a round trip through the canonical layout")
+    with torch.no_grad():
+        if not torch.equal(fresh(src, tgt), logits.detach()):
+            out.append("a fresh model loaded with the canonical state computes different logits")
+        again = build_model(registry, v, cfg, seed).to(dev).eval()(src, tgt)
+        if not torch.equal(again, logits.detach()):
+            out.append(f"two builds with seed {seed} give different logits (init is not a function of the seed)")
+    out += [p.detail for p in probe_variant(registry, v, cfg, device=device, seed=seed) if not p.passed]
+    state_ref, _ = reference_state(registry, [v], cfg, seed)
+    ties = check_ties(registry, v, cfg, state_ref, device=device, seed=seed)
+    if not ties.passed:
+        out.append(f"tied parameters: {ties.detail}")
+    return out
+
+
+def check_variant_contract(registry: Registry, variant: str | Variant, cfg: ModelConfig | None = None, *,
+                           seed: int = 0, device: str = "cpu") -> None:
+    """Assert that ``variant`` honours the harness contract on a padded batch.
+
+    Checked: logits of shape (B, T, V), finite; a finite, non-zero gradient on every parameter;
+    the canonical state round-trips exactly into a fresh model (no lossy-load notes, same logits);
+    the same seed builds the same model; the four mask probes (causal leak and masked source keys,
+    eval and train mode); tied parameters survive ``.to`` and ``load_state_dict``.
+
+    Raises:
+        AssertionError: listing every broken item.
+    """
+    name = variant if isinstance(variant, str) else variant.name
+    _fail(f"variant {name!r} breaks the harness contract:",
+          contract_failures(registry, variant, cfg, seed=seed, device=device))
+
+
+# --------------------------------------------------------------------------- equivalence
+
+def assert_equivalent(registry: Registry, a: str | Variant, b: str | Variant, cfg: ModelConfig | None = None, *,
+                      device: str = "cpu", dtype: str = "fp32", seed: int = 0) -> PairResult:
+    """Assert that B, holding A's canonical parameters, computes A's logits (real target positions)
+    and gradients within ``max(atol, fudge * ref_error)`` (:data:`harness.checks.TOLERANCES`).
+
+    Returns the :class:`~harness.checks.PairResult` (verdict ``identical`` or ``equivalent``).
+    Raises AssertionError with the sizes and thresholds otherwise.
+    """
+    res = compare_variants(registry, a, b, cfg, device=device, dtype=dtype, seed=seed, expected="equivalent")
+    if res.verdict not in (IDENTICAL, EQUIVALENT):
+        raise AssertionError(res.explain())
+    return res
+
+
+def assert_differs(registry: Registry, a: str | Variant, b: str | Variant, cfg: ModelConfig | None = None, *,
+                   device: str = "cpu", dtype: str = "fp32", seed: int = 0) -> PairResult:
+    """Assert that A and B compute measurably different functions (beyond the threshold) without
+    crashing; the result carries the size (``res.logits.max_abs``, ``res.grad_max``)."""
+    res = compare_variants(registry, a, b, cfg, device=device, dtype=dtype, seed=seed, expected="differs")
+    if res.verdict != DECLARED:
+        raise AssertionError(res.explain())
+    return res
+
+
+# --------------------------------------------------------------------------- masks
+
+def assert_mask_probes_pass(registry: Registry, variant: str | Variant, cfg: ModelConfig | None = None, *,
+                            device: str = "cpu", dtype: str = "fp32", seed: int = 0) -> list[ProbeResult]:
+    """Assert no causal leak and no padded-key leak, in eval and train mode (see :mod:`harness.checks`)."""
+    v = _variant(registry, variant)
+    res = probe_variant(registry, v, cfg, device=device, dtype=dtype, seed=seed)
+    _fail(f"variant {v.name!r} fails mask probes:", [p.detail for p in res if not p.passed])
+    return res
+
+
+def assert_mask_component(registry: Registry, mask: str, cfg: ModelConfig | None = None, *,
+                          fully_masked_row: str | None = None, seed: int = 0) -> MaskComponentResult:
+    """Assert that mask component ``mask`` blocks padded and future keys exactly like the reference
+    masked softmax; optionally that a fully masked row gives ``fully_masked_row`` (``"uniform"``,
+    ``"NaN"`` or ``"zeros"``)."""
+    cfg = (cfg or CHECK_MODEL).validate()
+    res = probe_mask_component(registry, mask, cfg, padded_batch(cfg, seed=seed), seed)
+    problems = [] if res.passed else [res.detail]
+    if fully_masked_row is not None and res.fully_masked_row != fully_masked_row:
+        problems.append(f"fully masked row gives {res.fully_masked_row}, expected {fully_masked_row}")
+    _fail(f"mask component {mask!r}:", problems)
+    return res
+
+
+# --------------------------------------------------------------------------- PyTorch references
+
+def assert_matches_multihead_attention(registry: Registry, attention: str, mask: str = "bool",
+                                       projections: str = "biased", cfg: ModelConfig | None = None, *,
+                                       device: str = "cpu", dtype: str = "fp32", seed: int = 0) -> list[ReferenceResult]:
+    """Assert attention component ``attention`` (with ``mask`` and ``projections`` components) equals
+    ``torch.nn.MultiheadAttention`` with mapped weights, in self- and cross-attention: output at real
+    query rows, gradients of w_q, w_k, w_v, w_o and of both inputs."""
+    groups = merge_groups({"attention": [{"annotated", attention}], "mask": [{"bool", mask}]})
+    res = compare_attention_with_mha(registry, attention, mask, projections, cfg, device=device, dtype=dtype,
+                                     seed=seed, groups=groups)
+    _fail(f"attention={attention} does not match nn.MultiheadAttention:",
+          [r.explain() for r in res if r.verdict not in (IDENTICAL, EQUIVALENT)])
+    return res
+
+
+def assert_matches_nn_transformer(registry: Registry, variant: str | Variant, cfg: ModelConfig | None = None, *,
+                                  device: str = "cpu", dtype: str = "fp32", seed: int = 0) -> list[ReferenceResult]:
+    """Assert ``variant``'s encoder-decoder stack equals ``torch.nn.Transformer`` wherever the structures
+    match (post-norm against nn.Transformer with norm=None, since the stock module always adds final
+    LayerNorms). Raises AssertionError when nothing is comparable (with the reasons) or a comparison fails."""
+    cfg = (cfg or CHECK_MODEL).validate()
+    v = _variant(registry, variant)
+    r = v.resolved()
+    groups = merge_groups({"attention": [{"annotated", r["attention"]}], "mask": [{"bool", r["mask"]}]})
+    state, _ = reference_state(registry, [v], cfg, seed)
+    res = compare_with_nn_transformer(registry, v, cfg, state, device=device, dtype=dtype, seed=seed, groups=groups)
+    compared = [x for x in res if x.verdict != NOT_COMPARABLE]
+    if not compared:
+        raise AssertionError(f"{v.name} cannot be compared with nn.Transformer: " + "; ".join(x.detail for x in res))
+    _fail(f"{v.name} does not match nn.Transformer:",
+          [x.explain() for x in compared if x.verdict not in (IDENTICAL, EQUIVALENT)])
+    return res
+
+
+# --------------------------------------------------------------------------- ties and bugs
+
+def assert_ties_hold(registry: Registry, variant: str | Variant, cfg: ModelConfig | None = None, *,
+                     device: str = "cpu", seed: int = 0, expect_tied: bool | None = None) -> TieResult:
+    """Assert tied parameters stay tied after ``.to`` and ``load_state_dict`` (and, for a tied
+    embedding, that the untied counterpart holding the tied matrix computes the same logits and the
+    tied gradient is the sum of the untied ones). ``expect_tied`` additionally requires ties (True)
+    or none (False)."""
+    cfg = (cfg or CHECK_MODEL).validate()
+    v = _variant(registry, variant)
+    state, _ = reference_state(registry, [v], cfg, seed)
+    res = check_ties(registry, v, cfg, state, device=device, tol=get_tolerance("fp32", device), seed=seed)
+    problems = [] if res.passed else [res.detail]
+    if expect_tied is not None and bool(res.groups) != expect_tied:
+        problems.append(f"expected {'tied' if expect_tied else 'no tied'} parameters, found {res.groups or 'none'}")
+    _fail(f"variant {v.name!r}:", problems)
+    return res
+
+
+def assert_flagged(registry: Registry, variant: str | Variant, cfg: ModelConfig | None = None, *,
+                   device: str = "cpu", dtype: str = "fp32", seed: int = 0) -> BugResult:
+    """Assert the checks flag ``variant`` (a crash, a leaking probe, a broken mask component or a
+    mismatch with nn.MultiheadAttention / nn.Transformer). For plugins that reproduce a bug on
+    purpose. Returns the :class:`~harness.checks.BugResult` with the reasons."""
+    v = _variant(registry, variant)
+    res = bug_reasons(registry, v, cfg, device=device, dtype=dtype, seed=seed)
+    if not res.flagged:
+        raise AssertionError(f"no check flags {v.name!r}: it crashes nowhere, leaks in no probe and matches "
+                             f"nn.MultiheadAttention / nn.Transformer")
+    return res
+
+
+# --------------------------------------------------------------------------- pytest fixtures
+
+try:
+    import pytest
+except ImportError:  # pragma: no cover - the kit's functions work without pytest
+    pytest = None
+
+if pytest is not None:
+    @pytest.fixture
+    def harness_registry() -> Registry:
+        """A fresh registry: built-ins and installed plugins (a new plugin manager per test)."""
+        return Registry.from_plugins()
+
+    @pytest.fixture
+    def harness_config() -> ModelConfig:
+        """The check config (N=2, d_model=32, h=4, d_ff=64, dropout 0.1, vocab 11, max_len 32)."""
+        return CHECK_MODEL
