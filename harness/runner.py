@@ -25,6 +25,11 @@ class Plan:
     points: list[tuple[str, RunConfig]]
     preset: str = ""
     name: str = ""
+    #: extra entries for the run's config.json (an experiment stores its parsed file here)
+    meta: dict = field(default_factory=dict)
+    #: when set, ``run`` calls ``measure(args, plan) -> exit code`` instead of training
+    #: (experiments that measure without training, e.g. gradient norms at initialisation)
+    measure: Callable[..., int] | None = None
 
     @property
     def config(self) -> RunConfig:
@@ -64,36 +69,126 @@ def progress_bar(total: int, desc: str, quiet: bool, leave: bool = True, positio
                 disable=quiet or not sys.stderr.isatty(), file=sys.stderr)
 
 
-def execute_sequential(specs: list[TrialSpec], store: RunStore, quiet: bool = False,
-                       log: Callable[[str], None] | None = None) -> list[dict]:
-    """Run trials one after the other in this process, storing each as soon as it ends."""
-    from .train import run_trial
+@dataclass
+class ExecutionOptions:
+    """How trials are executed (``run --jobs/--executor/--address/--threads``).
 
-    results = []
+    Args:
+        executor: ``local`` (this process when ``jobs == 1``, else a process pool) or ``ray``.
+        jobs: concurrent local worker processes (``local`` only), >= 1.
+        threads: torch intra-op threads per trial; default ``max(1, cores // jobs)`` locally,
+            1 on Ray (where it is also the CPUs reserved per task).
+        address: Ray cluster address (``ray`` only); default ``RAY_ADDRESS`` or a local cluster.
+    """
+
+    executor: str = "local"
+    jobs: int = 1
+    threads: int | None = None
+    address: str | None = None
+
+    def validate(self) -> "ExecutionOptions":
+        from .errors import ConfigError, UnknownNameError
+        from .executors import EXECUTORS
+
+        if self.executor not in EXECUTORS:
+            raise UnknownNameError("executor", self.executor, EXECUTORS)
+        if not isinstance(self.jobs, int) or self.jobs < 1:
+            raise ConfigError(f"--jobs must be >= 1, got {self.jobs}")
+        if self.threads is not None and self.threads < 1:
+            raise ConfigError(f"--threads must be >= 1, got {self.threads}")
+        if self.executor == "ray" and self.jobs != 1:
+            raise ConfigError("--jobs applies to local worker processes; with --executor ray the cluster's "
+                              "CPUs decide the parallelism (use --threads for CPUs per trial)")
+        if self.address and self.executor != "ray":
+            raise ConfigError(f"--address {self.address} needs --executor ray")
+        return self
+
+    def trial_threads(self) -> int:
+        """Intra-op threads each trial runs with under these options."""
+        from .executors import threads_per_trial
+
+        if self.executor == "ray":
+            return int(self.threads or 1)
+        return threads_per_trial(self.jobs, self.threads)
+
+    def describe(self) -> str:
+        if self.executor == "ray":
+            from .executors import ray_address
+
+            return f"ray cluster {ray_address(self.address)}, {self.trial_threads()} thread(s) per trial"
+        if self.jobs == 1:
+            return f"this process, {self.trial_threads()} thread(s)"
+        return f"{self.jobs} worker processes x {self.trial_threads()} thread(s)"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"executor": self.executor, "jobs": self.jobs, "threads": self.threads, "address": self.address}
+
+
+def with_threads(specs: Iterable[TrialSpec], threads: int) -> list[TrialSpec]:
+    """Copies of ``specs`` whose ``spec["threads"]`` is ``threads``."""
+    return [TrialSpec(ts.key, {**ts.spec, "threads": threads}) for ts in specs]
+
+
+def execute(specs: list[TrialSpec], store: RunStore, options: ExecutionOptions | None = None,
+            quiet: bool = False, log: Callable[[str], None] | None = None) -> list[dict]:
+    """Run ``specs`` with the chosen executor (:mod:`harness.executors`) and store each trial
+    the moment it ends (:meth:`RunStore.write_trial`, atomic). Returns the results in
+    completion order.
+
+    Progress: a bar over trials (with ETA) and one bar per running trial, on stderr, silent
+    with ``quiet`` or when stderr is not a terminal; ``log`` receives one line per finished
+    trial naming the file it was stored in.
+
+    Raises:
+        KeyboardInterrupt: Ctrl-C / SIGTERM; every trial finished before it is stored.
+        HarnessError: the executor cannot start (e.g. Ray missing or unreachable).
+    """
+    from . import executors
+
+    options = (options or ExecutionOptions()).validate()
+    specs = with_threads(specs, options.trial_threads())
+    results: list[dict] = []
     outer = progress_bar(len(specs), "trials", quiet)
+    bars = executors.TrialBars(enabled=not outer.disable)
+    started = time.perf_counter()
+
+    def on_done(ts: TrialSpec, result: dict) -> None:
+        result["row"].setdefault("point", ts.spec.get("point", ""))
+        path = store.write_trial(ts.key, result)
+        results.append(result)
+        outer.update(1)
+        if log:
+            log(trial_line(result["row"], path, len(results), len(specs), time.perf_counter() - started))
+
     try:
-        for ts in specs:
-            steps = ts.spec["config"]["train"]["steps"]
-            inner = progress_bar(steps, f"{ts.spec['variant']} s{ts.spec['seed']}", quiet, leave=False, position=1)
-
-            def cb(step, loss, bar=inner):
-                bar.update(1)
-                if step % 25 == 0:
-                    bar.set_postfix(loss=f"{loss:.3f}")
-
-            t0 = time.perf_counter()
-            result = run_trial(ts.spec, progress=cb)
-            inner.close()
-            result["row"]["point"] = ts.spec.get("point", "")
-            path = store.write_trial(ts.key, result)
-            results.append(result)
-            outer.update(1)
-            if log:
-                r = result["row"]
-                em = r.get("exact_match")
-                em_s = f"exact-match {em:.3f}" if isinstance(em, float) else ""
-                log(f"{r['variant']} seed {r['seed']}: {r['status']} {em_s} in {time.perf_counter() - t0:.1f} s"
-                    f"{' (' + r['reason'] + ')' if r.get('reason') else ''} -> {path}")
+        if options.executor == "ray":
+            executors.run_ray(specs, on_done, address=options.address, cpus_per_trial=options.trial_threads(),
+                              gpus_per_trial=1 if any(str(ts.spec.get("device", "")).startswith("cuda")
+                                                      for ts in specs) else 0, log=log)
+        elif options.jobs > 1 and len(specs) > 1:
+            executors.run_process_pool(specs, options.jobs, on_done, threads=options.trial_threads(), bars=bars)
+        else:
+            executors.run_sequential(specs, on_done, bars)
     finally:
+        bars.close_all()
         outer.close()
     return results
+
+
+def trial_line(row: dict, path, n: int, total: int, elapsed_s: float) -> str:
+    """The log line of one finished trial: status, exact-match, trial time and where it is stored."""
+    em = row.get("exact_match")
+    em_s = f" exact-match {em:.3f}" if isinstance(em, float) and em == em else ""
+    wall = row.get("wall_s")
+    wall_s = f" in {wall:.1f} s" if isinstance(wall, float) and wall == wall else ""
+    reason = f" ({row['reason']})" if row.get("reason") else ""
+    point = f" [{row['point']}]" if row.get("point") else ""
+    return (f"[{n}/{total} {elapsed_s:.0f} s] {row['variant']}{point} seed {row['seed']}: {row['status']}"
+            f"{em_s}{wall_s}{reason} -> stored in {path}")
+
+
+def execute_sequential(specs: list[TrialSpec], store: RunStore, quiet: bool = False,
+                       log: Callable[[str], None] | None = None) -> list[dict]:
+    """Run trials one after the other in this process, storing each as soon as it ends
+    (:func:`execute` with the default options, kept for callers of the first version)."""
+    return execute(specs, store, ExecutionOptions(threads=None), quiet=quiet, log=log)

@@ -10,10 +10,14 @@
     report.md      the rendered report
 
 Because every trial is its own atomically renamed file, a run killed at any moment (even
-SIGKILL) loses no finished trial and never leaves a half-written row.
+SIGKILL) loses no finished trial and never leaves a half-written row; ``run --resume``
+compares ``config.json``'s trial list with ``trials/`` and runs only what is missing.
+While a process writes a run it holds an exclusive ``flock`` on ``results/<run-id>/.lock``
+(released by the kernel even on SIGKILL), so two processes never write the same run.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import hashlib
 import json
@@ -92,16 +96,55 @@ class RunStore:
     def open(cls, path: str | Path) -> "RunStore":
         """Reopen an existing run. Raises StoreError when it is missing or not a run."""
         root = Path(path)
+        if not root.exists():
+            raise StoreError(f"no run at {str(path)!r} (runs live under results/<run-id>/; "
+                             f"see: ls results)")
         if not (root / "config.json").is_file():
             raise StoreError(f"{str(path)!r} is not a run directory (no config.json); "
                              f"runs live under results/<run-id>/")
         return cls(root)
 
     def meta(self) -> dict:
+        """The run's ``config.json``. Raises StoreError when it cannot be read or parsed."""
+        path = self.root / "config.json"
         try:
-            return json.loads((self.root / "config.json").read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise StoreError(f"cannot read {self.root / 'config.json'}: {exc}") from exc
+            meta = json.loads(path.read_text())
+        except OSError as exc:
+            raise StoreError(f"cannot read {str(path)!r}: {exc.strerror or exc} "
+                             f"(check the path and its permissions)") from exc
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise StoreError(f"{str(path)!r} is not valid JSON ({exc}); "
+                             f"it was not written by the harness or was edited by hand") from exc
+        if not isinstance(meta, dict):
+            raise StoreError(f"{str(path)!r} holds a {type(meta).__name__}, not a run's config object")
+        return meta
+
+    @contextlib.contextmanager
+    def lock(self):
+        """Hold an exclusive, non-blocking ``flock`` on ``<run>/.lock`` while writing the run.
+
+        Raises:
+            StoreError: another live process holds the lock (a killed process releases it).
+        """
+        try:
+            import fcntl
+        except ImportError:  # not POSIX: no locking
+            yield
+            return
+        try:
+            fd = os.open(self.root / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise StoreError(f"cannot write to run directory {str(self.root)!r}: {exc.strerror or exc} "
+                             f"(check its permissions)") from exc
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                raise StoreError(f"run {str(self.root)!r} is being written by another process; "
+                                 f"wait for it to finish or stop it first") from exc
+            yield
+        finally:
+            os.close(fd)
 
     def write_meta(self, meta: dict) -> None:
         atomic_write_text(self.root / "config.json", json.dumps(meta, indent=2, default=str))
@@ -113,7 +156,13 @@ class RunStore:
         return path
 
     def done_keys(self) -> set[str]:
+        """Keys of the trials stored so far (finished trials, whatever their status)."""
         return {p.stem for p in self.trials_dir.glob("*.json")}
+
+    def missing(self, keys: Iterable[str]) -> list[str]:
+        """``keys`` that have no stored trial yet, in the given order."""
+        done = self.done_keys()
+        return [k for k in keys if k not in done]
 
     def load_trials(self) -> list[dict]:
         """Every stored trial, sorted by key. Unreadable files are skipped (cannot happen

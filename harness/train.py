@@ -5,16 +5,24 @@ plain dict (so the same function serves in-process, process-pool and Ray executi
 returns a dict with the trial's metrics row and its loss curve.
 
 Training (identical for every variant): Adam(beta = (0.9, 0.98), eps = 1e-9) (Vaswani et al.
-2017 §5.3) with the Noam schedule through ``LambdaLR`` (the Annotated Transformer's
-``rate``: lr * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5), step counted from 1);
-``F.cross_entropy(..., ignore_index=pad, label_smoothing=eps)`` (note: PyTorch spreads eps over
-all V classes, the Annotated ``LabelSmoothing`` over V - 2); greedy decoding for exact-match.
+2017 §5.3; PyTorch's fused implementation where the device supports it, same update rule)
+with the Noam schedule through ``LambdaLR`` (the Annotated Transformer's ``rate``:
+lr * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5), step counted from 1);
+``F.cross_entropy(..., ignore_index=pad, label_smoothing=eps)`` in float32 (note: PyTorch
+spreads eps over all V classes, the Annotated ``LabelSmoothing`` over V - 2); greedy decoding
+for exact-match. ``dtype="bf16"`` runs the forward pass under
+``torch.autocast(device, torch.bfloat16)``: matmuls in bfloat16, parameters, optimizer state,
+the residual stream of every built-in variant and the loss in float32.
+
+Process-wide settings every trial (and ``harness bench``) applies, see :func:`trial_settings`:
+deterministic algorithms, denormals flushed to zero on CPU, no NaN-filling of fresh memory.
 """
 from __future__ import annotations
 
 import math
 import os
 import platform
+import re
 import resource
 import time
 import traceback
@@ -27,10 +35,18 @@ from .config import RunConfig
 from .errors import DeviceError
 from .model import build_model, unique_parameter_count
 from .registry import Variant
-from .tasks.copy import Batch, eval_set, exact_match, greedy_decode, make_batch
+from .tasks.copy import START, Batch, eval_set, make_batch
 
 SOLVED = 0.99  #: exact-match threshold for "solved" (time/steps to solve)
 PROBE_SEQUENCES = 200  #: held-out sequences scored at each periodic evaluation
+
+#: What :func:`trial_settings` sets, as reported in :func:`environment`.
+TRIAL_SETTINGS = {
+    "deterministic_algorithms": "on (warn_only)",
+    "flush_denormal": "on (CPU: subnormal floats read and written as 0)",
+    "fill_uninitialized_memory": "off",
+    "optimizer": "Adam fused=True where supported, else foreach=True",
+}
 
 
 def resolve_device(name: str) -> torch.device:
@@ -42,6 +58,25 @@ def resolve_device(name: str) -> torch.device:
     if name not in ("cpu",) and not name.startswith("cuda"):
         raise DeviceError(f"unknown device {name!r} (use auto, cpu or cuda)")
     return torch.device(name)
+
+
+def trial_settings() -> None:
+    """Apply the process-wide settings of :data:`TRIAL_SETTINGS` (idempotent, cheap).
+
+    * ``torch.use_deterministic_algorithms(True, warn_only=True)``.
+    * ``torch.utils.deterministic.fill_uninitialized_memory = False``: deterministic mode
+      otherwise NaN-fills every new tensor (a debugging aid that costs a memory pass per
+      allocation, about 2 % of a step); correct code never reads uninitialised memory.
+    * ``torch.set_flush_denormal(True)`` (CPU): subnormal floats (|x| < 1.2e-38) are treated
+      as 0. Adam's second moment of tiny bf16-autocast gradients turns subnormal, and x86
+      handles subnormals in microcode: the optimizer step was 2-4x slower without it.
+      Values that small are far below Adam's eps = 1e-9 and never change an update.
+    """
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    import torch.utils.deterministic as _det
+
+    _det.fill_uninitialized_memory = False
+    torch.set_flush_denormal(True)
 
 
 def noam_lambda(d_model: int, warmup: int, schedule: str = "noam") -> Callable[[int], float]:
@@ -70,10 +105,128 @@ def loss_fn(logits: torch.Tensor, labels: torch.Tensor, pad: int, smoothing: flo
                            ignore_index=pad, label_smoothing=smoothing)
 
 
+def make_optimizer(model: torch.nn.Module, cfg: RunConfig):
+    """Adam(betas=(0.9, 0.98), eps=1e-9) and the LambdaLR schedule of ``cfg`` (Vaswani §5.3).
+
+    Uses ``fused=True`` (one kernel per parameter; on CPU 2x faster than ``foreach``) and
+    falls back to ``foreach=True`` where the device or a parameter's dtype has no fused kernel.
+
+    Returns:
+        ``(optimizer, scheduler)``.
+    """
+    tc = cfg.train
+    kwargs = dict(lr=tc.lr, betas=(0.9, 0.98), eps=1e-9)
+    params = list(model.parameters())
+    try:
+        opt = torch.optim.Adam(params, fused=True, **kwargs)
+    except (RuntimeError, ValueError):  # no fused kernel for this device / dtype
+        opt = torch.optim.Adam(params, foreach=True, **kwargs)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, noam_lambda(cfg.model.d_model, tc.warmup, tc.schedule))
+    return opt, sched
+
+
+def train_step(model, batch: Batch, opt, sched, cfg: RunConfig, device: torch.device, dtype: str = "fp32",
+               clock: Callable[[str], None] | None = None) -> tuple[float, float]:
+    """One optimizer step on ``batch`` (already on ``device``); the step the loop and the bench share.
+
+    Gradients cleared (set to None); forward (under autocast for ``bf16``) and float32 loss; backward; global gradient norm
+    (clipped to ``train.grad_clip`` when > 0); Adam and scheduler step, skipped when the
+    loss or the gradient norm is not finite.
+
+    Args:
+        clock: optional ``clock(phase)`` called after ``"forward"`` (loss included),
+            ``"backward"`` and ``"optimizer"`` (gradient norm, Adam, scheduler); the bench
+            uses it to time the phases.
+
+    Returns:
+        ``(loss, grad_norm)`` as Python floats (loss in nats/token).
+    """
+    tc, pad = cfg.train, cfg.model.pad
+    opt.zero_grad(set_to_none=True)  # before the forward: the old gradients never coexist with activations
+    with _autocast(device, dtype):
+        logits = model(batch.src, batch.tgt)
+    loss = loss_fn(logits, batch.tgt_y, pad, tc.label_smoothing)
+    if clock:
+        clock("forward")
+    loss.backward()
+    if clock:
+        clock("backward")
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    if tc.grad_clip > 0:
+        gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip)
+    else:  # the norm only (divergence check), without clip_grad_norm_'s multiply by 1.0
+        gnorm = torch.nn.utils.get_total_norm(grads) if grads else torch.zeros(())
+    loss_v, gnorm_v = float(loss.detach()), float(gnorm)
+    if math.isfinite(loss_v) and math.isfinite(gnorm_v):
+        opt.step()
+        sched.step()
+    if clock:
+        clock("optimizer")
+    return loss_v, gnorm_v
+
+
 @torch.no_grad()
-def evaluate(model, data: Batch, cfg: RunConfig, device, dtype: str, chunk: int = 500) -> dict[str, float]:
+def greedy_exact_match(model, src: torch.Tensor, tgt_y: torch.Tensor, pad: int, start: int = START,
+                       memory: torch.Tensor | None = None) -> torch.Tensor:
+    """Per-sequence exact match of greedy decoding, decoding only sequences still undecided.
+
+    Makes the same decisions as ``exact_match(greedy_decode(model, src, T), tgt_y)`` from
+    :mod:`harness.tasks.copy` (Annotated ``greedy_decode``): a sequence fails at its first
+    wrong token at a non-pad label position and passes once every non-pad label is produced
+    (later positions are not scored). Each decoding step drops the sequences that are
+    decided, so the decoder runs on fewer rows: about 2.5x less work for a model that has
+    learnt the variable-length copy task. Rows are independent in every correctly masked
+    variant, so the outcome does not depend on which rows share a batch (up to float
+    rounding, as with any change of batch size).
+
+    Args:
+        memory: the encoder output for ``src`` (B, S, D) when the caller has it already.
+
+    Shape:
+        src (B, S), tgt_y (B, T) -> (B,) bool.
+    """
+    b, t_max = tgt_y.shape
+    keep = tgt_y != pad  # (B, T) scored positions
+    pos = torch.arange(t_max, device=tgt_y.device)
+    last = torch.where(keep, pos, -1).amax(dim=1) if t_max else torch.full((b,), -1, device=tgt_y.device)
+    result = torch.ones(b, dtype=torch.bool, device=tgt_y.device)
+    rows = torch.nonzero(last >= 0).flatten()  # undecided sequences (B',)
+    style = model.mask_style
+    if memory is None:
+        memory = model.encode(src, style.src_mask(src, pad))  # (B, S, D)
+    src_a, memory_a = src[rows], memory[rows]
+    ys = torch.full((rows.numel(), 1), start, dtype=src.dtype, device=src.device)  # (B', 1)
+    for t in range(t_max):
+        if rows.numel() == 0:
+            break
+        out = model.decode(memory_a, style.src_mask(src_a, pad), ys, style.tgt_mask(ys, pad))  # (B', t+1, D)
+        nxt = model.embed.logits(out[:, -1]).argmax(dim=-1)  # (B',)
+        wrong = keep[rows, t] & (nxt != tgt_y[rows, t])
+        result[rows[wrong]] = False
+        going = ~(wrong | (last[rows] <= t))
+        rows, src_a, memory_a = rows[going], src_a[going], memory_a[going]
+        ys = torch.cat([ys[going], nxt[going, None].to(ys.dtype)], dim=1)  # (B'', t+2)
+    return result
+
+
+#: Activation elements (rows x positions x widest layer) one evaluation chunk may hold.
+EVAL_CHUNK_ELEMENTS = 2**22
+
+
+def eval_chunk(cfg: RunConfig) -> int:
+    """Sequences per evaluation chunk: at most 1000 (fewer chunks, less per-op overhead for
+    small models), fewer for wide models so that evaluation does not raise the trial's peak
+    memory above training's (170 for the ``paper`` preset), never fewer than the training batch."""
+    width = max(cfg.model.d_ff, cfg.model.d_model, cfg.model.vocab)
+    return max(cfg.train.batch, min(1000, EVAL_CHUNK_ELEMENTS // ((cfg.train.seq_len + 2) * width)))
+
+
+@torch.inference_mode()
+def evaluate(model, data: Batch, cfg: RunConfig, device, dtype: str, chunk: int | None = None) -> dict[str, float]:
     """Held-out metrics on ``data``: unsmoothed cross-entropy (nats/token), token accuracy
-    (teacher forcing) and exact-match accuracy of greedy decoding (fraction of sequences)."""
+    (teacher forcing) and exact-match accuracy of greedy decoding (fraction of sequences,
+    :func:`greedy_exact_match`), in chunks of ``chunk`` sequences (default :func:`eval_chunk`)."""
+    chunk = chunk or eval_chunk(cfg)
     was_training = model.training
     model.eval()
     pad = cfg.model.pad
@@ -81,24 +234,51 @@ def evaluate(model, data: Batch, cfg: RunConfig, device, dtype: str, chunk: int 
     n = data.src.size(0)
     for i in range(0, n, chunk):
         b = Batch(data.src[i:i + chunk], data.tgt[i:i + chunk], data.tgt_y[i:i + chunk]).to(device)
-        with _autocast(device, dtype):
-            logits = model(b.src, b.tgt)
-            pred = greedy_decode(model, b.src, b.tgt_y.size(1))
+        with _autocast(device, dtype):  # model(src, tgt), keeping the memory for greedy decoding
+            src_mask, tgt_mask = model.make_masks(b.src, b.tgt)
+            memory = model.encode(b.src, src_mask)  # (B, S, D)
+            logits = model.embed.logits(model.decode(memory, src_mask, b.tgt, tgt_mask))  # (B, T, V)
+            exact = greedy_exact_match(model, b.src, b.tgt_y, pad, memory=memory)
         keep = b.tgt_y != pad
         ntok = int(keep.sum())
         tot_loss += float(loss_fn(logits, b.tgt_y, pad, 0.0)) * ntok
         tot_tok += ntok
         tot_correct += float(((logits.argmax(-1) == b.tgt_y) & keep).sum())
-        tot_exact += float(exact_match(pred, b.tgt_y, pad).sum())
+        tot_exact += float(exact.sum())
     model.train(was_training)
     return {"heldout_ce": tot_loss / tot_tok, "heldout_token_acc": tot_correct / tot_tok,
             "exact_match": tot_exact / n}
 
 
+def reset_peak_mem(device: torch.device) -> None:
+    """Start a new peak-memory window: CUDA ``reset_peak_memory_stats``; CPU (Linux) resets
+    the process's peak resident set size (``echo 5 > /proc/self/clear_refs``)."""
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        return
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+
+
 def peak_mem_mb(device: torch.device) -> float:
-    """CUDA: ``torch.cuda.max_memory_allocated``; CPU: the process's peak RSS (ru_maxrss), MiB."""
+    """Peak memory since :func:`reset_peak_mem`, MiB.
+
+    CUDA: ``torch.cuda.max_memory_allocated`` (tensors only). CPU: the process's peak
+    resident set size (``VmHWM``; the Python interpreter and torch's libraries included,
+    about 300 MiB); where ``/proc`` is missing, ``ru_maxrss`` (the peak over the process's life).
+    """
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20
+    try:
+        with open("/proc/self/status") as f:
+            m = re.search(r"^VmHWM:\s+(\d+)\s+kB", f.read(), re.M)
+        if m:
+            return int(m.group(1)) / 1024
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
@@ -109,13 +289,18 @@ def train(model, cfg: RunConfig, seed: int, device: torch.device, dtype: str = "
     The curve holds one ``{"step", "split": "train", "loss"}`` row per step and one
     ``{"step", "split": "heldout", "loss", "exact_match", "wall_s"}`` row per evaluation.
     Stops early with status ``diverged`` when the loss or the gradient norm is not finite.
+
+    Timing: ``train_s`` (and a curve row's ``wall_s``) is the wall time of the training steps
+    -- batch generation, forward, backward, optimizer, the ``progress`` callback -- with every
+    held-out evaluation excluded. ``time_to_solve_s`` is ``train_s`` at the first evaluation
+    with exact-match >= :data:`SOLVED` (a periodic one on :data:`PROBE_SEQUENCES` sequences,
+    else the final one on ``eval_sequences``); ``tokens_per_s`` = label tokens / ``train_s``.
     """
     tc, mc = cfg.train, cfg.model
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
     probe = eval_set(tc.task, PROBE_SEQUENCES, tc.seq_len, mc.vocab, tc.eval_seed + 1)
-    opt = torch.optim.Adam(model.parameters(), lr=tc.lr, betas=(0.9, 0.98), eps=1e-9, foreach=True)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, noam_lambda(mc.d_model, tc.warmup, tc.schedule))
+    opt, sched = make_optimizer(model, cfg)
     curve: list[dict] = []
     status, reason = "ok", ""
     tokens = 0
@@ -127,20 +312,12 @@ def train(model, cfg: RunConfig, seed: int, device: torch.device, dtype: str = "
     step = 0
     for step in range(1, tc.steps + 1):
         batch = make_batch(tc.task, tc.batch, tc.seq_len, mc.vocab, gen).to(device)
-        with _autocast(device, dtype):
-            logits = model(batch.src, batch.tgt)
-        loss = loss_fn(logits, batch.tgt_y, mc.pad, tc.label_smoothing)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip if tc.grad_clip > 0 else math.inf)
-        loss_v, gnorm_v = float(loss.detach()), float(gnorm)
+        loss_v, gnorm_v = train_step(model, batch, opt, sched, cfg, device, dtype)
         if not (math.isfinite(loss_v) and math.isfinite(gnorm_v)):
             status = "diverged"
             reason = f"non-finite {'loss' if not math.isfinite(loss_v) else 'gradient norm'} at step {step}"
             curve.append({"step": step, "split": "train", "loss": loss_v})
             break
-        opt.step()
-        sched.step()
         tokens += batch.ntokens
         curve.append({"step": step, "split": "train", "loss": loss_v})
         if step <= 10:
@@ -183,7 +360,7 @@ def train(model, cfg: RunConfig, seed: int, device: torch.device, dtype: str = "
 
 
 def environment(device: torch.device | str = "cpu") -> dict[str, Any]:
-    """Versions, threads and flags that can move results (Bouthillier et al. 2021)."""
+    """Versions, threads, CPU features and flags that can move results (Bouthillier et al. 2021)."""
     import subprocess
 
     try:
@@ -196,12 +373,15 @@ def environment(device: torch.device | str = "cpu") -> dict[str, Any]:
         "python": platform.python_version(),
         "platform": platform.platform(),
         "cpu": _cpu_model(),
+        "cpu_flags": " ".join(_cpu_flags()) or "unknown",
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "threads": torch.get_num_threads(),
         "device": str(device),
         "cuda": torch.version.cuda if torch.cuda.is_available() else None,
         "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
         "tf32_matmul": torch.backends.cuda.matmul.allow_tf32 if torch.cuda.is_available() else None,
         "deterministic": torch.are_deterministic_algorithms_enabled(),
+        "trial_settings": "; ".join(f"{k}: {v}" for k, v in TRIAL_SETTINGS.items()),
         "git_commit": commit,
     }
     return env
@@ -216,6 +396,22 @@ def _cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or "unknown"
+
+
+#: CPU features that decide matmul speed (x86 ``/proc/cpuinfo`` names)
+_SPEED_FLAGS = ("fma", "avx2", "avx512f", "avx512_bf16", "avx512_fp16", "avx512_vnni", "amx_tile", "amx_bf16")
+
+
+def _cpu_flags() -> list[str]:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    have = set(line.split(":", 1)[1].split())
+                    return [fl for fl in _SPEED_FLAGS if fl in have]
+    except OSError:
+        pass
+    return []
 
 
 _REGISTRIES: dict[str, Any] = {}
@@ -239,7 +435,9 @@ def run_trial(spec: dict[str, Any], progress: Callable[[int, float], None] | Non
     Args:
         spec: ``{"variant": str, "slots": {slot: component}, "config": RunConfig.to_dict(),
             "seed": int, "device": "cpu"|"cuda"|"auto", "dtype": "fp32"|"bf16",
-            "plugins": PluginSpec.to_dict(), "threads": int | None}``.
+            "plugins": PluginSpec.to_dict(), "threads": int | None, "point": str}``.
+            ``threads`` pins ``torch.set_num_threads`` (results are bitwise reproducible for
+            the same seed, config, device and threads); it is recorded in the row.
         progress: optional ``progress(step, loss)`` callback.
 
     Returns:
@@ -249,22 +447,26 @@ def run_trial(spec: dict[str, Any], progress: Callable[[int, float], None] | Non
     t_start = time.perf_counter()
     if spec.get("threads"):
         torch.set_num_threads(int(spec["threads"]))
+    # cuBLAS is deterministic only with a fixed workspace; read when its handle is created
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     cfg = RunConfig.from_dict(spec["config"])
     slots = dict(spec.get("slots") or {})
     row: dict[str, Any] = {"variant": spec["variant"], **{f"slot_{k}": v for k, v in sorted(slots.items())},
-                           "seed": spec["seed"], "device": "", "dtype": spec.get("dtype", "fp32")}
+                           "seed": spec["seed"], "device": "", "dtype": spec.get("dtype", "fp32"),
+                           "threads": torch.get_num_threads(), "point": spec.get("point", "")}
     curve: list[dict] = []
     try:
         device = resolve_device(spec.get("device", "auto"))
         row["device"] = device.type
-        torch.use_deterministic_algorithms(True, warn_only=True)
+        trial_settings()
+        if device.type == "cuda":
+            torch.backends.cudnn.benchmark = False
         registry = _registry(spec.get("plugins"))
         variant = Variant(spec["variant"], slots)
         row.update({f"slot_{k}": v for k, v in variant.resolved().items()})
         model = build_model(registry, variant, cfg.model, seed=spec["seed"]).to(device)
         row["params"] = unique_parameter_count(model)
-        if device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(device)
+        reset_peak_mem(device)
         metrics, curve = train(model, cfg, spec["seed"], device, row["dtype"], progress)
         row.update(metrics)
         row["peak_mem_mb"] = peak_mem_mb(device)

@@ -1,0 +1,483 @@
+"""Speed benchmark: every selected variant side by side with a ``torch.nn.Transformer`` reference.
+
+``python -m harness bench`` trains each *contender* (a variant, or :data:`REFERENCE`, PyTorch's
+``nn.Transformer`` wrapped by :class:`TorchTransformer` with the same sizes) for a few steps of
+the copy task with the loop's own step (:func:`harness.train.train_step`: same batch, loss,
+Adam, schedule, autocast and process settings as a trial) and reports per contender and dtype:
+
+* step time: median, quartiles and minimum over the timed steps after warm-up, and the median
+  forward (loss included), backward and optimizer phases (ms);
+* training tokens/s: label tokens per step / median step time (what ``run`` calls tokens/s);
+* the ratio of that to the reference's tokens/s in float32 measured in the same run;
+* parameters, FLOPs per step and achieved FLOP/s. FLOPs are counted by
+  ``torch.utils.flop_counter.FlopCounterMode`` over one forward + backward (matmuls and
+  attention; elementwise work, the optimizer and dropout are not counted);
+* MFU: achieved FLOP/s / this machine's matmul throughput in the contender's dtype, measured
+  by the same command as the median over rounds of one (n x n) @ (n x n) matmul
+  (n = 2048 on CPU, 8192 on CUDA), timed in every round between the contenders;
+* peak memory of a *fresh process* that builds the contender and trains it for a few steps
+  (:func:`memory_probe`): peak resident set size (CPU, Linux ``VmHWM``; interpreter and torch
+  included) and, on CUDA, ``torch.cuda.max_memory_allocated``. One process holds every
+  contender during timing, so in-process peaks would not belong to one contender.
+
+Noise: contenders are interleaved, one step each per round with the order rotated every round,
+so slow phases of a shared machine hit all of them alike; every figure is a median. On CUDA
+every phase boundary is synchronised before the clock is read.
+
+Sources: the reference follows the ``nn.Transformer`` docs (batch_first, bool masks with
+True = blocked); FLOP counting per ``torch.utils.flop_counter``; MFU after Chowdhery et al.
+2022 (PaLM, appendix B), with a measured rather than a datasheet peak.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from .config import ModelConfig, RunConfig
+from .errors import HarnessError
+from .model import build_model, unique_parameter_count
+from .registry import Registry, Variant
+from .tasks.copy import Batch, make_batch
+from .train import _autocast, environment, loss_fn, make_optimizer, peak_mem_mb, reset_peak_mem, train_step, \
+    trial_settings
+
+#: Name of the ``torch.nn.Transformer`` reference contender.
+REFERENCE = "nn.Transformer"
+#: Steps a memory probe trains (the first Adam step allocates the optimizer state).
+PROBE_STEPS = 3
+#: Side of the square matmul that measures the machine's matmul throughput.
+PEAK_N = {"cpu": 2048, "cuda": 8192}
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+#: Speed targets (issue 6), checked in the summary: slowest variant / fastest variant vs the
+#: fp32 reference (fp32 runs), fastest bf16 variant vs the fp32 reference.
+TARGETS = {"fp32_slowest": 0.9, "fp32_fastest": 1.0, "bf16_fastest": 2.0}
+
+
+class BenchError(HarnessError):
+    """Bad bench options (steps, dtypes) or a memory probe that failed."""
+
+
+class TorchTransformer(nn.Module):
+    """``torch.nn.Transformer`` with the harness's embeddings and generator around it.
+
+    Same sizes as the harness's ``baseline`` (post-norm, separate source/target embeddings
+    scaled by sqrt(d_model) plus the sinusoidal PE with dropout, generator ``Linear(D, V)``).
+    Masks: ``src_key_padding_mask`` / ``memory_key_padding_mask`` (S pads) and
+    ``tgt_key_padding_mask`` (T pads) plus a causal ``tgt_mask``, all bool with True =
+    blocked (the ``nn.MultiheadAttention`` convention). Departure from ``baseline``:
+    ``nn.Transformer`` always ends the encoder and the decoder with a LayerNorm (2 x 2D
+    more parameters).
+
+    Shape:
+        forward(src (B, S), tgt (B, T)) -> logits (B, T, V).
+    """
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        v, d = cfg.vocab, cfg.d_model
+        self.src_lut = nn.Embedding(v, d)
+        self.tgt_lut = nn.Embedding(v, d)
+        position = torch.arange(cfg.max_len, dtype=torch.float32)[:, None]  # (max_len, 1)
+        div_term = torch.exp(torch.arange(0, d, 2, dtype=torch.float32) * (-math.log(10000.0) / d))
+        pe = torch.zeros(cfg.max_len, d)
+        pe[:, 0::2] = torch.sin(position * div_term)
+        pe[:, 1::2] = torch.cos(position * div_term[: d // 2])
+        self.register_buffer("pe", pe, persistent=False)  # (max_len, D)
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.transformer = nn.Transformer(d_model=d, nhead=cfg.h, num_encoder_layers=cfg.N,
+                                          num_decoder_layers=cfg.N, dim_feedforward=cfg.d_ff,
+                                          dropout=cfg.dropout, batch_first=True)
+        self.generator = nn.Linear(d, v)
+
+    def embed(self, lut: nn.Embedding, ids: torch.Tensor) -> torch.Tensor:
+        """ids (B, L) -> dropout(lut(ids) * sqrt(D) + PE[:L]) (B, L, D)."""
+        return self.dropout(lut(ids) * math.sqrt(self.cfg.d_model) + self.pe[: ids.size(1)])
+
+    def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
+        t = tgt.size(1)
+        causal = torch.ones(t, t, dtype=torch.bool, device=tgt.device).triu(1)  # (T, T) True = blocked
+        src_pad, tgt_pad = src == self.cfg.pad, tgt == self.cfg.pad  # (B, S), (B, T)
+        out = self.transformer(self.embed(self.src_lut, src), self.embed(self.tgt_lut, tgt), tgt_mask=causal,
+                               src_key_padding_mask=src_pad, tgt_key_padding_mask=tgt_pad,
+                               memory_key_padding_mask=src_pad, tgt_is_causal=True)  # (B, T, D)
+        return self.generator(out)
+
+
+def build_contender(name: str, slots: dict | None, cfg: ModelConfig, registry: Registry | None,
+                    seed: int = 0) -> nn.Module:
+    """The model of one contender: :data:`REFERENCE` or a variant (``slots`` as in a spec).
+
+    Raises:
+        UnknownNameError: a slot's component is not registered.
+    """
+    if name == REFERENCE:
+        torch.manual_seed(seed)
+        return TorchTransformer(cfg.validate())
+    return build_model(registry, Variant(name, dict(slots or {})), cfg, seed=seed)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _flash_cpu_flops(query_shape, key_shape, value_shape, *args, **kwargs) -> int:
+    from torch.utils.flop_counter import sdpa_flop_count
+
+    return sdpa_flop_count(query_shape, key_shape, value_shape)
+
+
+def _flash_cpu_backward_flops(grad_out_shape, query_shape, key_shape, value_shape, *args, **kwargs) -> int:
+    from torch.utils.flop_counter import sdpa_backward_flop_count
+
+    return sdpa_backward_flop_count(grad_out_shape, query_shape, key_shape, value_shape)
+
+
+def count_flops(model: nn.Module, batch: Batch, cfg: RunConfig, device: torch.device, dtype: str) -> int:
+    """FLOPs of one training forward + backward on ``batch`` (``FlopCounterMode``; matmuls and
+    attention, CPU flash attention included). Leaves the gradients cleared."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    custom = {}
+    aten = torch.ops.aten
+    if hasattr(aten, "_scaled_dot_product_flash_attention_for_cpu"):
+        custom[aten._scaled_dot_product_flash_attention_for_cpu] = _flash_cpu_flops
+        custom[aten._scaled_dot_product_flash_attention_for_cpu_backward] = _flash_cpu_backward_flops
+    model.train()
+    with FlopCounterMode(display=False, custom_mapping=custom) as counter:
+        with _autocast(device, dtype):
+            logits = model(batch.src, batch.tgt)
+        loss_fn(logits, batch.tgt_y, cfg.model.pad, cfg.train.label_smoothing).backward()
+    model.zero_grad(set_to_none=True)
+    return int(counter.get_total_flops())
+
+
+def matmul_seconds(dtype: str, device: torch.device, n: int, _cache: dict = {}) -> float:  # noqa: B006
+    """Wall time of one (n x n) @ (n x n) matmul in ``dtype`` (2 n^3 FLOP), seconds."""
+    key = (dtype, str(device), n)
+    if key not in _cache:
+        g = torch.Generator(device="cpu").manual_seed(0)
+        a = torch.randn(n, n, generator=g).to(device, DTYPES[dtype])
+        _cache[key] = (a, torch.randn(n, n, generator=g).to(device, DTYPES[dtype]), torch.empty(n, n, device=device,
+                                                                                                dtype=DTYPES[dtype]))
+    a, b, out = _cache[key]
+    _sync(device)
+    t0 = time.perf_counter()
+    torch.mm(a, b, out=out)
+    _sync(device)
+    return time.perf_counter() - t0
+
+
+@dataclass
+class Contender:
+    """One model under test with its optimizer; ``times[dtype]`` holds per-step phase times (s)."""
+
+    name: str
+    kind: str  # "reference" or "variant"
+    slots: dict
+    model: nn.Module
+    opt: Any
+    sched: Any
+    params: int
+    times: dict[str, list[dict[str, float]]] = field(default_factory=dict)
+    flops: dict[str, int] = field(default_factory=dict)
+    memory: dict[str, dict[str, float]] = field(default_factory=dict)
+
+
+def timed_step(c: Contender, batch: Batch, cfg: RunConfig, device: torch.device, dtype: str) -> dict[str, float]:
+    """One training step of ``c`` with its phases timed (seconds); frees the gradients afterwards."""
+    marks: list[float] = []
+
+    def clock(_phase: str) -> None:
+        _sync(device)
+        marks.append(time.perf_counter())
+
+    c.model.train()
+    _sync(device)
+    t0 = time.perf_counter()
+    train_step(c.model, batch, c.opt, c.sched, cfg, device, dtype, clock=clock)
+    c.opt.zero_grad(set_to_none=True)  # untimed: one process holds every contender
+    return {"forward": marks[0] - t0, "backward": marks[1] - marks[0], "optimizer": marks[2] - marks[1],
+            "step": marks[2] - t0}
+
+
+def memory_probe(name: str, slots: dict | None, cfg: RunConfig, device: str, dtype: str, plugins: dict | None,
+                 steps: int = PROBE_STEPS, timeout_s: float = 900) -> dict[str, float]:
+    """Peak memory of one contender trained for ``steps`` steps in a fresh Python process.
+
+    Returns:
+        ``{"peak_rss_mb", "base_rss_mb"}`` (peak resident set size of the whole process and
+        its resident size before the model was built, MiB) plus ``"peak_cuda_mb"``
+        (``torch.cuda.max_memory_allocated``) on CUDA.
+
+    Raises:
+        BenchError: the probe process failed (its last stderr line is in the message).
+    """
+    payload = json.dumps({"name": name, "slots": slots, "config": cfg.to_dict(), "device": device, "dtype": dtype,
+                          "plugins": plugins, "steps": steps, "threads": torch.get_num_threads()})
+    root = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)}
+    proc = subprocess.run([sys.executable, "-m", "harness.bench", payload], capture_output=True, text=True,
+                          env=env, timeout=timeout_s)
+    if proc.returncode != 0 or not proc.stdout.strip():
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise BenchError(f"memory probe for {name} ({dtype}) failed: {last}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _probe_main(payload: str) -> None:
+    """Body of the memory-probe process (``python -m harness.bench JSON``)."""
+    spec = json.loads(payload)
+    torch.set_num_threads(int(spec["threads"]))
+    trial_settings()
+    cfg = RunConfig.from_dict(spec["config"])
+    device = torch.device(spec["device"])
+    registry = None
+    if spec["name"] != REFERENCE:
+        from .train import _registry
+
+        registry = _registry(spec.get("plugins"))
+    reset_peak_mem(device)
+    base = peak_mem_mb(torch.device("cpu"))
+    model = build_contender(spec["name"], spec["slots"], cfg.model, registry).to(device)
+    opt, sched = make_optimizer(model, cfg)
+    gen = torch.Generator().manual_seed(0)
+    tc = cfg.train
+    for _ in range(int(spec["steps"])):
+        batch = make_batch(tc.task, tc.batch, tc.seq_len, cfg.model.vocab, gen).to(device)
+        train_step(model, batch, opt, sched, cfg, device, spec["dtype"])
+    _sync(device)
+    out = {"peak_rss_mb": peak_mem_mb(torch.device("cpu")), "base_rss_mb": base}
+    if device.type == "cuda":
+        out["peak_cuda_mb"] = peak_mem_mb(device)
+    print(json.dumps(out))
+
+
+def run_bench(variants: list[Variant], cfg: RunConfig, device: torch.device, dtypes: list[str], steps: int,
+              warmup: int, registry: Registry, plugins: dict | None = None, memory: bool = True,
+              log: Callable[[str], None] | None = None) -> tuple[list[dict], dict[str, Any]]:
+    """Benchmark ``variants`` and the reference (see the module docstring).
+
+    Args:
+        dtypes: ``["fp32"]``, ``["bf16"]`` or both; the reference always runs in fp32 too
+            (the yardstick of every ratio).
+        steps: timed rounds (>= 1); warmup: untimed rounds first (>= 0).
+        memory: run the fresh-process memory probes.
+
+    Returns:
+        ``(rows, info)``: one row per contender x dtype (see :func:`bench_rows`), and
+        ``{"peak_gflop_per_s": {dtype: value}, "tokens_per_step": int, "bench_s": float}``.
+
+    Raises:
+        BenchError: ``steps`` < 1, ``warmup`` < 0, unknown dtype, or a memory probe failed.
+    """
+    if steps < 1 or warmup < 0:
+        raise BenchError(f"--steps must be >= 1 and --warmup-steps >= 0, got {steps} and {warmup}")
+    bad = [d for d in dtypes if d not in DTYPES]
+    if bad:
+        raise BenchError(f"unknown dtype {bad[0]!r} (use fp32, bf16 or both)")
+    say = log or (lambda _line: None)
+    t_start = time.perf_counter()
+    trial_settings()
+    tc, mc = cfg.train, cfg.model
+    names = [(REFERENCE, "reference", {})] + [(v.name, "variant", dict(v.slots)) for v in variants]
+    runs = [(n, d) for n, _, _ in names for d in dtypes]
+    if "fp32" not in dtypes:
+        runs.insert(0, (REFERENCE, "fp32"))
+    contenders: dict[str, Contender] = {}
+    for name, kind, slots in names:
+        model = build_contender(name, slots, mc, registry).to(device)
+        opt, sched = make_optimizer(model, cfg)
+        contenders[name] = Contender(name, kind, slots, model, opt, sched, unique_parameter_count(model))
+    gen = torch.Generator().manual_seed(0)
+    batch = make_batch(tc.task, tc.batch, tc.seq_len, mc.vocab, gen).to(device)
+    tokens = batch.ntokens
+    for name, dtype in runs:
+        contenders[name].flops[dtype] = count_flops(contenders[name].model, batch, cfg, device, dtype)
+    if memory:
+        for name, dtype in runs:
+            c = contenders[name]
+            say(f"memory probe: {name} {dtype}")
+            c.memory[dtype] = memory_probe(name, c.slots, cfg, device.type, dtype, plugins)
+    n = PEAK_N.get(device.type, 2048)
+    peak_dtypes = sorted({d for _, d in runs})
+    peak_times: dict[str, list[float]] = {d: [] for d in peak_dtypes}
+    for d in peak_dtypes:  # warm-up the matmul
+        matmul_seconds(d, device, n)
+    rounds = warmup + steps
+    for r in range(rounds):
+        batch = make_batch(tc.task, tc.batch, tc.seq_len, mc.vocab, gen).to(device)
+        order = runs[r % len(runs):] + runs[:r % len(runs)]
+        t_round = time.perf_counter()
+        for name, dtype in order:
+            t = timed_step(contenders[name], batch, cfg, device, dtype)
+            if r >= warmup:
+                contenders[name].times.setdefault(dtype, []).append(t)
+        for d in peak_dtypes:
+            s = matmul_seconds(d, device, n)
+            if r >= warmup:
+                peak_times[d].append(s)
+        say(f"round {r + 1}/{rounds}{' (warm-up)' if r < warmup else ''}: {time.perf_counter() - t_round:.1f} s")
+    peaks = {d: 2 * n ** 3 / statistics.median(ts) / 1e9 for d, ts in peak_times.items()}
+    rows = bench_rows(contenders, runs, tokens, peaks)
+    return rows, {"peak_gflop_per_s": peaks, "peak_n": n, "tokens_per_step": tokens,
+                  "bench_s": time.perf_counter() - t_start}
+
+
+def bench_rows(contenders: dict[str, Contender], runs: list[tuple[str, str]], tokens: int,
+               peaks: dict[str, float]) -> list[dict]:
+    """One row per (contender, dtype): times in ms, rates per second, ratios to the reference."""
+    rows = []
+    for name, dtype in runs:
+        c = contenders[name]
+        ts = c.times.get(dtype, [])
+        step = [t["step"] for t in ts]
+        med = statistics.median(step)
+        q = statistics.quantiles(step, n=4, method="inclusive") if len(step) > 1 else [med, med, med]
+        flops = c.flops.get(dtype, 0)
+        achieved = flops / med / 1e9
+        row = {"contender": name, "kind": c.kind, "dtype": dtype, "params": c.params,
+               "gflop_per_step": flops / 1e9, "tokens_per_step": tokens, "steps_timed": len(step),
+               "step_ms_median": med * 1e3, "step_ms_p25": q[0] * 1e3, "step_ms_p75": q[2] * 1e3,
+               "step_ms_min": min(step) * 1e3,
+               **{f"{p}_ms": statistics.median(t[p] for t in ts) * 1e3 for p in ("forward", "backward", "optimizer")},
+               "tokens_per_s": tokens / med, "achieved_gflop_per_s": achieved,
+               "peak_gflop_per_s": peaks[dtype], "mfu": achieved / peaks[dtype]}
+        mem = c.memory.get(dtype, {})
+        row["peak_rss_mb"] = mem.get("peak_rss_mb", float("nan"))
+        row["model_rss_mb"] = mem.get("peak_rss_mb", float("nan")) - mem.get("base_rss_mb", float("nan"))
+        if "peak_cuda_mb" in mem:
+            row["peak_cuda_mb"] = mem["peak_cuda_mb"]
+        row.update({f"slot_{k}": v for k, v in sorted(c.slots.items())})
+        rows.append(row)
+    ref = {r["dtype"]: r["tokens_per_s"] for r in rows if r["contender"] == REFERENCE}
+    for r in rows:
+        r["vs_reference_fp32"] = r["tokens_per_s"] / ref["fp32"]
+        r["vs_reference_same_dtype"] = r["tokens_per_s"] / ref[r["dtype"]] if r["dtype"] in ref else float("nan")
+    return rows
+
+
+def summary_lines(rows: list[dict]) -> list[str]:
+    """Plain-language checks against :data:`TARGETS` (ratios within this run)."""
+    out = []
+    ref = {r["dtype"]: r for r in rows if r["contender"] == REFERENCE}
+    for dtype in ("fp32", "bf16"):
+        vs = [r for r in rows if r["kind"] == "variant" and r["dtype"] == dtype]
+        if not vs:
+            continue
+        slow = min(vs, key=lambda r: r["vs_reference_fp32"])
+        fast = max(vs, key=lambda r: r["vs_reference_fp32"])
+        if dtype == "fp32":
+            out.append(_check(f"fp32: slowest variant {slow['contender']} at {slow['vs_reference_fp32']:.2f}x "
+                              f"{REFERENCE}'s tokens/s", slow["vs_reference_fp32"], TARGETS["fp32_slowest"]))
+            out.append(_check(f"fp32: fastest variant {fast['contender']} at {fast['vs_reference_fp32']:.2f}x",
+                              fast["vs_reference_fp32"], TARGETS["fp32_fastest"]))
+        else:
+            out.append(_check(f"bf16: fastest variant {fast['contender']} at {fast['vs_reference_fp32']:.2f}x "
+                              f"{REFERENCE}'s fp32 tokens/s (slowest {slow['contender']} "
+                              f"{slow['vs_reference_fp32']:.2f}x; {REFERENCE} bf16 "
+                              f"{ref['bf16']['vs_reference_fp32']:.2f}x)" if "bf16" in ref else
+                              f"bf16: fastest variant {fast['contender']} at {fast['vs_reference_fp32']:.2f}x "
+                              f"{REFERENCE}'s fp32 tokens/s", fast["vs_reference_fp32"], TARGETS["bf16_fastest"]))
+        out.append(f"{dtype}: MFU of the variants {min(r['mfu'] for r in vs):.0%}-{max(r['mfu'] for r in vs):.0%} "
+                   f"({REFERENCE}: {ref[dtype]['mfu']:.0%})" if dtype in ref else
+                   f"{dtype}: MFU of the variants {min(r['mfu'] for r in vs):.0%}-{max(r['mfu'] for r in vs):.0%}")
+        mem = [r["peak_rss_mb"] for r in vs if not math.isnan(r["peak_rss_mb"])]
+        if mem and dtype in ref and not math.isnan(ref[dtype]["peak_rss_mb"]):
+            big = max((r for r in vs if not math.isnan(r["peak_rss_mb"])), key=lambda r: r["peak_rss_mb"])
+            out.append(f"{dtype}: largest peak RSS {big['contender']} {big['peak_rss_mb']:.0f} MiB "
+                       f"({REFERENCE}: {ref[dtype]['peak_rss_mb']:.0f} MiB)")
+    return out
+
+
+def _check(text: str, value: float, target: float) -> str:
+    return f"{text}: {'meets' if value >= target else 'misses'} the target >= {target:.1f}x"
+
+
+#: Columns of the printed / markdown table: (csv column, header, format)
+TABLE = [("contender", "contender", "{}"), ("dtype", "dtype", "{}"), ("params", "params", "{:,}"),
+         ("gflop_per_step", "GFLOP/step", "{:.3g}"), ("step_ms_median", "step ms", "{:.0f}"),
+         ("step_iqr", "IQR ms", "{}"), ("forward_ms", "fwd ms", "{:.0f}"), ("backward_ms", "bwd ms", "{:.0f}"),
+         ("optimizer_ms", "opt ms", "{:.0f}"), ("tokens_per_s", "tokens/s", "{:,.0f}"),
+         ("vs_reference_fp32", f"x {REFERENCE} fp32", "{:.2f}"), ("achieved_gflop_per_s", "GFLOP/s", "{:.0f}"),
+         ("mfu", "MFU", "{:.0%}"), ("peak_rss_mb", "peak RSS MiB", "{:.0f}")]
+
+
+def table_frame(rows: list[dict]):
+    """The rows as the printed table (pandas DataFrame of formatted strings)."""
+    import pandas as pd
+
+    out = []
+    for r in rows:
+        r = {**r, "step_iqr": f"{r['step_ms_p25']:.0f}-{r['step_ms_p75']:.0f}"}
+        out.append({head: ("—" if isinstance(r.get(col), float) and math.isnan(r[col]) else fmt.format(r[col]))
+                    for col, head, fmt in TABLE})
+    return pd.DataFrame(out)
+
+
+def render_markdown(rows: list[dict], info: dict, meta: dict) -> str:
+    """``bench.md``: command, environment, config, machine peaks, table, summary, notes."""
+    env = meta["environment"]
+    lines = [f"# Speed benchmark ({meta['preset'] or 'custom'} config)", "", "```", meta["command"], "```", "",
+             "## Environment", ""]
+    lines += [f"- {k}: {v}" for k, v in env.items() if v is not None]
+    lines += ["", "## Config", "", "```json", json.dumps(meta["config"], indent=1), "```", "",
+              f"Timed steps per contender: {meta['steps']} after {meta['warmup_steps']} warm-up steps, interleaved "
+              f"round-robin (order rotated each round); label tokens per step: {info['tokens_per_step']}; "
+              f"bench wall time {info['bench_s']:.0f} s.", "",
+              "## Machine matmul throughput (same command)", ""]
+    lines += [f"- {d}: {g:,.0f} GFLOP/s (median of {meta['steps']} ({info['peak_n']} x {info['peak_n']}) "
+              f"@ ({info['peak_n']} x {info['peak_n']}) matmuls, one per round)"
+              for d, g in info["peak_gflop_per_s"].items()]
+    lines += ["", "## Results", "", table_frame(rows).to_markdown(index=False, tablefmt="github"), "",
+              "## Summary", ""]
+    lines += [f"- {s}" for s in summary_lines(rows)]
+    lines += ["", "## How to read this", "",
+              f"- `x {REFERENCE} fp32`: tokens/s divided by {REFERENCE}'s float32 tokens/s in this run.",
+              "- tokens/s: label tokens per step / median step time; step = forward + float32 loss, backward, "
+              "gradient norm, Adam (fused) and schedule, exactly the step of `harness run`.",
+              "- GFLOP/step: counted by `torch.utils.flop_counter.FlopCounterMode` over forward + backward "
+              "(matmuls and attention only). MFU = GFLOP/step / median step time / the matmul throughput above "
+              "in the same dtype.",
+              "- peak RSS: a fresh process that builds the contender and trains it for "
+              f"{PROBE_STEPS} steps (interpreter and torch included).",
+              f"- {REFERENCE}: `torch.nn.Transformer` (batch_first, post-norm, bool masks) with the harness's "
+              "embeddings, PE and generator, same sizes; `seed_000` is the Annotated Transformer's architecture "
+              "assembled by the harness."]
+    return "\n".join(lines) + "\n"
+
+
+def write_outputs(store_root: Path, rows: list[dict], info: dict, meta: dict) -> tuple[Path, Path]:
+    """Write ``bench.csv`` and ``bench.md`` atomically under ``store_root``."""
+    import pandas as pd
+
+    from .store import atomic_write_text
+
+    csv_path, md_path = Path(store_root) / "bench.csv", Path(store_root) / "bench.md"
+    atomic_write_text(csv_path, pd.DataFrame(rows).to_csv(index=False))
+    atomic_write_text(md_path, render_markdown(rows, info, meta))
+    return csv_path, md_path
+
+
+def bench_meta(command: str, preset: str, cfg: RunConfig, device: torch.device, dtypes: list[str], steps: int,
+               warmup: int, variants: list[Variant], plugins: dict | None) -> dict:
+    """``config.json`` contents of a bench run."""
+    return {"kind": "bench", "command": command, "preset": preset, "config": cfg.to_dict(), "device": device.type,
+            "dtypes": dtypes, "steps": steps, "warmup_steps": warmup, "variants": [v.name for v in variants],
+            "reference": REFERENCE, "plugins": plugins, "environment": environment(device)}
+
+
+if __name__ == "__main__":  # memory probe: python -m harness.bench '<json>'
+    _probe_main(sys.argv[1])

@@ -1,0 +1,88 @@
+"""``python -m harness bench``: training speed of every selected variant next to ``nn.Transformer``.
+
+Heavy imports (torch, pandas) happen inside :func:`main`, so ``python -m harness list`` stays fast.
+"""
+from __future__ import annotations
+
+import shlex
+import sys
+
+from ..config import PRESET_NOTES
+from .common import add_selection
+
+DESCRIPTION = """Measure training speed per variant side by side with a torch.nn.Transformer
+reference of the same config, in one process, interleaved round-robin: step time (median and
+quartiles; forward, backward, optimizer), tokens/s and its ratio to nn.Transformer fp32, FLOPs
+per step, achieved FLOP/s and MFU against this machine's matmul throughput (measured by the same
+command), and peak memory of a fresh process per contender. Writes bench.csv and bench.md
+(command, environment, table) under results/<run-id>/."""
+
+EPILOG = """examples:
+  python -m harness bench --variants all                      paper config, fp32, 3 warm-up + 8 timed steps
+  python -m harness bench --variants all --dtype both         fp32 and bf16 autocast in one run
+  python -m harness bench --variants baseline --preset quick --steps 30"""
+
+
+def register(sub, parents):
+    import argparse
+
+    p = sub.add_parser("bench", parents=parents, help="training speed of variants vs torch.nn.Transformer",
+                       description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_selection(p)
+    notes = "; ".join(f"{k}: {v}" for k, v in PRESET_NOTES.items())
+    p.add_argument("--preset", default="paper", metavar="NAME", help=f"config preset ({notes}). Default: paper")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override one config value, e.g. --set train.batch=40")
+    p.add_argument("--device", default="auto", help="auto (cuda when present), cpu or cuda. Default: auto")
+    p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "both"],
+                   help="fp32, bf16 (torch.autocast, loss in float32) or both; nn.Transformer always also "
+                        "runs in fp32, the yardstick of every ratio. Default: fp32")
+    p.add_argument("--steps", type=int, default=8, metavar="N", help="timed steps per contender (default 8)")
+    p.add_argument("--warmup-steps", type=int, default=3, metavar="M",
+                   help="untimed steps per contender first (default 3)")
+    p.add_argument("--no-memory", dest="memory", action="store_false",
+                   help="skip the fresh-process peak-memory probes (about 5 s per contender and dtype)")
+    p.add_argument("--results-dir", default="results", metavar="DIR", help="where runs are stored (default results)")
+    p.add_argument("--run-id", default=None, help="name of the run folder (default: bench-<timestamp>)")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
+    p.set_defaults(func=main)
+
+
+def main(args) -> int:
+    import datetime as dt
+
+    from ..bench import BenchError, bench_meta, run_bench, summary_lines, table_frame, write_outputs
+    from ..cli import plugin_spec
+    from ..store import RunStore
+    from ..train import resolve_device
+    from .common import load_registry, resolve_config, select_variants
+
+    if args.steps < 1 or args.warmup_steps < 0:
+        raise BenchError(f"--steps must be >= 1 and --warmup-steps >= 0, got {args.steps} and {args.warmup_steps}")
+    reg = load_registry(args)
+    variants = select_variants(reg, args)
+    cfg = resolve_config(args)
+    device = resolve_device(args.device)
+    dtypes = ["fp32", "bf16"] if args.dtype == "both" else [args.dtype]
+    plugins = plugin_spec(args).to_dict()
+    command = "python -m harness " + shlex.join(sys.argv[1:])
+    meta = bench_meta(command, args.preset, cfg, device, dtypes, args.steps, args.warmup_steps, variants, plugins)
+    run_id = args.run_id or "bench-" + dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    store = RunStore.create(args.results_dir, meta, run_id)
+    log = None if args.quiet else (lambda line: print(f"bench: {line}", file=sys.stderr, flush=True))
+    if log:
+        log(f"{store.root}: {len(variants)} variant(s) + nn.Transformer, {'/'.join(dtypes)}, "
+            f"{args.warmup_steps} warm-up + {args.steps} timed steps each, on {device.type}")
+    rows, info = run_bench(variants, cfg, device, dtypes, args.steps, args.warmup_steps, reg, plugins,
+                           memory=args.memory, log=log)
+    meta.update({"peak_gflop_per_s": info["peak_gflop_per_s"], "bench_s": info["bench_s"]})
+    store.write_meta(meta)
+    csv_path, md_path = write_outputs(store.root, rows, info, meta)
+    print(table_frame(rows).to_markdown(index=False, tablefmt="github"))
+    print()
+    for d, g in info["peak_gflop_per_s"].items():
+        print(f"matmul throughput {d}: {g:,.0f} GFLOP/s")
+    for line in summary_lines(rows):
+        print(line)
+    print(f"\nbench: {md_path}  {csv_path}  ({info['bench_s']:.0f} s)")
+    return 0

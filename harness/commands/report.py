@@ -1,0 +1,70 @@
+"""``python -m harness report RUN``: re-render a run's report from its stored trials."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import StoreError
+from ..store import RunStore, iter_runs
+
+DESCRIPTION = """Re-render results/<run-id>/report.md (tables, plots, experiment sections) from the
+trials the run stored. RUN is a run folder, a run id under --results-dir, or 'latest'."""
+
+
+def register(sub, parents):
+    p = sub.add_parser("report", parents=parents, help="re-render a run's report from stored data",
+                       description=DESCRIPTION)
+    p.add_argument("run", metavar="RUN", help="run folder, run id under --results-dir, or 'latest'")
+    p.add_argument("--results-dir", default="results", metavar="DIR", help="where runs are stored (default results)")
+    p.add_argument("--baseline", default=None, metavar="VARIANT",
+                   help="variant the others are compared with (default: the experiment's, else 'baseline')")
+    p.add_argument("--metric", default=None, metavar="NAME",
+                   help="comparison metric of P(variant > baseline) (default: heldout_ce)")
+    p.add_argument("--quiet", "-q", action="store_true", help="print only the report path")
+    p.set_defaults(func=main)
+
+
+def resolve_run(ref: str, results_dir: str = "results") -> RunStore:
+    """A run from a folder path, a run id under ``results_dir`` or ``latest``.
+
+    Raises:
+        StoreError: nothing matches, naming where it looked.
+    """
+    if ref == "latest":
+        runs = list(iter_runs(results_dir))
+        if not runs:
+            raise StoreError(f"no runs under {results_dir!r} (run one with: python -m harness run)")
+        return RunStore.open(runs[0])
+    p = Path(ref)
+    if (p / "config.json").is_file():
+        return RunStore.open(p)
+    q = Path(results_dir) / ref
+    if (q / "config.json").is_file():
+        return RunStore.open(q)
+    raise StoreError(f"run {ref!r} not found: neither {str(p)!r} nor {str(q)!r} is a run folder "
+                     f"(runs live under {results_dir}/<run-id>/ with a config.json)")
+
+
+def main(args) -> int:
+    from ..errors import ConfigError
+    from ..report import METRICS, resolve_baseline, summary_table, to_markdown, trials_frame, write_report
+
+    store = resolve_run(args.run, args.results_dir)
+    if args.metric and args.metric not in METRICS:
+        raise ConfigError(f"--metric must be one of {', '.join(METRICS)}, got {args.metric!r}")
+    df = trials_frame(store)
+    if args.baseline and (df.empty or args.baseline not in set(df["variant"])):
+        known = sorted(set(df["variant"])) if len(df) else []
+        raise ConfigError(f"--baseline {args.baseline!r} is not a variant of this run (variants: {', '.join(known) or 'none'})")
+    path = write_report(store, baseline=args.baseline, metric=args.metric)
+    if not args.quiet:
+        meta = store.meta()
+        if df.empty:
+            print(f"harness: run {store.root} has no stored trials yet")
+        elif meta.get("kind", "train") == "train" and "heldout_ce" in df:
+            from ..experiments import spec_from_meta
+
+            spec = spec_from_meta(meta)
+            metric = args.metric or (spec.metric if spec else "heldout_ce")
+            print(to_markdown(summary_table(df, resolve_baseline(df, meta, args.baseline), metric, meta)))
+    print(f"report: {path}")
+    return 0

@@ -1,0 +1,513 @@
+"""Where trials run: in this process, in a pool of local worker processes, or on a Ray cluster.
+
+Every executor receives :class:`harness.runner.TrialSpec` objects and calls
+``on_done(trial_spec, result)`` **in the parent process** as each trial ends, in completion
+order; the caller stores the result at once (:meth:`harness.store.RunStore.write_trial`).
+A trial crosses a process boundary as the importable function :func:`harness.train.run_trial`
+plus its plain spec dict, never as a pickled model or closure.
+
+* :func:`run_sequential` (``--jobs 1``, the default): one trial after the other in this process.
+* :func:`run_process_pool` (``--jobs N``): N worker processes from
+  :class:`concurrent.futures.ProcessPoolExecutor` with the ``spawn`` start method (a fresh
+  interpreter: no inherited OpenMP or CUDA state). Each worker calls
+  ``torch.set_num_threads(threads)`` with ``threads = max(1, cores // N)`` unless ``--threads``
+  says otherwise, so N workers never oversubscribe the cores. A worker that dies (killed by a
+  signal or by the out-of-memory killer) breaks the pool; the trials it may have been running
+  are then re-run one after the other in a one-worker pool, and the one that kills that worker
+  too is recorded as ``failed`` -- the run goes on.
+* :func:`run_ray` (``--executor ray``): Ray tasks with ``num_cpus = threads`` (and
+  ``num_gpus = 1`` on CUDA). ``--address`` or ``RAY_ADDRESS`` name an existing cluster;
+  otherwise a private local cluster on loopback is started with ``ray.init(address="local")``
+  and shut down at the end.
+
+Results are bitwise reproducible across executors for the same seed, config, device and
+threads per trial: the number of intra-op threads changes the order of floating-point
+reductions, so it is part of each trial's spec and recorded in each row.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import multiprocessing
+import os
+import signal
+import threading
+import time
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any, Callable, Iterable
+
+from .errors import HarnessError
+
+#: ``--executor`` choices: ``local`` (this process, or a process pool with ``--jobs N``) and ``ray``.
+EXECUTORS = ("local", "ray")
+
+#: Start method of the local worker processes (see :mod:`multiprocessing`): ``forkserver``
+#: where the OS has it (workers are forked from a clean server process that has imported
+#: :mod:`harness.train` once, so they start in milliseconds instead of re-importing torch),
+#: else ``spawn``. Neither inherits the parent's threads, OpenMP pool or CUDA context.
+START_METHOD = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+
+#: Modules the fork server imports before forking workers.
+FORKSERVER_PRELOAD = ["harness.train"]
+
+#: Seconds between progress messages a worker sends for its trial's bar.
+PROGRESS_EVERY_S = 0.2
+
+WORKER_DIED = ("worker process died while running this trial (killed by a signal or by the "
+               "out-of-memory killer); it died again when re-run in a worker of its own")
+
+OnDone = Callable[[Any, dict], None]
+
+
+def available_cores() -> int:
+    """CPU cores this process may use (its affinity mask where the OS has one)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def threads_per_trial(jobs: int, threads: int | None = None, cores: int | None = None) -> int:
+    """Intra-op threads for each of ``jobs`` concurrent trials: ``threads`` when given, else
+    ``max(1, cores // jobs)`` so that ``jobs`` workers never oversubscribe ``cores``."""
+    if threads:
+        return int(threads)
+    return max(1, (cores or available_cores()) // max(1, jobs))
+
+
+def failed_result(spec: dict, reason: str) -> dict:
+    """The stored result of a trial that produced nothing (its worker died, Ray lost it):
+    a row with the spec's identity, status ``failed`` and ``reason``; an empty curve."""
+    slots = dict(spec.get("slots") or {})
+    row = {"variant": spec["variant"], **{f"slot_{k}": v for k, v in sorted(slots.items())},
+           "seed": spec["seed"], "device": spec.get("device", ""), "dtype": spec.get("dtype", "fp32"),
+           "threads": spec.get("threads"), "point": spec.get("point", ""), "status": "failed",
+           "reason": reason, "wall_s": math.nan}
+    return {"row": row, "curve": []}
+
+
+class TrialBars:
+    """One tqdm bar per running trial (steps, with the latest loss), below the run's bar.
+
+    Args:
+        enabled: False makes every method a no-op (``--quiet`` or stderr not a terminal).
+    """
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self._bars: dict[str, Any] = {}
+        self._free: list[int] = []
+
+    def update(self, ts, step: int, loss: float) -> None:
+        if not self.enabled:
+            return
+        bar = self._bars.get(ts.key)
+        if bar is None:
+            from .runner import progress_bar
+
+            position = self._free.pop(0) if self._free else len(self._bars) + 1
+            bar = progress_bar(ts.spec["config"]["train"]["steps"], f"{ts.spec['variant']} s{ts.spec['seed']}",
+                               quiet=False, leave=False, position=position)
+            bar.harness_position = position
+            self._bars[ts.key] = bar
+        bar.update(step - bar.n)
+        bar.set_postfix(loss=f"{loss:.3f}", refresh=False)
+
+    def close(self, key: str) -> None:
+        bar = self._bars.pop(key, None)
+        if bar is not None:
+            self._free.append(bar.harness_position)
+            self._free.sort()
+            bar.close()
+
+    def close_all(self) -> None:
+        for key in list(self._bars):
+            self.close(key)
+
+
+# ---------------------------------------------------------------------------------------------
+# sequential
+
+
+def run_sequential(specs: Iterable, on_done: OnDone, bars: TrialBars | None = None) -> None:
+    """Run ``specs`` one after the other in this process (``--jobs 1``)."""
+    from .train import run_trial
+
+    bars = bars or TrialBars(False)
+    for ts in specs:
+        def progress(step, loss, ts=ts):
+            bars.update(ts, step, loss)
+
+        try:
+            result = run_trial(ts.spec, progress=progress if bars.enabled else None)
+        finally:
+            bars.close(ts.key)
+        on_done(ts, result)
+
+
+# ---------------------------------------------------------------------------------------------
+# local process pool
+
+_WORKER_PROGRESS = None  # the worker's end of the progress queue (set by _init_worker)
+
+
+def _init_worker(threads: int, progress_queue, run_pid: int) -> None:
+    """Initializer of every pool worker: ignore Ctrl-C (the parent decides), pin the thread
+    count, keep the progress queue, and exit when the run's process ``run_pid`` dies (even by
+    SIGKILL), so no worker outlives the run."""
+    global _WORKER_PROGRESS
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    import torch
+
+    torch.set_num_threads(threads)
+    _WORKER_PROGRESS = progress_queue
+    threading.Thread(target=_exit_with_run, args=(run_pid, os.getppid()), daemon=True,
+                     name="harness-run-watch").start()
+
+
+def _process_alive(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie (a killed run not yet reaped by its shell)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def _exit_with_run(run_pid: int, parent_pid: int) -> None:
+    # Under forkserver the parent is the fork server, which itself waits for its workers to
+    # exit before it does, so the run's own process is watched too.
+    while True:
+        time.sleep(1.0)
+        if os.getppid() != parent_pid or not _process_alive(run_pid):
+            os._exit(1)
+
+
+class QueueProgress:
+    """Picklable ``progress(step, loss)`` callback for :func:`harness.train.run_trial` in a
+    pool worker: sends ``(key, step, loss)`` to the parent at most every
+    :data:`PROGRESS_EVERY_S` seconds."""
+
+    def __init__(self, key: str):
+        self.key = key
+        self._last = 0.0
+
+    def __call__(self, step: int, loss: float) -> None:
+        now = time.monotonic()
+        if _WORKER_PROGRESS is not None and now - self._last >= PROGRESS_EVERY_S:
+            self._last = now
+            try:
+                _WORKER_PROGRESS.put_nowait((self.key, step, loss))
+            except Exception:  # noqa: BLE001 - progress is best effort
+                pass
+
+
+@contextlib.contextmanager
+def _sigint_ignored():
+    """Ignore SIGINT while workers are spawned: they inherit SIG_IGN, so Ctrl-C in the
+    terminal reaches only the parent, which then stops them (no worker tracebacks)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
+def _terminate(pool: ProcessPoolExecutor) -> None:
+    """Stop a pool now: cancel what has not started and terminate the workers.
+
+    ``ProcessPoolExecutor`` has no public way to stop running work before Python 3.14
+    (``terminate_workers``); before that its private ``_processes`` map is the only handle.
+    """
+    stop = getattr(pool, "terminate_workers", None)
+    if stop is not None:
+        stop()
+    else:
+        for proc in list((getattr(pool, "_processes", None) or {}).values()):
+            with contextlib.suppress(Exception):
+                proc.terminate()
+    pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _drain(queue, by_key: dict, bars: TrialBars) -> None:
+    if queue is None:
+        return
+    while True:
+        try:
+            key, step, loss = queue.get_nowait()
+        except Exception:  # noqa: BLE001 - queue.Empty, or a closed queue
+            return
+        if key in by_key:
+            bars.update(by_key[key], step, loss)
+
+
+def _pool_round(todo: list, jobs: int, threads: int, on_done: OnDone, bars: TrialBars, ctx) -> tuple[list, list]:
+    """Run ``todo`` in one pool. Returns ``(unfinished, suspects)``: the trials lost when a
+    worker died (empty when none did) and those of them that may have been running."""
+    from .train import run_trial
+
+    queue = ctx.Queue() if bars.enabled else None
+    pool = ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=ctx, initializer=_init_worker,
+                               initargs=(threads, queue, os.getpid()))
+    futures: dict = {}
+    by_key = {ts.key: ts for ts in todo}
+    seen_running: set = set()
+    lost: list = []
+    try:
+        with _sigint_ignored():
+            for ts in todo:
+                fut = pool.submit(run_trial, ts.spec, QueueProgress(ts.key) if queue is not None else None)
+                futures[fut] = ts
+        pending = set(futures)
+        while pending:
+            done, pending = wait(pending, timeout=0.25, return_when=FIRST_COMPLETED)
+            _drain(queue, by_key, bars)
+            seen_running.update(f for f in pending if f.running())
+            for fut in sorted(done, key=lambda f: futures[f].key):
+                ts = futures[fut]
+                exc = fut.exception()
+                if isinstance(exc, BrokenProcessPool):
+                    lost.append(fut)
+                    continue
+                bars.close(ts.key)
+                result = fut.result() if exc is None else failed_result(
+                    ts.spec, f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}")
+                on_done(ts, result)
+    except BaseException:
+        _terminate(pool)
+        raise
+    finally:
+        bars.close_all()
+        if queue is not None:
+            queue.close()
+            queue.cancel_join_thread()
+    pool.shutdown(wait=True)
+    unfinished = [ts for f, ts in futures.items() if f in lost]  # in submission order
+    suspects = [ts for f, ts in futures.items() if f in lost and f in seen_running] or unfinished
+    return unfinished, suspects
+
+
+def run_process_pool(specs: Iterable, jobs: int, on_done: OnDone, threads: int | None = None,
+                     bars: TrialBars | None = None, start_method: str = START_METHOD) -> None:
+    """Run ``specs`` in ``jobs`` worker processes (``--jobs N``).
+
+    Args:
+        specs: :class:`harness.runner.TrialSpec` objects; their ``spec["threads"]`` should equal
+            ``threads`` (the worker pins it either way).
+        jobs: worker processes (>= 1).
+        on_done: called in this process with ``(trial_spec, result)`` as each trial ends.
+        threads: intra-op threads per worker (default ``max(1, cores // jobs)``).
+        bars: per-trial progress bars fed from the workers through a queue.
+        start_method: :data:`START_METHOD` (``forkserver`` where available) or ``spawn``.
+
+    Raises:
+        KeyboardInterrupt: passed on after the workers have been terminated.
+    """
+    ctx = multiprocessing.get_context(start_method)
+    if start_method == "forkserver":
+        ctx.set_forkserver_preload(FORKSERVER_PRELOAD)
+    threads = threads_per_trial(jobs, threads)
+    bars = bars or TrialBars(False)
+    unfinished, suspects = _pool_round(list(specs), jobs, threads, on_done, bars, ctx)
+    while unfinished:
+        # A worker died. Re-run the trials that may have been on it in a pool of one worker,
+        # which takes them in order: when it dies too, the earliest unfinished trial was the one
+        # running, and it is recorded as failed; the others go on in a fresh one-worker pool.
+        solo = suspects
+        while solo:
+            lost, _ = _pool_round(solo, 1, threads, on_done, bars, ctx)
+            if not lost:
+                break
+            on_done(lost[0], failed_result(lost[0].spec, WORKER_DIED))
+            solo = lost[1:]
+        rest = [ts for ts in unfinished if ts not in suspects]
+        if not rest:
+            break
+        unfinished, suspects = _pool_round(rest, jobs, threads, on_done, bars, ctx)
+
+
+# ---------------------------------------------------------------------------------------------
+# Ray
+
+
+def import_ray():
+    """``import ray`` or a one-line HarnessError saying how to install it."""
+    try:
+        import ray
+    except ImportError as exc:
+        raise HarnessError("--executor ray needs Ray, which is not installed "
+                           "(pip install -e '.[ray]', or pip install 'ray>=2.9')") from exc
+    return ray
+
+
+def ray_address(address: str | None) -> str:
+    """``--address``, else ``RAY_ADDRESS``, else ``"local"`` (a new private local cluster; a bare
+    ``ray.init()`` would attach to a stale cluster left on this machine)."""
+    return address or os.environ.get("RAY_ADDRESS") or "local"
+
+
+def ray_trial(spec: dict, plugin_sources: dict[str, str]) -> dict:
+    """The Ray task: :func:`harness.train.run_trial` on ``spec``.
+
+    Plugin files named with ``--plugin`` travel as source text in ``plugin_sources`` (absolute
+    path -> text); on a node where the path does not exist the file is written to a private
+    cache folder and loaded from there, so a cluster needs no shared file system.
+    """
+    from .train import run_trial
+
+    files = (spec.get("plugins") or {}).get("files") or []
+    if any(not os.path.isfile(f) for f in files):
+        spec = dict(spec, plugins=dict(spec["plugins"], files=[_localise(f, plugin_sources) for f in files]))
+    return run_trial(spec)
+
+
+def _localise(path: str, sources: dict[str, str]) -> str:
+    if os.path.isfile(path) or path not in sources:
+        return path
+    import hashlib
+    import tempfile
+
+    text = sources[path]
+    folder = os.path.join(tempfile.gettempdir(), "harness-plugins",
+                          hashlib.sha256(text.encode()).hexdigest()[:16])
+    os.makedirs(folder, exist_ok=True)
+    local = os.path.join(folder, os.path.basename(path))
+    if not os.path.isfile(local):
+        tmp = f"{local}.{os.getpid()}.tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, local)
+    return local
+
+
+def _runtime_env(address: str, plugin_modules: list[str]) -> dict:
+    """Ray runtime environment of the tasks.
+
+    On an existing cluster (any address but ``local``) the ``harness`` and ``variants``
+    packages and the ``-p`` plugin modules are uploaded with ``py_modules``, so the nodes need
+    only the dependencies (torch, pluggy, pandas ...), not this checkout. The plugin-autoload
+    switch travels as an environment variable so every worker loads the same plugins.
+    """
+    env: dict[str, Any] = {}
+    env_vars = {k: os.environ[k] for k in ("HARNESS_DISABLE_PLUGIN_AUTOLOAD",) if k in os.environ}
+    if address == "local":
+        # same machine: workers see this checkout; make -p modules found from here importable
+        paths = [os.getcwd()] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        if plugin_modules:
+            env_vars["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    else:
+        import importlib
+
+        import harness
+        import variants
+
+        mods = [harness, variants]
+        for name in plugin_modules:
+            top = importlib.import_module(name.split(".")[0])
+            if top not in mods:
+                mods.append(top)
+        env["py_modules"] = mods
+    if env_vars:
+        env["env_vars"] = env_vars
+    return env
+
+
+@contextlib.contextmanager
+def ray_session(address: str | None = None, plugin_modules: list[str] | None = None,
+                log: Callable[[str], None] | None = None):
+    """Connect to (or start) the Ray cluster for the duration of the block; yields ``ray``.
+
+    ``address`` as for :func:`ray_address`. A cluster this call starts (``local``) is shut down
+    at the end; if Ray is already initialised in this process it is used as it is.
+
+    Raises:
+        HarnessError: Ray is missing or the cluster cannot be started or reached.
+    """
+    ray = import_ray()
+    address = ray_address(address)
+    started = False
+    if not ray.is_initialized():
+        if address == "local":
+            # keep a private cluster on loopback and silent (no usage stats, no dashboard)
+            os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+            os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+        kwargs: dict[str, Any] = dict(address=address, runtime_env=_runtime_env(address, plugin_modules or []),
+                                      log_to_driver=False, logging_level="ERROR")
+        if address == "local":
+            kwargs.update(include_dashboard=False, num_cpus=available_cores())
+        try:
+            ray.init(**kwargs)
+        except Exception as exc:  # noqa: BLE001 - Ray raises many types for a bad address
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise HarnessError(f"cannot start or reach the Ray cluster at {address!r}: {first} "
+                               f"(check --address / RAY_ADDRESS, or leave both unset for a local cluster)") from exc
+        started = True
+    try:
+        if log and started:
+            res = ray.cluster_resources()
+            log(f"ray cluster {address}: {int(res.get('CPU', 0))} CPU(s), {int(res.get('GPU', 0))} GPU(s)")
+        yield ray
+    finally:
+        if started:
+            with contextlib.suppress(Exception):
+                ray.shutdown()
+
+
+def run_ray(specs: Iterable, on_done: OnDone, address: str | None = None, cpus_per_trial: int = 1,
+            gpus_per_trial: float = 0, log: Callable[[str], None] | None = None) -> None:
+    """Run ``specs`` as Ray tasks (``--executor ray``), storing each as it ends.
+
+    Args:
+        specs: :class:`harness.runner.TrialSpec` objects (``spec["threads"]`` = ``cpus_per_trial``).
+        on_done: called in this process with ``(trial_spec, result)`` as each trial ends.
+        address: cluster address (``ray://host:10001`` or ``host:6379``); default
+            ``RAY_ADDRESS`` or a new local cluster (see :func:`ray_address`). Ignored when Ray is
+            already initialised (e.g. inside :func:`ray_session`).
+        cpus_per_trial: CPUs Ray reserves per task; the task uses that many torch threads.
+        gpus_per_trial: GPUs per task (1 for ``--device cuda``).
+        log: receives one line when the cluster is up.
+
+    Raises:
+        HarnessError: Ray missing, or the cluster cannot be reached.
+        KeyboardInterrupt: passed on after the remaining tasks are cancelled.
+    """
+    specs = list(specs)
+    plugins = (specs[0].spec.get("plugins") or {}) if specs else {}
+    sources = {}
+    for f in plugins.get("files") or []:
+        with open(f, encoding="utf-8") as fh:
+            sources[f] = fh.read()
+    with ray_session(address, plugins.get("modules") or [], log) as ray:
+        task = ray.remote(ray_trial).options(num_cpus=cpus_per_trial, num_gpus=gpus_per_trial, max_retries=1)
+        refs = {task.remote(ts.spec, sources): ts for ts in specs}
+        pending = list(refs)
+        try:
+            while pending:
+                done, pending = ray.wait(pending, num_returns=1, timeout=1.0)
+                for ref in done:
+                    ts = refs[ref]
+                    try:
+                        result = ray.get(ref)
+                    except ray.exceptions.RayError as exc:  # the task or its worker died
+                        first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
+                        result = failed_result(ts.spec, f"ray: {type(exc).__name__}: {first}")
+                    on_done(ts, result)
+        except BaseException:
+            for ref in pending:
+                with contextlib.suppress(Exception):
+                    ray.cancel(ref, force=True)
+            raise
+
+
+__all__ = ["EXECUTORS", "available_cores", "threads_per_trial", "failed_result", "TrialBars",
+           "run_sequential", "run_process_pool", "run_ray", "ray_session", "ray_trial", "import_ray", "ray_address"]

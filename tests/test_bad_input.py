@@ -1,0 +1,295 @@
+"""The bad-input catalogue: every case runs the CLI in a process of its own and must exit with
+code 2 and one line on stderr naming what was wrong, without a traceback and without
+touching anything already stored.
+
+Starting ``python -m harness`` costs ~3 s of imports (torch, pandas, scipy), so the catalogue
+runs in one driver subprocess that imports ``harness.cli`` once and forks one child per case;
+each child runs ``harness.cli.main(argv)`` exactly as ``python -m harness`` does (``sys.exit(main())``)
+with its own stdout/stderr files and exit status. A few cases also run as plain
+``python -m harness`` subprocesses and must give the same result.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness.config import get_preset
+from harness.runner import make_specs
+from harness.registry import Registry
+from harness.store import RunStore, config_hash
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def harness_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HARNESS_DISABLE_PLUGIN_AUTOLOAD": "1",
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env, cwd=ROOT)
+
+
+PLUGINS = {
+    "bad_slot.py": """
+        from harness import Variant, hookimpl
+
+        @hookimpl
+        def harness_add_variants():
+            return [Variant("typo_slot", {"nrom": "pre"})]
+    """,
+    "bad_component.py": """
+        from harness import Variant, hookimpl
+
+        @hookimpl
+        def harness_add_variants():
+            return [Variant("typo_component", {"norm": "pree"})]
+    """,
+    "hook_raises.py": """
+        from harness import hookimpl
+
+        @hookimpl
+        def harness_add_variants():
+            raise ValueError("this hook is broken on purpose")
+    """,
+    "wrong_types.py": """
+        from harness import hookimpl
+
+        @hookimpl
+        def harness_add_variants():
+            return ["not a Variant"]
+    """,
+    "import_fails.py": """
+        import a_module_that_does_not_exist_anywhere  # noqa: F401
+    """,
+}
+
+
+def _resumable_run(root: Path, config_hash_value: str | None = None) -> Path:
+    """A run folder as ``run`` writes it (1 trial, tiny preset), made without training."""
+    cfg = get_preset("tiny")
+    reg = Registry.from_plugins()
+    plugins = {"modules": [], "files": [], "strict": False}
+    specs = make_specs([reg.variants["baseline"]], [0], cfg, "cpu", "fp32", plugins, threads=1)
+    meta = {"command": "python -m harness run --variants baseline --preset tiny", "preset": "tiny",
+            "experiment": "", "config": cfg.to_dict(), "points": {},
+            "config_hash": config_hash_value or config_hash(cfg.to_dict()), "variants": ["baseline"],
+            "seeds": [0], "device": "cpu", "dtype": "fp32", "plugins": plugins,
+            "execution": {"executor": "local", "jobs": 1, "threads": 1, "address": None},
+            "trials": [{"key": s.key, "spec": s.spec} for s in specs], "run_id": root.name}
+    (root / "trials").mkdir(parents=True)
+    (root / "config.json").write_text(json.dumps(meta, indent=2))
+    return root
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _catalogue(tmp: Path) -> dict[str, tuple[list[str], str]]:
+    """case id -> (argv, text the one-line message must contain)."""
+    plugins = {}
+    for name, text in PLUGINS.items():
+        plugins[name] = tmp / name
+        plugins[name].write_text(textwrap.dedent(text))
+    results = tmp / "results"  # holds one existing run that no case may touch
+    _resumable_run(results / "existing")
+    foreign = tmp / "foreign"
+    foreign.mkdir()
+    (foreign / "config.json").write_text(json.dumps({"hello": "world"}))
+    unreadable = tmp / "unreadable"
+    unreadable.mkdir()
+    (unreadable / "config.json").write_text("{ this is not json")
+    tampered = _resumable_run(tmp / "tampered", config_hash_value="000000000000")
+    busy = _resumable_run(tmp / "busy")  # the fixture holds its lock while the cases run
+    not_a_run = tmp / "not_a_run"
+    not_a_run.mkdir()
+    a_file = tmp / "a_file"
+    a_file.write_text("not a directory")
+    bad_toml = tmp / "broken_experiment.toml"
+    bad_toml.write_text("description = \n[[[ not toml")
+
+    base = ["run", "--variants", "baseline", "--preset", "tiny", "--results-dir", str(results), "-q"]
+    existing = str(results / "existing")
+    cases = {
+        "unknown_variant": (["run", "--variants", "basline", "--results-dir", str(results)],
+                            "unknown variant 'basline'; did you mean 'baseline'"),
+        "unknown_variant_glob": (["run", "--variants", "nothing_like_this*", "--results-dir", str(results)],
+                                 "no variant matches it"),
+        "unknown_slot": (["--plugin", str(plugins["bad_slot.py"]), *base], "unknown slot 'nrom'; did you mean 'norm'"),
+        "unknown_component": (["--plugin", str(plugins["bad_component.py"]), *base],
+                              "unknown norm component 'pree'; did you mean 'pre'"),
+        "set_wrong_type": ([*base, "--set", "model.N=two"], "N must be int"),
+        "set_out_of_range": ([*base, "--set", "train.steps=0"], "steps must be >= 1"),
+        "set_d_model_not_divisible_by_h": ([*base, "--set", "model.d_model=30", "--set", "model.h=4"],
+                                           "d_model must be divisible by h"),
+        "set_vocab_too_small": ([*base, "--set", "model.vocab=2"], "vocab must be >= 3"),
+        "set_unknown_key": ([*base, "--set", "model.dmodel=32"], "did you mean 'd_model'"),
+        "set_malformed": ([*base, "--set", "train.steps"], "--set expects KEY=VALUE"),
+        "seeds_zero": ([*base, "--seeds", "0"], "--seeds must be >= 1"),
+        "unknown_preset": (["run", "--preset", "quik", "--results-dir", str(results)],
+                           "unknown preset 'quik'; did you mean 'quick'"),
+        "unknown_experiment": (["run", "--experiment", "nonexistent", "--results-dir", str(results)], "experiment"),
+        "malformed_experiment": (["run", "--experiment", str(bad_toml), "--results-dir", str(results)], "experiment"),
+        "results_dir_is_a_file": (["run", "--variants", "baseline", "--preset", "tiny", "--results-dir", str(a_file)],
+                                  "cannot write results directory"),
+        "results_dir_unwritable": (["run", "--variants", "baseline", "--preset", "tiny", "--results-dir",
+                                    "/proc/harness-results" if os.geteuid() == 0 else str(tmp / "readonly")],
+                                   "cannot write results directory"),
+        "resume_missing_run": (["run", "--resume", str(tmp / "no_such_run")], "no run at"),
+        "resume_not_a_run": (["run", "--resume", str(not_a_run)], "is not a run directory (no config.json)"),
+        "resume_foreign_run": (["run", "--resume", str(foreign)], "is not a resumable run"),
+        "resume_unreadable_config": (["run", "--resume", str(unreadable)], "is not valid JSON"),
+        "resume_code_config_hash_mismatch": (["run", "--resume", str(tampered)], "config hash mismatch"),
+        "resume_requested_config_mismatch": (["run", "--resume", existing, "--set", "train.steps=21"],
+                                             "train.steps: stored 20, requested 21"),
+        "resume_requested_preset_mismatch": (["run", "--resume", existing, "--preset", "quick"],
+                                             "requested config hash"),
+        "resume_requested_trials_mismatch": (["run", "--resume", existing, "--seeds", "2"],
+                                             "requested trials differ from the stored ones"),
+        "resume_other_device": (["run", "--resume", existing, "--dtype", "bf16"], "--dtype stored 'fp32'"),
+        "resume_run_being_written": (["run", "--resume", str(busy)], "is being written by another process"),
+        "plugin_file_missing": (["--plugin", str(tmp / "no_such_plugin.py"), *base], "does not exist"),
+        "plugin_module_missing": (["-p", "no_such_plugin_module", *base], "not found"),
+        "plugin_import_fails": (["--plugin", str(plugins["import_fails.py"]), *base], "failed to import"),
+        "plugin_hook_raises_strict": (["--strict-plugins", "--plugin", str(plugins["hook_raises.py"]), *base],
+                                      "harness_add_variants() raised ValueError"),
+        "plugin_wrong_types_strict": (["--strict-plugins", "--plugin", str(plugins["wrong_types.py"]), *base],
+                                      "must return a list of Variant"),
+        "jobs_zero": ([*base, "--jobs", "0"], "--jobs must be >= 1"),
+        "address_without_ray": ([*base, "--address", "127.0.0.1:6379"], "needs --executor ray"),
+    }
+    if os.geteuid() != 0:
+        (tmp / "readonly").mkdir()
+        (tmp / "readonly").chmod(0o500)
+    if not torch.cuda.is_available():
+        cases["device_cuda_without_cuda"] = ([*base, "--device", "cuda"], "CUDA is not available")
+    if importlib.util.find_spec("ray") is None:
+        cases["executor_ray_not_installed"] = ([*base, "--executor", "ray"], "pip install -e '.[ray]'")
+    return cases
+
+
+CASE_IDS = [  # the fixture builds each case's paths; the ids are fixed here for parametrize
+    "unknown_variant", "unknown_variant_glob", "unknown_slot", "unknown_component", "set_wrong_type",
+    "set_out_of_range", "set_d_model_not_divisible_by_h", "set_vocab_too_small", "set_unknown_key",
+    "set_malformed", "seeds_zero", "unknown_preset", "unknown_experiment", "malformed_experiment",
+    "results_dir_is_a_file", "results_dir_unwritable", "resume_missing_run", "resume_not_a_run",
+    "resume_foreign_run", "resume_unreadable_config", "resume_code_config_hash_mismatch",
+    "resume_requested_config_mismatch", "resume_requested_preset_mismatch", "resume_requested_trials_mismatch",
+    "resume_other_device", "resume_run_being_written",
+    "plugin_file_missing", "plugin_module_missing", "plugin_import_fails", "plugin_hook_raises_strict",
+    "plugin_wrong_types_strict", "jobs_zero", "address_without_ray"]
+if not torch.cuda.is_available():
+    CASE_IDS.append("device_cuda_without_cuda")
+if importlib.util.find_spec("ray") is None:
+    CASE_IDS.append("executor_ray_not_installed")
+
+
+FORKING_DRIVER = r"""
+import json, os, sys, traceback
+import harness.cli
+from harness.registry import Registry
+harness.cli.build_parser()  # imports every sub-command (torch, pandas, scipy) once, before forking
+Registry.from_plugins()  # imports the built-in plugin modules once
+cases, outdir = json.load(sys.stdin), sys.argv[1]
+status = {}
+for cid, argv in cases.items():
+    sys.stdout.flush(); sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        for fd, name in ((1, "out"), (2, "err")):
+            os.dup2(os.open(os.path.join(outdir, f"{cid}.{name}"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
+        sys.argv = ["harness", *argv]
+        try:
+            code = harness.cli.main(argv)
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+        sys.stdout.flush(); sys.stderr.flush()
+        os._exit(int(code or 0))
+    status[cid] = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+json.dump(status, open(os.path.join(outdir, "status.json"), "w"))
+"""
+
+
+def run_forked(cases: dict[str, list[str]], outdir: Path) -> dict[str, subprocess.CompletedProcess]:
+    """Run each argv through ``harness.cli.main`` in a forked child of one driver subprocess."""
+    outdir.mkdir()
+    env = {**os.environ, "HARNESS_DISABLE_PLUGIN_AUTOLOAD": "1",
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    driver = subprocess.run([sys.executable, "-c", FORKING_DRIVER, str(outdir)], input=json.dumps(cases),
+                            capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+    assert driver.returncode == 0, driver.stderr
+    status = json.loads((outdir / "status.json").read_text())
+    return {cid: subprocess.CompletedProcess(argv, status[cid], (outdir / f"{cid}.out").read_text(),
+                                             (outdir / f"{cid}.err").read_text())
+            for cid, argv in cases.items()}
+
+
+#: cases also run as plain ``python -m harness`` subprocesses (must match the forked run)
+PLAIN_SUBPROCESS = ("unknown_variant", "set_out_of_range", "resume_foreign_run")
+
+
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory):
+    if not hasattr(os, "fork"):
+        pytest.skip("the forking driver needs os.fork (POSIX)")
+    tmp = tmp_path_factory.mktemp("bad_input")
+    cases = _catalogue(tmp)
+    assert sorted(cases) == sorted(CASE_IDS)
+    before = _snapshot(tmp / "results")
+    with RunStore(tmp / "busy").lock():  # as if another process were writing that run
+        forked = run_forked({cid: argv for cid, (argv, _) in cases.items()}, tmp / "outputs")
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        plain = dict(zip(PLAIN_SUBPROCESS, pool.map(lambda cid: harness_cli(*cases[cid][0]), PLAIN_SUBPROCESS)))
+    return {"cases": {cid: (forked[cid], expected) for cid, (_, expected) in cases.items()}, "plain": plain,
+            "results_before": before, "results_after": _snapshot(tmp / "results"), "tmp": tmp}
+
+
+@pytest.mark.parametrize("case", CASE_IDS)
+def test_bad_input_is_one_line_exit_2(outcomes, case):
+    proc, expected = outcomes["cases"][case]
+    lines = proc.stderr.strip().splitlines()
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("harness: error: "), lines[0]
+    assert expected in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("case", PLAIN_SUBPROCESS)
+def test_plain_python_m_harness_gives_the_same(outcomes, case):
+    plain, forked = outcomes["plain"][case], outcomes["cases"][case][0]
+    assert (plain.returncode, plain.stderr) == (forked.returncode, forked.stderr)
+
+
+def test_nothing_stored_was_touched(outcomes):
+    """No case wrote into the results directory holding an existing run."""
+    assert outcomes["results_after"] == outcomes["results_before"]
+    assert sorted(p.name for p in (outcomes["tmp"] / "results").iterdir()) == ["existing"]
+
+
+def test_broken_plugin_warns_with_its_name_unless_strict(tmp_path):
+    """Without --strict-plugins a raising hook or wrong return types are a warning naming the
+    plugin file and the command goes on (exit 0); with it they abort (see the catalogue)."""
+    files = []
+    for name in ("hook_raises.py", "wrong_types.py"):
+        f = tmp_path / name
+        f.write_text(textwrap.dedent(PLUGINS[name]))
+        files += ["--plugin", str(f)]
+    proc = harness_cli(*files, "list")
+    assert proc.returncode == 0, proc.stderr
+    warnings = [line for line in proc.stderr.splitlines() if line.startswith("harness: warning: ")]
+    assert len(warnings) == 2, proc.stderr
+    assert any(str(tmp_path / "hook_raises.py") in w and "raised ValueError" in w for w in warnings)
+    assert any(str(tmp_path / "wrong_types.py") in w and "must return a list of Variant" in w for w in warnings)
+    assert "baseline" in proc.stdout

@@ -1,0 +1,88 @@
+"""Same seed, config, device and threads per trial -> bitwise-identical metrics on CPU, whether
+a trial runs twice in one process, in the CLI's process or in a ``--jobs 2`` worker."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from harness.config import get_preset
+from harness.executors import threads_per_trial
+from harness.runner import make_specs
+from harness.train import run_trial
+
+ROOT = Path(__file__).resolve().parents[1]
+#: columns that measure time or memory, not what was computed
+TIMING = {"wall_s", "train_s", "tokens_per_s", "time_to_solve_s", "peak_mem_mb"}
+
+
+def without_timing(row: dict) -> str:
+    """The row minus timing columns, as JSON (NaN compares equal to NaN as text)."""
+    return json.dumps({k: v for k, v in row.items() if k not in TIMING and k != "traceback"}, sort_keys=True)
+
+
+def curve_values(curve: list[dict]) -> str:
+    return json.dumps([{k: v for k, v in c.items() if k != "wall_s"} for c in curve])
+
+
+@pytest.mark.parametrize("name", ["baseline", "seed_002"])
+def test_run_trial_twice_gives_identical_rows_and_curves(registry, name):
+    cfg = get_preset("tiny").override({"model.dropout": 0.1})  # dropout: the RNG stream matters too
+    spec = make_specs([registry.variants[name]], [3], cfg, "cpu", "fp32", {}, threads=1)[0].spec
+    a, b = run_trial(spec), run_trial(spec)
+    assert a["row"]["status"] == "ok", a["row"].get("reason")
+    assert a["row"]["threads"] == 1
+    assert without_timing(a["row"]) == without_timing(b["row"])
+    assert curve_values(a["curve"]) == curve_values(b["curve"])
+    other = run_trial({**spec, "seed": 4})
+    assert curve_values(other["curve"]) != curve_values(a["curve"])
+
+
+@pytest.mark.parametrize("cores", [1, 2, 3, 4, 8, 16])
+def test_workers_never_oversubscribe_the_cores(cores):
+    for jobs in range(1, cores + 1):
+        threads = threads_per_trial(jobs, cores=cores)
+        assert threads >= 1 and jobs * threads <= cores
+    assert threads_per_trial(cores + 3, cores=cores) == 1
+    assert threads_per_trial(2, threads=3, cores=cores) == 3  # --threads wins
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HARNESS_DISABLE_PLUGIN_AUTOLOAD": "1",
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True,
+                          timeout=300, env=env, cwd=ROOT)
+
+
+def comparable_csv(path: Path, drop: set[str]) -> pd.DataFrame:
+    """A stored CSV as text cells (exact float repr), timing columns dropped, rows sorted."""
+    df = pd.read_csv(path, dtype=str, keep_default_na=False)
+    keys = [c for c in ("variant", "point", "seed", "split", "step") if c in df.columns]
+    return df.drop(columns=[c for c in df.columns if c in drop]).sort_values(keys).reset_index(drop=True)
+
+
+def test_sequential_and_jobs_2_give_bitwise_equal_rows(tmp_path):
+    common = ["run", "--variants", "baseline,pre_norm,seed_002", "--preset", "tiny", "--set", "model.dropout=0.1",
+              "--seeds", "2", "--threads", "1", "--results-dir", str(tmp_path), "-q"]
+    seq = _cli(*common, "--run-id", "sequential")
+    par = _cli(*common, "--run-id", "jobs2", "--jobs", "2")
+    assert seq.returncode == 0, seq.stderr
+    assert par.returncode == 0, par.stderr
+    a = comparable_csv(tmp_path / "sequential" / "trials.csv", TIMING)
+    b = comparable_csv(tmp_path / "jobs2" / "trials.csv", TIMING)
+    assert len(a) == 6 and (a["threads"] == "1").all()
+    pd.testing.assert_frame_equal(a, b)
+    pd.testing.assert_frame_equal(comparable_csv(tmp_path / "sequential" / "curves.csv", {"wall_s"}),
+                                  comparable_csv(tmp_path / "jobs2" / "curves.csv", {"wall_s"}))
+    meta = json.loads((tmp_path / "jobs2" / "config.json").read_text())
+    env = meta["environment"]
+    for key in ("torch", "python", "platform", "cpu", "git_commit"):
+        assert env.get(key), key
+    assert env["deterministic"] is True and env["threads"] == 1
+    assert meta["execution"] == {"executor": "local", "jobs": 2, "threads": 1, "address": None}
+    assert {t["spec"]["threads"] for t in meta["trials"]} == {1}

@@ -1,0 +1,133 @@
+"""Reports from stored trials, ``report`` and ``compare`` (a regression gate) on fabricated and real runs."""
+import numpy as np
+
+from harness import cli
+from harness.report import aggregate, summary_table, trials_frame, write_report
+from harness.store import RunStore, trial_key
+
+CFG = {"model": {"N": 1, "d_model": 16, "h": 2, "d_ff": 32, "dropout": 0.0, "vocab": 11, "pad": 0, "max_len": 16},
+       "train": {"task": "copy", "seq_len": 6, "batch": 16, "steps": 100, "lr": 1.0, "warmup": 10, "schedule": "noam",
+                 "label_smoothing": 0.1, "eval_every": 50, "eval_sequences": 64, "eval_seed": 1234, "grad_clip": 0.0,
+                 "stop_at_solved": False}}
+
+
+def make_run(root, run_id, arms, seeds=6, rng_seed=0):
+    """A fabricated run: ``arms`` maps variant -> (mean held-out CE, exact-match, diverged seeds)."""
+    rng = np.random.default_rng(rng_seed)
+    meta = {"command": "fabricated", "preset": "tiny", "config": CFG, "variants": sorted(arms),
+            "seeds": list(range(seeds)), "environment": {"torch": "x"}}
+    store = RunStore.create(root, meta, run_id)
+    noise = rng.normal(0, 0.02, seeds)  # shared per seed: paired seeds move together
+    for variant, (ce, em, diverged) in arms.items():
+        for s in range(seeds):
+            div = s in diverged
+            row = {"variant": variant, "slot_norm": "pre" if "pre" in variant else "post",
+                   "slot_embedding": "separate", "slot_attention": "annotated", "slot_mask": "bool",
+                   "seed": s, "point": "", "params": 1000 + len(variant), "steps": 100, "train_s": 0.5,
+                   "early_loss": 2.4 + noise[s], "final_train_loss": ce + 0.3,
+                   "heldout_ce": float("nan") if div else ce + noise[s] + rng.normal(0, 0.005),
+                   "heldout_token_acc": 0.9, "exact_match": 0.0 if div else min(1.0, em + noise[s]),
+                   "steps_to_solve": float("nan") if div or em < 0.99 else 50 + 10 * s, "time_to_solve_s": 1.0,
+                   "tokens_per_s": 1000.0, "status": "diverged" if div else "ok",
+                   "reason": "non-finite loss at step 3" if div else "", "wall_s": 0.6}
+            curve = [{"step": t, "split": "train", "loss": 2.5 / t ** 0.3} for t in range(1, 101)]
+            curve += [{"step": t, "split": "heldout", "loss": ce * 100 / t, "exact_match": min(1, em * t / 100),
+                       "wall_s": t / 200} for t in (50, 100)]
+            store.write_trial(trial_key(variant, s), {"row": row, "curve": curve})
+    return store
+
+
+def test_report_has_every_column_a_verdict_and_the_plots(tmp_path):
+    store = make_run(tmp_path, "a", {"baseline": (0.5, 0.99, ()), "pre_norm": (0.3, 1.0, ()),
+                                     "shared_embeddings": (0.5, 0.99, (2,))})
+    path = write_report(store)
+    text = path.read_text()
+    for col in ("params", "step ms", "early loss (mean ± std)", "held-out CE IQM [95% CI]",
+                "exact-match IQM [95% CI]", "steps to EM≥0.99 median [IQR]", "diverged x/n [Wilson 95%]",
+                "P(> baseline) [95% CI]", "verdict", "Verdict rule (Bouthillier et al. 2021"):
+        assert col in text, col
+    for png in ("curves.png", "final_metrics.png", "steps_to_solve.png"):
+        assert (store.root / png).stat().st_size > 5000
+        assert f"]({png})" in text
+    table = summary_table(trials_frame(store))
+    assert list(table["variant"]) == ["baseline", "pre_norm", "shared_embeddings"]  # baseline first
+    verdicts = dict(zip(table["variant"], table["verdict"]))
+    assert verdicts["pre_norm"] == "**better**"  # lower CE on all 6 paired seeds
+    assert verdicts["shared_embeddings"] != "**better**"
+    div = dict(zip(table["variant"], table["diverged x/n [Wilson 95%]"]))
+    assert div["shared_embeddings"].startswith("1/6 [")
+    assert div["baseline"].startswith("0/6 [")
+
+
+def test_diverged_run_counts_as_worst_in_the_comparison(tmp_path):
+    store = make_run(tmp_path, "a", {"baseline": (0.5, 0.99, ()), "bad": (0.5, 0.99, (0, 1, 2, 3, 4, 5))})
+    rows = aggregate(trials_frame(store), "baseline")
+    bad = next(r for r in rows if r["variant"] == "bad")
+    assert bad["comparison"].p == 0.0 and bad["comparison"].verdict == "worse"
+    assert bad["diverged"][:2] == (6, 6)
+
+
+def test_one_seed_never_makes_a_claim(tmp_path):
+    store = make_run(tmp_path, "a", {"baseline": (0.9, 0.5, ()), "pre_norm": (0.1, 1.0, ())}, seeds=1)
+    table = summary_table(trials_frame(store))
+    assert list(table["verdict"]) == ["—", "no claim"]
+    assert "never a claim from one seed" in write_report(store).read_text()
+
+
+def test_report_command_rerenders_from_stored_data(tmp_path, capsys):
+    store = make_run(tmp_path, "a", {"baseline": (0.5, 0.99, ()), "pre_norm": (0.4, 1.0, ())})
+    assert not (store.root / "report.md").exists()
+    assert cli.main(["report", str(store.root)]) == 0
+    assert (store.root / "report.md").is_file()
+    assert "pre_norm" in capsys.readouterr().out
+    assert cli.main(["report", "a", "--results-dir", str(tmp_path), "--baseline", "pre_norm", "-q"]) == 0
+    assert "P(> pre_norm)" in (store.root / "report.md").read_text()
+    assert cli.main(["report", str(tmp_path / "missing")]) == 2
+    assert cli.main(["report", str(store.root), "--baseline", "nope"]) == 2
+    assert cli.main(["report", str(store.root), "--metric", "nope"]) == 2
+
+
+def test_compare_gates_a_degraded_run(tmp_path, capsys):
+    a = make_run(tmp_path, "a", {"baseline": (0.5, 0.99, ()), "pre_norm": (0.4, 1.0, ())}, rng_seed=1)
+    same = make_run(tmp_path, "same", {"baseline": (0.5, 0.99, ()), "pre_norm": (0.4, 1.0, ())}, rng_seed=2)
+    worse = make_run(tmp_path, "worse", {"baseline": (0.5, 0.99, ()), "pre_norm": (0.9, 0.6, ())}, rng_seed=3)
+    unstable = make_run(tmp_path, "unstable", {"baseline": (0.5, 0.99, (0, 1, 2, 3, 4, 5)), "pre_norm": (0.4, 1.0, ())},
+                        rng_seed=4)
+    assert cli.main(["compare", str(a.root), str(same.root)]) == 0
+    assert "no regression" in capsys.readouterr().out
+    assert cli.main(["compare", str(a.root), str(worse.root)]) == 1
+    out = capsys.readouterr().out
+    assert "REGRESSION" in out and "pre_norm heldout_ce" in out and "pre_norm exact_match" in out
+    assert "baseline heldout_ce" not in out.split("REGRESSION", 1)[1]
+    # improvement is not a regression; the reverse direction is
+    assert cli.main(["compare", str(worse.root), str(a.root)]) == 0
+    assert cli.main(["compare", str(a.root), str(unstable.root), "--metrics", "exact_match"]) == 1
+    assert "baseline diverged" in capsys.readouterr().out
+    # a tolerance larger than the damage silences the gate
+    assert cli.main(["compare", str(a.root), str(worse.root), "--metrics", "heldout_ce", "--tolerance", "1.0"]) == 0
+
+
+def test_compare_bad_input_exits_2(tmp_path, capsys):
+    a = make_run(tmp_path, "a", {"baseline": (0.5, 0.99, ())})
+    other = make_run(tmp_path, "other", {"pre_norm": (0.5, 0.99, ())})
+    empty = RunStore.create(tmp_path, {"config": CFG}, "empty")
+    assert cli.main(["compare", str(a.root), str(tmp_path / "nope")]) == 2
+    assert cli.main(["compare", str(a.root), str(empty.root)]) == 2
+    assert cli.main(["compare", str(a.root), str(other.root)]) == 2
+    assert cli.main(["compare", str(a.root), str(a.root), "--metrics", "bogus"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("harness: error:") == 4 and "Traceback" not in err
+
+
+def test_compare_real_tiny_runs(tmp_path, capsys):
+    """End to end: the same tiny run twice is not a regression; 2 steps instead of 20 is."""
+    common = ["run", "--preset", "tiny", "--variants", "baseline", "--seeds", "3", "-q", "--device", "cpu",
+              "--results-dir", str(tmp_path)]
+    assert cli.main(common + ["--run-id", "ref"]) == 0
+    assert cli.main(common + ["--run-id", "again"]) == 0
+    assert cli.main(common + ["--run-id", "short", "--set", "train.steps=2"]) == 0
+    capsys.readouterr()
+    assert cli.main(["compare", "ref", "again", "--results-dir", str(tmp_path)]) == 0
+    assert cli.main(["compare", "ref", "short", "--results-dir", str(tmp_path), "--metrics", "heldout_ce"]) == 1
+    out = capsys.readouterr().out
+    assert "train.steps: 20 -> 2" in out and "regressed" in out

@@ -1,0 +1,251 @@
+"""A run survives being killed and failing trials.
+
+* SIGKILL after two finished trials, then ``--resume``: every trial stored exactly once, the
+  trials stored before the kill untouched (not re-run).
+* Ctrl-C (SIGINT) and SIGTERM: exit 130, one message saying how to resume, no traceback.
+* A variant that goes NaN, one that raises and one that runs out of memory are recorded with
+  status and reason; the other trials are untouched; exit code 1 and the report lists them.
+* ``--jobs 2``: a trial that kills its worker process is recorded as failed, the others finish.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from harness.train import run_trial
+
+ROOT = Path(__file__).resolve().parents[1]
+TIMING = {"wall_s", "train_s", "tokens_per_s", "time_to_solve_s", "peak_mem_mb"}
+
+FAULTY_PLUGIN = '''
+"""Components that fail on purpose, for the failure-isolation tests."""
+import multiprocessing
+import os
+
+import torch
+from torch import nn
+
+from harness import Component, Variant, hookimpl
+
+
+class NaNNorm(nn.Module):
+    """Post-norm residual whose output is NaN: the loss goes non-finite at step 1."""
+
+    final_norm = False
+
+    def __init__(self, ctx):
+        super().__init__()
+        self.norm = ctx.layer_norm()
+
+    def forward(self, x, sublayer):
+        return self.norm(x + sublayer(x)) * float("nan")
+
+
+class RaisingAttention(nn.Module):
+    def __init__(self, ctx):
+        super().__init__()
+        self.w_q = nn.Linear(ctx.cfg.d_model, ctx.cfg.d_model)
+
+    def forward(self, query, key, value, mask):
+        raise RuntimeError("attention exploded on purpose")
+
+
+class OOMAttention(RaisingAttention):
+    def forward(self, query, key, value, mask):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB (simulated)")
+
+
+def die_in_worker(ctx):
+    if multiprocessing.parent_process() is not None:
+        os._exit(9)  # as if the out-of-memory killer struck
+    raise RuntimeError("kills_worker only dies inside a worker process")
+
+
+@hookimpl
+def harness_add_components():
+    return [Component("nan", "norm", NaNNorm, "returns NaN"),
+            Component("raises", "attention", RaisingAttention, "raises RuntimeError"),
+            Component("oom", "attention", OOMAttention, "raises torch.OutOfMemoryError"),
+            Component("dies", "attention", die_in_worker, "kills its worker process")]
+
+
+@hookimpl
+def harness_add_variants():
+    return [Variant("goes_nan", {"norm": "nan"}), Variant("raises", {"attention": "raises"}),
+            Variant("ooms", {"attention": "oom"}), Variant("kills_worker", {"attention": "dies"})]
+'''
+
+
+def _env() -> dict:
+    return {**os.environ, "HARNESS_DISABLE_PLUGIN_AUTOLOAD": "1",
+            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+
+
+def harness_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True,
+                          timeout=timeout, env=_env(), cwd=ROOT)
+
+
+def start(*args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "harness", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=_env(), cwd=ROOT)
+
+
+def wait_for_trials(run: Path, n: int, proc: subprocess.Popen, timeout: float = 240) -> None:
+    deadline = time.monotonic() + timeout
+    while len(list((run / "trials").glob("*.json"))) < n:
+        if proc.poll() is not None:
+            pytest.fail(f"run ended before {n} trials were stored: {proc.stderr.read()}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"no {n} trials stored after {timeout} s")
+        time.sleep(0.05)
+
+
+def comparable(row: dict) -> str:
+    """A row without its timing columns, as JSON (so that NaN equals NaN)."""
+    return json.dumps({k: v for k, v in row.items() if k not in TIMING and k != "traceback"}, sort_keys=True)
+
+
+def read_rows(path: Path) -> dict[str, dict]:
+    return {r["variant"]: r for r in pd.read_csv(path, dtype=str, keep_default_na=False).to_dict("records")}
+
+
+def stored(run: Path) -> dict[str, bytes]:
+    return {p.stem: p.read_bytes() for p in (run / "trials").glob("*.json")}
+
+
+def _state(pid: int) -> str | None:
+    """Process state letter from /proc (``Z`` zombie), None when the process is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def descendants(pid: int) -> list[int]:
+    """Live descendants of ``pid`` (Linux /proc), e.g. the pool's fork server and workers."""
+    parent = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[0] != "Z":
+            parent[int(stat.parent.name)] = int(fields[1])
+    out, frontier = [], [pid]
+    while frontier:
+        frontier = [c for c, pp in parent.items() if pp in frontier]
+        out += frontier
+    return out
+
+
+def test_sigkill_then_resume_runs_each_trial_exactly_once(tmp_path):
+    """SIGKILL a ``--jobs 2`` run after two trials: none lost, no worker left running, and
+    ``--resume`` runs exactly the missing ones."""
+    run = tmp_path / "killed"
+    proc = start("run", "--variants", "baseline,seed_*", "--preset", "tiny", "--set", "train.steps=40",
+                 "--results-dir", str(tmp_path), "--run-id", "killed", "--jobs", "2", "-q")
+    wait_for_trials(run, 2, proc)
+    has_proc = Path("/proc/self/stat").exists()
+    workers = descendants(proc.pid) if has_proc else []
+    assert workers or not has_proc
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+    deadline = time.monotonic() + 15
+    while any(_state(w) not in (None, "Z") for w in workers) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = [w for w in workers if _state(w) not in (None, "Z")]
+    assert not left, f"worker processes outlived the killed run: {left}"
+    before = stored(run)
+    planned = [t["key"] for t in json.loads((run / "config.json").read_text())["trials"]]
+    assert 2 <= len(before) < len(planned), "the kill must land mid-run"
+    for text in before.values():  # atomic writes: every stored trial is complete
+        assert json.loads(text)["row"]["status"] == "ok"
+
+    res = harness_cli("run", "--resume", str(run))
+    assert res.returncode == 0, res.stderr
+    assert f"{len(before)} of {len(planned)} trial(s) stored, running the {len(planned) - len(before)} missing" \
+        in res.stderr
+    after = stored(run)
+    assert sorted(after) == sorted(planned)  # every trial, none twice (one file per key)
+    assert {k: after[k] for k in before} == before  # trials lost: 0, and none re-run
+    df = pd.read_csv(run / "trials.csv")
+    assert len(df) == len(planned) and not df.duplicated(["variant", "seed", "point"]).any()
+    assert (df["status"] == "ok").all()
+    meta = json.loads((run / "config.json").read_text())
+    assert meta["resumes"][0]["missing"] == len(planned) - len(before)
+
+
+@pytest.mark.parametrize("sig, extra", [(signal.SIGINT, []), (signal.SIGTERM, ["--jobs", "2"])],
+                         ids=["ctrl-c-sequential", "sigterm-jobs-2"])
+def test_interrupt_stops_cleanly_with_resume_hint(tmp_path, sig, extra):
+    run = tmp_path / "stopped"
+    proc = start("run", "--variants", "all", "--preset", "tiny", "--set", "train.steps=40", "--results-dir",
+                 str(tmp_path), "--run-id", "stopped", *extra)
+    wait_for_trials(run, 1, proc)
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err, err
+    last = err.strip().splitlines()[-1]
+    n = len(stored(run))
+    assert last.endswith(f"{n} of 11 trial(s) are stored in {run}; resume with: python -m harness run --resume {run}")
+    assert n < 11
+
+
+def test_nan_raise_and_oom_trials_are_isolated(tmp_path):
+    plugin = tmp_path / "faulty_plugin.py"
+    plugin.write_text(textwrap.dedent(FAULTY_PLUGIN))
+    res = harness_cli("--plugin", str(plugin), "run", "--variants", "baseline,goes_nan,raises,ooms,pre_norm",
+                      "--preset", "tiny", "--results-dir", str(tmp_path), "--run-id", "faulty")
+    assert res.returncode == 1, res.stderr
+    assert "Traceback" not in res.stderr
+    assert "3 of 5 trial(s) did not finish ok" in res.stderr
+    run = tmp_path / "faulty"
+    rows = read_rows(run / "trials.csv")
+    assert rows["goes_nan"]["status"] == "diverged" and "non-finite loss at step 1" in rows["goes_nan"]["reason"]
+    assert rows["raises"]["status"] == "failed"
+    assert rows["raises"]["reason"] == "RuntimeError: attention exploded on purpose"
+    assert rows["ooms"]["status"] == "failed" and rows["ooms"]["reason"].startswith("OutOfMemoryError: CUDA out of")
+    report = (run / "report.md").read_text()
+    for name in ("goes_nan", "raises", "ooms"):
+        assert name in report.split("ailure", 1)[-1], f"{name} missing from the report's failures"
+    # the others are untouched: identical to the same trial run on its own
+    meta = json.loads((run / "config.json").read_text())
+    for t in meta["trials"]:
+        if t["spec"]["variant"] in ("baseline", "pre_norm"):
+            alone = run_trial(t["spec"])["row"]
+            got = json.loads((run / "trials" / f"{t['key']}.json").read_text())["row"]
+            assert alone["status"] == got["status"] == "ok"
+            assert comparable(got) == comparable(alone)
+    # failed trials are stored trials: resuming runs nothing and still exits 1
+    before = stored(run)
+    again = harness_cli("run", "--resume", str(run))
+    assert again.returncode == 1, again.stderr
+    assert "nothing to run: all 5 trial(s)" in again.stderr
+    assert stored(run) == before
+
+
+def test_worker_that_dies_is_recorded_and_the_pool_goes_on(tmp_path):
+    plugin = tmp_path / "faulty_plugin.py"
+    plugin.write_text(textwrap.dedent(FAULTY_PLUGIN))
+    res = harness_cli("--plugin", str(plugin), "run", "--variants", "baseline,kills_worker,pre_norm,seed_001",
+                      "--preset", "tiny", "--jobs", "2", "--results-dir", str(tmp_path), "--run-id", "pool", "-q")
+    assert res.returncode == 1, res.stderr
+    assert "Traceback" not in res.stderr
+    rows = read_rows(tmp_path / "pool" / "trials.csv")
+    assert sorted(rows) == ["baseline", "kills_worker", "pre_norm", "seed_001"]
+    assert rows["kills_worker"]["status"] == "failed"
+    assert "worker process died" in rows["kills_worker"]["reason"]
+    assert all(rows[v]["status"] == "ok" for v in ("baseline", "pre_norm", "seed_001"))
