@@ -31,7 +31,19 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
-from scipy import stats as _st
+
+
+class _LazyScipyStats:
+    """``scipy.stats`` imported on first use: it costs ~1.4 s, and every CLI command imports
+    this module while only reports need it."""
+
+    def __getattr__(self, name):
+        from scipy import stats
+
+        return getattr(stats, name)
+
+
+_st = _LazyScipyStats()
 
 CONFIDENCE = 0.95  #: two-sided confidence level of every interval
 N_RESAMPLES = 10_000  #: bootstrap replicates (rliable's examples use 50,000; 10,000 keeps reports fast)
