@@ -54,7 +54,7 @@ def main(args) -> int:
     from ..bench import BenchError, bench_meta, run_bench, summary_lines, table_frame, write_outputs
     from ..cli import plugin_spec
     from ..store import RunStore
-    from ..train import resolve_device
+    from ..train import resolve_device, trial_settings
     from .common import load_registry, resolve_config, select_variants
 
     if args.steps < 1 or args.warmup_steps < 0:
@@ -65,6 +65,7 @@ def main(args) -> int:
     device = resolve_device(args.device)
     dtypes = ["fp32", "bf16"] if args.dtype == "both" else [args.dtype]
     plugins = plugin_spec(args).to_dict()
+    trial_settings()  # before the environment block records the settings
     command = "python -m harness " + shlex.join(sys.argv[1:])
     meta = bench_meta(command, args.preset, cfg, device, dtypes, args.steps, args.warmup_steps, variants, plugins)
     run_id = args.run_id or "bench-" + dt.datetime.now().strftime("%Y%m%d-%H%M%S")

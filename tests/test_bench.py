@@ -1,0 +1,160 @@
+"""``harness bench``: the nn.Transformer reference, FLOP counting, the interleaved timing loop,
+the fresh-process memory probe and the CLI end to end (tiny config, a few steps)."""
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+from harness import bench as B
+from harness.config import get_preset
+from harness.model import build_model
+from harness.tasks.copy import make_batch
+
+from .conftest import padded_batch
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def tiny():
+    return get_preset("tiny")
+
+
+@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors")
+def test_reference_shapes_gradients_and_causality():
+    cfg = tiny().model
+    model = B.TorchTransformer(cfg)
+    src, tgt = padded_batch(vocab=cfg.vocab, s=6, t=7)
+    logits = model(src, tgt)
+    assert logits.shape == (src.size(0), tgt.size(1), cfg.vocab) and torch.isfinite(logits).all()
+    logits.logsumexp(-1).sum().backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters())
+    model.eval()
+    changed = tgt.clone()
+    changed[:, 4:] = (changed[:, 4:] % (cfg.vocab - 3)) + 3
+    with torch.no_grad():
+        a, b = model(src, tgt), model(src, changed)
+    torch.testing.assert_close(a[:, :4], b[:, :4])  # future target tokens never reach earlier positions
+    assert not torch.allclose(a[:, 4:], b[:, 4:])
+
+
+def _analytic_flops(model, batch) -> int:
+    """3 x forward matmul FLOPs: every nn.Linear (2 n d_in d_out) plus attention's two
+    matmuls per module (2 x 2 B Tq Tk D), from forward hooks on the modules."""
+    total = [0]
+
+    def linear(mod, inp, out):
+        total[0] += 2 * inp[0].numel() // inp[0].size(-1) * mod.in_features * mod.out_features
+
+    def attention(mod, inp, out):
+        q, k = inp[0], inp[1]
+        total[0] += 2 * 2 * q.size(0) * q.size(1) * k.size(1) * q.size(2)
+
+    hooks = [m.register_forward_hook(linear) for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    hooks += [m.register_forward_hook(attention) for n, m in model.named_modules()
+              if n.endswith(("self_attn", "src_attn"))]
+    with torch.no_grad():
+        model(batch.src, batch.tgt)
+    for h in hooks:
+        h.remove()
+    return 3 * total[0]
+
+
+@pytest.mark.parametrize("name", ["baseline", "d2l_attention", "torch_attention", "seed_002"])
+def test_count_flops_equals_the_matmul_arithmetic(registry, name):
+    cfg = tiny()
+    model = build_model(registry, registry.variants[name], cfg.model, seed=0)
+    batch = make_batch(cfg.train.task, 8, cfg.train.seq_len, cfg.model.vocab, torch.Generator().manual_seed(0))
+    assert B.count_flops(model, batch, cfg, torch.device("cpu"), "fp32") == _analytic_flops(model, batch)
+    assert all(p.grad is None for p in model.parameters())
+
+
+def test_reference_and_baseline_count_the_same_flops(registry):
+    cfg = tiny()
+    batch = make_batch(cfg.train.task, 8, cfg.train.seq_len, cfg.model.vocab, torch.Generator().manual_seed(0))
+    base = build_model(registry, registry.variants["baseline"], cfg.model, seed=0)
+    ref = B.TorchTransformer(cfg.model)
+    cpu = torch.device("cpu")
+    assert B.count_flops(ref, batch, cfg, cpu, "fp32") == B.count_flops(base, batch, cfg, cpu, "fp32")
+
+
+@pytest.mark.parametrize("dtypes", [["fp32"], ["bf16"]])
+def test_run_bench_rows(registry, dtypes):
+    cfg = tiny()
+    variants = [registry.variants["baseline"], registry.variants["pre_norm"]]
+    lines = []
+    rows, info = B.run_bench(variants, cfg, torch.device("cpu"), dtypes, steps=2, warmup=1, registry=registry,
+                             memory=False, log=lines.append)
+    got = [(r["contender"], r["dtype"]) for r in rows]
+    expect = [(n, d) for n in (B.REFERENCE, "baseline", "pre_norm") for d in dtypes]
+    if "fp32" not in dtypes:
+        expect.insert(0, (B.REFERENCE, "fp32"))
+    assert got == expect
+    ref = next(r for r in rows if r["contender"] == B.REFERENCE and r["dtype"] == "fp32")
+    assert ref["vs_reference_fp32"] == 1.0 and ref["kind"] == "reference"
+    for r in rows:
+        assert r["steps_timed"] == 2 and r["gflop_per_step"] > 0 and r["params"] > 0
+        assert r["step_ms_min"] <= r["step_ms_median"] and r["step_ms_p25"] <= r["step_ms_p75"]
+        assert r["tokens_per_s"] == pytest.approx(info["tokens_per_step"] / r["step_ms_median"] * 1e3)
+        assert r["mfu"] == pytest.approx(r["achieved_gflop_per_s"] / info["peak_gflop_per_s"][r["dtype"]])
+        assert math.isnan(r["peak_rss_mb"])  # memory=False
+    assert set(info["peak_gflop_per_s"]) == {"fp32", *dtypes}
+    assert sum("round" in line for line in lines) == 3
+    md = B.render_markdown(rows, info, {"command": "python -m harness bench", "preset": "tiny",
+                                        "config": cfg.to_dict(), "steps": 2, "warmup_steps": 1,
+                                        "environment": {"torch": torch.__version__}})
+    assert "x nn.Transformer fp32" in md and "MFU" in md
+
+
+def test_run_bench_rejects_bad_options(registry):
+    with pytest.raises(B.BenchError, match="--steps"):
+        B.run_bench([], tiny(), torch.device("cpu"), ["fp32"], steps=0, warmup=1, registry=registry)
+    with pytest.raises(B.BenchError, match="dtype"):
+        B.run_bench([], tiny(), torch.device("cpu"), ["fp16"], steps=1, warmup=0, registry=registry)
+
+
+def test_memory_probe_runs_in_a_fresh_process():
+    mem = B.memory_probe("baseline", {}, tiny(), "cpu", "fp32", None, steps=1)
+    assert mem["peak_rss_mb"] > mem["base_rss_mb"] > 50  # torch alone is well over 50 MiB
+    ref = B.memory_probe(B.REFERENCE, {}, tiny(), "cpu", "fp32", None, steps=1)
+    assert ref["peak_rss_mb"] > 0
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HARNESS_DISABLE_PLUGIN_AUTOLOAD": "1",
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True, timeout=300,
+                          env=env, cwd=ROOT)
+
+
+def test_cli_bench_writes_csv_and_markdown(tmp_path):
+    out = _cli("bench", "--variants", "baseline", "--preset", "tiny", "--steps", "2", "--warmup-steps", "0",
+               "--no-memory", "--results-dir", str(tmp_path), "--run-id", "b", "-q")
+    assert out.returncode == 0, out.stderr
+    df = pd.read_csv(tmp_path / "b" / "bench.csv")
+    assert list(df["contender"]) == [B.REFERENCE, "baseline"]
+    md = (tmp_path / "b" / "bench.md").read_text()
+    assert "python -m harness bench --variants baseline --preset tiny" in md.splitlines()[3]
+    assert "## Environment" in md and "cpu_flags" in md
+    assert "baseline" in out.stdout and "matmul throughput fp32" in out.stdout
+
+
+def test_cli_bench_bad_input_is_one_line(tmp_path):
+    out = _cli("bench", "--variants", "baseline", "--preset", "tiny", "--steps", "0", "--results-dir", str(tmp_path))
+    assert out.returncode == 2 and out.stderr.startswith("harness: error:") and "--steps" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_run_bench_on_cuda(registry):
+    rows, info = B.run_bench([registry.variants["baseline"]], tiny(), torch.device("cuda"), ["fp32", "bf16"],
+                             steps=2, warmup=1, registry=registry, memory=True)
+    assert all(r["peak_cuda_mb"] > 0 and r["step_ms_median"] > 0 for r in rows)
+    assert info["peak_gflop_per_s"]["fp32"] > 0

@@ -1,0 +1,188 @@
+"""The training loop's pieces: greedy exact-match with early exit, evaluation, the shared
+train step, the optimizer, process settings, per-trial peak memory and time-to-solve accounting."""
+from __future__ import annotations
+
+import math
+import types
+
+import pytest
+import torch
+
+from harness import train as T
+from harness.config import get_preset
+from harness.model import build_model
+from harness.tasks.copy import END, PAD, eval_set, exact_match, greedy_decode, make_batch
+
+from .conftest import builtin_variant_names
+
+
+class ScriptedCopier:
+    """A stand-in model with the assembler's decoding interface whose answers are scripted:
+    row r copies its source, except rows with r % 3 == 0, which emit a wrong token at label
+    position r % 4. It records how many rows every decoder call received."""
+
+    def __init__(self, vocab: int = 11):
+        from variants.mask import BoolMask
+
+        self.cfg = types.SimpleNamespace(pad=PAD)
+        self.mask_style = BoolMask()
+        self.vocab = vocab
+        self.embed = types.SimpleNamespace(logits=lambda states: states)  # states are logits already
+        self.decoded_rows = 0
+
+    def encode(self, src, src_mask):
+        rows = torch.arange(src.size(0), dtype=torch.float32)[:, None].expand_as(src)
+        return torch.stack([src.float(), rows], dim=-1)  # (B, S, 2): token, row id
+
+    def decode(self, memory, src_mask, ys, tgt_mask):
+        self.decoded_rows += ys.size(0)
+        t = ys.size(1) - 1  # label position being predicted
+        src, rows = memory[..., 0].long(), memory[:, 0, 1].long()  # (B, S), (B,)
+        want = src[:, t] if t < src.size(1) else torch.full_like(rows, PAD)
+        want = torch.where(want == PAD, torch.full_like(want, END), want)  # end symbol after the content
+        wrong = (rows % 3 == 0) & (rows % 4 == t)
+        pred = torch.where(wrong, (want + 1 - 3) % (self.vocab - 3) + 3, want)
+        states = torch.full((ys.size(0), ys.size(1), self.vocab), -1.0)
+        states[:, -1] = torch.nn.functional.one_hot(pred, self.vocab).float()
+        return states  # (B, t+1, V)
+
+
+def test_greedy_exact_match_decides_like_greedy_decode_with_fewer_rows():
+    data = eval_set("copy", 60, 8, 11, seed=5)
+    reference = ScriptedCopier()
+    expected = exact_match(greedy_decode(reference, data.src, data.tgt_y.size(1)), data.tgt_y)
+    fast = ScriptedCopier()
+    got = T.greedy_exact_match(fast, data.src, data.tgt_y, PAD)
+    assert torch.equal(got, expected)
+    assert 0 < int(got.sum()) < len(got)  # both outcomes occur
+    last = [int((row != PAD).nonzero().max()) for row in data.tgt_y]  # last label position
+    decided = [min(r % 4, n) if r % 3 == 0 else n for r, n in enumerate(last)]
+    assert fast.decoded_rows == sum(d + 1 for d in decided)  # each row decoded until decided
+    assert reference.decoded_rows == len(last) * data.tgt_y.size(1)
+
+
+@pytest.mark.parametrize("name", ["baseline", "seed_001", "seed_003"])
+def test_evaluate_matches_forward_and_greedy_decode(registry, name):
+    cfg = get_preset("tiny")
+    model = build_model(registry, registry.variants[name], cfg.model, seed=0)
+    T.train(model, cfg, seed=0, device=torch.device("cpu"))  # a partly trained model
+    data = eval_set(cfg.train.task, 50, cfg.train.seq_len, cfg.model.vocab, seed=7)
+    got = T.evaluate(model, data, cfg, torch.device("cpu"), "fp32", chunk=16)
+    model.eval()
+    with torch.no_grad():
+        logits = model(data.src, data.tgt)
+        em = exact_match(greedy_decode(model, data.src, data.tgt_y.size(1)), data.tgt_y).float().mean()
+    assert got["heldout_ce"] == pytest.approx(float(T.loss_fn(logits, data.tgt_y, PAD, 0.0)), rel=1e-5)
+    assert got["exact_match"] == pytest.approx(float(em))
+
+
+def test_train_step_skips_the_update_when_the_loss_is_not_finite(registry):
+    cfg = get_preset("tiny")
+    model = build_model(registry, registry.variants["baseline"], cfg.model, seed=0)
+    opt, sched = T.make_optimizer(model, cfg)
+    with torch.no_grad():
+        model.embed.generator.bias[0] = float("nan")
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    batch = make_batch(cfg.train.task, 4, cfg.train.seq_len, cfg.model.vocab, torch.Generator().manual_seed(0))
+    loss, _ = T.train_step(model, batch, opt, sched, cfg, torch.device("cpu"))
+    assert math.isnan(loss)
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, before[k]) or torch.isnan(v).any(), k
+    assert sched.last_epoch == 0
+
+
+def test_train_step_phases_and_optimizer(registry):
+    cfg = get_preset("tiny")
+    model = build_model(registry, registry.variants["baseline"], cfg.model, seed=0)
+    opt, sched = T.make_optimizer(model, cfg)
+    assert opt.defaults["fused"] is True and opt.defaults["betas"] == (0.9, 0.98) and opt.defaults["eps"] == 1e-9
+    assert opt.param_groups[0]["lr"] == pytest.approx(cfg.train.lr * T.noam_lambda(cfg.model.d_model, cfg.train.warmup)(0))
+    phases = []
+    batch = make_batch(cfg.train.task, 4, cfg.train.seq_len, cfg.model.vocab, torch.Generator().manual_seed(0))
+    w = model.embed.generator.weight.detach().clone()
+    loss, gnorm = T.train_step(model, batch, opt, sched, cfg, torch.device("cpu"), clock=phases.append)
+    assert phases == ["forward", "backward", "optimizer"]
+    assert math.isfinite(loss) and gnorm > 0 and sched.last_epoch == 1
+    assert not torch.equal(w, model.embed.generator.weight)
+
+
+@pytest.mark.parametrize("name", builtin_variant_names())
+def test_bf16_autocast_runs_matmuls_in_bf16_and_the_loss_in_fp32(registry, name):
+    cfg = get_preset("tiny")
+    model = build_model(registry, registry.variants[name], cfg.model, seed=0)
+    seen = []
+    hooks = [m.register_forward_hook(lambda mod, inp, out: seen.append(out.dtype))
+             for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    batch = make_batch(cfg.train.task, 8, cfg.train.seq_len, cfg.model.vocab, torch.Generator().manual_seed(0))
+    with T._autocast(torch.device("cpu"), "bf16"):
+        logits = model(batch.src, batch.tgt)
+    for h in hooks:
+        h.remove()
+    loss = T.loss_fn(logits, batch.tgt_y, PAD, 0.1)
+    assert seen and set(seen) == {torch.bfloat16}
+    assert loss.dtype == torch.float32 and torch.isfinite(loss)
+    loss.backward()
+    assert all(p.grad is None or p.grad.dtype == torch.float32 for p in model.parameters())
+
+
+@pytest.fixture
+def restore_settings():
+    import torch.utils.deterministic as det
+
+    saved = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
+             det.fill_uninitialized_memory)
+    yield
+    torch.use_deterministic_algorithms(saved[0], warn_only=saved[1])
+    det.fill_uninitialized_memory = saved[2]
+    torch.set_flush_denormal(False)
+
+
+def test_trial_settings(restore_settings):
+    import torch.utils.deterministic as det
+
+    T.trial_settings()
+    assert torch.are_deterministic_algorithms_enabled() and not det.fill_uninitialized_memory
+    if torch.set_flush_denormal(True):  # the CPU supports it
+        assert float(torch.tensor([1e-40]) * 1.0) == 0.0
+    env = T.environment()
+    assert "flush_denormal" in env["trial_settings"] and env["cpu_capability"]
+
+
+@pytest.mark.skipif(not T.os.path.exists("/proc/self/clear_refs"), reason="needs Linux /proc")
+def test_peak_memory_window_resets():
+    cpu = torch.device("cpu")
+    T.reset_peak_mem(cpu)
+    base = T.peak_mem_mb(cpu)
+    big = torch.ones(64 * 2**20 // 4)  # 64 MiB touched
+    high = T.peak_mem_mb(cpu)
+    del big
+    T.reset_peak_mem(cpu)
+    assert high - base > 50
+    assert T.peak_mem_mb(cpu) < high - 50
+
+
+def test_time_to_solve_counts_training_time_only(registry, monkeypatch):
+    """A fake clock: every train step takes 1 s, every evaluation 100 s; the model 'solves'
+    at the second periodic evaluation. time_to_solve_s must be exactly the steps' time."""
+    cfg = get_preset("tiny").override({"train.steps": 12, "train.eval_every": 3})
+    clock = [0.0]
+    evals = []
+    monkeypatch.setattr(T, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
+    real_step = T.train_step
+
+    def step(*args, **kwargs):
+        clock[0] += 1.0
+        return real_step(*args, **kwargs)
+
+    def evaluate(*args, **kwargs):
+        clock[0] += 100.0
+        evals.append(1)
+        return {"heldout_ce": 0.1, "heldout_token_acc": 1.0, "exact_match": 1.0 if len(evals) >= 2 else 0.5}
+
+    monkeypatch.setattr(T, "train_step", step)
+    monkeypatch.setattr(T, "evaluate", evaluate)
+    model = build_model(registry, registry.variants["baseline"], cfg.model, seed=0)
+    metrics, curve = T.train(model, cfg, seed=0, device=torch.device("cpu"))
+    assert metrics["steps_to_solve"] == 6 and metrics["time_to_solve_s"] == 6.0
+    assert metrics["train_s"] == 12.0 and len(evals) == 4  # 3 periodic + final
+    assert [c["wall_s"] for c in curve if c["split"] == "heldout"] == [3.0, 6.0, 9.0, 12.0]
