@@ -13,7 +13,7 @@ import sys
 
 from .errors import HarnessError
 
-COMMANDS = ("run", "list", "check", "bench", "report", "compare", "experiments")
+COMMANDS = ("run", "list", "check", "bench", "profile", "report", "compare", "experiments")
 
 EPILOG = """examples:
   python -m harness run --variants all            train every built-in variant (quick preset)

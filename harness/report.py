@@ -160,6 +160,8 @@ def aggregate(df: pd.DataFrame, baseline: str | None = None, metric: str = DEFAU
                 "exact_match": stats.iqm_ci(_num(ok, "exact_match").to_numpy()),
                 "token_acc": stats.iqm_ci(_num(ok, "heldout_token_acc").to_numpy()),
                 "steps_to_solve": stats.median_iqr(solve.to_numpy()) if n else (float("nan"),) * 3,
+                "time_to_solve_s": float(np.median(_num(ran, "time_to_solve_s").where(ran["status"] == "ok")
+                                                   .fillna(np.inf).to_numpy())) if n else float("nan"),
                 "solved": int(np.isfinite(solve).sum()),
                 "diverged": (n_div, n, *stats.wilson_interval(n_div, n)),
                 "slots": {c.removeprefix("slot_"): first.get(c, "") for c in g.columns if c.startswith("slot_")},
@@ -226,6 +228,9 @@ def summary_table(df: pd.DataFrame, baseline: str | None = None, metric: str = D
         line.update({
             "params": r["params"] if r["params"] is not None else "—",
             "step ms": f"{r['step_ms']:.1f}" if not math.isnan(r["step_ms"]) else "—",
+            "tokens/s": f"{r['tokens_per_s']:,.0f}" if not math.isnan(r["tokens_per_s"]) else "—",
+            "time to EM≥0.99 s (median)": (f"{r['time_to_solve_s']:.1f}" if math.isfinite(r["time_to_solve_s"])
+                                           else "∞" if r["time_to_solve_s"] == math.inf else "—"),
             "early loss (mean ± std)": _fmt_mean_std(r["early_loss"]),
             "held-out CE IQM [95% CI]": stats.fmt_ci(*r["heldout_ce"]),
             "exact-match IQM [95% CI]": stats.fmt_ci(*r["exact_match"]),
@@ -288,9 +293,13 @@ def caption(meta: dict, df: pd.DataFrame, baseline: str | None, metric: str) -> 
         parts.append("Sweep points override this config; see the Sweep section.")
     parts += [
         "**params**: unique parameters (tied weights counted once). **step ms**: median wall time of one "
-        "optimiser step (evaluation excluded). **early loss**: mean ± std over seeds of the mean training "
+        "optimiser step (evaluation excluded). **tokens/s**: label tokens per second of training (median over "
+        "seeds). **time to EM≥0.99 s**: training seconds (evaluation excluded) until the first evaluation with "
+        "exact-match >= 0.99, median over seeds (∞ when at least half never got there); timings depend on "
+        "the machine and on `--jobs` (see the run's execution line). **early loss**: mean ± std over seeds of the mean training "
         "loss of the first 10 steps (Narang et al. 2021). **held-out CE** (unsmoothed, nats/token) and "
-        "**exact-match** (greedy decoding, fraction of held-out sequences reproduced exactly): IQM over the "
+        "**exact-match** (greedy decoding, fraction of held-out sequences reproduced exactly; read off the "
+        "teacher-forced pass when the decoder is verified causal, which is the same event): IQM over the "
         "seeds that finished, with a 95 % stratified-bootstrap CI (Agarwal et al. 2021). **steps to "
         "EM≥0.99**: first evaluation with held-out exact-match >= 0.99, median [IQR] over seeds; unsolved "
         "and diverged runs count as ∞. **diverged**: runs stopped by a non-finite loss or gradient norm, "

@@ -2,6 +2,7 @@
 store each result the moment it finishes."""
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from dataclasses import dataclass, field
@@ -82,7 +83,7 @@ class ExecutionOptions:
     """
 
     executor: str = "local"
-    jobs: int = 1
+    jobs: int | str = 1
     threads: int | None = None
     address: str | None = None
 
@@ -92,16 +93,37 @@ class ExecutionOptions:
 
         if self.executor not in EXECUTORS:
             raise UnknownNameError("executor", self.executor, EXECUTORS)
-        if not isinstance(self.jobs, int) or self.jobs < 1:
-            raise ConfigError(f"--jobs must be >= 1, got {self.jobs}")
+        if self.jobs != "auto" and (not isinstance(self.jobs, int) or self.jobs < 1):
+            raise ConfigError(f"--jobs must be 'auto' or >= 1, got {self.jobs}")
         if self.threads is not None and self.threads < 1:
             raise ConfigError(f"--threads must be >= 1, got {self.threads}")
-        if self.executor == "ray" and self.jobs != 1:
+        if self.executor == "ray" and self.jobs not in (1, "auto"):
             raise ConfigError("--jobs applies to local worker processes; with --executor ray the cluster's "
                               "CPUs decide the parallelism (use --threads for CPUs per trial)")
         if self.address and self.executor != "ray":
             raise ConfigError(f"--address {self.address} needs --executor ray")
         return self
+
+    def resolved(self, n_trials: int, device: str) -> "ExecutionOptions":
+        """These options with ``jobs="auto"`` made a number: on the CPU, one worker process per
+        core (at most one per trial) with one thread each; on CUDA, on Ray or for a single
+        trial, 1 (this process).
+
+        Why: at the ``quick`` preset's sizes a step is hundreds of small ops, so a second
+        intra-op thread gains little (1.2-1.6x per step measured on 2 cores), while two
+        one-thread trials side by side gain nearly 2x: ``run --variants all`` took 122 s
+        with one process x 2 threads and 77 s with 2 processes x 1 thread (docs/benchmarks.md).
+        Timings per trial are then taken with 1 thread next to another trial; for speed
+        comparisons use ``harness bench`` (one process, interleaved) or ``--jobs 1``.
+        """
+        if self.jobs != "auto":
+            return self
+        from .executors import available_cores
+
+        jobs = 1
+        if self.executor == "local" and device == "cpu" and n_trials > 1:
+            jobs = max(1, min(n_trials, available_cores() // max(1, int(self.threads or 1))))
+        return dataclasses.replace(self, jobs=jobs)
 
     def trial_threads(self) -> int:
         """Intra-op threads each trial runs with under these options."""

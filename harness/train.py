@@ -19,6 +19,7 @@ deterministic algorithms, denormals flushed to zero on CPU, no NaN-filling of fr
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import platform
@@ -29,6 +30,7 @@ import traceback
 from typing import Any, Callable
 
 import torch
+from torch.autograd.profiler import record_function
 from torch.nn import functional as F
 
 from .config import RunConfig
@@ -36,6 +38,44 @@ from .errors import DeviceError
 from .model import build_model, unique_parameter_count
 from .registry import Variant
 from .tasks.copy import START, Batch, eval_set, make_batch
+
+#: Names of the ``torch.profiler.record_function`` ranges that mark a trial's phases
+#: (``harness profile`` sums them; they cost about a microsecond each when no profiler runs).
+#: ``step`` is the model's own work (forward, loss, backward, optimizer); everything else is
+#: the harness's overhead: ``build`` (assembly and init), ``data`` (batch generation),
+#: ``log`` (curve rows, progress callback), ``evaluate`` (periodic held-out probes),
+#: ``final_eval`` (the held-out evaluation at the end), ``store`` (writing the trial's JSON).
+PHASES = {k: f"harness.{k}" for k in ("build", "data", "step", "log", "evaluate", "final_eval", "store")}
+
+
+class PhaseClock:
+    """Wall time and count per phase of a trial (:data:`PHASES`), summed with
+    ``time.perf_counter`` around the same blocks that carry the ``record_function`` ranges.
+
+    ``with clock("data"): ...`` times the block (seconds) and marks it for ``torch.profiler``;
+    it costs a few microseconds per block. The phase sums need no profiler, so every trial
+    records them (the ``overhead_share`` column) and ``harness profile`` can read them for a
+    trial of any length; ``harness profile --torch-profiler`` cross-checks them against the
+    profiler's own ranges.
+    """
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {k: 0.0 for k in PHASES}
+        self.calls: dict[str, int] = {k: 0 for k in PHASES}
+
+    @contextlib.contextmanager
+    def __call__(self, name: str):
+        with record_function(PHASES[name]):
+            t0 = time.perf_counter()
+            try:
+                yield
+            finally:
+                self.seconds[name] += time.perf_counter() - t0
+                self.calls[name] += 1
+
+    def to_dict(self) -> dict[str, dict[str, float]]:
+        """``{phase: {"s": seconds, "calls": n}}``."""
+        return {k: {"s": self.seconds[k], "calls": self.calls[k]} for k in PHASES}
 
 SOLVED = 0.99  #: exact-match threshold for "solved" (time/steps to solve)
 PROBE_SEQUENCES = 200  #: held-out sequences scored at each periodic evaluation
@@ -212,6 +252,10 @@ def greedy_exact_match(model, src: torch.Tensor, tgt_y: torch.Tensor, pad: int, 
 #: Activation elements (rows x positions x widest layer) one evaluation chunk may hold.
 EVAL_CHUNK_ELEMENTS = 2**22
 
+#: How exact-match accuracy was computed (the ``exact_match_method`` column).
+EM_TEACHER_FORCED = "teacher-forced (decoder verified causal)"
+EM_GREEDY = "greedy decoding"
+
 
 def eval_chunk(cfg: RunConfig) -> int:
     """Sequences per evaluation chunk: at most 500 (larger chunks were no faster per sequence
@@ -222,10 +266,63 @@ def eval_chunk(cfg: RunConfig) -> int:
 
 
 @torch.inference_mode()
-def evaluate(model, data: Batch, cfg: RunConfig, device, dtype: str, chunk: int | None = None) -> dict[str, float]:
+def decoder_is_causal(model, cfg: RunConfig, device, rows: int = 4, seed: int = 0) -> bool:
+    """Whether the decoder's output at every target position is independent of the target
+    tokens after it, tested on ``rows`` random sequences: for each cut ``c`` the tokens at
+    positions >= c are redrawn and the logits at positions < c must stay the same
+    (``allclose``, atol 1e-5, rtol 1e-4; masked scores give exactly zero weight, so a causal
+    model reproduces them to the last bit or nearly). Dropout is off (eval mode) during the test.
+
+    Why it matters: when it holds, greedy decoding reproduces the gold prefix exactly as long as
+    every earlier token was right, so "greedy decoding gets every label right" is the same event as
+    "the teacher-forced argmax is right at every label position", and :func:`evaluate` scores
+    exact match from the one teacher-forced pass (about 4x cheaper at the ``paper`` preset).
+    A decoder that sees the future (the discarded-mask bug of seed 001) fails this test and is
+    scored by real greedy decoding.
+
+    Returns False, too, when the model raises (it will fail in training with its own message).
+
+    Shape: random src (rows, seq_len), tgt (rows, seq_len + 1) starting with ``START``.
+    """
+    mc, tc = cfg.model, cfg.train
+    g = torch.Generator().manual_seed(seed)
+    length = tc.seq_len + 1
+    low = START + 1 if mc.vocab > START + 2 else 1
+    src = torch.randint(low, mc.vocab, (rows, tc.seq_len), generator=g).to(device)
+    tgt = torch.randint(low, mc.vocab, (rows, length), generator=g)
+    tgt[:, 0] = START
+    was_training = model.training
+    model.eval()
+    span = mc.vocab - low  # tokens to draw from: [low, vocab)
+    try:
+        try:
+            base = model(src, tgt.to(device))  # (rows, T, V) logits
+        except Exception:  # noqa: BLE001 - a model that crashes fails in its first training step, with its own message
+            return False  # (rows, T, V) logits
+        for c in range(1, length):
+            alt = tgt.clone()  # every token at positions >= c replaced by a different one
+            shift = torch.randint(1, max(2, span), (rows, length - c), generator=g)
+            alt[:, c:] = (tgt[:, c:] - low + shift) % span + low
+            out = model(src, alt.to(device))
+            if not torch.allclose(out[:, :c].float(), base[:, :c].float(), atol=1e-5, rtol=1e-4):
+                return False
+        return True
+    finally:
+        model.train(was_training)
+
+
+@torch.inference_mode()
+def evaluate(model, data: Batch, cfg: RunConfig, device, dtype: str, chunk: int | None = None,
+             causal: bool = False) -> dict[str, float]:
     """Held-out metrics on ``data``: unsmoothed cross-entropy (nats/token), token accuracy
-    (teacher forcing) and exact-match accuracy of greedy decoding (fraction of sequences,
-    :func:`greedy_exact_match`), in chunks of ``chunk`` sequences (default :func:`eval_chunk`)."""
+    (teacher forcing) and exact-match accuracy of greedy decoding (fraction of sequences), in
+    chunks of ``chunk`` sequences (default :func:`eval_chunk`).
+
+    Exact match: with ``causal=True`` (the caller ran :func:`decoder_is_causal`) it is read off the
+    teacher-forced pass (every non-pad label position's argmax right), which for a causal decoder is
+    the same event as greedy decoding getting every label right (up to float rounding at argmax
+    near-ties: the two paths multiply matrices of different shapes); otherwise by greedy decoding
+    (:func:`greedy_exact_match`)."""
     chunk = chunk or eval_chunk(cfg)
     was_training = model.training
     model.eval()
@@ -234,16 +331,20 @@ def evaluate(model, data: Batch, cfg: RunConfig, device, dtype: str, chunk: int 
     n = data.src.size(0)
     for i in range(0, n, chunk):
         b = Batch(data.src[i:i + chunk], data.tgt[i:i + chunk], data.tgt_y[i:i + chunk]).to(device)
+        keep = b.tgt_y != pad
         with _autocast(device, dtype):  # model(src, tgt), keeping the memory for greedy decoding
             src_mask, tgt_mask = model.make_masks(b.src, b.tgt)
             memory = model.encode(b.src, src_mask)  # (B, S, D)
             logits = model.embed.logits(model.decode(memory, src_mask, b.tgt, tgt_mask))  # (B, T, V)
-            exact = greedy_exact_match(model, b.src, b.tgt_y, pad, memory=memory)
-        keep = b.tgt_y != pad
+            right = logits.argmax(-1) == b.tgt_y  # (B, T)
+            if causal:
+                exact = (right | ~keep).all(dim=1)  # (B,)
+            else:
+                exact = greedy_exact_match(model, b.src, b.tgt_y, pad, memory=memory)
         ntok = int(keep.sum())
         tot_loss += float(loss_fn(logits, b.tgt_y, pad, 0.0)) * ntok
         tot_tok += ntok
-        tot_correct += float(((logits.argmax(-1) == b.tgt_y) & keep).sum())
+        tot_correct += float((right & keep).sum())
         tot_exact += float(exact.sum())
     model.train(was_training)
     return {"heldout_ce": tot_loss / tot_tok, "heldout_token_acc": tot_correct / tot_tok,
@@ -283,7 +384,8 @@ def peak_mem_mb(device: torch.device) -> float:
 
 
 def train(model, cfg: RunConfig, seed: int, device: torch.device, dtype: str = "fp32",
-          progress: Callable[[int, float], None] | None = None) -> tuple[dict[str, Any], list[dict]]:
+          progress: Callable[[int, float], None] | None = None,
+          clock: PhaseClock | None = None) -> tuple[dict[str, Any], list[dict]]:
     """Train ``model`` on the copy task; returns (metrics, curve).
 
     The curve holds one ``{"step", "split": "train", "loss"}`` row per step and one
@@ -295,12 +397,18 @@ def train(model, cfg: RunConfig, seed: int, device: torch.device, dtype: str = "
     held-out evaluation excluded. ``time_to_solve_s`` is ``train_s`` at the first evaluation
     with exact-match >= :data:`SOLVED` (a periodic one on :data:`PROBE_SEQUENCES` sequences,
     else the final one on ``eval_sequences``); ``tokens_per_s`` = label tokens / ``train_s``.
+
+    Exact match is read off the teacher-forced pass when :func:`decoder_is_causal` holds at the
+    start of training (recorded as ``exact_match_method``), else computed by greedy decoding.
     """
     tc, mc = cfg.train, cfg.model
+    clock = clock or PhaseClock()
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
     probe = eval_set(tc.task, PROBE_SEQUENCES, tc.seq_len, mc.vocab, tc.eval_seed + 1)
     opt, sched = make_optimizer(model, cfg)
+    with clock("evaluate"):
+        causal = decoder_is_causal(model, cfg, device)
     curve: list[dict] = []
     status, reason = "ok", ""
     tokens = 0
@@ -311,22 +419,27 @@ def train(model, cfg: RunConfig, seed: int, device: torch.device, dtype: str = "
     t0 = time.perf_counter()
     step = 0
     for step in range(1, tc.steps + 1):
-        batch = make_batch(tc.task, tc.batch, tc.seq_len, mc.vocab, gen).to(device)
-        loss_v, gnorm_v = train_step(model, batch, opt, sched, cfg, device, dtype)
-        if not (math.isfinite(loss_v) and math.isfinite(gnorm_v)):
+        with clock("data"):
+            batch = make_batch(tc.task, tc.batch, tc.seq_len, mc.vocab, gen).to(device)
+        with clock("step"):
+            loss_v, gnorm_v = train_step(model, batch, opt, sched, cfg, device, dtype)
+        with clock("log"):
+            curve.append({"step": step, "split": "train", "loss": loss_v})
+            finite = math.isfinite(loss_v) and math.isfinite(gnorm_v)
+            if finite:
+                tokens += batch.ntokens
+                if step <= 10:
+                    first_losses.append(loss_v)
+                if progress:
+                    progress(step, loss_v)
+        if not finite:
             status = "diverged"
             reason = f"non-finite {'loss' if not math.isfinite(loss_v) else 'gradient norm'} at step {step}"
-            curve.append({"step": step, "split": "train", "loss": loss_v})
             break
-        tokens += batch.ntokens
-        curve.append({"step": step, "split": "train", "loss": loss_v})
-        if step <= 10:
-            first_losses.append(loss_v)
-        if progress:
-            progress(step, loss_v)
         if tc.eval_every and step % tc.eval_every == 0 and step < tc.steps:
             train_s += time.perf_counter() - t0
-            m = evaluate(model, probe, cfg, device, dtype)
+            with clock("evaluate"):
+                m = evaluate(model, probe, cfg, device, dtype, causal=causal)
             curve.append({"step": step, "split": "heldout", "loss": m["heldout_ce"],
                           "exact_match": m["exact_match"], "wall_s": train_s})
             t0 = time.perf_counter()
@@ -335,8 +448,9 @@ def train(model, cfg: RunConfig, seed: int, device: torch.device, dtype: str = "
                 if tc.stop_at_solved:
                     break
     train_s += time.perf_counter() - t0
-    final = evaluate(model, eval_set(tc.task, tc.eval_sequences, tc.seq_len, mc.vocab, tc.eval_seed),
-                     cfg, device, dtype)
+    with clock("final_eval"):
+        final = evaluate(model, eval_set(tc.task, tc.eval_sequences, tc.seq_len, mc.vocab, tc.eval_seed),
+                         cfg, device, dtype, causal=causal)
     if status == "ok" and not all(math.isfinite(v) for v in final.values()):
         status, reason = "diverged", "non-finite held-out metrics"
     curve.append({"step": step, "split": "heldout", "loss": final["heldout_ce"],
@@ -353,6 +467,7 @@ def train(model, cfg: RunConfig, seed: int, device: torch.device, dtype: str = "
         "time_to_solve_s": solved_s if solved_s is not None else float("nan"),
         "train_s": train_s,
         "tokens_per_s": tokens / train_s if train_s > 0 else float("nan"),
+        "exact_match_method": EM_TEACHER_FORCED if causal else EM_GREEDY,
         "status": status,
         "reason": reason,
     }
@@ -429,7 +544,8 @@ def _registry(plugins: dict | None):
     return _REGISTRIES[key]
 
 
-def run_trial(spec: dict[str, Any], progress: Callable[[int, float], None] | None = None) -> dict[str, Any]:
+def run_trial(spec: dict[str, Any], progress: Callable[[int, float], None] | None = None,
+              clock: PhaseClock | None = None) -> dict[str, Any]:
     """Run one trial from a plain dict; never raises for a failing trial.
 
     Args:
@@ -439,11 +555,16 @@ def run_trial(spec: dict[str, Any], progress: Callable[[int, float], None] | Non
             ``threads`` pins ``torch.set_num_threads`` (results are bitwise reproducible for
             the same seed, config, device and threads); it is recorded in the row.
         progress: optional ``progress(step, loss)`` callback.
+        clock: the :class:`PhaseClock` to time the phases with (default: a new one).
 
     Returns:
-        ``{"row": {...metrics...}, "curve": [...]}``; a trial that raises gets status
-        ``failed`` and the exception as its reason (an out-of-memory error included).
+        ``{"row": {...metrics...}, "curve": [...], "phases": PhaseClock.to_dict()}``; a trial
+        that raises gets status ``failed`` and the exception as its reason (an out-of-memory
+        error included). ``row["overhead_share"]`` = 1 - step seconds / ``wall_s``: the share
+        of the trial's wall time spent outside the model's own steps (issue 6 target <= 5%).
     """
+    trial_settings()  # process-wide, once: the first call imports torch._inductor (~1.3 s), not the trial's time
+    clock = clock or PhaseClock()
     t_start = time.perf_counter()
     if spec.get("threads"):
         torch.set_num_threads(int(spec["threads"]))
@@ -464,14 +585,17 @@ def run_trial(spec: dict[str, Any], progress: Callable[[int, float], None] | Non
         registry = _registry(spec.get("plugins"))
         variant = Variant(spec["variant"], slots)
         row.update({f"slot_{k}": v for k, v in variant.resolved().items()})
-        model = build_model(registry, variant, cfg.model, seed=spec["seed"]).to(device)
+        with clock("build"):
+            model = build_model(registry, variant, cfg.model, seed=spec["seed"]).to(device)
         row["params"] = unique_parameter_count(model)
         reset_peak_mem(device)
-        metrics, curve = train(model, cfg, spec["seed"], device, row["dtype"], progress)
+        metrics, curve = train(model, cfg, spec["seed"], device, row["dtype"], progress, clock)
         row.update(metrics)
         row["peak_mem_mb"] = peak_mem_mb(device)
     except Exception as exc:  # noqa: BLE001 - a failing trial must not take the run down
         row.update({"status": "failed", "reason": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"})
         row["traceback"] = traceback.format_exc(limit=5)
     row["wall_s"] = time.perf_counter() - t_start
-    return {"row": row, "curve": curve}
+    if row.get("status") != "failed" and row["wall_s"] > 0:
+        row["overhead_share"] = 1.0 - clock.seconds["step"] / row["wall_s"]
+    return {"row": row, "curve": curve, "phases": clock.to_dict()}

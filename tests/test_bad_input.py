@@ -163,7 +163,7 @@ def _catalogue(tmp: Path) -> dict[str, tuple[list[str], str]]:
                                       "harness_add_variants() raised ValueError"),
         "plugin_wrong_types_strict": (["--strict-plugins", "--plugin", str(plugins["wrong_types.py"]), *base],
                                       "must return a list of Variant"),
-        "jobs_zero": ([*base, "--jobs", "0"], "--jobs must be >= 1"),
+        "jobs_zero": ([*base, "--jobs", "0"], "--jobs must be 'auto' or >= 1"),
         "address_without_ray": ([*base, "--address", "127.0.0.1:6379"], "needs --executor ray"),
     }
     if os.geteuid() != 0:

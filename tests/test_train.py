@@ -76,6 +76,44 @@ def test_evaluate_matches_forward_and_greedy_decode(registry, name):
     assert got["exact_match"] == pytest.approx(float(em))
 
 
+@pytest.mark.parametrize("name", builtin_variant_names())
+def test_every_builtin_decoder_is_causal(registry, name):
+    cfg = get_preset("quick")
+    model = build_model(registry, registry.variants[name], cfg.model, seed=0)
+    assert T.decoder_is_causal(model, cfg, torch.device("cpu"))
+
+
+@pytest.mark.parametrize("name", ["bug_001_discarded_mask", "bug_001_uint8_invert", "bug_001_unexpanded_mask"])
+def test_decoders_that_see_the_future_or_crash_are_not_causal(registry, name):
+    cfg = get_preset("quick")
+    model = build_model(registry, registry.variants[name], cfg.model, seed=0)
+    model.train()
+    assert not T.decoder_is_causal(model, cfg, torch.device("cpu"))
+    assert model.training  # the test restores the mode
+
+
+@pytest.mark.parametrize("name", ["baseline", "seed_001", "seed_002"])
+def test_teacher_forced_exact_match_equals_greedy_on_a_half_trained_model(registry, name):
+    cfg = get_preset("quick").override({"train.steps": 150, "train.eval_every": 0})
+    model = build_model(registry, registry.variants[name], cfg.model, seed=0)
+    T.train(model, cfg, seed=0, device=torch.device("cpu"))
+    data = eval_set(cfg.train.task, 400, cfg.train.seq_len, cfg.model.vocab, seed=9)
+    greedy = T.evaluate(model, data, cfg, torch.device("cpu"), "fp32", causal=False)
+    forced = T.evaluate(model, data, cfg, torch.device("cpu"), "fp32", causal=True)
+    assert 0.05 < greedy["exact_match"] < 0.95  # both outcomes occur, so the test can fail
+    assert forced == greedy
+
+
+def test_a_leaky_decoder_is_scored_by_greedy_decoding(registry):
+    cfg = get_preset("tiny")
+    model = build_model(registry, registry.variants["bug_001_discarded_mask"], cfg.model, seed=0)
+    metrics, _ = T.train(model, cfg, seed=0, device=torch.device("cpu"))
+    assert metrics["exact_match_method"] == T.EM_GREEDY
+    model = build_model(registry, registry.variants["baseline"], cfg.model, seed=0)
+    metrics, _ = T.train(model, cfg, seed=0, device=torch.device("cpu"))
+    assert metrics["exact_match_method"] == T.EM_TEACHER_FORCED
+
+
 def test_train_step_skips_the_update_when_the_loss_is_not_finite(registry):
     cfg = get_preset("tiny")
     model = build_model(registry, registry.variants["baseline"], cfg.model, seed=0)

@@ -44,7 +44,7 @@ exit codes: 0 all trials ok, 1 a trial failed or diverged, 2 bad input, 130 inte
 #: that ``--resume`` can tell "asked for X" from "did not say". name -> default.
 PLAN_DEFAULTS = {"variants": "all", "preset": "quick", "seeds": 1, "seed_start": 0}
 DEVICE_DEFAULTS = {"device": "auto", "dtype": "fp32"}
-EXEC_DEFAULTS = {"executor": "local", "jobs": 1}
+EXEC_DEFAULTS = {"executor": "local", "jobs": "auto"}
 CONFIG_OPTIONS = {"preset", "overrides", "experiment"}
 TRIAL_OPTIONS = {"variants", "grid", "seeds", "seed_start", "experiment"}
 
@@ -66,8 +66,10 @@ def register(sub, parents):
     g.add_argument("--resume", metavar="RUN_DIR", default=None,
                    help="continue the run stored in RUN_DIR (results/<run-id>): run only its missing trials; "
                         "refused when the config differs from the stored one")
-    g.add_argument("--jobs", "-j", type=int, metavar="N",
-                   help="run trials in N local worker processes, each with max(1, cores // N) threads (default 1)")
+    g.add_argument("--jobs", "-j", type=jobs_arg, metavar="N",
+                   help="run trials in N local worker processes, each with max(1, cores // N) threads; 'auto' "
+                        "(default): on the CPU one process per core with 1 thread each, else 1. Use --jobs 1 "
+                        "when the trials' own timings matter")
     g.add_argument("--executor", choices=["local", "ray"],
                    help="local (this machine; default) or ray (a Ray cluster: pip install -e '.[ray]')")
     g.add_argument("--address", metavar="ADDR", default=None,
@@ -77,6 +79,16 @@ def register(sub, parents):
                    help="torch threads per trial (default: cores // jobs locally, 1 per Ray task); "
                         "results are bitwise reproducible for the same threads")
     p.set_defaults(func=main, **{k: None for k in (*PLAN_DEFAULTS, *DEVICE_DEFAULTS, *EXEC_DEFAULTS)})
+
+
+def jobs_arg(text: str) -> int | str:
+    """``--jobs``: a positive integer or ``auto``."""
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of processes or 'auto', got {text!r}") from None
 
 
 def command_line() -> str:
@@ -164,6 +176,7 @@ def main(args) -> int:
         return plan.measure(args, plan)
     variants, seeds, cfg = plan.variants, plan.seeds, plan.config
     device = device_name(args.device, options)
+    options = options.resolved(len(variants) * len(seeds) * len(plan.points), device)
     from ..cli import plugin_spec
 
     plugins = plugin_spec(args).to_dict()
@@ -355,8 +368,9 @@ def resume(args, given: set[str], options: ExecutionOptions) -> int:
         options = execution_options(argparse.Namespace(
             executor=stored.get("executor", "local"), jobs=stored.get("jobs", 1), threads=stored.get("threads"),
             address=stored.get("address")))
+    todo = [ts for ts in specs if ts.key in set(store.missing(ts.key for ts in specs))]
+    options = options.resolved(len(todo), meta.get("device", "cpu"))
     with executor_session(options, meta.get("plugins") or {}, args.quiet), store.lock():
-        todo = [ts for ts in specs if ts.key in set(store.missing(ts.key for ts in specs))]
         meta.setdefault("resumes", []).append({"command": command_line(), "missing": len(todo),
                                                "execution": options.to_dict()})
         return execute_and_report(store, todo, meta, options, args.quiet,

@@ -1,0 +1,124 @@
+"""``python -m harness profile``: the harness's own share of a trial's wall time (torch.profiler).
+
+Heavy imports (torch, pandas) happen inside :func:`main`, so ``python -m harness list`` stays fast.
+"""
+from __future__ import annotations
+
+import shlex
+import sys
+
+from .common import add_config, add_selection
+
+DESCRIPTION = """Run one trial per selected variant exactly as 'harness run' does (same loop,
+evaluation and storing; in this process, all cores) and split its wall time into the phases the
+training loop times and marks for torch.profiler: build, data, step (the model's forward,
+backward and optimizer), log, evaluate, final_eval, store. Everything but 'step' is the harness's
+overhead; the issue-6 target is <= 5% of the trial's wall time. --torch-profiler also runs the
+trial under torch.profiler and reports its range totals next to the clock's (short trials: the
+profiler keeps every op's event). Prints a table and writes profile.csv and profile.md (command,
+environment, table) under results/<run-id>/, next to the trials' JSON."""
+
+EPILOG = """examples:
+  python -m harness profile --variants baseline --preset paper     the Annotated copy config, 400 steps
+  python -m harness profile --variants baseline pre_norm           the quick preset
+  python -m harness profile --variants baseline --torch-profiler   quick preset, cross-checked by torch.profiler"""
+
+
+def register(sub, parents):
+    import argparse
+
+    p = sub.add_parser("profile", parents=parents, help="the harness's own overhead in a trial (torch.profiler)",
+                       description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_selection(p, default="baseline")
+    add_config(p)
+    p.add_argument("--seed", type=int, default=0, help="the trial's seed (default 0)")
+    p.add_argument("--torch-profiler", action="store_true",
+                   help="also run under torch.profiler and report its range totals (memory: a few GB for a "
+                        "400-step paper trial; fine for the quick preset)")
+    p.add_argument("--results-dir", default="results", metavar="DIR", help="where runs are stored (default results)")
+    p.add_argument("--run-id", default=None, help="name of the run folder (default: profile-<timestamp>)")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
+    p.set_defaults(func=main)
+
+
+def render_markdown(frame, lines: list[str], meta: dict) -> str:
+    """profile.md: command, environment, config, the phase table and the verdicts."""
+    import json
+
+    from ..overhead import OVERHEAD_TARGET
+
+    env = meta["environment"]
+    out = [f"# Harness overhead per trial ({meta['preset'] or 'custom'} config)", "", "```", meta["command"], "```", "",
+           "## Environment", ""]
+    out += [f"- {k}: {v}" for k, v in env.items() if v is not None]
+    out += ["", "## Config", "", "```json"] + [f'"{k}": {json.dumps(v)}' for k, v in meta["config"].items()]
+    out += ["```", "", "## Phases", "", frame.to_markdown(index=False, tablefmt="github", floatfmt=".3f"), "",
+            "## Summary", ""] + [f"- {line}" for line in lines]
+    out += ["", "## How to read this", "",
+            "- Each trial ran as `harness run` runs it (`harness.train.run_trial`, then the trial's JSON written "
+            "by `RunStore`), in this process with all cores.",
+            "- `seconds` of a phase: wall time summed by the loop's `PhaseClock` (`time.perf_counter` around "
+            "each block); `share`: of the trial's wall time; `torch.profiler s` (with `--torch-profiler`): "
+            "the same blocks' `record_function` range totals as the profiler saw them (CPU wall time).",
+            f"- overhead = wall - step; the target is <= {OVERHEAD_TARGET:.0%}. Under `--torch-profiler` every op "
+            "is recorded, which slows `step` (small-op models most), so its overhead share reads lower.",
+            ""]
+    return "\n".join(out)
+
+
+def main(args) -> int:
+    import datetime as dt
+
+    import pandas as pd
+
+    from ..cli import plugin_spec
+    from ..overhead import profile_rows, profile_trial, verdict
+    from ..runner import make_specs
+    from ..store import RunStore, atomic_write_text
+    from ..train import environment, resolve_device
+    from .common import load_registry, resolve_config, select_variants
+
+    reg = load_registry(args)
+    variants = select_variants(reg, args)
+    cfg = resolve_config(args)
+    device = resolve_device(args.device)
+    plugins = plugin_spec(args).to_dict()
+    specs = make_specs(variants, [args.seed], cfg, device.type, args.dtype, plugins)
+    command = "python -m harness " + shlex.join(sys.argv[1:])
+    meta = {"kind": "profile", "command": command, "preset": args.preset, "config": cfg.to_dict(),
+            "variants": [v.name for v in variants], "seeds": [args.seed], "device": device.type,
+            "dtype": args.dtype, "plugins": plugins, "environment": environment(device)}
+    run_id = args.run_id or "profile-" + dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    store = RunStore.create(args.results_dir, meta, run_id)
+    log = None if args.quiet else (lambda line: print(f"profile: {line}", file=sys.stderr, flush=True))
+    rows, lines = [], []
+    for ts in specs:
+        if log:
+            log(f"{ts.spec['variant']}: one trial under torch.profiler ...")
+        result, prof = profile_trial(ts.spec, lambda r, key=ts.key: store.write_trial(key, r),
+                                     torch_profiler=args.torch_profiler)
+        row = result["row"]
+        if row.get("status") != "ok" and log:
+            log(f"{ts.spec['variant']}: trial {row.get('status')}: {row.get('reason', '')}")
+        rows += profile_rows(ts.spec["variant"], prof)
+        line = verdict(ts.spec["variant"], prof)
+        line += f"; trial row: train_s {row.get('train_s', float('nan')):.1f} s, wall_s {row.get('wall_s', float('nan')):.1f} s, "
+        line += f"exact-match {row.get('exact_match', float('nan')):.3f}"
+        if "profiler_phases" in prof:
+            pp = prof["profiler_phases"]
+            share = 1 - pp["step"]["s"] / prof["wall_s"]
+            line += (f"; torch.profiler ranges: overhead {share:.1%} (its own start-up and post-processing "
+                     f"{prof['profiler_s']:.1f} s, not counted)")
+        lines.append(line)
+        if log:
+            log(line)
+        frame = pd.DataFrame(rows)
+        atomic_write_text(store.root / "profile.csv", frame.to_csv(index=False))
+        atomic_write_text(store.root / "profile.md", render_markdown(frame, lines, meta))
+    frame = pd.DataFrame(rows)
+    print(frame.drop(columns=["what"]).to_markdown(index=False, tablefmt="github", floatfmt=".3f"))
+    print()
+    for line in lines:
+        print(line)
+    print(f"\nprofile: {store.root / 'profile.md'}")
+    return 0

@@ -1,0 +1,115 @@
+"""How much of a trial's wall time is the harness's own work.
+
+A trial runs exactly as ``harness run`` runs it (:func:`harness.train.run_trial`, then its JSON is
+written by :class:`harness.store.RunStore`). The training loop times its phases with a
+:class:`harness.train.PhaseClock` (``time.perf_counter`` around each block, which also carries a
+``torch.profiler`` ``record_function`` range named in :data:`harness.train.PHASES`). ``step``
+(forward, loss, backward, gradient norm, Adam, schedule) is the model's work; every other phase --
+model assembly, batch generation, curve rows and progress callback, the causality test and the
+periodic and final held-out evaluations, storing -- and whatever no phase covers (seeding,
+settings, peak-memory reads) is the harness's overhead. Issue 6 asks for overhead <= 5% of a
+trial's wall time (:data:`OVERHEAD_TARGET`).
+
+With ``torch_profiler=True`` the trial also runs inside ``torch.profiler.profile`` and the
+profiler's own range totals are reported next to the clock's, as an independent measurement.
+The profiler records every op too (about a microsecond or two each, mostly inside ``step``, and
+a few GB of events for a 400-step ``paper`` trial), so use it on short trials; the clock alone
+costs a few microseconds per phase block.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+OVERHEAD_TARGET = 0.05  #: issue 6: the harness's own share of a trial's wall time, at most
+
+#: Phases in report order, with what each covers.
+PHASE_NOTES = {
+    "build": "assemble the variant, canonical init, move to device",
+    "data": "generate the training batch, move to device",
+    "step": "forward + float32 loss, backward, grad norm, Adam, schedule (the model's work)",
+    "log": "curve row, finiteness check, progress callback",
+    "evaluate": "periodic held-out probe (greedy decoding)",
+    "final_eval": "final held-out evaluation (greedy decoding)",
+    "store": "write the trial's JSON (atomic rename)",
+}
+
+
+def profile_trial(spec: dict[str, Any], write: Callable[[dict], Any],
+                  torch_profiler: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Run one trial (``spec`` as for :func:`harness.train.run_trial`) and ``write(result)``;
+    return ``(result, profile)``.
+
+    ``profile`` holds ``wall_s`` (seconds, run_trial + write), ``phases`` ({phase: {"s": seconds,
+    "calls": int}} from the phase clock), ``unattributed_s``, ``overhead_s`` / ``overhead_share``
+    (everything but ``step``) and, with ``torch_profiler``, ``profiler_phases`` (the same phases
+    as the profiler's ``record_function`` range totals, CPU wall time) and ``profiler_s`` (its
+    start-up and post-processing, not counted in ``wall_s``).
+
+    Raises:
+        nothing for a failing trial (run_trial records it as ``failed``); profiler errors propagate.
+    """
+    import contextlib
+
+    from .train import PHASES, PhaseClock, run_trial, trial_settings
+
+    trial_settings()  # once per process (torch's deterministic mode imports torch._inductor: ~1.3 s), not per trial
+    clock = PhaseClock()
+    prof_cm = contextlib.nullcontext()
+    if torch_profiler:
+        import torch
+        from torch.profiler import ProfilerActivity, profile
+
+        acts = [ProfilerActivity.CPU]
+        if str(spec.get("device", "cpu")).startswith("cuda") and torch.cuda.is_available():
+            acts.append(ProfilerActivity.CUDA)
+        prof_cm = profile(activities=acts, record_shapes=False, with_stack=False)
+    t_outer = time.perf_counter()
+    with prof_cm as prof:
+        t0 = time.perf_counter()
+        result = run_trial(spec, clock=clock)
+        with clock("store"):
+            write(result)
+        wall = time.perf_counter() - t0
+    out: dict[str, Any] = {"wall_s": wall, "phases": clock.to_dict()}
+    if torch_profiler:
+        names = {v: k for k, v in PHASES.items()}
+        got = {k: {"s": 0.0, "calls": 0} for k in PHASES}
+        for evt in prof.key_averages():
+            if evt.key in names:
+                got[names[evt.key]] = {"s": evt.cpu_time_total / 1e6, "calls": int(evt.count)}
+        out["profiler_phases"] = got
+        out["profiler_s"] = time.perf_counter() - t_outer - wall
+    covered = sum(p["s"] for p in out["phases"].values())
+    out["unattributed_s"] = max(0.0, wall - covered)
+    out["overhead_s"] = wall - out["phases"]["step"]["s"]
+    out["overhead_share"] = out["overhead_s"] / wall if wall > 0 else float("nan")
+    return result, out
+
+
+def profile_rows(variant: str, prof: dict[str, Any]) -> list[dict[str, Any]]:
+    """One table row per phase (plus ``(unattributed)`` and ``overhead``) for ``variant``."""
+    wall = prof["wall_s"]
+    pp = prof.get("profiler_phases")
+    rows = [{"variant": variant, "phase": k, "seconds": v["s"], "share": v["s"] / wall, "calls": v["calls"],
+             **({"torch.profiler s": pp[k]["s"]} if pp else {}), "what": PHASE_NOTES.get(k, "")}
+            for k, v in prof["phases"].items()]
+    rows.append({"variant": variant, "phase": "(unattributed)", "seconds": prof["unattributed_s"],
+                 "share": prof["unattributed_s"] / wall, "calls": 0,
+                 "what": "seeding, settings, registry, peak-memory reads: covered by no range"})
+    rows.append({"variant": variant, "phase": "overhead (all but step)", "seconds": prof["overhead_s"],
+                 "share": prof["overhead_share"], "calls": 0, "what": "the harness's own share of the trial"})
+    rows.append({"variant": variant, "phase": "wall", "seconds": wall, "share": 1.0, "calls": 1,
+                 "what": "the trial: run_trial + store"})
+    return rows
+
+
+def verdict(variant: str, prof: dict[str, Any], target: float = OVERHEAD_TARGET) -> str:
+    """One line: the overhead share against ``target``."""
+    share = prof["overhead_share"]
+    parts = {k: v["s"] for k, v in prof["phases"].items() if k != "step"}
+    parts["(unattributed)"] = prof["unattributed_s"]
+    top = max(parts, key=parts.get)
+    return (f"{variant}: harness overhead {share:.1%} of {prof['wall_s']:.1f} s trial wall "
+            f"({'meets' if share <= target else 'misses'} the target <= {target:.0%}; largest part: {top} "
+            f"{parts[top]:.2f} s)")

@@ -1,0 +1,86 @@
+"""``harness profile`` (the harness's share of a trial's wall time) and ``--jobs auto``."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from harness import overhead as O
+from harness.config import get_preset
+from harness.runner import ExecutionOptions, make_specs
+from harness.train import PHASES
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_profile_trial_splits_the_wall_time_into_the_loops_phases(registry, tmp_path):
+    cfg = get_preset("tiny")
+    (spec,) = [ts.spec for ts in make_specs([registry.variants["baseline"]], [0], cfg, "cpu", "fp32", {})]
+    written = []
+    result, prof = O.profile_trial(spec, written.append)
+    assert written == [result] and result["row"]["status"] == "ok"
+    phases = prof["phases"]
+    assert set(phases) == set(PHASES)
+    assert phases["step"]["calls"] == phases["data"]["calls"] == phases["log"]["calls"] == cfg.train.steps
+    assert phases["evaluate"]["calls"] == cfg.train.steps // cfg.train.eval_every - 1 + 1  # probes + causality test
+    assert phases["final_eval"]["calls"] == phases["build"]["calls"] == phases["store"]["calls"] == 1
+    covered = sum(p["s"] for p in phases.values())
+    assert 0 < covered <= prof["wall_s"] * 1.001
+    assert prof["overhead_s"] == pytest.approx(prof["wall_s"] - phases["step"]["s"])
+    assert prof["overhead_share"] == pytest.approx(prof["overhead_s"] / prof["wall_s"])
+    rows = O.profile_rows("baseline", prof)
+    assert [r["phase"] for r in rows][-1] == "wall"
+    line = O.verdict("baseline", prof, target=1.0)
+    assert "meets the target <= 100%" in line
+    assert "misses" in O.verdict("baseline", prof, target=0.0)
+
+
+def test_profile_command_writes_a_table_and_the_trial(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "harness", "profile", "--variants", "baseline", "--preset", "tiny",
+                          "--results-dir", str(tmp_path), "--run-id", "p", "-q"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "harness overhead" in out.stdout
+    run = tmp_path / "p"
+    frame = pd.read_csv(run / "profile.csv")
+    assert {"build", "data", "step", "log", "evaluate", "final_eval", "store", "wall"} <= set(frame.phase)
+    assert (run / "trials" / "baseline__s0.json").exists() or list((run / "trials").glob("*.json"))
+    md = (run / "profile.md").read_text()
+    assert "python -m harness profile" in md and "## Environment" in md
+    assert json.loads((run / "config.json").read_text())["kind"] == "profile"
+
+
+@pytest.mark.parametrize("n, device, executor, threads, want", [
+    (11, "cpu", "local", None, "cores"),  # one worker per core
+    (1, "cpu", "local", None, 1),  # a single trial runs here
+    (11, "cuda", "local", None, 1),
+    (11, "cpu", "ray", None, 1),
+    (11, "cpu", "local", 10**6, 1),  # threads per trial fill the machine
+])
+def test_jobs_auto(n, device, executor, threads, want):
+    from harness.executors import available_cores
+
+    opts = ExecutionOptions(executor, "auto", threads).validate().resolved(n, device)
+    expected = min(n, available_cores()) if want == "cores" else want
+    assert opts.jobs == expected
+    assert opts.trial_threads() >= 1
+    assert ExecutionOptions("local", 3).resolved(n, device).jobs == 3  # a number is kept
+
+
+def test_run_records_the_resolved_jobs(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-m", "harness", "run", "--variants", "baseline", "pre_norm",
+                          "--preset", "tiny", "--device", "cpu", "--results-dir", str(tmp_path), "--run-id", "r", "-q"],
+                         capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr
+    meta = json.loads((tmp_path / "r" / "config.json").read_text())
+    from harness.executors import available_cores
+
+    assert meta["execution"]["jobs"] == min(2, available_cores())
+    rows = pd.read_csv(tmp_path / "r" / "trials.csv")
+    assert set(rows.threads) == {max(1, available_cores() // min(2, available_cores()))}
