@@ -27,7 +27,8 @@ EPILOG = """examples:
 def register(sub, parents):
     import argparse
 
-    p = sub.add_parser("profile", parents=parents, help="the harness's own overhead in a trial (torch.profiler)",
+    p = sub.add_parser("profile", parents=parents,
+                       help="the harness's own overhead in a trial (phase clock, optional torch.profiler)",
                        description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_selection(p, default="baseline")
     add_config(p)
