@@ -528,7 +528,7 @@ def run_grad_norm(args, plan, exp: Experiment, registry) -> int:
     Each measurement is stored as one trial (``row``: the last/first-layer norms; ``curve``:
     one row per layer and stack) so ``report RUN`` re-renders it like any run.
     """
-    from .commands.run import command_line
+    from .commands.common import command_line
     from .model import build_model, unique_parameter_count
     from .runner import progress_bar
     from .store import RunStore, trial_key
@@ -623,7 +623,6 @@ def write_measurement_report(store, meta: dict, df, exp: Experiment) -> Path:
     """report.md for ``kind = "grad_norm_at_init"``: norms per depth, slopes, claims, plots."""
     import pandas as pd
 
-    from . import stats
     from .report import environment_block, to_markdown
     from .store import atomic_write_text
 
@@ -909,8 +908,6 @@ def claim_sections(exp: Experiment, df, rows, baseline, metric, meta) -> list[st
 
 def departures(exp: Experiment, df, rows, baseline, metric, meta) -> list[str]:
     """Data-driven statements of where this run departs from the paper's picture (plain sentences)."""
-    import pandas as pd
-
     from . import stats
 
     out: list[str] = []

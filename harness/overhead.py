@@ -29,8 +29,8 @@ PHASE_NOTES = {
     "data": "generate the training batch, move to device",
     "step": "forward + float32 loss, backward, grad norm, Adam, schedule (the model's work)",
     "log": "curve row, finiteness check, progress callback",
-    "evaluate": "periodic held-out probe (greedy decoding)",
-    "final_eval": "final held-out evaluation (greedy decoding)",
+    "evaluate": "decoder causality test, periodic held-out probes",
+    "final_eval": "final held-out evaluation",
     "store": "write the trial's JSON (atomic rename)",
 }
 

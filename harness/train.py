@@ -39,12 +39,9 @@ from .model import build_model, unique_parameter_count
 from .registry import Variant
 from .tasks.copy import START, Batch, eval_set, make_batch
 
-#: Names of the ``torch.profiler.record_function`` ranges that mark a trial's phases
-#: (``harness profile`` sums them; they cost about a microsecond each when no profiler runs).
-#: ``step`` is the model's own work (forward, loss, backward, optimizer); everything else is
-#: the harness's overhead: ``build`` (assembly and init), ``data`` (batch generation),
-#: ``log`` (curve rows, progress callback), ``evaluate`` (periodic held-out probes),
-#: ``final_eval`` (the held-out evaluation at the end), ``store`` (writing the trial's JSON).
+#: Names of the ``torch.profiler.record_function`` ranges that mark a trial's phases (about
+#: 10 us each when no profiler runs). ``step`` is the model's own work; every other phase is the
+#: harness's overhead (what each covers: :data:`harness.overhead.PHASE_NOTES`).
 PHASES = {k: f"harness.{k}" for k in ("build", "data", "step", "log", "evaluate", "final_eval", "store")}
 
 
@@ -298,7 +295,7 @@ def decoder_is_causal(model, cfg: RunConfig, device, rows: int = 4, seed: int = 
         try:
             base = model(src, tgt.to(device))  # (rows, T, V) logits
         except Exception:  # noqa: BLE001 - a model that crashes fails in its first training step, with its own message
-            return False  # (rows, T, V) logits
+            return False
         for c in range(1, length):
             alt = tgt.clone()  # every token at positions >= c replaced by a different one
             shift = torch.randint(1, max(2, span), (rows, length - c), generator=g)
@@ -579,7 +576,6 @@ def run_trial(spec: dict[str, Any], progress: Callable[[int, float], None] | Non
     try:
         device = resolve_device(spec.get("device", "auto"))
         row["device"] = device.type
-        trial_settings()
         if device.type == "cuda":
             torch.backends.cudnn.benchmark = False
         registry = _registry(spec.get("plugins"))

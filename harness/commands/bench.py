@@ -4,11 +4,10 @@ Heavy imports (torch, pandas) happen inside :func:`main`, so ``python -m harness
 """
 from __future__ import annotations
 
-import shlex
 import sys
 
 from ..config import PRESET_NOTES
-from .common import add_selection
+from .common import add_output, add_selection
 
 DESCRIPTION = """Measure training speed per variant side by side with a torch.nn.Transformer
 reference of the same config, in one process, interleaved round-robin: step time (median and
@@ -42,20 +41,16 @@ def register(sub, parents):
                    help="untimed steps per contender first (default 3)")
     p.add_argument("--no-memory", dest="memory", action="store_false",
                    help="skip the fresh-process peak-memory probes (about 5 s per contender and dtype)")
-    p.add_argument("--results-dir", default="results", metavar="DIR", help="where runs are stored (default results)")
-    p.add_argument("--run-id", default=None, help="name of the run folder (default: bench-<timestamp>)")
-    p.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
+    add_output(p, "bench")
     p.set_defaults(func=main)
 
 
 def main(args) -> int:
-    import datetime as dt
-
     from ..bench import BenchError, bench_meta, run_bench, summary_lines, table_frame, write_outputs
     from ..cli import plugin_spec
     from ..store import RunStore
     from ..train import resolve_device, trial_settings
-    from .common import load_registry, resolve_config, select_variants
+    from .common import command_line, load_registry, output_run_id, resolve_config, select_variants
 
     if args.steps < 1 or args.warmup_steps < 0:
         raise BenchError(f"--steps must be >= 1 and --warmup-steps >= 0, got {args.steps} and {args.warmup_steps}")
@@ -66,10 +61,9 @@ def main(args) -> int:
     dtypes = ["fp32", "bf16"] if args.dtype == "both" else [args.dtype]
     plugins = plugin_spec(args).to_dict()
     trial_settings()  # before the environment block records the settings
-    command = "python -m harness " + shlex.join(sys.argv[1:])
+    command = command_line()
     meta = bench_meta(command, args.preset, cfg, device, dtypes, args.steps, args.warmup_steps, variants, plugins)
-    run_id = args.run_id or "bench-" + dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    store = RunStore.create(args.results_dir, meta, run_id)
+    store = RunStore.create(args.results_dir, meta, output_run_id(args, "bench"))
     log = None if args.quiet else (lambda line: print(f"bench: {line}", file=sys.stderr, flush=True))
     if log:
         log(f"{store.root}: {len(variants)} variant(s) + nn.Transformer, {'/'.join(dtypes)}, "

@@ -15,7 +15,7 @@ from ..config import ModelConfig, get_preset
 from ..errors import ConfigError
 from ..store import RunStore, atomic_write_text
 from ..train import environment, resolve_device
-from .common import add_selection, load_registry, parse_overrides, select_variants
+from .common import add_output, add_selection, load_registry, output_run_id, parse_overrides, select_variants
 
 DESCRIPTION = """Check the selected variants against each other and against PyTorch's built-ins:
 every pair of variants holding the same canonical parameters (logits at real target positions
@@ -53,9 +53,7 @@ def register(sub, parents):
     p.add_argument("--seed", type=int, default=0, help="seed of the reference parameters and the batch (default 0)")
     p.add_argument("--equivalent", action="append", default=[], metavar="SLOT=A,B",
                    help="declare components of SLOT numerically equivalent (repeatable), e.g. attention=annotated,my_attn")
-    p.add_argument("--results-dir", default="results", metavar="DIR", help="where results are stored (default results)")
-    p.add_argument("--run-id", default=None, help="name of the results folder (default: a timestamp)")
-    p.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
+    add_output(p, "check")
     p.set_defaults(func=main)
 
 
@@ -86,14 +84,14 @@ def main(args) -> int:
     log = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     report = run_checks(reg, variants, cfg, device=device, dtype=args.dtype, seed=args.seed, groups=groups, log=log)
     from ..cli import plugin_spec
-    from .run import command_line
+    from .common import command_line
 
     meta = {"kind": "check", "command": command_line(), "config": {"model": dataclasses.asdict(cfg)},
             "variants": [v.name for v in variants], "seeds": [args.seed], "device": device.type, "dtype": args.dtype,
             "equivalent": {s: sorted(sorted(g) for g in gs) for s, gs in groups.items()},
             "plugins": plugin_spec(args).to_dict(), "environment": environment(device), "tf32": report.tf32,
             "check_wall_s": report.wall_s, "ok": report.ok}
-    store = RunStore.create(args.results_dir, meta, args.run_id)
+    store = RunStore.create(args.results_dir, meta, output_run_id(args, "check"))
     meta["run_id"] = store.root.name
     csv_path, md_path = store.root / "checks.csv", store.root / "checks.md"
     atomic_write_text(csv_path, results_frame(report).to_csv(index=False))

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import shlex
 import sys
 
 from ..config import PRESETS, PRESET_NOTES, RunConfig, get_preset
@@ -26,6 +27,25 @@ def add_config(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto", help="auto (cuda when present), cpu or cuda. Default: auto")
     p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"],
                    help="fp32, or bf16 mixed precision through torch.autocast (loss in float32)")
+
+
+def add_output(p: argparse.ArgumentParser, prefix: str) -> None:
+    """``--results-dir``, ``--run-id`` (default ``<prefix>-<timestamp>``) and ``--quiet``."""
+    p.add_argument("--results-dir", default="results", metavar="DIR", help="where results are stored (default results)")
+    p.add_argument("--run-id", default=None, help=f"name of the results folder (default: {prefix}-<timestamp>)")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
+
+
+def output_run_id(args, prefix: str) -> str:
+    """``--run-id``, else ``<prefix>-<timestamp>``."""
+    import datetime as dt
+
+    return args.run_id or f"{prefix}-{dt.datetime.now():%Y%m%d-%H%M%S}"
+
+
+def command_line() -> str:
+    """The command as the user typed it, for reports."""
+    return "python -m harness " + shlex.join(sys.argv[1:])
 
 
 def parse_overrides(items: list[str]) -> dict:
@@ -66,4 +86,4 @@ def select_variants(reg: Registry, args):
     return reg.select(patterns)
 
 
-__all__ = ["add_selection", "add_config", "resolve_config", "load_registry", "select_variants", "PRESETS"]
+__all__ = ["add_selection", "add_config", "add_output", "output_run_id", "command_line", "resolve_config", "load_registry", "select_variants", "PRESETS"]

@@ -4,10 +4,9 @@ Heavy imports (torch, pandas) happen inside :func:`main`, so ``python -m harness
 """
 from __future__ import annotations
 
-import shlex
 import sys
 
-from .common import add_config, add_selection
+from .common import add_config, add_output, add_selection
 
 DESCRIPTION = """Run one trial per selected variant exactly as 'harness run' does (same loop,
 evaluation and storing; in this process, all cores) and split its wall time into the phases the
@@ -36,9 +35,7 @@ def register(sub, parents):
     p.add_argument("--torch-profiler", action="store_true",
                    help="also run under torch.profiler and report its range totals (memory: a few GB for a "
                         "400-step paper trial; fine for the quick preset)")
-    p.add_argument("--results-dir", default="results", metavar="DIR", help="where runs are stored (default results)")
-    p.add_argument("--run-id", default=None, help="name of the run folder (default: profile-<timestamp>)")
-    p.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
+    add_output(p, "profile")
     p.set_defaults(func=main)
 
 
@@ -68,8 +65,6 @@ def render_markdown(frame, lines: list[str], meta: dict) -> str:
 
 
 def main(args) -> int:
-    import datetime as dt
-
     import pandas as pd
 
     from ..cli import plugin_spec
@@ -77,7 +72,7 @@ def main(args) -> int:
     from ..runner import make_specs
     from ..store import RunStore, atomic_write_text
     from ..train import environment, resolve_device
-    from .common import load_registry, resolve_config, select_variants
+    from .common import command_line, load_registry, output_run_id, resolve_config, select_variants
 
     reg = load_registry(args)
     variants = select_variants(reg, args)
@@ -85,12 +80,11 @@ def main(args) -> int:
     device = resolve_device(args.device)
     plugins = plugin_spec(args).to_dict()
     specs = make_specs(variants, [args.seed], cfg, device.type, args.dtype, plugins)
-    command = "python -m harness " + shlex.join(sys.argv[1:])
+    command = command_line()
     meta = {"kind": "profile", "command": command, "preset": args.preset, "config": cfg.to_dict(),
             "variants": [v.name for v in variants], "seeds": [args.seed], "device": device.type,
             "dtype": args.dtype, "plugins": plugins, "environment": environment(device)}
-    run_id = args.run_id or "profile-" + dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    store = RunStore.create(args.results_dir, meta, run_id)
+    store = RunStore.create(args.results_dir, meta, output_run_id(args, "profile"))
     log = None if args.quiet else (lambda line: print(f"profile: {line}", file=sys.stderr, flush=True))
     rows, lines = [], []
     for ts in specs:

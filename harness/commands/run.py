@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import shlex
 import signal
 import sys
 import threading
@@ -25,7 +24,7 @@ from ..report import summary_table, to_markdown, trials_frame, write_report
 from ..runner import ExecutionOptions, Plan, TrialSpec, execute, make_specs
 from ..store import RunStore, config_hash
 from ..train import environment, resolve_device
-from .common import add_config, add_selection, load_registry, resolve_config, select_variants
+from .common import add_config, add_selection, command_line, load_registry, resolve_config, select_variants
 
 DESCRIPTION = """Train every selected variant on the copy task with one shared loop, store each
 trial the moment it finishes under results/<run-id>/ (trials/, trials.csv, curves.csv,
@@ -89,10 +88,6 @@ def jobs_arg(text: str) -> int | str:
         return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number of processes or 'auto', got {text!r}") from None
-
-
-def command_line() -> str:
-    return "python -m harness " + shlex.join(sys.argv[1:])
 
 
 def given_options(args) -> set[str]:
