@@ -254,6 +254,10 @@ def environment_block(meta: dict) -> str:
     lines = [f"- {k}: `{v}`" for k, v in env.items() if v is not None]
     lines.append(f"- seeds: `{meta.get('seeds')}`")
     lines.append(f"- dtype: `{meta.get('dtype', 'fp32')}`")
+    ex = meta.get("execution")
+    if isinstance(ex, dict):  # the timing columns depend on it (--jobs auto: trials side by side)
+        lines.append(f"- execution: `{ex.get('executor', 'local')}, jobs={ex.get('jobs')}, "
+                     f"threads per trial={env.get('threads')}`")
     return "\n".join(lines)
 
 
@@ -296,7 +300,7 @@ def caption(meta: dict, df: pd.DataFrame, baseline: str | None, metric: str) -> 
         "optimiser step (evaluation excluded). **tokens/s**: label tokens per second of training (median over "
         "seeds). **time to EM≥0.99 s**: training seconds (evaluation excluded) until the first evaluation with "
         "exact-match >= 0.99, median over seeds (∞ when at least half never got there); timings depend on "
-        "the machine and on `--jobs` (see the run's execution line). **early loss**: mean ± std over seeds of the mean training "
+        "the machine and on `--jobs` (see the Environment's execution line). **early loss**: mean ± std over seeds of the mean training "
         "loss of the first 10 steps (Narang et al. 2021). **held-out CE** (unsmoothed, nats/token) and "
         "**exact-match** (greedy decoding, fraction of held-out sequences reproduced exactly; read off the "
         "teacher-forced pass when the decoder is verified causal, which is the same event): IQM over the "
