@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import re
 import sys
 import warnings
 
@@ -32,7 +31,7 @@ class HarnessArgumentParser(argparse.ArgumentParser):
     """argparse with one-line errors: ``harness: error: <what> (see <prog> --help)``, exit 2."""
 
     def error(self, message):
-        self.exit(2, f"harness: error: {message} (see: {self.prog} --help)\n")
+        self.exit(2, f"harness: error: {_one_line(message)} (see: {self.prog} --help)\n")
 
 
 def plugin_parent(suppress: bool) -> argparse.ArgumentParser:
@@ -80,16 +79,18 @@ def plugin_spec(args):
 
 
 def _one_line(text) -> str:
-    """``text`` on one line: line breaks (and the spaces around them) become one space."""
-    return re.sub(r"\s*[\r\n]+\s*", " ", str(text)).strip()
+    """``text`` as one printable line: line breaks, other control characters and undecodable
+    bytes (lone surrogates from a non-UTF-8 command line) become backslash escapes."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape", "backslashreplace").decode("ascii")
+                   for c in str(text).strip())
 
 
 def main(argv: list[str] | None = None) -> int:
     """Parse ``argv`` (default ``sys.argv[1:]``), run the sub-command and return its exit code.
 
     A :class:`HarnessError` becomes one line on stderr and its exit code (2); a
-    :class:`HarnessWarning` one line ``harness: warning: ...``; a run id (``--run-id``) is
-    checked before anything else runs.
+    :class:`HarnessWarning` one line ``harness: warning: ...``; a run id (``--run-id``) and an
+    empty ``--results-dir`` are checked before anything else runs.
 
     Raises:
         SystemExit: from argparse for ``--help``, ``--version`` and malformed options (exit 2,
@@ -116,6 +117,10 @@ def main(argv: list[str] | None = None) -> int:
                 from .store import check_name
 
                 check_name(args.run_id)
+            if getattr(args, "results_dir", None) == "":
+                from .errors import ConfigError
+
+                raise ConfigError("--results-dir must not be empty (give a folder, e.g. --results-dir results)")
             return int(args.func(args) or 0)
         except HarnessError as exc:
             print(f"harness: error: {_one_line(exc)}", file=sys.stderr)

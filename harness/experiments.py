@@ -42,8 +42,8 @@ expression in the model config's symbols such as ``"2*vocab*d_model"``),
 ``inconclusive`` with its evidence.
 
 Command-line options on top of a file: ``--set KEY=VALUE`` overrides its config (and
-``--set seeds=N`` its seeds); ``--seeds N`` (N != 1) also overrides the seeds. ``--variants``
-and ``--preset`` are ignored (the file decides).
+``--set seeds=N`` its seeds); ``--seeds N`` (with ``--seed-start S``) also overrides the seeds.
+``--variants``, ``--grid`` and ``--preset`` are refused (the file decides).
 
 Errors: a malformed file raises :class:`ExperimentError` (exit 2) with one line naming the
 file, the key, what was expected and what was found.
@@ -231,11 +231,14 @@ def parse_experiment(data: dict, where: str, default_name: str) -> Experiment:
     if not isinstance(variants, list) or not variants or not all(isinstance(v, str) and v for v in variants):
         raise _bad(where, "variants", "a non-empty list of variant names or globs", variants)
     seeds = data.get("seeds")
-    if isinstance(seeds, int) and not isinstance(seeds, bool) and seeds >= 1:
+    from .runner import MAX_TRIALS
+
+    if isinstance(seeds, int) and not isinstance(seeds, bool) and 1 <= seeds <= MAX_TRIALS:
         seeds = list(range(seeds))
     elif not (isinstance(seeds, list) and seeds and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
                                                         for s in seeds) and len(set(seeds)) == len(seeds)):
-        raise _bad(where, "seeds", "a positive integer or a list of distinct non-negative integers", seeds)
+        raise _bad(where, "seeds", f"a positive integer (at most {MAX_TRIALS}) or a list of distinct "
+                                   f"non-negative integers", seeds)
     baseline = _expect_str(data, "baseline", where) or None
     from .report import METRICS
 
@@ -259,6 +262,9 @@ def parse_experiment(data: dict, where: str, default_name: str) -> Experiment:
         if not isinstance(vals, list) or not vals:
             raise _bad(where, f"sweep.{k}", "a non-empty list of values", vals)
         sweep.append((key, tuple(vals)))
+    n_points = math.prod(len(v) for _, v in sweep)
+    if n_points > MAX_TRIALS:
+        raise _bad(where, "sweep", f"at most {MAX_TRIALS} points (the full factorial)", f"{n_points} points")
     analysis = data.get("analysis", {})
     if not isinstance(analysis, dict):
         raise _bad(where, "analysis", "a table", analysis)
@@ -440,7 +446,8 @@ def plan_from_experiment(name: str, registry, args):
     """The :class:`harness.runner.Plan` of experiment NAME (or a path to a .toml file).
 
     ``args`` supplies ``--set`` overrides (``--set seeds=N`` sets the seeds), ``--seeds`` /
-    ``--seed-start`` (used when ``--seeds`` is not 1). A ``grad_norm_at_init`` experiment
+    ``--seed-start`` (used when ``args.seeds_given``, or, without that attribute, when
+    ``--seeds`` is not 1). A ``grad_norm_at_init`` experiment
     gets ``plan.measure`` (it measures instead of training).
 
     Raises:
@@ -453,13 +460,21 @@ def plan_from_experiment(name: str, registry, args):
     exp = load_experiment(find_experiment(name))
     overrides = parse_overrides(list(getattr(args, "overrides", None) or []))
     seeds_override = overrides.pop("seeds", None)
-    if seeds_override is None and getattr(args, "seeds", 1) not in (1, None):
+    seeds_given = getattr(args, "seeds_given", None)  # set by 'run': --seeds given explicitly
+    if seeds_given is None:
+        seeds_given = getattr(args, "seeds", 1) not in (1, None)
+    if seeds_override is None and seeds_given:
         seeds_override = args.seeds
     changes: dict[str, Any] = {}
     if seeds_override is not None:
         if not isinstance(seeds_override, int) or isinstance(seeds_override, bool) or seeds_override < 1:
             raise ConfigError(f"seeds must be a positive integer, got {seeds_override!r}")
+        from .runner import check_plan_size
+
+        check_plan_size(1, seeds_override)
         start = int(getattr(args, "seed_start", 0) or 0)
+        if start < 0:
+            raise ConfigError(f"--seed-start must be >= 0, got {start}")
         changes["seeds"] = tuple(range(start, start + seeds_override))
     if overrides:
         merged = dict(exp.overrides)
@@ -474,6 +489,9 @@ def plan_from_experiment(name: str, registry, args):
     except UnknownNameError as exc:
         raise ExperimentError(f"{exp.path}: key 'variants': {exc}") from exc
     names = [v.name for v in variants]
+    from .runner import check_plan_size
+
+    check_plan_size(len(variants), len(exp.seeds), exp.n_points)
     if exp.baseline and exp.baseline not in names:
         raise _bad(exp.path, "baseline", f"one of the experiment's variants ({', '.join(names)})", exp.baseline)
     plan = Plan(variants, list(exp.seeds), exp.points(), preset=exp.preset, name=exp.name,
@@ -545,6 +563,13 @@ def run_grad_norm(args, plan, exp: Experiment, registry) -> int:
     from .train import environment, resolve_device
 
     device = resolve_device(args.device)
+    parameter = exp.measure["parameter"]
+    for v in plan.variants:  # a bad measure.parameter is bad input: refuse it before a folder exists
+        layers = {n.split(".", 3)[3] for n, _ in build_model(registry, v, plan.config.model, seed=0).named_parameters()
+                  if n.startswith(("encoder.layers.0.", "decoder.layers.0."))}
+        if parameter not in layers:
+            raise ExperimentError(f"{exp.path}: key 'measure.parameter': {parameter!r} is not a layer parameter of "
+                                  f"variant {v.name!r}; expected one of {', '.join(sorted(layers))}")
     meta = {
         "command": command_line(), "preset": exp.preset, "experiment": exp.name, "kind": exp.kind,
         "config": plan.config.to_dict(), "points": {n: c.to_dict() for n, c in plan.points if n},

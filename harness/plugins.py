@@ -131,9 +131,11 @@ def get_plugin_manager(spec: PluginSpec | None = None, warnings: list[str] | Non
             pm.register(obj, name=ep.name)
     for name in spec.modules:
         module = _import_module(name)
-        if not pm.is_registered(module):
+        if not pm.is_registered(module) and pm.get_plugin(name) is None:
             pm.register(module, name=name)
     for path in spec.files:
+        if pm.get_plugin(str(path)) is not None:  # the same file named twice: load it once
+            continue
         module = _import_file(path)
         if not pm.is_registered(module):
             pm.register(module, name=str(path))

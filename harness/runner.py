@@ -13,6 +13,28 @@ from .registry import Variant
 from .store import RunStore, trial_key
 
 
+#: Largest ``--jobs`` (worker processes) and ``--threads`` (threads per trial) accepted.
+MAX_WORKERS = 1024
+
+#: Most trials one run may plan (variants x seeds x sweep points). The plan is held in memory
+#: and stored in config.json, so a mistyped ``--seeds 1000000000`` must be refused, not built.
+MAX_TRIALS = 10_000
+
+
+def check_plan_size(n_variants: int, n_seeds: int, n_points: int = 1) -> None:
+    """Refuse a plan of more than :data:`MAX_TRIALS` trials before it is built.
+
+    Raises:
+        ConfigError: naming the product and the limit.
+    """
+    from .errors import ConfigError
+
+    total = n_variants * n_seeds * n_points
+    if total > MAX_TRIALS:
+        raise ConfigError(f"the run would have {n_variants} variant(s) x {n_seeds} seed(s) x {n_points} config(s) = "
+                          f"{total} trials; at most {MAX_TRIALS} per run (split it into several runs)")
+
+
 @dataclass
 class Plan:
     """What a run trains: variants x seeds x sweep points (each point a name and a config).
@@ -95,8 +117,10 @@ class ExecutionOptions:
             raise UnknownNameError("executor", self.executor, EXECUTORS)
         if self.jobs != "auto" and (not isinstance(self.jobs, int) or self.jobs < 1):
             raise ConfigError(f"--jobs must be 'auto' or >= 1, got {self.jobs}")
-        if self.threads is not None and self.threads < 1:
-            raise ConfigError(f"--threads must be >= 1, got {self.threads}")
+        if self.jobs != "auto" and self.jobs > MAX_WORKERS:
+            raise ConfigError(f"--jobs must be at most {MAX_WORKERS}, got {self.jobs}")
+        if self.threads is not None and not 1 <= self.threads <= MAX_WORKERS:
+            raise ConfigError(f"--threads must be between 1 and {MAX_WORKERS}, got {self.threads}")
         if self.executor == "ray" and self.jobs not in (1, "auto"):
             raise ConfigError("--jobs applies to local worker processes; with --executor ray the cluster's "
                               "CPUs decide the parallelism (use --threads for CPUs per trial)")

@@ -180,6 +180,16 @@ def _catalogue(tmp: Path) -> dict[str, tuple[list[str], str]]:
                                 "binary.toml: not a text file in UTF-8"),
         "experiment_name_is_a_path": (["run", "--experiment", str(bad_name_toml), "--results-dir", str(results)],
                                       "key 'name': experiment name '../../escaped' contains a path separator"),
+        "seed_start_negative": ([*base, "--seed-start", "-1"], "--seed-start must be >= 0, got -1"),
+        "too_many_trials": (["run", "--variants", "all", "--seeds", "1000000000", "--results-dir", str(results)],
+                            "at most 10000 per run"),
+        "threads_too_many": ([*base, "--threads", "100000"], "--threads must be between 1 and 1024"),
+        "results_dir_empty": (["run", "--variants", "baseline", "--preset", "tiny", "--results-dir", ""],
+                              "--results-dir must not be empty"),
+        "experiment_with_variants": (["run", "--experiment", "tying_equivalence", "--variants", "pre_norm",
+                                      "--results-dir", str(results)], "--variants cannot be combined with --experiment"),
+        "argparse_value_with_newline": (["run", "--results-dir", str(results), "stray\r\nargument"],
+                                        "unrecognized arguments: stray\\r\\nargument"),
         "jobs_zero": ([*base, "--jobs", "0"], "--jobs must be 'auto' or >= 1"),
         "address_without_ray": ([*base, "--address", "127.0.0.1:6379"], "needs --executor ray"),
     }
@@ -204,7 +214,9 @@ CASE_IDS = [  # the fixture builds each case's paths; the ids are fixed here for
     "plugin_file_missing", "plugin_module_missing", "plugin_import_fails", "plugin_hook_raises_strict",
     "plugin_wrong_types_strict", "jobs_zero", "address_without_ray",
     "set_pad_not_0", "run_id_traversal", "run_id_absolute", "run_id_dotdot", "run_id_empty", "run_id_hidden",
-    "run_id_taken", "check_run_id_traversal", "experiment_not_utf8", "experiment_name_is_a_path"]
+    "run_id_taken", "check_run_id_traversal", "experiment_not_utf8", "experiment_name_is_a_path",
+    "seed_start_negative", "too_many_trials", "threads_too_many", "results_dir_empty", "experiment_with_variants",
+    "argparse_value_with_newline"]
 if not torch.cuda.is_available():
     CASE_IDS.append("device_cuda_without_cuda")
 if importlib.util.find_spec("ray") is None:
@@ -299,6 +311,14 @@ def test_nothing_stored_was_touched(outcomes):
     # and nothing outside it: no run id or experiment name reached another folder
     tmp = outcomes["tmp"]
     assert not [p for p in (tmp, tmp.parent, tmp.parent.parent) for q in p.glob("escaped*")]
+
+
+def test_the_same_plugin_file_named_twice_is_loaded_once():
+    """Found by the fuzz test: pluggy refused the second registration with a traceback."""
+    plugin = str(ROOT / "examples" / "harness-example" / "harness_example.py")
+    proc = harness_cli("--plugin", plugin, "--plugin", plugin, "list")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("example_rmsnorm") == 1
 
 
 def test_broken_plugin_warns_with_its_name_unless_strict(tmp_path):

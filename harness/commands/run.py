@@ -21,7 +21,7 @@ import time
 from ..config import RunConfig
 from ..errors import ConfigError, HarnessError, StoreError
 from ..report import summary_table, to_markdown, trials_frame, write_report
-from ..runner import ExecutionOptions, Plan, TrialSpec, execute, make_specs
+from ..runner import ExecutionOptions, Plan, TrialSpec, check_plan_size, execute, make_specs
 from ..store import RunStore, config_hash
 from ..train import environment, resolve_device
 from .common import add_config, add_selection, command_line, load_registry, resolve_config, select_variants
@@ -120,6 +120,18 @@ def execution_options(args) -> ExecutionOptions:
     return opts
 
 
+def check_seeds(seeds: int, seed_start: int) -> None:
+    """``--seeds`` >= 1 and ``--seed-start`` >= 0 (seeds are non-negative, as in experiment files).
+
+    Raises:
+        ConfigError: naming the option and the value.
+    """
+    if seeds < 1:
+        raise ConfigError(f"--seeds must be >= 1, got {seeds}")
+    if seed_start < 0:
+        raise ConfigError(f"--seed-start must be >= 0, got {seed_start}")
+
+
 def plan_from_args(args, reg) -> Plan:
     """The run's plan from --experiment, or from --variants/--grid, --preset/--set and --seeds."""
     if args.experiment:
@@ -130,10 +142,11 @@ def plan_from_args(args, reg) -> Plan:
                                f"installation (harness.experiments is missing); use --variants/--preset/--set") from exc
         return plan_from_experiment(args.experiment, reg, args)
     cfg = resolve_config(args)
-    if args.seeds < 1:
-        raise ConfigError(f"--seeds must be >= 1, got {args.seeds}")
+    check_seeds(args.seeds, args.seed_start)
+    variants = select_variants(reg, args)
+    check_plan_size(len(variants), args.seeds)
     seeds = list(range(args.seed_start, args.seed_start + args.seeds))
-    return Plan(select_variants(reg, args), seeds, [("", cfg)], preset=args.preset)
+    return Plan(variants, seeds, [("", cfg)], preset=args.preset)
 
 
 def log_function(quiet: bool):
@@ -159,8 +172,28 @@ def device_name(name: str, options: ExecutionOptions) -> str:
     return resolve_device(name).type
 
 
+def check_experiment_options(given: set[str]) -> None:
+    """With ``--experiment`` the file decides the variants and the preset: ``--variants``,
+    ``--grid`` and ``--preset`` are refused rather than ignored, and ``--seed-start`` needs
+    ``--seeds``.
+
+    Raises:
+        ConfigError: naming the option.
+    """
+    for name, flag in (("variants", "--variants"), ("grid", "--grid"), ("preset", "--preset")):
+        if name in given:
+            raise ConfigError(f"{flag} cannot be combined with --experiment: the experiment file decides its "
+                              f"variants and preset (override its config with --set KEY=VALUE, its seeds with "
+                              f"--seeds N)")
+    if "seed_start" in given and "seeds" not in given:
+        raise ConfigError("--seed-start with --experiment needs --seeds N (without it the file's seeds are used)")
+
+
 def main(args) -> int:
     given = given_options(args)
+    if "experiment" in given:
+        check_experiment_options(given)
+    args.seeds_given = "seeds" in given
     fill_defaults(args)
     options = execution_options(args)
     if args.resume:
@@ -284,6 +317,8 @@ def check_requested(args, given: set[str], meta: dict, reg, specs: list[TrialSpe
     stored_by_key = {ts.key: ts.spec for ts in specs}
     ns = argparse.Namespace(**vars(args))
     experiment = args.experiment if "experiment" in given else (meta.get("experiment") or None)
+    if experiment:
+        check_experiment_options(given)
     if "preset" not in given:
         ns.preset = meta.get("preset") or "quick"
     if experiment:
@@ -296,8 +331,8 @@ def check_requested(args, given: set[str], meta: dict, reg, specs: list[TrialSpe
         variants = ([v.name for v in select_variants(reg, ns)] if given & {"variants", "grid"}
                     else list(meta["variants"]))
         if given & {"seeds", "seed_start"}:
-            if ns.seeds < 1:
-                raise ConfigError(f"--seeds must be >= 1, got {ns.seeds}")
+            check_seeds(ns.seeds, ns.seed_start)
+            check_plan_size(len(variants), ns.seeds)
             seeds = list(range(ns.seed_start, ns.seed_start + ns.seeds))
         else:
             seeds = list(meta.get("seeds") or [])
