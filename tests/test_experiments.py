@@ -196,3 +196,47 @@ expected = "4*d_model"
     # pre-norm adds the two final LayerNorms: 2 x (weight + bias) x d_model
     assert "**reproduced**: params" in text
     assert "| lr=0.5 " in text and "## Sweep" in text
+
+
+def test_grad_norm_experiment_with_a_bad_parameter_is_refused_before_a_folder_exists(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path, "gn_bad", """
+description = "grad norm with a parameter no layer has"
+kind = "grad_norm_at_init"
+variants = ["baseline"]
+seeds = 1
+preset = "tiny"
+[sweep]
+N = [1, 2]
+[measure]
+parameter = "no_such_module.weight"
+""")
+    assert cli.main(["run", "--experiment", "gn_bad", "-q", "--results-dir", "res", "--device", "cpu"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "key 'measure.parameter': 'no_such_module.weight' is not a layer parameter" in err[0]
+    assert "feed_forward.w_2.weight" in err[0]  # the message lists what exists
+    assert not (tmp_path / "res").exists()
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--variants", "pre_norm"], "--variants cannot be combined with --experiment"),
+    (["--grid"], "--grid cannot be combined with --experiment"),
+    (["--preset", "quick"], "--preset cannot be combined with --experiment"),
+    (["--seed-start", "3"], "--seed-start with --experiment needs --seeds N"),
+], ids=["variants", "grid", "preset", "seed_start_alone"])
+def test_options_the_experiment_file_decides_are_refused_not_ignored(tmp_path, monkeypatch, capsys, extra, message):
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path, "tr", TINY.format(extra=""))
+    assert cli.main(["run", "--experiment", "tr", *extra, "--results-dir", "res", "-q"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]
+    assert not (tmp_path / "res").exists()
+
+
+def test_seeds_1_given_with_an_experiment_is_honoured(registry, tmp_path):
+    p = write(tmp_path, "tr", TINY.format(extra=""))  # the file asks for 2 seeds
+    plan = ex.plan_from_experiment(str(p), registry, args(seeds=1, seeds_given=True))
+    assert plan.seeds == [0]
+    plan = ex.plan_from_experiment(str(p), registry, args(seeds=2, seed_start=5, seeds_given=True))
+    assert plan.seeds == [5, 6]
+    assert ex.plan_from_experiment(str(p), registry, args(seeds=1, seeds_given=False)).seeds == [0, 1]
