@@ -1,0 +1,440 @@
+"""Fuzzed command lines: every input gives exit 0 (a complete results folder), or one line on
+stderr and exit 2 with nothing written -- never a traceback, never a partial results folder.
+
+Hypothesis builds command lines for ``run`` from the options its own parser declares (so every
+option documented in ``--help`` is drawn, with valid and invalid values), ``--set`` overrides
+with generated keys and values, experiment files (generated TOML documents and raw bytes), and
+command lines for ``report``, ``verify``, ``compare``, ``list`` and ``experiments`` on a
+pool of existing, foreign, damaged and missing paths. Each runs in this process through
+:func:`harness.cli.main` (stderr captured).
+
+To keep every case at milliseconds the numerical work is faked -- not the CLI: a trial returns
+a copy of one real tiny trial's row with its identity filled in, the Ray session is a no-op,
+a grad-norm measurement builds a tiny model and returns fixed norms, and the report's plots are
+skipped (matplotlib). Everything else -- parsing, validation, planning, storing, the report's
+tables and statistics, resume -- is the real code.
+
+The test prints the number of generated cases and its wall time; CI gets a fixed seed
+(``derandomize``), so a failure is reproducible.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import io
+import json
+import math
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+hypothesis = pytest.importorskip("hypothesis", reason="pip install -e '.[test]' (hypothesis) for the fuzz test")
+from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from harness import cli  # noqa: E402
+from harness.commands.verify import verify_run  # noqa: E402
+from harness.config import RunConfig  # noqa: E402
+from harness.store import RunStore  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE_PLUGIN = ROOT / "examples" / "harness-example" / "harness_example.py"
+#: ~25 s on the 2-core development machine (the budget is 60 s); HARNESS_FUZZ_EXAMPLES=2000
+#: HARNESS_FUZZ_RANDOM=1 hunts with fresh random inputs instead of CI's fixed ones.
+MAX_EXAMPLES = int(os.environ.get("HARNESS_FUZZ_EXAMPLES", "800"))
+MIN_EXAMPLES = min(MAX_EXAMPLES, 600)  # fewer means Hypothesis rejected too much: the strategies are wrong
+
+MODEL_KEYS = ["N", "d_model", "h", "d_ff", "dropout", "vocab", "pad", "max_len"]
+TRAIN_KEYS = ["task", "seq_len", "batch", "steps", "lr", "warmup", "schedule", "label_smoothing", "eval_every",
+              "eval_sequences", "eval_seed", "grad_clip", "stop_at_solved"]
+
+
+# ------------------------------------------------------------------------------------ fakes
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory):
+    """One real trial (tiny preset), the template of every faked one."""
+    root = tmp_path_factory.mktemp("fuzz_template")
+    assert cli.main(["run", "--variants", "baseline", "--preset", "tiny", "--device", "cpu", "--jobs", "1",
+                     "--threads", "1", "--results-dir", str(root), "--run-id", "t", "-q"]) == 0
+    return json.loads((root / "t" / "trials" / "baseline__s0.json").read_text())
+
+
+def _fake_result(template: dict, spec: dict) -> dict:
+    result = copy.deepcopy(template)
+    result.pop("checksum", None)
+    row = {k: v for k, v in result["row"].items() if not k.startswith("slot_")}
+    row.update({"variant": spec["variant"], "seed": spec["seed"], "point": spec.get("point", ""),
+                "threads": spec.get("threads") or 1, "dtype": spec.get("dtype", "fp32"),
+                "steps": spec["config"]["train"]["steps"], "device": "cpu",
+                **{f"slot_{k}": v for k, v in sorted((spec.get("slots") or {}).items())}})
+    row["heldout_ce"] = 2.0 + (hash((spec["variant"], spec["seed"])) % 100) / 1000  # some spread
+    result["row"] = row
+    return result
+
+
+@pytest.fixture(scope="module")
+def faked(template):
+    """Patch the numerical work (see the module docstring) for the whole module."""
+    from harness import executors, experiments, model
+
+    real_build = model.build_model
+    tiny = RunConfig.from_dict({"model": {"N": 1, "d_model": 8, "h": 2, "d_ff": 8, "max_len": 16},
+                                "train": {"seq_len": 4}}).model
+
+    def fake_sequential(specs, on_done, *args, **kwargs):
+        for ts in specs:
+            on_done(ts, _fake_result(template, ts.spec))
+
+    def fake_pool(specs, jobs, on_done, *args, **kwargs):
+        fake_sequential(specs, on_done)
+
+    @contextlib.contextmanager
+    def fake_ray_session(*args, **kwargs):
+        yield None
+
+    def fake_build(registry, variant, cfg, seed=0):
+        return real_build(registry, variant, tiny, seed=seed)
+
+    def fake_grad_norms(model_, cfg, seed, batches, parameter, device):
+        names = {n.split(".", 3)[3] for n, _ in model_.named_parameters() if n.startswith("decoder.layers.0.")}
+        enc = {n.split(".", 3)[3] for n, _ in model_.named_parameters() if n.startswith("encoder.layers.0.")}
+        if parameter not in names or parameter not in enc:
+            raise experiments.ExperimentError(f"measure.parameter {parameter!r} is not a layer parameter")
+        n = cfg.model.N
+        return {"encoder": [1.0 + i for i in range(n)], "decoder": [2.0 + i for i in range(n)], "loss": 2.3}
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(executors, "run_sequential", fake_sequential)
+    mp.setattr(executors, "run_ray", fake_sequential)
+    mp.setattr(executors, "run_process_pool", fake_pool)
+    mp.setattr(executors, "ray_session", fake_ray_session)
+    mp.setattr(model, "build_model", fake_build)
+    from harness import report
+
+    for mod, names in ((report, ("plot_curves", "plot_final_metrics", "plot_steps_to_solve")),
+                       (experiments, ("plot_grad_norm_depth", "plot_grad_norm_layers", "plot_failures"))):
+        for name in names:  # matplotlib is most of a report's time; plots have tests of their own
+            mp.setattr(mod, name, lambda *a, **k: None)
+    mp.setattr(experiments, "measure_grad_norms", fake_grad_norms)
+    yield
+    mp.undo()
+
+
+# ------------------------------------------------------------------------------- strategies
+
+JUNK = st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=12)
+SURROGATE = st.just("caf\udce9")  # what Python makes of a non-UTF-8 byte on the command line
+NUMBERS = st.one_of(st.integers(-3, 40), st.sampled_from([0, 1, 2, 10**6, 10**12, -(10**9)]))
+FLOATS = st.one_of(st.floats(allow_nan=True, allow_infinity=True, allow_subnormal=False), st.sampled_from([0.0, 0.1, 0.5, 1.0]))
+SCALAR = st.one_of(NUMBERS, FLOATS, st.booleans(), JUNK, st.sampled_from(["copy", "copy_fixed", "noam", "constant"]))
+
+
+def _literal(v) -> str:
+    """``--set`` value text: a Python literal (as ast.literal_eval reads it) or raw text."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return str(v)  # nan / inf: read as text, must be rejected as a string
+    return repr(v) if not isinstance(v, str) else v
+
+
+SET_KEYS = st.one_of(st.sampled_from([f"model.{k}" for k in MODEL_KEYS] + [f"train.{k}" for k in TRAIN_KEYS]),
+                     st.sampled_from(["model.", "train", "seeds", "x.y", ".N", "model.N.x", "", "train.steps "]),
+                     JUNK)
+SET_ITEMS = st.one_of(
+    st.builds(lambda k, v: f"{k}={_literal(v)}", SET_KEYS, SCALAR),
+    st.builds(lambda k, v: f"{k}={v}", SET_KEYS, JUNK),
+    JUNK)
+
+VARIANTS = st.one_of(st.sampled_from(["all", "baseline", "pre_norm", "baseline,pre_norm", "seed_*", "bug*",
+                                      "bug_001_uint8_invert", "basline", "nothing*", "", ",", "example_rmsnorm"]),
+                     JUNK, SURROGATE)
+RUN_IDS = st.one_of(st.sampled_from(["r1", "existing", "a.b", "run-2", "..", ".", "../x", "/tmp/x", "", "-x",
+                                     "a/b", "x" * 101, "ok_name", "a..b", " sp"]), JUNK, SURROGATE)
+PRESETS = st.one_of(st.sampled_from(["tiny", "quick", "paper", "quik", ""]), JUNK)
+DEVICES = st.one_of(st.sampled_from(["cpu", "auto", "cuda", "cuda:0", "tpu", ""]), JUNK)
+
+
+def toml_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v) if not (isinstance(v, float) and not math.isfinite(v)) else ("nan" if v != v else
+                                                                                   ("inf" if v > 0 else "-inf"))
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, list):
+        return "[" + ", ".join(toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{json.dumps(k)} = {toml_value(x)}" for k, x in v.items()) + "}"
+    raise TypeError(v)
+
+
+TOML_SCALAR = st.one_of(st.integers(-2, 40), st.sampled_from([0.5, 1.0, float("inf")]), st.booleans(),
+                        st.sampled_from(["baseline", "pre_norm", "copy", "noam", "x", ""]))
+CONFIG_TABLE = st.dictionaries(st.sampled_from(["model", "train", "N", "lr", "steps", "model.N", "junk"]),
+                               st.one_of(TOML_SCALAR, st.dictionaries(st.sampled_from(MODEL_KEYS + TRAIN_KEYS),
+                                                                      TOML_SCALAR, max_size=3)), max_size=3)
+CLAIM = st.dictionaries(st.sampled_from(["text", "check", "variant", "expected", "a", "b", "within", "N",
+                                         "min_fraction"]),
+                        st.one_of(TOML_SCALAR, st.sampled_from(["verdict", "slope", "params_difference",
+                                                                "equivalent", "2*vocab*d_model", "1+"]),
+                                  st.lists(TOML_SCALAR, max_size=2)), max_size=5)
+EXPERIMENT = st.fixed_dictionaries(
+    {"description": st.one_of(st.just("fuzzed experiment"), TOML_SCALAR)},
+    optional={
+        "name": st.one_of(st.sampled_from(["fz", "../fz", "a b", "", "fz.1"]), JUNK),
+        "kind": st.sampled_from(["train", "grad_norm_at_init", "other"]),
+        "preset": st.sampled_from(["tiny", "quick", "nope"]),
+        "variants": st.one_of(st.lists(st.sampled_from(["baseline", "pre_norm", "basline", "bug*", ""]),
+                                       max_size=3), TOML_SCALAR),
+        "seeds": st.one_of(st.integers(-1, 3), st.lists(st.integers(-1, 4), max_size=3), TOML_SCALAR),
+        "baseline": st.sampled_from(["baseline", "pre_norm", "nope"]),
+        "metric": st.sampled_from(["heldout_ce", "exact_match", "nope"]),
+        "task": st.sampled_from(["copy", "copy_fixed", "nope"]),
+        "config": CONFIG_TABLE,
+        "sweep": st.dictionaries(st.sampled_from(["lr", "N", "model.d_model", "train.steps", "junk"]),
+                                 st.one_of(st.lists(TOML_SCALAR, max_size=3), TOML_SCALAR), max_size=2),
+        "analysis": st.dictionaries(st.sampled_from(["fail_if_below", "fail_if_above", "junk"]),
+                                    st.one_of(st.dictionaries(st.sampled_from(["exact_match", "heldout_ce", "x"]),
+                                                              TOML_SCALAR, max_size=2), TOML_SCALAR), max_size=2),
+        "measure": st.dictionaries(st.sampled_from(["batches", "parameter", "junk"]),
+                                   st.one_of(st.integers(-1, 3), st.sampled_from(["feed_forward.w_2.weight",
+                                                                                  "nope.weight"])), max_size=2),
+        "claim": st.lists(CLAIM, max_size=2),
+        "junk_key": TOML_SCALAR,
+    })
+
+
+def _toml_text(doc: dict) -> str:
+    return "\n".join(f"{json.dumps(k)} = {toml_value(v)}" for k, v in doc.items()) + "\n"
+
+
+EXPERIMENT_FILE = st.one_of(
+    EXPERIMENT.map(lambda d: _toml_text(d).encode()),
+    st.binary(max_size=40),
+    st.just(b'description = "x"\nvariants = ["baseline"]\nseeds = 1\n\xff\xfe\x00'),
+    st.text(max_size=40).map(lambda t: t.encode("utf-8", "surrogatepass")))
+
+
+@st.composite
+def run_argv(draw):
+    """``run`` with options drawn from the ones its parser declares, each with good and bad values."""
+    argv: list[str] = ["run"]
+    files: dict[str, bytes] = {}
+    options = draw(st.lists(st.sampled_from(
+        ["--variants", "--grid", "--preset", "--set", "--device", "--dtype", "--experiment", "--seeds",
+         "--seed-start", "--results-dir", "--run-id", "--resume", "--jobs", "--executor", "--address", "--threads",
+         "-p", "--plugin", "--strict-plugins", "--quiet", "--help", "--junk-option", "positional"]),
+        max_size=7))
+    if "--help" in options and draw(st.integers(0, 9)):  # --help only now and then
+        options.remove("--help")
+    if "--run-id" not in options and "--resume" not in options:
+        argv += ["--run-id", "fz"]  # a valid run id by default, so a folder is looked for where expected
+    preset_given = False
+    for opt in options:
+        if opt in ("--grid", "--strict-plugins", "--quiet", "--help", "--junk-option"):
+            argv.append(opt)
+        elif opt == "positional":
+            argv.append(draw(JUNK))
+        elif opt == "--variants":
+            argv += ["--variants", *draw(st.lists(VARIANTS, min_size=1, max_size=2))]
+        elif opt == "--preset":
+            preset_given = True
+            argv += ["--preset", draw(PRESETS)]
+        elif opt == "--set":
+            argv += ["--set", draw(SET_ITEMS)]
+        elif opt == "--device":
+            argv += ["--device", draw(DEVICES)]
+        elif opt == "--dtype":
+            argv += ["--dtype", draw(st.sampled_from(["fp32", "bf16", "fp16", ""]))]
+        elif opt == "--experiment":
+            kind = draw(st.sampled_from(["file", "file", "file", "name", "missing"]))
+            if kind == "file":
+                files["exp.toml"] = draw(EXPERIMENT_FILE)
+                argv += ["--experiment", "experiments/exp.toml"]
+            elif kind == "name":
+                argv += ["--experiment", draw(st.one_of(st.sampled_from(["exp", "nonexistent", "../exp", ""]),
+                                                        JUNK, SURROGATE))]
+                files.setdefault("exp.toml", draw(EXPERIMENT_FILE))
+            else:
+                argv += ["--experiment", "experiments/missing.toml"]
+        elif opt in ("--seeds", "--seed-start", "--threads"):
+            small = st.one_of(st.integers(-2, 4), st.sampled_from([10**5, 10**12, -(10**9)]))
+            argv += [opt, str(draw(small)) if draw(st.integers(0, 5)) else draw(JUNK)]
+        elif opt == "--jobs":
+            argv += ["--jobs", draw(st.one_of(st.sampled_from(["auto", "1", "2", "0", "-1", "x"]),
+                                              NUMBERS.map(str)))]
+        elif opt == "--executor":
+            argv += ["--executor", draw(st.sampled_from(["local", "ray", "dask"]))]
+        elif opt == "--address":
+            argv += ["--address", draw(st.sampled_from(["127.0.0.1:6379", "ray://h:10001", "auto", ""]))]
+        elif opt == "--results-dir":
+            argv += ["--results-dir", draw(st.sampled_from(["results", "results/sub", "a_file", "", "results/../results"]))]
+        elif opt == "--run-id":
+            argv += ["--run-id", draw(RUN_IDS)]
+        elif opt == "--resume":
+            argv += ["--resume", draw(st.sampled_from(["results/existing", "results/foreign", "results/nope",
+                                                       "a_file", "results", ""]))]
+        elif opt == "-p":
+            argv += ["-p", draw(st.sampled_from(["harness_example", "no_such_module", "os.path", ""]))]
+        elif opt == "--plugin":
+            argv += ["--plugin", draw(st.sampled_from([str(EXAMPLE_PLUGIN), "no_such_plugin.py", "a_file", ""]))]
+    if not preset_given and "--resume" not in options and draw(st.integers(0, 3)):
+        argv += ["--preset", "tiny"]  # mostly small plans (the fake makes size irrelevant, not count)
+    if "--results-dir" not in options:
+        argv += ["--results-dir", "results"]
+    return argv, files
+
+
+OTHER_PATHS = st.sampled_from(["results/existing", "results/foreign", "results/damaged", "results/nope", "existing",
+                               "latest", "a_file", "", "results"])
+
+
+@st.composite
+def other_argv(draw):
+    command = draw(st.sampled_from(["report", "verify", "compare", "list", "experiments"]))
+    argv = [command]
+    if command in ("report", "verify"):
+        argv.append(draw(OTHER_PATHS))
+    elif command == "compare":
+        argv += [draw(OTHER_PATHS), draw(OTHER_PATHS)]
+    elif command == "experiments":
+        if draw(st.booleans()):
+            argv.append(draw(st.one_of(st.sampled_from(["exp", "experiments/exp.toml", "nonexistent",
+                                                        "tying_equivalence"]), JUNK)))
+    extra = draw(st.lists(st.sampled_from(["--results-dir", "--baseline", "--metric", "--metrics", "--tolerance",
+                                           "-q", "--buggy", "--junk"]), max_size=2))
+    for opt in extra:
+        if opt in ("-q", "--buggy", "--junk"):
+            argv.append(opt)
+        else:
+            argv += [opt, draw(st.one_of(st.sampled_from(["results", "baseline", "heldout_ce", "0.1", "-1", "nan",
+                                                          "exact_match,heldout_ce"]), JUNK))]
+    files = {"exp.toml": draw(EXPERIMENT_FILE)} if command == "experiments" else {}
+    return argv, files
+
+
+# ---------------------------------------------------------------------------------- the world
+
+def _world(base: Path, template_run: Path) -> Path:
+    """A fresh working directory: results/ with an existing run, a foreign and a damaged folder."""
+    work = base / "w"
+    (work / "experiments").mkdir(parents=True)
+    shutil.copytree(template_run, work / "results" / "existing")
+    (work / "results" / "foreign").mkdir()
+    (work / "results" / "foreign" / "config.json").write_text(json.dumps({"hello": "world"}))
+    shutil.copytree(template_run, work / "results" / "damaged")
+    (work / "results" / "damaged" / "trials" / "baseline__s0.json").write_text("{ trunc")
+    (work / "a_file").write_text("not a directory")
+    return work
+
+
+def _tree(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file() and p.name != ".lock"}
+
+
+def _call(argv: list[str]) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = cli.main(argv)
+        except SystemExit as exc:  # argparse: --help, --version, a malformed option
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    return code, out.getvalue(), err.getvalue()
+
+
+def _quarantine_moves(before: dict[str, bytes], after: dict[str, bytes]) -> set[str]:
+    """Paths changed by moving corrupt trial files into ``trials/quarantine/`` (file + reason)."""
+    moved = set()
+    for k in set(before) - set(after):
+        p = Path(k)
+        target = [a for a in set(after) - set(before)
+                  if Path(a).parent == p.parent / "quarantine" and after[a] == before[k]]
+        if p.parent.name == "trials" and target:
+            moved |= {k, target[0], target[0] + ".reason"}
+    return moved
+
+
+def check_outcome(argv: list[str], work: Path, before: dict[str, bytes], code: int, out: str, err: str) -> None:
+    """The property: exit 0 with complete folders, or exit 2 with one line and nothing written."""
+    what = f"argv={argv!r}\nexit={code}\nstderr={err[-1500:]}"
+    assert "Traceback" not in err, what
+    after = _tree(work)
+    new_runs = sorted(str(Path(k).parent) for k in set(after) - set(before) if Path(k).name == "config.json")
+    outside = sorted(k for k in set(after) ^ set(before) if not k.startswith("results/")
+                     and not k.startswith("experiments/"))
+    assert not outside, f"written outside --results-dir: {outside}\n{what}"
+    command = argv[0] if argv else ""
+    allowed = {0, 2} | ({1} if command in ("verify", "compare") else set())
+    assert code in allowed, what
+    if code == 2:
+        lines = err.strip().splitlines()
+        assert lines and lines[-1].startswith("harness: error: "), what
+        # the only other lines allowed: a corrupt trial file met on the way, moved to quarantine
+        assert all(line.startswith("harness: warning: ") and "moved to" in line for line in lines[:-1]), what
+        changed = {k for k in set(before) | set(after) if before.get(k) != after.get(k)}
+        assert not {k for k in changed if k not in before or k not in after or "/trials/" not in k} - \
+            _quarantine_moves(before, after), f"exit 2 but files changed: {sorted(changed)[:5]}\n{what}"
+        return
+    if command == "run" and code == 0 and "--help" not in argv:
+        for run in new_runs:
+            problems, _ = verify_run(RunStore(work / run))
+            assert not problems, f"{run}: {problems}\n{what}"
+            meta = json.loads((work / run / "config.json").read_text())
+            if "trials" in meta:
+                assert meta["status"] == "complete", what
+                assert (work / run / "report.md").is_file(), what
+        if "--resume" not in argv:
+            assert len(new_runs) == 1, f"exit 0 but new runs {new_runs}\n{what}"
+
+
+def test_fuzzed_command_lines_exit_0_or_one_line_exit_2(faked, tmp_path_factory, capsys):
+    template_run = tmp_path_factory.mktemp("fuzz_run") / "existing"
+    from harness import cli as _cli  # the faked executor makes this instant
+
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        assert _cli.main(["run", "--variants", "baseline,pre_norm", "--preset", "tiny", "--seeds", "2", "--jobs", "1",
+                          "--results-dir", str(template_run.parent), "--run-id", "existing", "-q"]) == 0
+    cases = {"n": 0, "exit0": 0, "exit2": 0, "other": 0}
+    old_cwd = os.getcwd()
+
+    @settings(max_examples=MAX_EXAMPLES, deadline=None, derandomize=not os.environ.get("HARNESS_FUZZ_RANDOM"), database=None,
+              suppress_health_check=list(HealthCheck),
+              phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink])  # no 'explain': it traces
+    @given(case=st.one_of(run_argv(), run_argv(), other_argv()))
+    def fuzz(case):
+        argv, files = case
+        cases["n"] += 1
+        with tempfile.TemporaryDirectory(prefix="fz") as tmp:
+            work = _world(Path(tmp), template_run)
+            for name, data in files.items():
+                (work / "experiments" / name).write_bytes(data)
+            before = _tree(work)
+            t_case = time.perf_counter()
+            if os.environ.get("HARNESS_FUZZ_DEBUG"):
+                with capsys.disabled():
+                    print(f"start {argv!r} files={ {k: v[:300] for k, v in files.items()} }", flush=True)
+            os.chdir(work)
+            try:
+                code, out, err = _call(argv)
+            finally:
+                os.chdir(old_cwd)
+            cases["exit0" if code == 0 else "exit2" if code == 2 else "other"] += 1
+            if os.environ.get("HARNESS_FUZZ_DEBUG"):
+                with capsys.disabled():
+                    print(f"{time.perf_counter() - t_case:6.2f}s exit {code} {argv[:12]!r}"[:200])
+            check_outcome(argv, work, before, code, out, err)
+
+    t0 = time.perf_counter()
+    fuzz()
+    wall = time.perf_counter() - t0
+    with capsys.disabled():
+        print(f"\n[fuzz] {cases['n']} generated command lines in {wall:.1f} s: {cases['exit0']} exit 0, "
+              f"{cases['exit2']} exit 2, {cases['other']} exit 1 (verify/compare)")
+    assert cases["n"] >= MIN_EXAMPLES
+    assert cases["exit0"] >= 10 and cases["exit2"] >= 10  # both sides of the property were exercised
