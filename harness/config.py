@@ -15,6 +15,7 @@ Presets (``--preset``):
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -40,6 +41,8 @@ def _check_fields(cls, data: dict, where: str) -> dict:
         }.get(want, True)
         if not ok:
             raise ConfigError(f"{where}: {key} must be {want}, got {value!r} ({type(value).__name__})")
+        if want == "float" and not math.isfinite(value):
+            raise ConfigError(f"{where}: {key} must be a finite number, got {value!r}")
         out[key] = float(value) if want == "float" else value
     return out
 
