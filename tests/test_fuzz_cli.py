@@ -438,3 +438,49 @@ def test_fuzzed_command_lines_exit_0_or_one_line_exit_2(faked, tmp_path_factory,
               f"{cases['exit2']} exit 2, {cases['other']} exit 1 (verify/compare)")
     assert cases["n"] >= MIN_EXAMPLES
     assert cases["exit0"] >= 10 and cases["exit2"] >= 10  # both sides of the property were exercised
+
+
+# ------------------------------------------------------------------ a few real (tiny) trainings
+
+REAL_EXAMPLES = int(os.environ.get("HARNESS_FUZZ_REAL_EXAMPLES", "10"))
+
+REAL_SETS = st.lists(st.one_of(
+    st.sampled_from(["model.d_model=2", "model.h=2", "model.h=1", "model.d_ff=1", "model.N=2", "model.dropout=0.5",
+                     "model.vocab=4", "model.max_len=64", "train.task=copy_fixed", "train.schedule=constant",
+                     "train.seq_len=1", "train.seq_len=3", "train.batch=1", "train.eval_every=0",
+                     "train.eval_every=1", "train.eval_sequences=1", "train.label_smoothing=0.9",
+                     "train.grad_clip=0.5", "train.stop_at_solved=True", "train.lr=1000.0", "train.warmup=1"]),
+    st.integers(1, 3).map(lambda n: f"train.steps={n}")), max_size=5)
+
+
+def test_fuzzed_configs_train_for_real(tmp_path_factory, capsys):
+    """Real tiny trainings with generated config overrides: exit 0, exit 2 (one line, no folder),
+    or exit 1 only for a trial that diverged -- a trial that *failed* would be a harness bug."""
+    cases = {"n": 0}
+
+    @settings(max_examples=REAL_EXAMPLES, deadline=None, derandomize=not os.environ.get("HARNESS_FUZZ_RANDOM"),
+              database=None, suppress_health_check=list(HealthCheck),
+              phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink])
+    @given(sets=REAL_SETS, variant=st.sampled_from(["baseline", "pre_norm", "d2l_attention", "seed_001"]))
+    def real(sets, variant):
+        cases["n"] += 1
+        results = tmp_path_factory.mktemp("real")
+        argv = ["run", "--variants", variant, "--preset", "tiny", "--set", "train.steps=2", "--jobs", "1",
+                "--threads", "1", "--device", "cpu", "--results-dir", str(results), "--run-id", "r", "-q"]
+        for item in sets:
+            argv += ["--set", item]
+        code, out, err = _call(argv)
+        what = f"argv={argv!r}\nexit={code}\nstderr={err[-1500:]}"
+        assert "Traceback" not in err and code in (0, 1, 2), what
+        if code == 2:
+            assert len(err.strip().splitlines()) == 1 and not (results / "r").exists(), what
+            return
+        row = json.loads(next((results / "r" / "trials").glob("*.json")).read_text())["row"]
+        assert row["status"] == ("ok" if code == 0 else "diverged"), f"{row.get('reason')}\n{what}"
+        assert not verify_run(RunStore(results / "r"))[0], what
+
+    t0 = time.perf_counter()
+    real()
+    with capsys.disabled():
+        print(f"\n[fuzz] {cases['n']} real tiny trainings in {time.perf_counter() - t0:.1f} s")
+    assert cases["n"] >= min(REAL_EXAMPLES, 8)
