@@ -102,27 +102,11 @@ def _changed_positions(out: torch.Tensor, base: torch.Tensor, real: torch.Tensor
     return d.masked_fill(~real[:, :upto + 1, None], 0.0).amax(dim=(0, 2))
 
 
-def probe_causal(model: nn.Module, batch, cfg: ModelConfig, threshold: float, mode: str = "eval", *,
-                 device: torch.device | str = "cpu", dtype: str = "fp32", seed: int = 0,
-                 name: str = "") -> ProbeResult:
-    """For every cut c in 0..T-2, change the target after c -- other real tokens, padding, or real
-    tokens where it was padded -- and require the logits at real positions <= c to stay within
-    ``threshold``. Masks are made by the model from the changed ids, as in training.
-
-    Args:
-        batch: ``(src (B, S), tgt (B, T), labels)``; position 0 of every target row must be real.
-    """
-    device = torch.device(device)
-    src, tgt = batch[0].to(device), batch[1].to(device)
-    real = batch[1] != cfg.pad  # (B, T)
-    model.train(mode == "train")
-    base = _logits(model, src, tgt, None, device, dtype, mode, seed)
-    g = torch.Generator().manual_seed(seed + 17)
-    worst, leak = 0.0, None
-    how = {"redrawn": "were redrawn", "padded": "were replaced by padding (the target got shorter)",
-           "extended": "replaced the padding (the target got longer)"}
-    for c in range(tgt.size(1) - 1):
-        for kind in how:
+def _causal_changes(tgt: torch.Tensor, cfg: ModelConfig, g: torch.Generator, cuts) -> list[tuple[int, str, torch.Tensor]]:
+    """(cut c, kind, changed target (B, T)) for every cut and kind that changes something."""
+    out = []
+    for c in cuts:
+        for kind in _HOW:
             changed = tgt.clone()
             after = changed[:, c + 1:]
             if kind == "redrawn":
@@ -130,22 +114,62 @@ def probe_causal(model: nn.Module, batch, cfg: ModelConfig, threshold: float, mo
             elif kind == "padded":
                 after.fill_(cfg.pad)
             else:
-                fill = _other(after, cfg, g)
-                after.copy_(torch.where(after == cfg.pad, fill, after))
-            if torch.equal(changed, tgt):
-                continue
-            out = _logits(model, src, changed, None, device, dtype, mode, seed)
-            per_pos = _changed_positions(out, base, real, c)
-            worst = max(worst, float(per_pos.max()))
-            bad = (per_pos > threshold).nonzero().flatten()
-            if bad.numel() and (leak is None or int(bad[0]) < leak[0]):
-                leak = (int(bad[0]), c, float(per_pos[bad[0]]), kind)
+                after.copy_(torch.where(after == cfg.pad, _other(after, cfg, g), after))
+            if not torch.equal(changed, tgt):
+                out.append((c, kind, changed))
+    return out
+
+
+_HOW = {"redrawn": "were redrawn", "padded": "were replaced by padding (the target got shorter)",
+        "extended": "replaced the padding (the target got longer)"}
+
+
+def probe_causal(model: nn.Module, batch, cfg: ModelConfig, threshold: float, mode: str = "eval", *,
+                 device: torch.device | str = "cpu", dtype: str = "fp32", seed: int = 0,
+                 name: str = "", cuts: str = "all") -> ProbeResult:
+    """For every cut c in 0..T-2, change the target after c -- other real tokens, padding, or real
+    tokens where it was padded -- and require the logits at real positions <= c to stay within
+    ``threshold``. Masks are made by the model from the changed ids, as in training.
+
+    In eval mode every changed batch is stacked into one forward (rows of a correct model are
+    independent). In train mode each change is its own forward with the RNG re-seeded, so dropout
+    drops the same units as in the unchanged forward; ``cuts="few"`` then limits train mode to the
+    cuts 0 and T // 2 (the run gate's budget: every known leak shows at any cut).
+
+    Args:
+        batch: ``(src (B, S), tgt (B, T), labels)``; position 0 of every target row must be real.
+    """
+    device = torch.device(device)
+    src, tgt = batch[0].to(device), batch[1].to(device)
+    real = batch[1] != cfg.pad  # (B, T)
+    b, t = tgt.shape
+    model.train(mode == "train")
+    base = _logits(model, src, tgt, None, device, dtype, mode, seed)
+    g = torch.Generator().manual_seed(seed + 17)
+    cut_list = range(t - 1) if (cuts == "all" or mode == "eval") else sorted({0, max(0, t // 2 - 1)})
+    changes = _causal_changes(tgt, cfg, g, cut_list)
+    if mode == "eval" and changes:
+        stacked = torch.cat([ch for _, _, ch in changes])  # (B * n, T)
+        outs = []
+        for i in range(0, stacked.size(0), 512):
+            part = stacked[i:i + 512]
+            outs.append(_logits(model, src.repeat(part.size(0) // b, 1), part, None, device, dtype, mode, seed))
+        outs = torch.cat(outs).split(b)
+    else:
+        outs = [_logits(model, src, ch, None, device, dtype, mode, seed) for _, _, ch in changes]
+    worst, leak = 0.0, None
+    for (c, kind, _), out in zip(changes, outs):
+        per_pos = _changed_positions(out, base, real, c)
+        worst = max(worst, float(per_pos.max()))
+        bad = (per_pos > threshold).nonzero().flatten()
+        if bad.numel() and (leak is None or int(bad[0]) < leak[0]):
+            leak = (int(bad[0]), c, float(per_pos[bad[0]]), kind)
     model.eval()
     detail = ""
     if leak:
         p, c, x, kind = leak
         what = "target tokens after position" if kind != "extended" else "real tokens after position"
-        detail = (f"decoder position {p} changed (max |Δ logit| {_fmt(x)}) when the {what} {c} {how[kind]} "
+        detail = (f"decoder position {p} changed (max |Δ logit| {_fmt(x)}) when the {what} {c} {_HOW[kind]} "
                   f"({mode} mode): it sees the future"
                   + (" through the padding (e.g. the target's length)" if kind != "redrawn" else
                      " (causal mask not applied or shifted)"))
@@ -226,13 +250,13 @@ def probe_finite(model: nn.Module, batch, cfg: ModelConfig, *, device: torch.dev
 
 
 def run_probes(model: nn.Module, batch, cfg: ModelConfig, threshold: float, *, device="cpu", dtype: str = "fp32",
-               seed: int = 0, name: str = "") -> list[ProbeResult]:
+               seed: int = 0, name: str = "", cuts: str = "all") -> list[ProbeResult]:
     """Every probe of this module: finite, then causal and masked source keys in eval and train mode,
-    then extra source padding."""
+    then extra source padding. ``cuts``: see :func:`probe_causal`."""
     kw = dict(device=device, dtype=dtype, name=name)
     out = [probe_finite(model, batch, cfg, **kw)]
     for mode in ("eval", "train"):
-        out.append(probe_causal(model, batch, cfg, threshold, mode, seed=seed, **kw))
+        out.append(probe_causal(model, batch, cfg, threshold, mode, seed=seed, cuts=cuts, **kw))
         out.append(probe_masked_keys(model, batch, cfg, threshold, mode, seed=seed, **kw))
     out.append(probe_extra_padding(model, batch, cfg, threshold, **kw))
     return out
@@ -259,16 +283,19 @@ def gate_batch(cfg: ModelConfig, rows: int = 6, src_len: int = 9, tgt_len: int =
 def integrity_reasons(model: nn.Module, cfg: ModelConfig, device, *, seed: int = 0, when: str = "") -> list[str]:
     """The run gate: every probe of :func:`run_probes` on :func:`gate_batch`, in float32; returns one
     line per failed probe (empty: the model passes). Threshold: ``GATE_ATOL + GATE_RTOL * max |logit|``.
-    The model is left in eval mode with its gradients cleared; its weights are not changed."""
+    The model's training mode is restored, its gradients cleared, its weights and the global RNG
+    state left unchanged."""
     device = torch.device(device)
     batch = gate_batch(cfg, seed=seed)
     was_training = model.training
+    devices = [device.index or 0] if device.type == "cuda" else []
     try:
-        with torch.inference_mode():
+        with torch.random.fork_rng(devices=devices), torch.inference_mode():
             model.eval()
             scale = float(torch.nan_to_num(model(batch[0].to(device), batch[1].to(device)).abs().max(), nan=0.0))
         thr = GATE_ATOL + GATE_RTOL * scale
-        results = run_probes(model, batch, cfg, thr, device=device, seed=seed)
+        with torch.random.fork_rng(devices=devices):  # the trial's own RNG stream is left as it was
+            results = run_probes(model, batch, cfg, thr, device=device, seed=seed, cuts="few")
     except Exception as exc:  # noqa: BLE001 - the trial itself will fail with its own message
         from .checks import describe_exception
 

@@ -418,8 +418,13 @@ def execute_and_report(store: RunStore, specs: list[TrialSpec], meta: dict, opti
     print(f"\nreport: {report}  ({meta['run_wall_s']:.1f} s)")
     bad = [t["row"] for t in store.load_trials() if t["row"].get("status") != "ok"]
     if bad:
-        print(f"harness: {len(bad)} of {done} trial(s) did not finish ok (see the report's failures): "
-              + "; ".join(f"{r['variant']} s{r['seed']} {r['status']} ({r.get('reason', '')})" for r in bad[:5])
+        invalid = sorted({r["variant"] for r in bad if r.get("status") == "invalid"})
+        if invalid:
+            print(f"harness: INVALID (excluded from every verdict; see the report's 'Invalid variants'): "
+                  f"{', '.join(invalid)}", file=sys.stderr)
+        print(f"harness: {len(bad)} of {done} trial(s) did not finish ok (see the report): "
+              + "; ".join(f"{r['variant']} s{r['seed']} {r['status']} ({str(r.get('reason', '')).split('; ')[0][:160]})"
+                          for r in bad[:5])
               + (" ..." if len(bad) > 5 else ""), file=sys.stderr)
         return 1
     return 0
