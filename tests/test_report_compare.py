@@ -11,7 +11,7 @@ CFG = {"model": {"N": 1, "d_model": 16, "h": 2, "d_ff": 32, "dropout": 0.0, "voc
                  "stop_at_solved": False}}
 
 
-def make_run(root, run_id, arms, seeds=6, rng_seed=0):
+def make_run(root, run_id, arms, seeds=6, rng_seed=0, jitter=0.005):
     """A fabricated run: ``arms`` maps variant -> (mean held-out CE, exact-match, diverged seeds)."""
     rng = np.random.default_rng(rng_seed)
     meta = {"command": "fabricated", "preset": "tiny", "config": CFG, "variants": sorted(arms),
@@ -25,7 +25,7 @@ def make_run(root, run_id, arms, seeds=6, rng_seed=0):
                    "slot_embedding": "separate", "slot_attention": "annotated", "slot_mask": "bool",
                    "seed": s, "point": "", "params": 1000 + len(variant), "steps": 100, "train_s": 0.5,
                    "early_loss": 2.4 + noise[s], "final_train_loss": ce + 0.3,
-                   "heldout_ce": float("nan") if div else ce + noise[s] + rng.normal(0, 0.005),
+                   "heldout_ce": float("nan") if div else ce + noise[s] + rng.normal(0, jitter),
                    "heldout_token_acc": 0.9, "exact_match": 0.0 if div else min(1.0, em + noise[s]),
                    "steps_to_solve": float("nan") if div or em < 0.99 else 50 + 10 * s, "time_to_solve_s": 1.0,
                    "tokens_per_s": 1000.0, "status": "diverged" if div else "ok",
@@ -44,7 +44,8 @@ def test_report_has_every_column_a_verdict_and_the_plots(tmp_path):
     text = path.read_text()
     for col in ("params", "step ms", "early loss (mean ± std)", "held-out CE IQM [95% CI]",
                 "exact-match IQM [95% CI]", "steps to EM≥0.99 median [IQR]", "diverged x/n [Wilson 95%]",
-                "P(> baseline) [95% CI]", "verdict", "Verdict rule (Bouthillier et al. 2021"):
+                "P(> baseline) [95% CI]", "verdict", "Verdict rule:", "exact two-sided sign test",
+                "needs >= 6 untied pairs", "needs >= 12 pairs"):
         assert col in text, col
     for png in ("curves.png", "final_metrics.png", "steps_to_solve.png"):
         assert (store.root / png).stat().st_size > 5000
@@ -52,8 +53,10 @@ def test_report_has_every_column_a_verdict_and_the_plots(tmp_path):
     table = summary_table(trials_frame(store))
     assert list(table["variant"]) == ["baseline", "pre_norm", "shared_embeddings"]  # baseline first
     verdicts = dict(zip(table["variant"], table["verdict"]))
-    assert verdicts["pre_norm"] == "**better**"  # lower CE on all 6 paired seeds
-    assert verdicts["shared_embeddings"] != "**better**"
+    assert verdicts["pre_norm"] == "**better** (sign test 6-0, p = 0.031)"  # lower CE on all 6 paired seeds
+    assert not verdicts["shared_embeddings"].startswith("**better**")
+    p_col = dict(zip(table["variant"], table["P(> baseline) [95% CI]"]))
+    assert p_col["pre_norm"] == "1.00 [0.61, 1.00] n=6"  # Wilson interval, not the bootstrap's [1.00, 1.00]
     div = dict(zip(table["variant"], table["diverged x/n [Wilson 95%]"]))
     assert div["shared_embeddings"].startswith("1/6 [")
     assert div["baseline"].startswith("0/6 [")
@@ -67,10 +70,23 @@ def test_diverged_run_counts_as_worst_in_the_comparison(tmp_path):
     assert bad["diverged"][:2] == (6, 6)
 
 
+def test_five_seeds_verdicts_state_their_test(tmp_path):
+    """5/5 wins and 5 ties: before, bootstrap intervals [1, 1] -> "better" and [0.5, 0.5] -> "equivalent"."""
+    store = make_run(tmp_path, "a", {"baseline": (0.5, 0.99, ()), "pre_norm": (0.3, 1.0, ()),
+                                     "additive_mask": (0.5, 0.99, ())}, seeds=5, jitter=0.0)
+    table = summary_table(trials_frame(store))
+    verdicts = dict(zip(table["variant"], table["verdict"]))
+    assert verdicts["pre_norm"] == "no claim: 5 pairs, sign test 5-0, p = 0.062 (needs >= 6 untied pairs without a loss)"
+    assert verdicts["additive_mask"] == "no claim: all 5 pairs tied; equivalence needs >= 12 pairs"
+    p_col = dict(zip(table["variant"], table["P(> baseline) [95% CI]"]))
+    assert p_col["pre_norm"] == "1.00 [0.57, 1.00] n=5" and p_col["additive_mask"] == "0.50 [0.17, 0.83] n=5"
+
+
 def test_one_seed_never_makes_a_claim(tmp_path):
     store = make_run(tmp_path, "a", {"baseline": (0.9, 0.5, ()), "pre_norm": (0.1, 1.0, ())}, seeds=1)
     table = summary_table(trials_frame(store))
-    assert list(table["verdict"]) == ["—", "no claim"]
+    assert list(table["verdict"]) == ["—", "no claim: 1 pair, sign test 1-0, p = 1.000 (needs >= 6 untied pairs "
+                                           "without a loss)"]
     assert "never a claim from one seed" in write_report(store).read_text()
 
 
