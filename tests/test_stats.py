@@ -81,6 +81,13 @@ def test_verdict_rule(wins, losses, ties, expected):
     assert stats.verdict(wins, losses, ties)[0] == expected
 
 
+def test_equivalent_says_when_the_sign_test_finds_a_small_difference():
+    v, reason = stats.verdict(6, 0, 30)  # the example in docs/statistics.md
+    assert v == "equivalent"
+    assert reason == ("P(A > B) Wilson 95% CI [0.422, 0.729] inside [0.25, 0.75], 36 pairs; "
+                      "sign test 6-0 (30 tied), p = 0.031: a small difference, not a meaningful one")
+
+
 def test_five_clean_wins_are_no_claim_by_the_sign_test():
     # Before: the percentile bootstrap of P(A > B) over 5 pairs was [1, 1] and gave "better".
     c = stats.compare_paired([0.1, 0.2, 0.3, 0.4, 0.5], [1.0, 1.1, 1.2, 1.3, 1.4], higher_is_better=False)
@@ -129,7 +136,14 @@ def test_minimum_pair_counts_are_what_the_rule_needs():
     lo11, hi11 = stats.wilson_score_interval(5.5, 11)
     assert lo11 < 0.25 < 0.75 < hi11
     z = st.norm.ppf(0.975)
-    assert math.ceil(3 * z * z) == 12  # closed form: n >= z^2 (1 / (4 (gamma - 1/2)^2) - 1)
+    assert math.ceil(3 * z * z) == 12
+    # away from 1/2 it takes more pairs: wins (no ties) that give "equivalent" at 20 and 30 pairs
+    assert [w for w in range(21) if stats.verdict(w, 20 - w, 0)[0] == "equivalent"] == [9, 10, 11]
+    assert [w for w in range(31) if stats.verdict(w, 30 - w, 0)[0] == "equivalent"] == [13, 14, 15, 16, 17]
+    # one loss needs 9 untied pairs (8-1), two losses 12 (10-2)
+    assert stats.verdict(8, 1, 0)[0] == "better" and stats.verdict(7, 1, 0)[0] == "no claim"
+    assert stats.verdict(10, 2, 0)[0] == "better" and stats.verdict(9, 2, 0)[0] == "no claim"
+    assert round(st.binomtest(10, 12).pvalue, 3) == 0.039 and round(st.binomtest(8, 9).pvalue, 3) == 0.039  # closed form: n >= z^2 (1 / (4 (gamma - 1/2)^2) - 1)
     assert "needs >= 6 untied pairs" in stats.RULE_TEXT and "needs >= 12 pairs" in stats.RULE_TEXT
 
 
