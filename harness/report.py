@@ -219,7 +219,7 @@ def summary_table(df: pd.DataFrame, baseline: str | None = None, metric: str = D
         if r["variant"] == baseline:
             p_s, v_s = "(baseline)", "—"
         elif c is None:
-            p_s, v_s = "—", "no claim"
+            p_s, v_s = "—", "no claim: no seed paired with the baseline"
         else:
             p_s = stats.fmt_ci(c.p, c.low, c.high, 2) + f" n={c.n_pairs}"
             v_s = c.label().replace("better", "**better**", 1) if c.verdict == "better" else c.label()

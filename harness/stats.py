@@ -269,7 +269,8 @@ def verdict(wins: int, losses: int, ties: int, gamma: float = GAMMA, alpha: floa
         return "no claim", "no paired seeds"
     low, high = wilson_score_interval(w + t / 2, n, confidence)
     p_sign = sign_test_p(w, l)
-    sign = f"sign test {w}-{l}" + (f" ({t} tied)" if t else "") + f", p = {p_sign:.3f}"
+    p_text = "p < 0.001" if p_sign < 0.001 else f"p = {p_sign:.3f}"
+    sign = f"sign test {w}-{l}" + (f" ({t} tied)" if t else "") + f", {p_text}"
     ci = f"P(A > B) Wilson {confidence:.0%} CI [{low:.3f}, {high:.3f}]"
     if p_sign < alpha and w > l and high > gamma:
         return "better", sign

@@ -106,6 +106,7 @@ def test_six_clean_wins_are_better_with_the_sign_test_in_the_text():
     assert c.label() == "better (sign test 6-0, p = 0.031)"
     assert stats.compare_paired(np.arange(6.0) + 1, np.arange(6.0), higher_is_better=False).label() == \
         "worse (sign test 0-6, p = 0.031)"
+    assert stats.verdict(3, 27, 0) == ("worse", "sign test 3-27, p < 0.001")
 
 
 def test_all_ties_need_the_minimum_pairs_for_equivalence():
