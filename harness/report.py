@@ -11,8 +11,9 @@ Main table columns (one row per variant x sweep point, the baseline first, as Na
 loss (mean ± std of the mean training loss over the first 10 steps); final held-out
 cross-entropy and exact-match (IQM [95 % stratified-bootstrap CI] over the runs that finished);
 steps to exact-match >= 0.99 (median [IQR], unsolved and diverged runs count as ∞);
-diverged x/n [Wilson 95 %]; P(variant > baseline) [95 % percentile-bootstrap CI] over paired
-seeds on the comparison metric; the verdict (:data:`harness.stats.RULE_TEXT`).
+diverged x/n [Wilson 95 %]; P(variant > baseline) [95 % Wilson score interval] over paired
+seeds on the comparison metric; the verdict with the test and numbers behind it
+(:data:`harness.stats.RULE_TEXT`).
 """
 from __future__ import annotations
 
@@ -262,10 +263,10 @@ def summary_table(df: pd.DataFrame, baseline: str | None = None, metric: str = D
         elif r.get("baseline_invalid"):
             p_s, v_s = "—", "no claim (the baseline is invalid)"
         elif c is None:
-            p_s, v_s = "—", "no claim"
+            p_s, v_s = "—", "no claim: no seed paired with the baseline"
         else:
             p_s = stats.fmt_ci(c.p, c.low, c.high, 2) + f" n={c.n_pairs}"
-            v_s = f"**{c.verdict}**" if c.verdict == "better" else c.verdict
+            v_s = c.label().replace("better", "**better**", 1) if c.verdict == "better" else c.label()
         line = {"variant": r["variant"]}
         if has_points:
             line["point"] = r["point"]
