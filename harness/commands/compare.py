@@ -13,6 +13,9 @@ RUN_A is the reference, RUN_B the candidate. For every variant (x sweep point) i
   whatever A did; or (2) a trial of B failed (raised) at a seed where A's did not fail; or
   (3) B failed or diverged more often than A: Newcombe's 95 % interval of rate(B) - rate(A)
   lies above 0 (with 5 seeds a side and none broken in A: 3/5 or more in B).
+* invalid trials (a failed integrity probe: leaking masks, non-finite gradients; see
+  docs/components.md): **regressed** when any trial of B is invalid. Invalid trials never
+  enter the metric rows.
 
 Exit codes: 1 when anything regressed, 0 otherwise, 2 on bad input (not a run, no trials, a
 measurement run, nothing in common, unknown metric).
@@ -121,6 +124,20 @@ def failure_row(ga: pd.DataFrame, gb: pd.DataFrame) -> dict:
             "status": status, "note": note}
 
 
+def integrity_row(ga: pd.DataFrame, gb: pd.DataFrame) -> dict:
+    """Trials marked ``invalid`` (they failed an integrity probe: a leaking mask, non-finite gradients).
+    Any invalid trial in B is a regression, whatever A did: a gate never passes a candidate whose
+    masks leak. Invalid trials never enter the metric rows (only ``ok`` trials do)."""
+    ia, ib = ga[ga["status"] == "invalid"], gb[gb["status"] == "invalid"]
+    if len(ib):
+        first = str(ib.iloc[0].get("reason", "") or "?").split("; ")[0][:160]
+        status, note = "regressed", f"B fails the integrity probes (seed {ib.iloc[0]['seed']}: {first})"
+    else:
+        status, note = "improved", "A's trials failed the integrity probes, B's pass"
+    return {"metric": "invalid (integrity probes)", "A": f"{len(ia)}/{len(ga)}", "B": f"{len(ib)}/{len(gb)}",
+            "B - A [95% CI]": "—", "status": status, "note": note}
+
+
 def compare_frames(a: pd.DataFrame, b: pd.DataFrame, metrics=DEFAULT_METRICS, tolerance: float = 0.0) -> pd.DataFrame:
     """One row per (variant, point, metric) with A, B, the difference, a status and a note.
 
@@ -152,6 +169,8 @@ def compare_frames(a: pd.DataFrame, b: pd.DataFrame, metrics=DEFAULT_METRICS, to
         gb = b[(b["variant"] == variant) & (b["point"] == point)]
         rows += [{**base, **metric_row(ga, gb, m, tolerance)} for m in metrics]
         rows.append({**base, **failure_row(ga, gb)})
+        if (ga["status"] == "invalid").any() or (gb["status"] == "invalid").any():
+            rows.append({**base, **integrity_row(ga, gb)})
     return pd.DataFrame(rows)
 
 
