@@ -168,12 +168,39 @@ def _ctx(cfg: ModelConfig, comps: dict[str, Component]):
     return BuildContext(cfg, comps)
 
 
+class OutsideCanonicalLayout(Exception):
+    """A component owns parameters that its canonical state does not export."""
+
+
+def uncovered_parameters(module: nn.Module) -> list[str]:
+    """Names of ``module``'s parameters that no canonical name reaches (see :mod:`harness.model`).
+
+    Every parameter must be canonical: the checks set the canonical state to random values, so a
+    parameter outside it keeps its initial value during every check -- a gate that starts at 0 can
+    hide anything behind it until training moves it."""
+    from .model import canonical_state_dict
+
+    covered = {id(t) for t in canonical_state_dict(module).values()}
+    covered |= {t.data_ptr() for t in canonical_state_dict(module).values() if isinstance(t, torch.Tensor)}
+    return [n for n, p in module.named_parameters() if id(p) not in covered and p.data_ptr() not in covered]
+
+
 def _random_state(module: nn.Module, seed: int) -> dict[str, torch.Tensor]:
     """Load random canonical parameters into ``module`` (LayerNorm gains away from 1, see
-    :func:`harness.checks.draw_reference_state`) and return the canonical state as loaded."""
+    :func:`harness.checks.draw_reference_state`) and return the canonical state as loaded.
+
+    Raises:
+        OutsideCanonicalLayout: the module has parameters outside its canonical state.
+    """
     from .checks import draw_reference_state
     from .model import canonical_state_dict, load_canonical_state_dict
 
+    hidden = uncovered_parameters(module)
+    if hidden:
+        raise OutsideCanonicalLayout(
+            f"parameter(s) {', '.join(hidden[:3])} are outside the canonical layout: the checks cannot set them, so "
+            f"whatever they control (e.g. a gate that starts at 0) is never tested; export them from "
+            f"canonical_state() or declare the component's difference")
     names = canonical_state_dict(module)
     load_canonical_state_dict(module, draw_reference_state({k: tuple(v.shape) for k, v in names.items()}, seed))
     return {k: v.detach().clone() for k, v in canonical_state_dict(module).items()}
@@ -217,8 +244,11 @@ def reference_attention(query: torch.Tensor, kv: torch.Tensor, state: dict[str, 
              "scale_d_k": 1.0 / d_k}.get(fault, 1.0 / math.sqrt(d_k))
     scores = torch.matmul(q, k.transpose(-2, -1)) * scale  # (B, H, Tq, Tk)
     blocked = ~keep.expand(b, 1, tq, tk)
+    if fault == "mask_rows_permuted":  # folded heads: mask.repeat(H) where repeat_interleave was meant
+        folded = keep.expand(b, 1, tq, tk)[:, 0].repeat(h, 1, 1)  # (H*B, Tq, Tk), index = head*B + b
+        blocked = ~folded.reshape(b, h, tq, tk)  # read back batch-major (index = b*H + head)
     if fault not in ("mask_ignored", "mask_after_softmax"):
-        scores = scores.masked_fill(blocked, float("-inf"))
+        scores = scores.masked_fill(blocked, float("-inf"))  # (B, 1 or H, Tq, Tk) broadcast
     dim = -2 if fault == "softmax_queries" else -1
     p = scores.softmax(dim=dim)
     if fault == "mask_after_softmax":
@@ -241,6 +271,8 @@ ATTENTION_FAULTS: dict[str, str] = {
     "k_is_v": "the key projection used for the values",
     "mask_ignored": "the mask never reaches the scores (no position or key is blocked)",
     "mask_after_softmax": "the mask applied after the softmax (blocked weights zeroed, rows not renormalised)",
+    "mask_rows_permuted": "the mask folded into the heads with repeat() where the heads are batch-major "
+                          "(repeat_interleave): each row gets another row's mask",
     "no_out_proj": "the output projection w_o is not applied",
 }
 
@@ -257,12 +289,21 @@ def _attention_inputs(cfg: ModelConfig, seed: int):
     return src, tgt, x, mem
 
 
-def check_attention(comp: Component, cfg: ModelConfig, seed: int = 0,
-                    expected: Callable[..., torch.Tensor] | None = None) -> list[ComponentResult]:
+def _attention_case(attn: nn.Module, x, kv, mask, dtype: torch.dtype) -> torch.Tensor:
+    """The component's output (B, T, D) in ``dtype`` (eval mode, no autograd), as float64."""
+    with torch.no_grad():
+        return attn.to(dtype)(x.to(dtype), kv.to(dtype), kv.to(dtype), mask).double()
+
+
+def check_attention(comp: Component, cfg: ModelConfig, seed: int = 0) -> list[ComponentResult]:
     """Attention component on its own (reference mask and ``nn.Linear`` siblings), self-attention
-    (causal + padding keep-mask, T x T) and cross-attention (source padding, T x S), in float64,
-    against :func:`reference_attention`. Compared at real query rows (padded query rows are never
-    scored). On a difference, :data:`ATTENTION_FAULTS` are tried for a diagnosis."""
+    (causal + padding keep-mask, T x T) and cross-attention (source padding, T x S), run in float64
+    and in float32 (a component right in one precision only is wrong), against the float64
+    :func:`reference_attention`. Compared at real query rows (padded query rows are never scored).
+    Eval mode must be deterministic (no dropout left on). On a difference the known faults
+    (:data:`ATTENTION_FAULTS`) are tried for a diagnosis."""
+    from .model import canonical_state_dict
+
     src, tgt, x, mem = _attention_inputs(cfg, seed)
     ctx = _ctx(cfg, reference_components(attention=comp))
     out = []
@@ -271,8 +312,6 @@ def check_attention(comp: Component, cfg: ModelConfig, seed: int = 0,
         label = f"{kind}-attention vs scaled dot-product attention"
         try:
             attn = ctx.make("attention")
-            from .model import canonical_state_dict
-
             names = canonical_state_dict(attn)
             missing = [n for n in _ATTENTION_LAYOUT if n not in names]
             if missing:
@@ -281,28 +320,48 @@ def check_attention(comp: Component, cfg: ModelConfig, seed: int = 0,
                     f"{', '.join(sorted(names)) or 'nothing'}): define canonical_state()/load_canonical_state()")))
                 continue
             state = _random_state(attn, seed)
-            attn = attn.double().eval()
+            attn = attn.eval()
             kv = x if kind == "self" else mem
             mask = (ReferenceMask().tgt_mask(tgt, cfg.pad) if kind == "self"
                     else ReferenceMask().src_mask(src, cfg.pad))
             keep = mask.expand(x.size(0), 1, x.size(1), kv.size(1))
-            with torch.no_grad():
-                got = attn(x.double(), kv.double(), kv.double(), mask)  # (B, T, D)
             ref = reference_attention(x, kv, state, cfg.h, keep)
+            runs = {prec: _attention_case(attn, x, kv, mask, dt) for prec, dt in
+                    (("float64", torch.float64), ("float32", torch.float32))}
+            again = _attention_case(attn, x, kv, mask, torch.float64)
         except Exception as exc:  # noqa: BLE001 - a crash is a result
-            out.append(_result(comp, label, CRASHES, False, detail=f"crashes: {_describe(exc)}"))
+            out.append(_crash(comp, label, exc))
             continue
-        gap, thr = _gap(got[real], ref[real])
+        if not torch.equal(torch.nan_to_num(again), torch.nan_to_num(runs["float64"])):
+            out.append(_result(comp, label, VIOLATES, False, _gap(again, runs["float64"])[0], 0.0, diagnosis=(
+                "eval mode is not deterministic: two identical calls differ (dropout left on in eval mode, "
+                "e.g. F.dropout without training=self.training)")))
+            continue
+        gaps = {prec: _gap(got[real], ref[real]) for prec, got in runs.items()}
+        prec = max(gaps, key=lambda k: gaps[k][0] / gaps[k][1])
+        gap, thr = gaps[prec]
         diagnosis = ""
         if gap > thr:
-            for fault, text in ATTENTION_FAULTS.items():
-                alt = reference_attention(x, kv, state, cfg.h, keep, fault)
-                g2, t2 = _gap(got[real], alt[real])
-                if g2 <= t2:
-                    diagnosis = text
-                    break
+            diagnosis = _diagnose_attention(runs[prec][real], x, kv, state, cfg.h, keep, real)
+            if gaps["float64"][0] <= gaps["float64"][1]:
+                diagnosis = f"right in float64 but not in float32 ({diagnosis or 'unknown fault'})"
         out.append(_judge(comp, label, gap, thr, diagnosis))
     return out
+
+
+def _diagnose_attention(got: torch.Tensor, x, kv, state, h: int, keep, real) -> str:
+    """The first :data:`ATTENTION_FAULTS` entry that reproduces ``got`` (rows at ``real``), compared
+    where ``got`` is finite; "" when none does."""
+    finite = torch.isfinite(got)
+    note = "" if finite.all() else " (and NaN or inf in the output)"
+    if not finite.any():
+        return "the output is NaN or inf at every real query row"
+    for fault, text in ATTENTION_FAULTS.items():
+        alt = reference_attention(x, kv, state, h, keep, fault)[real]
+        g2, t2 = _gap(got[finite], alt[finite])
+        if g2 <= t2:
+            return text + note
+    return "NaN or inf in the output at real query rows" if note else ""
 
 
 # --------------------------------------------------------------------------- mask
@@ -311,6 +370,13 @@ def _describe(exc: BaseException) -> str:
     from .checks import describe_exception
 
     return describe_exception(exc)
+
+
+def _crash(comp: Component, label: str, exc: BaseException) -> ComponentResult:
+    """A component check that raised: a layout violation, or a crash."""
+    if isinstance(exc, OutsideCanonicalLayout):
+        return _result(comp, label, VIOLATES, False, diagnosis=str(exc))
+    return _result(comp, label, CRASHES, False, detail=f"crashes: {_describe(exc)}")
 
 
 def check_mask(comp: Component, cfg: ModelConfig, seed: int = 0) -> list[ComponentResult]:
@@ -417,9 +483,12 @@ def diagnose_mask(kind: str, p: torch.Tensor, keep: torch.Tensor, rows: torch.Te
         tq, tk = p.size(-2), p.size(-1)
         i = torch.arange(tq)[:, None]
         j = torch.arange(tk)[None, :]
+        later = rows.clone()
+        later[..., 0] = False  # row 0 has no key left under a -1 shift: whatever it does, judge the rest
         for shift in (1, 2, -1, -2):
             pattern = (j <= i + shift) & real_keys
-            if torch.equal(seen, pattern & rows[..., None]):
+            judged = rows if shift > 0 else later
+            if torch.equal(seen & judged[..., None], pattern & judged[..., None]):
                 if shift > 0:
                     return (f"causal mask shifted by +{shift}: position i attends to position i+{shift} "
                             f"({shift} future token{'s' if shift > 1 else ''})")
@@ -467,7 +536,7 @@ def check_layer_norm(comp: Component, cfg: ModelConfig, seed: int = 0) -> list[C
         with torch.no_grad():
             got, want = mod.double().eval()(x), ref(x)
     except Exception as exc:  # noqa: BLE001
-        return [_result(comp, label, CRASHES, False, detail=f"crashes: {_describe(exc)}")]
+        return [_crash(comp, label, exc)]
     gap, thr = _gap(got, want)
     diagnosis = ""
     if gap > thr:
@@ -475,7 +544,9 @@ def check_layer_norm(comp: Component, cfg: ModelConfig, seed: int = 0) -> list[C
         mu = x.mean(-1, keepdim=True)
         hyps = {"unbiased variance (n - 1) instead of the biased one": (x - mu) / torch.sqrt(x.var(-1, keepdim=True) + 1e-5) * w + b,
                 "no mean subtraction (RMS normalisation)": x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * w + b,
-                "normalised over another dimension than d_model": (x - x.mean(-2, keepdim=True)) / torch.sqrt(x.var(-2, unbiased=False, keepdim=True) + 1e-5) * w + b,
+                "normalised over the sequence axis instead of d_model": (x - x.mean(-2, keepdim=True)) / torch.sqrt(x.var(-2, unbiased=False, keepdim=True) + 1e-5) * w + b,
+                "normalised over (L, d_model) instead of d_model alone": (x - x.mean((-2, -1), keepdim=True)) / torch.sqrt(x.var((-2, -1), unbiased=False, keepdim=True) + 1e-5) * w + b,
+                "unbiased std with eps added outside the square root": (x - mu) / (x.std(-1, keepdim=True) + 1e-6) * w + b,
                 "weight and bias not applied": F.layer_norm(x, (cfg.d_model,))}
         for text, alt in hyps.items():
             g2, t2 = _gap(got, alt)
@@ -516,7 +587,7 @@ def check_norm(comp: Component, cfg: ModelConfig, seed: int = 0) -> list[Compone
             got = mod.double().eval()(x, sub)
             post, pre = ln(x + sub(x)), x + sub(ln(x))
     except Exception as exc:  # noqa: BLE001
-        return [_result(comp, label, CRASHES, False, detail=f"crashes: {_describe(exc)}")]
+        return [_crash(comp, label, exc)]
     want, other = (pre, post) if final else (post, pre)
     gap, thr = _gap(got, want)
     diagnosis = ""
@@ -559,7 +630,7 @@ def check_positional(comp: Component, cfg: ModelConfig, seed: int = 0) -> list[C
                         diagnosis = text
                         break
     except Exception as exc:  # noqa: BLE001
-        return [_result(comp, label, CRASHES, False, detail=f"crashes: {_describe(exc)}")]
+        return [_crash(comp, label, exc)]
     gap, thr = max(gaps, key=lambda gt: gt[0] / gt[1])
     return [_judge(comp, label, gap, thr, diagnosis)]
 
@@ -589,7 +660,7 @@ def check_embedding(comp: Component, cfg: ModelConfig, seed: int = 0) -> list[Co
             f"canonical parameter {exc} missing: export src.weight, tgt.weight, generator.weight (and "
             f"generator.bias) from canonical_state()")))]
     except Exception as exc:  # noqa: BLE001
-        return [_result(comp, label, CRASHES, False, detail=f"crashes: {_describe(exc)}")]
+        return [_crash(comp, label, exc)]
     worst, diagnosis = (0.0, ATOL), ""
     for part, (got, want) in parts.items():
         gap, thr = _gap(got, want)
@@ -620,7 +691,7 @@ def check_projections(comp: Component, cfg: ModelConfig, seed: int = 0) -> list[
         with torch.no_grad():
             got, want = lin(x), F.linear(x, w, b)
     except Exception as exc:  # noqa: BLE001
-        return [_result(comp, label, CRASHES, False, detail=f"crashes: {_describe(exc)}")]
+        return [_crash(comp, label, exc)]
     gap, thr = _gap(got, want)
     return [_judge(comp, label, gap, thr)]
 
