@@ -68,10 +68,28 @@ class PluginSpec:
         return cls(list(d.get("modules", [])), list(d.get("files", [])), bool(d.get("strict", False)))
 
 
+def _already_imported(p: Path):
+    """The module already imported from file ``p`` (e.g. an installed plugin's entry point that is
+    also named with ``--plugin``), or None: loading it twice would register every name twice."""
+    target = p.resolve()
+    for module in list(sys.modules.values()):
+        f = getattr(module, "__file__", None)
+        if f:
+            try:
+                if Path(f).resolve() == target:
+                    return module
+            except OSError:
+                continue
+    return None
+
+
 def _import_file(path: str):
     p = Path(path)
     if not p.is_file():
         raise PluginError(f"plugin file {path!r} does not exist (give a path to a .py file)")
+    known = _already_imported(p)
+    if known is not None:
+        return known
     name = f"harness_plugin_file_{p.stem}"
     spec = importlib.util.spec_from_file_location(name, p)
     if spec is None or spec.loader is None:
