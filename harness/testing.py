@@ -43,7 +43,7 @@ from .model import build_model, canonical_state_dict, load_canonical_state_dict
 from .registry import Registry, Variant
 
 __all__ = [
-    "load_registry", "small_config", "padded_batch", "check_variant_contract", "contract_failures",
+    "load_registry", "small_config", "padded_batch", "check_components", "check_variant_contract", "contract_failures",
     "assert_equivalent", "assert_differs", "assert_mask_probes_pass", "assert_mask_component",
     "assert_matches_multihead_attention", "assert_matches_nn_transformer", "assert_ties_hold", "assert_flagged",
     "harness_registry", "harness_config",
@@ -90,6 +90,24 @@ def _fail(title: str, lines: list[str]) -> None:
 
 
 # --------------------------------------------------------------------------- contract
+
+def check_components(registry: Registry, variant: str | Variant, cfg: ModelConfig | None = None, *,
+                     seed: int = 0) -> list:
+    """Assert that every component ``variant`` uses meets its slot's contract
+    (:mod:`harness.contracts`: the slot's reference, or what the component declares).
+
+    Returns the :class:`harness.contracts.ComponentResult` list (declared differences carry their
+    size). Raises AssertionError naming each violation and its diagnosis.
+    """
+    from .contracts import check_components as _check
+
+    cfg = (cfg or CHECK_MODEL).validate()
+    v = _variant(registry, variant)
+    res = _check(registry, sorted(v.resolved().items()), cfg, seed)
+    _fail(f"variant {v.name!r}: components that break their slot's contract:",
+          [r.reason() for r in res if not r.ok and not r.buggy])
+    return res
+
 
 def contract_failures(registry: Registry, variant: str | Variant, cfg: ModelConfig | None = None, *,
                       seed: int = 0, device: str = "cpu") -> list[str]:
