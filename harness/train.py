@@ -499,6 +499,23 @@ def _cpu_flags() -> list[str]:
 
 
 _REGISTRIES: dict[str, Any] = {}
+_CONTRACTS: dict[tuple, list[str]] = {}
+
+
+def contract_reasons(registry, variant: Variant, model_cfg) -> list[str]:
+    """One line per component of ``variant`` that breaks its slot's contract (an undeclared
+    difference from the slot's reference, see :mod:`harness.contracts`), checked with the trial's
+    model config; cached per process. Declared differences pass; declared bugs are reported."""
+    from .contracts import check_component
+
+    out = []
+    for slot, name in sorted(variant.resolved().items()):
+        key = (slot, name, id(registry), repr(model_cfg))
+        if key not in _CONTRACTS:
+            _CONTRACTS[key] = [r.reason() for r in check_component(registry.component(slot, name), model_cfg)
+                               if not r.ok]
+        out += [f"contract: {line}" for line in _CONTRACTS[key]]
+    return out
 
 
 def _registry(plugins: dict | None):
@@ -556,8 +573,13 @@ def run_trial(spec: dict[str, Any], progress: Callable[[int, float], None] | Non
         with clock("build"):
             model = build_model(registry, variant, cfg.model, seed=spec["seed"]).to(device)
         row["params"] = unique_parameter_count(model)
+        with clock("build"):
+            broken = contract_reasons(registry, variant, cfg.model)
         reset_peak_mem(device)
         metrics, curve = train(model, cfg, spec["seed"], device, row["dtype"], progress, clock)
+        if broken and metrics["status"] != "diverged":
+            metrics["reason"] = "; ".join(broken + ([metrics["reason"]] if metrics["reason"] else []))
+            metrics["status"] = INVALID
         row.update(metrics)
         row["peak_mem_mb"] = peak_mem_mb(device)
     except Exception as exc:  # noqa: BLE001 - a failing trial must not take the run down

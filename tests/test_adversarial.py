@@ -109,7 +109,8 @@ def test_all_components_sweeps_every_installed_component():
     assert any("keys and values swapped" in f for f in swept.failures())
 
 
-@pytest.mark.parametrize("name", ["adv_causal_shift", "adv_src_pad_ignored", "adv_length_embedding", "adv_nan_rows"])
+@pytest.mark.parametrize("name", ["adv_scale_d_model", "adv_causal_shift", "adv_src_pad_ignored", "adv_nan_rows",
+                                  "adv_length_embedding"])
 def test_run_marks_a_leaking_plugin_invalid_and_never_ranks_it(tmp_path, name):
     cmd = [sys.executable, "-m", "harness", "--plugin", str(PLUGINS / f"{name}.py"), "run", "--variants",
            "baseline", name, "--seeds", "5", "--preset", "tiny", "-q", "--results-dir", str(tmp_path),
@@ -159,3 +160,14 @@ def test_compare_gates_an_invalid_candidate(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "harness", "compare", str(tmp_path / "a"), str(tmp_path / "b")],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1 and "invalid (integrity probes)" in proc.stdout
+
+
+@pytest.mark.parametrize("name", ["good_d2l_attention", "good_rmsnorm"])
+def test_run_treats_a_correct_plugin_like_a_built_in(tmp_path, name):
+    proc = subprocess.run([sys.executable, "-m", "harness", "--plugin", str(PLUGINS / f"{name}.py"), "run",
+                           "--variants", "baseline", name, "--preset", "tiny", "-q", "--results-dir", str(tmp_path),
+                           "--run-id", "r"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    trials = pd.read_csv(tmp_path / "r" / "trials.csv")
+    assert set(trials["status"]) == {"ok"}
+    assert "## Invalid variants" not in (tmp_path / "r" / "report.md").read_text()
