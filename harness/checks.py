@@ -1423,6 +1423,10 @@ def results_frame(report: CheckReport):
                      "grad_max_abs": grad.max_abs if grad else None, "grad_name": grad.name if grad else None,
                      "grad_threshold": grad.threshold if grad else None, "detail": detail, **extra})
 
+    for c in report.components:
+        add("component", f"{c.slot}={c.name}", c.check, c.declared, c.verdict, c.ok or c.buggy,
+            detail="; ".join(x for x in (c.diagnosis, c.detail) if x), max_abs=c.max_abs, threshold=c.threshold,
+            plugin=c.plugin)
     for p in report.pairs:
         add("pair", p.a, p.b, p.expected, p.verdict, p.ok, p.logits, p.grad_max,
             "; ".join(p.declared + p.notes))
@@ -1537,6 +1541,16 @@ def render_markdown(report: CheckReport, meta: dict) -> str:
     tol_rows = [{"dtype": d, "device": dev, "atol": t.atol, "fudge": t.fudge, "note": t.note,
                  "used": "◀" if (d, dev) == (report.dtype, report.device) else ""} for (d, dev), t in TOLERANCES.items()]
     parts += [_md(pd.DataFrame(tol_rows)), ""]
+    if report.components:
+        from .contracts import SLOT_REFERENCES
+
+        parts += ["## Components vs their slot's reference", "",
+                  "Each component on its own, with the harness's reference siblings (docs/components.md). "
+                  "References: " + "; ".join(f"**{k}**: {v}" for k, v in SLOT_REFERENCES.items()), "",
+                  _md(pd.DataFrame([{"component": f"{c.slot}={c.name}" + (" [bug]" if c.buggy else ""),
+                                     "plugin": c.plugin, "held to": c.declared, "check": c.check,
+                                     "verdict": c.verdict, "max|Δ|": _fmt(c.max_abs), "threshold": _fmt(c.threshold),
+                                     "diagnosis": c.diagnosis or c.detail} for c in report.components])), ""]
     if report.variants:
         parts += ["## Equivalence matrix", "", LEGEND, "", _md(matrix_frame(report)), "",
                   "## Equivalence classes", ""]
