@@ -68,28 +68,28 @@ class PluginSpec:
         return cls(list(d.get("modules", [])), list(d.get("files", [])), bool(d.get("strict", False)))
 
 
-def _already_imported(p: Path):
-    """The module already imported from file ``p`` (e.g. an installed plugin's entry point that is
-    also named with ``--plugin``), or None: loading it twice would register every name twice."""
-    target = p.resolve()
-    for module in list(sys.modules.values()):
-        f = getattr(module, "__file__", None)
-        if f:
-            try:
-                if Path(f).resolve() == target:
-                    return module
-            except OSError:
-                continue
-    return None
+def _same_file(module, target: Path) -> bool:
+    f = getattr(module, "__file__", None)
+    try:
+        return bool(f) and Path(f).resolve() == target
+    except OSError:
+        return False
+
+
+def _registered_from(pm: pluggy.PluginManager, path: str | None) -> bool:
+    """Whether a plugin loaded from the same file is registered already (an installed entry point
+    also named with ``-p``/``--plugin``, as the conformance kit's documented call does): loading it
+    twice would offer every name twice."""
+    if not path:
+        return False
+    target = Path(path).resolve()
+    return any(_same_file(plugin, target) for plugin in pm.get_plugins())
 
 
 def _import_file(path: str):
     p = Path(path)
     if not p.is_file():
         raise PluginError(f"plugin file {path!r} does not exist (give a path to a .py file)")
-    known = _already_imported(p)
-    if known is not None:
-        return known
     name = f"harness_plugin_file_{p.stem}"
     spec = importlib.util.spec_from_file_location(name, p)
     if spec is None or spec.loader is None:
@@ -149,9 +149,11 @@ def get_plugin_manager(spec: PluginSpec | None = None, warnings: list[str] | Non
             pm.register(obj, name=ep.name)
     for name in spec.modules:
         module = _import_module(name)
-        if not pm.is_registered(module):
+        if not pm.is_registered(module) and not _registered_from(pm, getattr(module, "__file__", None)):
             pm.register(module, name=name)
     for path in spec.files:
+        if _registered_from(pm, path):
+            continue
         module = _import_file(path)
         if not pm.is_registered(module):
             pm.register(module, name=str(path))

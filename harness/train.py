@@ -570,11 +570,10 @@ def run_trial(spec: dict[str, Any], progress: Callable[[int, float], None] | Non
         registry = _registry(spec.get("plugins"))
         variant = Variant(spec["variant"], slots)
         row.update({f"slot_{k}": v for k, v in variant.resolved().items()})
-        with clock("build"):
+        with clock("build"):  # the model, and its components held to their slots' contracts
             model = build_model(registry, variant, cfg.model, seed=spec["seed"]).to(device)
-        row["params"] = unique_parameter_count(model)
-        with clock("build"):
             broken = contract_reasons(registry, variant, cfg.model)
+        row["params"] = unique_parameter_count(model)
         reset_peak_mem(device)
         metrics, curve = train(model, cfg, spec["seed"], device, row["dtype"], progress, clock)
         if broken and metrics["status"] != "diverged":
