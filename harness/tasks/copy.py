@@ -21,13 +21,21 @@ evaluation data from the same distribution as their training batches, so evaluat
 also occur in training: with that scheme, at the quick preset 397 of the 1000 evaluation
 sequences occurred verbatim in seed 0's training stream (every sequence of content length 1-3,
 86 of 111 of length 4). Here the space of sequences is split by a deterministic hash of the
-content (:func:`split_class`): a sequence is *held out* iff its class is :data:`HELDOUT_CLASS`,
-about 1 in :data:`HELDOUT_K`, and every content length has sequences on both sides.
-:func:`make_batch` (training) never returns a held-out sequence and :func:`eval_set` returns only
-held-out ones, so the two are disjoint by construction, for every seed; :func:`heldout_overlap`
-measures it. Both draw a row's content length as before and then its content by rejection (same
-generator), so each side is uniform over its own sequences of each length and the length
-distribution is unchanged.
+content (:func:`split_class`): a sequence of content length >= :data:`MIN_HELDOUT_LENGTH` (2) is
+*held out* iff its class is :data:`HELDOUT_CLASS`, about 1 in :data:`HELDOUT_K`, and every such
+length has sequences on both sides. :func:`make_batch` (training) never returns a held-out
+sequence and :func:`eval_set` returns only held-out ones, so the two are disjoint by
+construction, for every seed; :func:`heldout_overlap` measures it. Training draws its rows as
+before (content length 1..L uniform) and then their content by rejection (same generator), so it
+is uniform over the training sequences of each length; evaluation draws lengths 2..L uniformly.
+
+Content length 1 is never held out (a deliberate departure from "every length"): there are only
+V - 3 such sequences (8 at the quick preset), training sees all of them within its first batch,
+and a held-out one shares no (position, token) with any training sequence of its length, so the
+model is never taught it. Measured with length 1 split like the others (quick preset, seed 0):
+9 of 11 built-in variants copied every held-out sequence of length 2..10 but answered
+[5, 5, END] for [5] (and likewise for [10]), final exact-match 0.928 = all 72 length-1 rows
+failed.
 """
 from __future__ import annotations
 
@@ -49,6 +57,8 @@ PAD, START, END = 0, 1, 2
 HELDOUT_K = 5
 #: The hash class reserved for evaluation.
 HELDOUT_CLASS = 0
+#: Shortest content length that is split; shorter sequences are all training ones.
+MIN_HELDOUT_LENGTH = 2
 #: Polynomial hash of the content after its first token: modulus (the Mersenne prime 2^31 - 1)
 #: and base.
 HASH_MOD = 2**31 - 1
@@ -93,21 +103,30 @@ def heldout_classes(task: str, seq_len: int, vocab: int) -> int:
     (``copy``: V - 3; ``copy_fixed``: V - 1).
 
     With K <= S, the first content token alone runs through every class (see
-    :func:`split_class`), so every content length has both held-out and training sequences.
+    :func:`split_class`), so every content length >= :data:`MIN_HELDOUT_LENGTH` has both
+    held-out and training sequences.
 
     Raises:
         ValueError: unknown ``task``.
-        ConfigError: no split exists: ``copy`` with V = 4 (one sequence per length) or
-            ``copy_fixed`` with L = 1 (one sequence in all).
+        ConfigError: no split exists: ``copy`` with V = 4 (one sequence per length) or L = 1
+            (content length 1 only), ``copy_fixed`` with L < 3 (content length L - 1 < 2).
     """
     symbols = vocab - _symbols(task)
     if symbols < 2:
         raise ConfigError(f"the {task} task needs vocab >= {_symbols(task) + 2} for a held-out split "
                           f"disjoint from training (two content symbols), got vocab={vocab}")
-    if task == "copy_fixed" and seq_len < 2:
-        raise ConfigError(f"the copy_fixed task needs seq_len >= 2 for a held-out split (its first "
-                          f"token is always the start id), got seq_len={seq_len}")
+    longest = seq_len if task == "copy" else seq_len - 1  # content length (copy_fixed: after the start id)
+    if longest < MIN_HELDOUT_LENGTH:
+        need = MIN_HELDOUT_LENGTH + (task == "copy_fixed")
+        raise ConfigError(f"the {task} task needs seq_len >= {need} for a held-out split (content of "
+                          f"length >= {MIN_HELDOUT_LENGTH}; shorter content is never held out), got seq_len={seq_len}")
     return min(HELDOUT_K, symbols)
+
+
+def eval_lengths(task: str, seq_len: int) -> tuple[int, int]:
+    """(shortest, longest) content length of the held-out sequences: (2, L) for ``copy``,
+    (L - 1, L - 1) for ``copy_fixed``."""
+    return (MIN_HELDOUT_LENGTH, seq_len) if task == "copy" else (seq_len - 1, seq_len - 1)
 
 
 @functools.lru_cache(maxsize=None)
@@ -117,16 +136,17 @@ def _powers(n: int) -> torch.Tensor:
 
 
 def split_class(task: str, src: torch.Tensor, vocab: int) -> torch.Tensor:
-    """Hash class of every sequence: ``(x_1 + H(x_2..)) mod K``; class :data:`HELDOUT_CLASS`
-    is held out.
+    """Hash class of every sequence: ``(x_1 + H(x_2..)) mod K``; a sequence is held out iff its
+    class is :data:`HELDOUT_CLASS` and its content length is >= :data:`MIN_HELDOUT_LENGTH`
+    (:func:`is_heldout`).
 
     ``x_1`` is the first content token (``src[:, 0]`` for ``copy``, ``src[:, 1]`` for
     ``copy_fixed``), ``H`` the polynomial hash ``(x_2 * b + x_3 * b^2 + ...) mod M`` of the rest
     of the row (pads included, as 0; b = :data:`HASH_BASE`, M = :data:`HASH_MOD`) and K =
     :func:`heldout_classes`. The first token enters
     unhashed so that, for any rest, the S >= K consecutive ids it can take cover every class:
-    each (length, rest) has between floor(S/K) and ceil(S/K) held-out first tokens and the rest
-    are training ones (quick preset, S = 8, K = 5: 1 or 2 of 8; held out overall: 1 in 5).
+    each (length >= 2, rest) has between floor(S/K) and ceil(S/K) held-out first tokens and the
+    others are training ones (quick preset, S = 8, K = 5: 1 or 2 of 8; held out overall: 1 in 5).
 
     Args:
         task: ``copy`` or ``copy_fixed``.
@@ -149,15 +169,20 @@ def _classes(rows: torch.Tensor, lead: int, k: int) -> torch.Tensor:
 
 
 def is_heldout(task: str, src: torch.Tensor, vocab: int) -> torch.Tensor:
-    """(B,) bool: which rows of ``src`` (B, S) belong to the held-out split."""
-    return split_class(task, src, vocab) == HELDOUT_CLASS
+    """(B,) bool: which rows of ``src`` (B, S) belong to the held-out split (class
+    :data:`HELDOUT_CLASS` and content length >= :data:`MIN_HELDOUT_LENGTH`)."""
+    held = split_class(task, src, vocab) == HELDOUT_CLASS
+    if task == "copy":
+        held &= src[:, MIN_HELDOUT_LENGTH - 1] != PAD
+    return held
 
 
 def _draw(task: str, rows: int, seq_len: int, vocab: int, generator: torch.Generator,
           heldout: bool) -> Batch:
     """A batch whose rows all lie on one side of the split, by rejection.
 
-    Every row draws its content length (``copy``) and then ``tries`` contents of that length at
+    Every row draws its content length (``copy``: 1..L for training, 2..L held out; length-1 rows
+    are always training ones) and then ``tries`` contents of that length at
     once (:data:`TRAIN_TRIES` / :data:`HELDOUT_TRIES`) and keeps the first one on the wanted side;
     the rare rows with none (about 1 training batch in 5 has one at the quick preset) draw
     ``tries`` more, until no row is left. Which try is kept depends only on which tries are
@@ -167,8 +192,10 @@ def _draw(task: str, rows: int, seq_len: int, vocab: int, generator: torch.Gener
     tries = HELDOUT_TRIES if heldout else TRAIN_TRIES
     if task == "copy":  # rows in the layout [1, content, pad...] of width L + 2, content at 1..L
         width, low, lead = seq_len + 2, 3, 1
-        length = torch.randint(1, seq_len + 1, (rows, 1), generator=generator)  # (B, 1) content length
+        shortest = MIN_HELDOUT_LENGTH if heldout else 1
+        length = torch.randint(shortest, seq_len + 1, (rows, 1), generator=generator)  # (B, 1) content length
         pad = torch.arange(width) > length  # (B, L+2) True after the content
+        short = None if heldout else length < MIN_HELDOUT_LENGTH  # (B, 1) never held out
     else:  # rows [1, content] of width L, content at 1..L-1
         width, low, lead = seq_len, 1, 1
     data = None  # (B, width) the accepted rows
@@ -180,7 +207,10 @@ def _draw(task: str, rows: int, seq_len: int, vocab: int, generator: torch.Gener
             new.masked_fill_((pad if todo is None else pad[todo]).unsqueeze(1), PAD)
         new[..., 0] = START
         cls = _classes(new, lead, k)  # (R, tries)
-        found, first = (cls.eq(HELDOUT_CLASS) if heldout else cls.ne(HELDOUT_CLASS)).max(1)  # (R,), (R,)
+        ok = cls.eq(HELDOUT_CLASS) if heldout else cls.ne(HELDOUT_CLASS)  # (R, tries)
+        if task == "copy" and todo is None and not heldout:
+            ok |= short  # (R, tries); later rounds hold no length-1 row (accepted in the first)
+        found, first = ok.max(1)  # (R,), (R,)
         pick = new[torch.arange(n), first]  # (R, width) first acceptable try
         if todo is None:
             data = pick
@@ -226,9 +256,10 @@ def make_batch(task: str, batch: int, seq_len: int, vocab: int, generator: torch
 def eval_set(task: str, n: int, seq_len: int, vocab: int, seed: int) -> Batch:
     """The fixed held-out set: ``n`` held-out sequences drawn from ``seed`` (shared by every trial).
 
-    Content lengths are drawn as in :func:`make_batch`; the content is uniform over the held-out
-    sequences of that length, none of which :func:`make_batch` ever returns. Sequences may repeat
-    within the set (few held-out sequences are short: 1 or 2 of length 1 at the quick preset).
+    Content lengths are uniform over :func:`eval_lengths` (``copy``: 2..L; length 1 is never held
+    out, see the module docstring); the content is uniform over the held-out sequences of that
+    length, none of which :func:`make_batch` ever returns. Sequences may repeat within the set
+    (13 of the 64 length-2 sequences are held out at the quick preset).
 
     Shape:
         as :func:`make_batch` with B = n.
@@ -288,12 +319,16 @@ def heldout_overlap(cfg: "RunConfig", seed: int) -> tuple[int, int]:
 
 def heldout_note(cfg: "RunConfig", seed: int) -> str:
     """One line for a report: the split and the measured overlap, e.g. ``evaluation set: 1000
-    sequences disjoint from training by construction (hash split, 1 in 5 held out); measured
-    overlap with seed 0's training stream: 0/1000``."""
+    sequences of content length 2-10, disjoint from training by construction (hash split, 1 in 5
+    held out); measured overlap with seed 0's training stream: 0/1000``."""
+    tc = cfg.train
     overlap, n = heldout_overlap(cfg, seed)
-    k = heldout_classes(cfg.train.task, cfg.train.seq_len, cfg.model.vocab)
-    return (f"evaluation set: {n} sequences disjoint from training by construction (hash split, "
-            f"1 in {k} held out); measured overlap with seed {seed}'s training stream: {overlap}/{n}")
+    k = heldout_classes(tc.task, tc.seq_len, cfg.model.vocab)
+    low, high = eval_lengths(tc.task, tc.seq_len)
+    span = f"{low}-{high}" if low < high else f"{low}"
+    return (f"evaluation set: {n} sequences of content length {span}, disjoint from training by "
+            f"construction (hash split, 1 in {k} held out); measured overlap with seed {seed}'s "
+            f"training stream: {overlap}/{n}")
 
 
 @torch.no_grad()
