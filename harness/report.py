@@ -678,7 +678,10 @@ def write_report(store: RunStore, baseline: str | None = None, metric: str | Non
     if len(df):
         order = variant_order(df, baseline, meta)
         parts += ["## Variants", "", to_markdown(variants_table(df, order)), ""]
+    held = meta.get("heldout") or ("evaluation set: overlap with the training stream not recorded (a run "
+                                    "made before the evaluation set was drawn disjoint from training)")
     parts += ["## Results", "", caption(meta, df, baseline, metric) if len(df) else "", "",
+              f"_{held[0].upper() + held[1:]}._", "",
               to_markdown(summary_table(df, baseline, metric, meta, rows)), ""]
     if len(df) and "status" in df:
         bad = df[~df["status"].isin(TRAINED)]

@@ -23,6 +23,7 @@ from ..errors import ConfigError, HarnessError, StoreError
 from ..report import summary_table, to_markdown, trials_frame, write_report
 from ..runner import ExecutionOptions, Plan, TrialSpec, execute, make_specs
 from ..store import RunStore, config_hash
+from ..tasks.copy import heldout_note
 from ..train import environment, resolve_device
 from .common import add_config, add_selection, command_line, load_registry, resolve_config, select_variants
 
@@ -185,6 +186,7 @@ def main(args) -> int:
         "environment": {**environment(device), "deterministic": True, "threads": options.trial_threads()},
         "execution": options.to_dict(),
         "trials": [{"key": s.key, "spec": s.spec} for s in specs],
+        "heldout": heldout_note(cfg, seeds[0]),
         **plan.meta,
     }
     with executor_session(options, plugins, args.quiet):  # a Ray cluster that cannot be reached stores nothing
