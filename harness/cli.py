@@ -9,17 +9,20 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import re
 import sys
+import warnings
 
-from .errors import HarnessError
+from .errors import HarnessError, HarnessWarning
 
-COMMANDS = ("run", "list", "check", "bench", "profile", "report", "compare", "experiments")
+COMMANDS = ("run", "list", "check", "bench", "profile", "report", "compare", "experiments", "verify")
 
 EPILOG = """examples:
   python -m harness run --variants all            train every built-in variant (quick preset)
   python -m harness run --variants 'seed_*' --seeds 5
   python -m harness list                          components by slot, variants, plugins
   python -m harness -p my_plugin list             load a plugin module (or --plugin file.py)
+  python -m harness verify results/<run-id>       check a stored run's files and checksums
 
 exit codes: 0 ok, 1 a trial failed / a check or comparison found a problem,
             2 bad input, 130 interrupted (the run can be resumed)"""
@@ -76,17 +79,47 @@ def plugin_spec(args):
                       strict=bool(getattr(args, "strict_plugins", False)))
 
 
+def _one_line(text) -> str:
+    """``text`` on one line: line breaks (and the spaces around them) become one space."""
+    return re.sub(r"\s*[\r\n]+\s*", " ", str(text)).strip()
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Parse ``argv`` (default ``sys.argv[1:]``), run the sub-command and return its exit code.
+
+    A :class:`HarnessError` becomes one line on stderr and its exit code (2); a
+    :class:`HarnessWarning` one line ``harness: warning: ...``; a run id (``--run-id``) is
+    checked before anything else runs.
+
+    Raises:
+        SystemExit: from argparse for ``--help``, ``--version`` and malformed options (exit 2,
+            one line).
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    try:
-        return int(args.func(args) or 0)
-    except HarnessError as exc:
-        print(f"harness: error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        print("harness: interrupted", file=sys.stderr)
-        return 130
+    show = warnings.showwarning
+
+    def show_warning(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, HarnessWarning):
+            print(f"harness: warning: {_one_line(message)}", file=sys.stderr, flush=True)
+        else:
+            show(message, category, filename, lineno, file, line)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", HarnessWarning)
+        warnings.showwarning = show_warning
+        try:
+            if getattr(args, "run_id", None) is not None:
+                from .store import check_name
+
+                check_name(args.run_id)
+            return int(args.func(args) or 0)
+        except HarnessError as exc:
+            print(f"harness: error: {_one_line(exc)}", file=sys.stderr)
+            return exc.exit_code
+        except KeyboardInterrupt:
+            print("harness: interrupted", file=sys.stderr)
+            return 130

@@ -55,7 +55,9 @@ class ModelConfig:
         d_ff: inner width of the position-wise feed-forward network.
         dropout: dropout probability in [0, 1) (residual, embedding and attention weights).
         vocab: vocabulary size V, shared by source and target (>= 3: pad, start, end).
-        pad: id of the padding token (the copy task uses 0).
+        pad: id of the padding token, passed to the mask component. A run (:class:`RunConfig`)
+            accepts only 0, the copy task's pad id (its data and loss hard-code 0 = pad,
+            1 = start, 2 = end); other values are for building models directly.
         max_len: longest sequence the positional encoding supports.
 
     Raises:
@@ -162,7 +164,13 @@ class TrainConfig:
 
 @dataclass(frozen=True)
 class RunConfig:
-    """A model config and a train config: everything a trial needs besides variant and seed."""
+    """A model config and a train config: everything a trial needs besides variant and seed.
+
+    Raises:
+        ConfigError: from :meth:`validate`: a value out of range, ``model.max_len`` shorter than
+            the task's sequences, ``model.vocab`` < 4, or ``model.pad`` other than 0 (the copy
+            task's pad id).
+    """
 
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
@@ -175,6 +183,9 @@ class RunConfig:
             raise ConfigError(f"model.max_len must be >= train.seq_len + 2 = {need}, got {self.model.max_len}")
         if self.model.vocab < 4:
             raise ConfigError(f"the copy task needs vocab >= 4 (pad, start, end and one symbol), got {self.model.vocab}")
+        if self.model.pad != 0:
+            raise ConfigError(f"model.pad must be 0: the copy task's tokens are 0 = pad, 1 = start, 2 = end "
+                              f"(harness.tasks.copy), got {self.model.pad}")
         return self
 
     def to_dict(self) -> dict[str, Any]:

@@ -10,6 +10,11 @@ import difflib
 from typing import Iterable
 
 
+class HarnessWarning(UserWarning):
+    """Something the user should know that does not stop the command (e.g. a corrupt trial
+    file moved to quarantine). The CLI prints each as one line: ``harness: warning: ...``."""
+
+
 class HarnessError(Exception):
     """Base class for errors caused by the caller's input. Exit code 2."""
 

@@ -213,6 +213,13 @@ def parse_experiment(data: dict, where: str, default_name: str) -> Experiment:
         if key not in TOP_KEYS:
             raise _bad(where, key, f"one of the keys {', '.join(TOP_KEYS)}", key)
     name = _expect_str(data, "name", where, default=default_name) or default_name
+    from .store import check_name
+
+    try:
+        if "name" in data:  # a name given in the file (the default is the file's own name)
+            check_name(name, "experiment name")
+    except HarnessError as exc:
+        raise ExperimentError(f"{where}: key 'name': {exc}") from exc
     description = _expect_str(data, "description", where, required=True)
     kind = _expect_str(data, "kind", where, default="train")
     if kind not in KINDS:
@@ -356,7 +363,7 @@ def load_experiment(path: str | Path) -> Experiment:
     """Read and validate one experiment file.
 
     Raises:
-        ExperimentError: unreadable file, TOML syntax error or a malformed key (one line).
+        ExperimentError: unreadable file, not UTF-8, TOML syntax error or a malformed key (one line).
     """
     path = Path(path)
     where = _display_path(path)
@@ -364,6 +371,9 @@ def load_experiment(path: str | Path) -> Experiment:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ExperimentError(f"{where}: cannot read experiment file: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise ExperimentError(f"{where}: not a text file in UTF-8 (byte {exc.object[exc.start:exc.start + 1]!r} "
+                              f"at offset {exc.start}); experiment files are UTF-8 TOML") from exc
     except tomllib.TOMLDecodeError as exc:
         raise ExperimentError(f"{where}: not valid TOML: {exc}") from exc
     return parse_experiment(data, where, path.stem)

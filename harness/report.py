@@ -689,6 +689,7 @@ def write_report(store: RunStore, baseline: str | None = None, metric: str | Non
             cols = [c for c in ("variant", "point", "seed", "status", "reason") if c in bad]
             parts += ["## Failures", "", "Diverged runs stay in every table (never dropped silently); runs "
                       "that raised an error are excluded from the statistics.", "", to_markdown(bad[cols]), ""]
+    parts += unreadable_section(store)
     if spec:
         parts += experiments.result_sections(store, spec, df, rows, baseline, metric, meta)
     figs = []
@@ -714,6 +715,19 @@ def write_report(store: RunStore, baseline: str | None = None, metric: str | Non
     path = store.root / "report.md"
     atomic_write_text(path, "\n".join(parts))
     return path
+
+
+def unreadable_section(store: RunStore) -> list[str]:
+    """Report lines naming the trial files that could not be read (``trials/quarantine/``)."""
+    moved = store.quarantined()
+    if not moved:
+        return []
+    rows = [{"file": f"trials/{q['original']}", "moved to": f"trials/quarantine/{q['file']}", "reason": q["reason"],
+             "stored again": "yes" if (store.trials_dir / q["original"]).is_file() else "no"} for q in moved]
+    return ["## Unreadable trial files", "", f"{len(rows)} trial file(s) could not be read (corrupt or foreign) "
+            "and were moved to `trials/quarantine/`; their trials are not in any table above until they are "
+            f"stored again (`python -m harness run --resume {store.root}` runs them).", "",
+            to_markdown(pd.DataFrame(rows)), ""]
 
 
 def sweep_table(points: dict[str, dict]) -> pd.DataFrame:

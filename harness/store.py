@@ -3,8 +3,11 @@
 ``results/<run-id>/``::
 
     config.json    resolved config, variants, seeds, environment, command, config hash
-    trials/<key>.json   one file per finished trial: {"row": {...}, "curve": [...]}
-                   written atomically (temp file + fsync + rename) the moment the trial ends
+    trials/<key>.json   one file per finished trial: {"row": {...}, "curve": [...],
+                   "checksum": "sha256:..."}, written atomically (temp file + fsync + rename)
+                   the moment the trial ends
+    trials/quarantine/  trial files that could not be read (corrupt or foreign), moved
+                   aside with a ``<name>.reason`` file each; never deleted by the harness
     trials.csv     one row per trial (rendered from trials/)
     curves.csv     loss per step (train) and per evaluation (heldout), all trials
     report.md      the rendered report
@@ -14,6 +17,16 @@ SIGKILL) loses no finished trial and never leaves a half-written row; ``run --re
 compares ``config.json``'s trial list with ``trials/`` and runs only what is missing.
 While a process writes a run it holds an exclusive ``flock`` on ``results/<run-id>/.lock``
 (released by the kernel even on SIGKILL), so two processes never write the same run.
+
+Integrity: every trial file carries the SHA-256 of its content (``checksum``) and is checked
+when it is read (:func:`read_trial_file`): it must be a JSON object with a ``row`` object naming
+``variant`` (str), ``seed`` (int) and ``status`` (str), a ``curve`` list, a file name equal to
+the row's trial key, and a checksum that matches (files written before checksums existed have
+none and are checked by schema only). A file that fails is moved to ``trials/quarantine/`` with a
+:class:`harness.errors.HarnessWarning`, so the trial counts as missing: ``run --resume`` runs it
+again and the report names the file. ``python -m harness verify RUN`` checks a whole run.
+
+Names: a run id is a folder name under ``--results-dir``, never a path (:func:`check_name`).
 """
 from __future__ import annotations
 
@@ -24,10 +37,11 @@ import json
 import os
 import re
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any, Iterable
 
-from .errors import StoreError
+from .errors import HarnessWarning, StoreError
 
 
 _UMASK = os.umask(0o022)
@@ -51,6 +65,39 @@ def atomic_write_text(path: Path, text: str) -> None:
         except OSError:
             pass
         raise
+
+
+#: Characters of a run id or experiment name (the trial-key alphabet); the first is a letter or digit.
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.=+-]*")
+NAME_MAX = 100
+
+
+def check_name(value: Any, what: str = "run id", error: type[Exception] = StoreError) -> str:
+    """Return ``value`` when it is a valid run id / experiment name, else raise ``error``.
+
+    A name becomes a folder or file name, so it must not be able to point anywhere else: 1 to
+    :data:`NAME_MAX` characters from ``A-Z a-z 0-9 _ . = + -``, starting with a letter or a
+    digit (so never ``.``, ``..``, a hidden name or an option-like ``-x``), no ``..`` anywhere
+    and no path separator.
+
+    Raises:
+        error (StoreError by default): one line saying what is wrong and what is allowed.
+    """
+    allowed = f"{'an' if what[:1] in 'aeiou' else 'a'} {what} is a name, not a path: 1-{NAME_MAX} of A-Z a-z 0-9 _ . = + -, starting with a letter or digit"
+    if not isinstance(value, str) or not value:
+        raise error(f"{what} must not be empty ({allowed})")
+    if "/" in value or "\\" in value or os.sep in value:
+        why = "contains a path separator"
+    elif ".." in value:
+        why = "contains '..'"
+    elif len(value) > NAME_MAX:
+        why = f"has {len(value)} characters"
+    elif not NAME_RE.fullmatch(value):
+        bad = next((c for c in value if not re.fullmatch(r"[A-Za-z0-9_.=+-]", c)), value[:1])
+        why = f"contains {bad!r}" if not re.fullmatch(r"[A-Za-z0-9_.=+-]", bad) else f"starts with {bad!r}"
+    else:
+        return value
+    raise error(f"{what} {value!r} {why} ({allowed})")
 
 
 def config_hash(payload: Any) -> str:
@@ -78,18 +125,35 @@ class RunStore:
     def create(cls, results_dir: str | Path, meta: dict, run_id: str | None = None) -> "RunStore":
         """Make ``results_dir/<run-id>/`` and write ``config.json``.
 
+        An explicit ``run_id`` must be a valid name (:func:`check_name`) and must not exist yet;
+        without one the folder is named by the time, with ``-2``, ``-3`` ... appended when that
+        name is taken. The folder is made with one ``mkdir`` (atomic), so of two processes
+        creating the same run id exactly one succeeds.
+
         Raises:
-            StoreError: the results directory cannot be created or written.
+            StoreError: an invalid run id; the run id exists (being written by another process,
+                or a finished or killed run); the results directory cannot be created or written.
         """
         results_dir = Path(results_dir)
+        explicit = run_id is not None
+        if explicit:
+            check_name(run_id)
         run_id = run_id or _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-        root = results_dir / run_id
-        n = 1
-        while root.exists():
-            n += 1
-            root = results_dir / f"{run_id}-{n}"
         try:
-            (root / "trials").mkdir(parents=True)
+            if results_dir.exists() and not results_dir.is_dir():
+                raise NotADirectoryError(20, "Not a directory")
+            results_dir.mkdir(parents=True, exist_ok=True)
+            root, n = results_dir / run_id, 1
+            while True:
+                try:
+                    root.mkdir()
+                    break
+                except FileExistsError:
+                    if explicit:
+                        raise StoreError(_taken(root)) from None
+                    n += 1
+                    root = results_dir / f"{run_id}-{n}"
+            (root / "trials").mkdir()
             store = cls(root)
             atomic_write_text(root / "config.json", json.dumps({**meta, "run_id": root.name}, indent=2, default=str))
         except OSError as exc:
@@ -151,55 +215,225 @@ class RunStore:
         finally:
             os.close(fd)
 
+    def is_locked(self) -> bool:
+        """True while another process holds the run's lock (is writing it)."""
+        return _lock_held(self.root)
+
     def write_meta(self, meta: dict) -> None:
         atomic_write_text(self.root / "config.json", json.dumps(meta, indent=2, default=str))
 
+    @property
+    def quarantine_dir(self) -> Path:
+        return self.trials_dir / "quarantine"
+
     def write_trial(self, key: str, result: dict) -> Path:
-        """Store one finished trial atomically; returns its path."""
+        """Store one finished trial atomically, with its checksum; returns its path."""
         path = self.trials_dir / f"{key}.json"
-        atomic_write_text(path, json.dumps(result, default=_json_default))
+        payload = json.loads(_canonical(result))  # plain JSON types (tensors -> numbers)
+        payload.pop("checksum", None)
+        payload.pop("key", None)
+        payload["checksum"] = trial_checksum(payload)
+        atomic_write_text(path, json.dumps(payload))
         return path
 
+    def trial_files(self) -> list[Path]:
+        """``trials/*.json``, sorted by name (the quarantine folder is not included)."""
+        return sorted(p for p in self.trials_dir.glob("*.json") if p.is_file())
+
+    def read_trial(self, path: Path, quarantine: bool = True) -> dict | None:
+        """One stored trial, checked by :func:`read_trial_file`, with ``"key"`` added.
+
+        A file that fails the check is moved to ``trials/quarantine/`` (when ``quarantine``)
+        with a one-line :class:`HarnessWarning`, and ``None`` is returned.
+        """
+        try:
+            result = read_trial_file(path)
+        except CorruptTrialError as exc:
+            if quarantine:
+                self._quarantine(Path(path), exc.reason)
+            return None
+        result["key"] = Path(path).stem
+        return result
+
+    def _quarantine(self, path: Path, reason: str) -> None:
+        dest = self.quarantine_dir / path.name
+        try:
+            self.quarantine_dir.mkdir(exist_ok=True)
+            n = 1
+            while dest.exists():
+                n += 1
+                dest = self.quarantine_dir / f"{path.stem}.{n}{path.suffix}"
+            os.replace(path, dest)
+            stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+            atomic_write_text(dest.with_name(dest.name + ".reason"),
+                              json.dumps({"file": path.name, "reason": reason, "moved_at": stamp}) + "\n")
+        except OSError as exc:
+            warnings.warn(f"{path}: {reason}; it could not be moved to {self.quarantine_dir} "
+                          f"({exc.strerror or exc}) and is skipped", HarnessWarning, stacklevel=3)
+            return
+        warnings.warn(f"{path}: {reason}; moved to {dest} (the trial counts as missing: "
+                      f"python -m harness run --resume {self.root} runs it again)", HarnessWarning, stacklevel=3)
+
+    def quarantined(self) -> list[dict[str, str]]:
+        """Every file in ``trials/quarantine/``, sorted by name: ``{"file": its name there,
+        "original": its name in trials/, "reason": why it was moved}``."""
+        if not self.quarantine_dir.is_dir():
+            return []
+        out = []
+        for p in sorted(self.quarantine_dir.iterdir()):
+            if p.suffix == ".reason" or not p.is_file():
+                continue
+            try:
+                note = json.loads(p.with_name(p.name + ".reason").read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                note = {}
+            note = note if isinstance(note, dict) else {}
+            out.append({"file": p.name, "original": str(note.get("file") or p.name),
+                        "reason": str(note.get("reason") or "no reason recorded")})
+        return out
+
     def done_keys(self) -> set[str]:
-        """Keys of the trials stored so far (finished trials, whatever their status)."""
-        return {p.stem for p in self.trials_dir.glob("*.json")}
+        """Keys of the valid trials stored so far (finished trials, whatever their status);
+        invalid files are quarantined (see :meth:`read_trial`)."""
+        return {p.stem for p in self.trial_files() if self.read_trial(p) is not None}
 
     def missing(self, keys: Iterable[str]) -> list[str]:
-        """``keys`` that have no stored trial yet, in the given order."""
+        """``keys`` that have no valid stored trial yet, in the given order."""
         done = self.done_keys()
         return [k for k in keys if k not in done]
 
-    def load_trials(self) -> list[dict]:
-        """Every stored trial, sorted by key. Unreadable files are skipped (cannot happen
-        with atomic writes, but a hand-edited folder should not crash a report)."""
+    def load_trials(self, quarantine: bool = True) -> list[dict]:
+        """Every valid stored trial, sorted by key. A corrupt or foreign file is moved to
+        ``trials/quarantine/`` with a warning (see :meth:`read_trial`) and left out."""
         out = []
-        for p in sorted(self.trials_dir.glob("*.json")):
-            try:
-                result = json.loads(p.read_text())
-            except (OSError, json.JSONDecodeError):
-                continue
-            result["key"] = p.stem
-            out.append(result)
+        for p in self.trial_files():
+            result = self.read_trial(p, quarantine=quarantine)
+            if result is not None:
+                out.append(result)
         return out
 
     def write_tables(self) -> tuple[Path, Path]:
         """Render ``trials.csv`` and ``curves.csv`` from the stored trials (atomically)."""
-        import pandas as pd
-
-        trials = self.load_trials()
-        rows = [{k: v for k, v in t["row"].items() if k != "traceback"} for t in trials]
-        curves = [{"variant": t["row"]["variant"], "seed": t["row"]["seed"], "point": t["row"].get("point", ""),
-                   **c} for t in trials for c in t.get("curve", [])]
+        trials_text, curves_text = tables_text(self.load_trials())
         trials_csv, curves_csv = self.root / "trials.csv", self.root / "curves.csv"
-        atomic_write_text(trials_csv, pd.DataFrame(rows).to_csv(index=False))
-        atomic_write_text(curves_csv, pd.DataFrame(curves).to_csv(index=False))
+        atomic_write_text(trials_csv, trials_text)
+        atomic_write_text(curves_csv, curves_text)
         return trials_csv, curves_csv
+
+
+def tables_text(trials: list[dict]) -> tuple[str, str]:
+    """The text of ``trials.csv`` and ``curves.csv`` for ``trials`` (as :meth:`RunStore.load_trials`
+    returns them): one row per trial without its traceback; one row per curve point."""
+    import pandas as pd
+
+    rows = [{k: v for k, v in t["row"].items() if k != "traceback"} for t in trials]
+    curves = [{"variant": t["row"]["variant"], "seed": t["row"]["seed"], "point": t["row"].get("point", ""),
+               **c} for t in trials for c in t.get("curve", []) if isinstance(c, dict)]
+    return pd.DataFrame(rows).to_csv(index=False), pd.DataFrame(curves).to_csv(index=False)
 
 
 def _json_default(o):
     if hasattr(o, "item"):
         return o.item()
     return str(o)
+
+
+def _canonical(payload: Any) -> str:
+    return json.dumps(payload, sort_keys=True, separators=(",", ":"), default=_json_default)
+
+
+def trial_checksum(payload: dict) -> str:
+    """``sha256:<hex>`` of a trial's content (every key but ``checksum`` and ``key``), computed
+    over its canonical JSON (sorted keys, no spaces), so reading and re-serialising gives the
+    same digest."""
+    body = {k: v for k, v in payload.items() if k not in ("checksum", "key")}
+    return "sha256:" + hashlib.sha256(_canonical(body).encode()).hexdigest()
+
+
+class CorruptTrialError(StoreError):
+    """A trial file that cannot be used: unreadable, not JSON, foreign, or changed after it
+    was written. ``reason`` says which, in a few words."""
+
+    def __init__(self, path: Path, reason: str):
+        super().__init__(f"{path}: {reason}")
+        self.path, self.reason = path, reason
+
+
+def read_trial_file(path: str | Path) -> dict:
+    """Read and check one ``trials/<key>.json``; returns its content.
+
+    Checks: UTF-8 JSON object; ``row`` an object with ``variant`` (str), ``seed`` (int) and
+    ``status`` (str); ``curve`` (when present) a list of objects; the file name is the row's trial key
+    (:func:`trial_key`); ``checksum`` (when present, i.e. written by this version) matches.
+
+    Raises:
+        CorruptTrialError: naming the first check that failed.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise CorruptTrialError(path, f"cannot be read ({exc.strerror or exc})") from exc
+    except UnicodeDecodeError as exc:
+        raise CorruptTrialError(path, f"is not UTF-8 text (byte {exc.start}); not a trial file") from exc
+    if not text.strip():
+        raise CorruptTrialError(path, "is empty (a truncated trial file)")
+    try:
+        data = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise CorruptTrialError(path, f"is not valid JSON ({str(exc)[:120]}); a truncated or damaged trial file") \
+            from exc
+    if not isinstance(data, dict):
+        raise CorruptTrialError(path, f"holds a JSON {type(data).__name__}, not a trial object (foreign file)")
+    row = data.get("row")
+    if not isinstance(row, dict):
+        raise CorruptTrialError(path, "has no 'row' object; not a trial file (foreign file)")
+    for name, kind in (("variant", str), ("seed", int), ("status", str)):
+        value = row.get(name)
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise CorruptTrialError(path, f"row.{name} should be {kind.__name__}, got {value!r}; "
+                                          f"not a trial file (foreign file)")
+    curve = data.get("curve", [])
+    if not isinstance(curve, list) or not all(isinstance(c, dict) for c in curve):
+        raise CorruptTrialError(path, "its 'curve' is not a list of objects; not a trial file (foreign file)")
+    point = row.get("point") or ""
+    key = trial_key(row["variant"], row["seed"], point if isinstance(point, str) else str(point))
+    if path.stem != key:
+        raise CorruptTrialError(path, f"holds trial {key!r}, not {path.stem!r} (renamed or copied from "
+                                      f"another trial)")
+    stored = data.get("checksum")
+    if stored is not None:
+        actual = trial_checksum(data)
+        if stored != actual:
+            raise CorruptTrialError(path, f"checksum mismatch (stored {str(stored)[:20]}..., content "
+                                          f"{actual[:20]}...): changed after it was written")
+    return data
+
+
+def _lock_held(root: Path) -> bool:
+    """True when a live process holds ``root/.lock`` (probed without creating the file)."""
+    try:
+        import fcntl
+
+        fd = os.open(root / ".lock", os.O_RDWR)
+    except (ImportError, OSError):
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)  # closing the probe's descriptor releases a lock it took
+    return False
+
+
+def _taken(root: Path) -> str:
+    """Why a run folder that already exists cannot be created again."""
+    if _lock_held(root):
+        return (f"run {str(root)!r} is being written by another process (run id {root.name!r} is taken); "
+                f"choose another --run-id, or wait for that run to finish")
+    return (f"run id {root.name!r} already exists in {str(root.parent)!r}; choose another --run-id, "
+            f"or continue that run with: python -m harness run --resume {root}")
 
 
 def iter_runs(results_dir: str | Path) -> Iterable[Path]:

@@ -443,8 +443,15 @@ def train(model, cfg: RunConfig, seed: int, device: torch.device, dtype: str = "
     return metrics, curve
 
 
-def environment(device: torch.device | str = "cpu") -> dict[str, Any]:
-    """Versions, threads, CPU features and flags that can move results (Bouthillier et al. 2021)."""
+def environment(device: torch.device | str = "cpu", trial_settings_applied: bool | None = None) -> dict[str, Any]:
+    """Versions, threads, CPU features and flags that can move results (Bouthillier et al. 2021).
+
+    ``trial_settings_applied``: whether the work this block describes runs under
+    :func:`trial_settings` (``run``'s trials do, in whatever process runs them); default:
+    whether this process has applied them. ``deterministic`` and ``trial_settings`` report it.
+    """
+    applied = torch.are_deterministic_algorithms_enabled() if trial_settings_applied is None \
+        else trial_settings_applied
     import subprocess
 
     try:
@@ -464,8 +471,9 @@ def environment(device: torch.device | str = "cpu") -> dict[str, Any]:
         "cuda": torch.version.cuda if torch.cuda.is_available() else None,
         "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
         "tf32_matmul": torch.backends.cuda.matmul.allow_tf32 if torch.cuda.is_available() else None,
-        "deterministic": torch.are_deterministic_algorithms_enabled(),
-        "trial_settings": "; ".join(f"{k}: {v}" for k, v in TRIAL_SETTINGS.items()),
+        "deterministic": applied,
+        "trial_settings": ("; ".join(f"{k}: {v}" for k, v in TRIAL_SETTINGS.items()) if applied
+                           else "not applied (torch defaults: deterministic algorithms off)"),
         "git_commit": commit,
     }
     return env

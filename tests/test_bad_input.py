@@ -115,6 +115,10 @@ def _catalogue(tmp: Path) -> dict[str, tuple[list[str], str]]:
     a_file.write_text("not a directory")
     bad_toml = tmp / "broken_experiment.toml"
     bad_toml.write_text("description = \n[[[ not toml")
+    binary_toml = tmp / "binary.toml"
+    binary_toml.write_bytes(b'description = "caf\xe9"\nvariants = ["baseline"]\nseeds = 1\n\x89PNG\r\n\x1a\n\x00\xff')
+    bad_name_toml = tmp / "bad_name.toml"
+    bad_name_toml.write_text('name = "../../escaped"\ndescription = "x"\nvariants = ["baseline"]\nseeds = 1\n')
 
     base = ["run", "--variants", "baseline", "--preset", "tiny", "--results-dir", str(results), "-q"]
     existing = str(results / "existing")
@@ -163,6 +167,19 @@ def _catalogue(tmp: Path) -> dict[str, tuple[list[str], str]]:
                                       "harness_add_variants() raised ValueError"),
         "plugin_wrong_types_strict": (["--strict-plugins", "--plugin", str(plugins["wrong_types.py"]), *base],
                                       "must return a list of Variant"),
+        "set_pad_not_0": ([*base, "--set", "model.pad=3"], "model.pad must be 0"),
+        "run_id_traversal": ([*base, "--run-id", "../../escaped"], "run id '../../escaped' contains a path separator"),
+        "run_id_absolute": ([*base, "--run-id", str(tmp / "escaped")], "contains a path separator"),
+        "run_id_dotdot": ([*base, "--run-id", ".."], "run id '..' contains '..'"),
+        "run_id_empty": ([*base, "--run-id", ""], "run id must not be empty"),
+        "run_id_hidden": ([*base, "--run-id", ".hidden"], "starts with '.'"),
+        "run_id_taken": ([*base, "--run-id", "existing"], "run id 'existing' already exists"),
+        "check_run_id_traversal": (["check", "--variants", "baseline", "--results-dir", str(results), "--run-id",
+                                    "../escaped"], "contains a path separator"),
+        "experiment_not_utf8": (["run", "--experiment", str(binary_toml), "--results-dir", str(results)],
+                                "binary.toml: not a text file in UTF-8"),
+        "experiment_name_is_a_path": (["run", "--experiment", str(bad_name_toml), "--results-dir", str(results)],
+                                      "key 'name': experiment name '../../escaped' contains a path separator"),
         "jobs_zero": ([*base, "--jobs", "0"], "--jobs must be 'auto' or >= 1"),
         "address_without_ray": ([*base, "--address", "127.0.0.1:6379"], "needs --executor ray"),
     }
@@ -185,7 +202,9 @@ CASE_IDS = [  # the fixture builds each case's paths; the ids are fixed here for
     "resume_requested_config_mismatch", "resume_requested_preset_mismatch", "resume_requested_trials_mismatch",
     "resume_other_device", "resume_run_being_written",
     "plugin_file_missing", "plugin_module_missing", "plugin_import_fails", "plugin_hook_raises_strict",
-    "plugin_wrong_types_strict", "jobs_zero", "address_without_ray"]
+    "plugin_wrong_types_strict", "jobs_zero", "address_without_ray",
+    "set_pad_not_0", "run_id_traversal", "run_id_absolute", "run_id_dotdot", "run_id_empty", "run_id_hidden",
+    "run_id_taken", "check_run_id_traversal", "experiment_not_utf8", "experiment_name_is_a_path"]
 if not torch.cuda.is_available():
     CASE_IDS.append("device_cuda_without_cuda")
 if importlib.util.find_spec("ray") is None:
@@ -236,7 +255,8 @@ def run_forked(cases: dict[str, list[str]], outdir: Path) -> dict[str, subproces
 
 
 #: cases also run as plain ``python -m harness`` subprocesses (must match the forked run)
-PLAIN_SUBPROCESS = ("unknown_variant", "set_out_of_range", "resume_foreign_run")
+PLAIN_SUBPROCESS = ("unknown_variant", "set_out_of_range", "resume_foreign_run", "run_id_traversal",
+                    "experiment_not_utf8")
 
 
 @pytest.fixture(scope="module")
@@ -276,6 +296,9 @@ def test_nothing_stored_was_touched(outcomes):
     """No case wrote into the results directory holding an existing run."""
     assert outcomes["results_after"] == outcomes["results_before"]
     assert sorted(p.name for p in (outcomes["tmp"] / "results").iterdir()) == ["existing"]
+    # and nothing outside it: no run id or experiment name reached another folder
+    tmp = outcomes["tmp"]
+    assert not [p for p in (tmp, tmp.parent, tmp.parent.parent) for q in p.glob("escaped*")]
 
 
 def test_broken_plugin_warns_with_its_name_unless_strict(tmp_path):

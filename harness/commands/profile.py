@@ -83,7 +83,8 @@ def main(args) -> int:
     command = command_line()
     meta = {"kind": "profile", "command": command, "preset": args.preset, "config": cfg.to_dict(),
             "variants": [v.name for v in variants], "seeds": [args.seed], "device": device.type,
-            "dtype": args.dtype, "plugins": plugins, "environment": environment(device)}
+            "dtype": args.dtype, "plugins": plugins,
+            "environment": environment(device, trial_settings_applied=True)}  # the profiled trials apply them
     store = RunStore.create(args.results_dir, meta, output_run_id(args, "profile"))
     log = None if args.quiet else (lambda line: print(f"profile: {line}", file=sys.stderr, flush=True))
     rows, lines = [], []

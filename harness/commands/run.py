@@ -183,8 +183,8 @@ def main(args) -> int:
         "points": {name: c.to_dict() for name, c in plan.points if name},
         "config_hash": config_hash(cfg.to_dict()), "variants": [v.name for v in variants], "seeds": seeds,
         "device": device, "dtype": args.dtype, "plugins": plugins,
-        "environment": {**environment(device), "deterministic": True, "threads": options.trial_threads()},
-        "execution": options.to_dict(),
+        "environment": {**environment(device, trial_settings_applied=True), "threads": options.trial_threads()},
+        "execution": options.to_dict(), "status": "running",
         "trials": [{"key": s.key, "spec": s.spec} for s in specs],
         "heldout": heldout_note(cfg, seeds[0]),
         **plan.meta,
@@ -406,6 +406,7 @@ def execute_and_report(store: RunStore, specs: list[TrialSpec], meta: dict, opti
         if main_thread:
             signal.signal(signal.SIGTERM, old_term)
     meta["run_wall_s"] = float(meta.get("run_wall_s") or 0.0) + time.perf_counter() - t0
+    meta["status"] = "interrupted" if interrupted is not None else "complete"  # read by harness verify
     store.write_meta(meta)
     report = write_report(store)
     done = len(store.done_keys() & {t["key"] for t in meta["trials"]})

@@ -1,0 +1,169 @@
+"""``python -m harness verify RUN``: check that a stored run is complete and intact.
+
+Read-only: nothing is moved or rewritten (``report`` and ``run --resume`` quarantine corrupt
+trial files; ``verify`` only names them). One line per problem on stdout, then a summary line.
+
+Exit codes: 0 no problem; 1 at least one problem; 2 bad input (RUN is not a run folder).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from ..store import CorruptTrialError, RunStore, read_trial_file, tables_text
+
+DESCRIPTION = """Check a stored run folder (results/<run-id>/) without changing it:
+
+  * config.json is a readable JSON object;
+  * every trials/<key>.json is a trial file (JSON object, row with variant/seed/status, curve
+    list), its name is its trial key, and its checksum matches its content (files written
+    before checksums existed are checked by schema only);
+  * trials.csv and curves.csv are exactly what the trial files render to;
+  * every trial planned in config.json is stored and none is stored that was not planned --
+    unless the run was interrupted (Ctrl-C, SIGTERM, or killed): missing trials of an
+    interrupted run are not a problem, verify says how to resume it.
+
+Prints one line per problem ('PATH: what is wrong'), then a summary line."""
+
+EPILOG = """examples:
+  python -m harness verify results/20250101-120000
+  python -m harness verify quick-run --results-dir results/reference
+
+exit codes: 0 the run is intact, 1 a problem was found, 2 RUN is not a run folder"""
+
+
+def register(sub, parents):
+    p = sub.add_parser("verify", parents=parents, help="check a stored run's files, checksums and tables",
+                       description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("run", metavar="RUN", help="run folder, run id under --results-dir, or 'latest'")
+    p.add_argument("--results-dir", default="results", metavar="DIR", help="where runs are stored (default results)")
+    p.add_argument("--quiet", "-q", action="store_true", help="print the problems only, no notes or summary")
+    p.set_defaults(func=main)
+
+
+def verify_run(store: RunStore) -> tuple[list[str], list[str]]:
+    """Check ``store`` (read-only). Returns ``(problems, notes)``, one line each, paths
+    relative to the run folder. A damaged run never raises: every defect is a problem line."""
+    problems: list[str] = []
+    notes: list[str] = []
+    root = store.root
+
+    def rel(p: Path) -> str:
+        return str(p.relative_to(root))
+
+    meta: dict | None
+    try:
+        meta = json.loads((root / "config.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        problems.append(f"config.json: cannot be read as JSON ({str(exc)[:120]})")
+        meta = None
+    if meta is not None and not isinstance(meta, dict):
+        problems.append(f"config.json: holds a JSON {type(meta).__name__}, not a run's config object")
+        meta = None
+
+    planned = meta.get("trials") if meta else None
+    is_run = isinstance(planned, list) and all(isinstance(t, dict) and isinstance(t.get("key"), str) for t in planned)
+    valid: list[dict] = []
+    corrupt: set[str] = set()
+    legacy: list[str] = []
+    if is_run and planned and not store.trials_dir.is_dir():
+        problems.append("trials/: missing")
+    for path in store.trial_files():
+        try:
+            result = read_trial_file(path)
+        except CorruptTrialError as exc:
+            problems.append(f"{rel(path)}: {exc.reason}")
+            corrupt.add(path.stem)
+            continue
+        if "checksum" not in result:
+            legacy.append(rel(path))
+        result["key"] = path.stem
+        valid.append(result)
+    if legacy:
+        notes.append(f"{len(legacy)} trial file(s) written before checksums existed ({', '.join(legacy[:2])}"
+                     f"{' ...' if len(legacy) > 2 else ''}): checked by schema only")
+    for q in store.quarantined():
+        notes.append(f"trials/quarantine/{q['file']}: trials/{q['original']} was moved aside earlier "
+                     f"({q['reason']})")
+    if store.trials_dir.is_dir():
+        leftovers = sorted(p.name for p in store.trials_dir.iterdir() if p.is_file() and p.suffix != ".json")
+        if leftovers:
+            notes.append(f"trials/: {len(leftovers)} other file(s) ({', '.join(leftovers[:3])}"
+                         f"{' ...' if len(leftovers) > 3 else ''}), e.g. temporary files of a killed write; "
+                         f"harmless, never read")
+
+    # trials.csv / curves.csv must be what the valid trial files render to
+    want_trials, want_curves = tables_text(valid)
+    for name, want in (("trials.csv", want_trials), ("curves.csv", want_curves)):
+        path = root / name
+        if not path.is_file():
+            if valid and is_run:  # other commands (profile) store trials without tables
+                problems.append(f"{name}: missing (render it with: python -m harness report {root})")
+            continue
+        try:
+            have = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            problems.append(f"{name}: cannot be read ({exc})")
+            continue
+        if have != want:
+            problems.append(f"{name}: does not match the trial files ({_table_difference(have, want)}; "
+                            f"re-render with: python -m harness report {root})")
+
+    # planned trials (config.json of 'python -m harness run') against stored ones
+    if not is_run:
+        if meta is not None:
+            notes.append("config.json lists no planned trials (not written by 'python -m harness run'); "
+                         "the planned-trials check is skipped")
+        return problems, notes
+    keys = [t["key"] for t in planned]
+    stored = {t["key"] for t in valid}
+    missing = [k for k in keys if k not in stored and k not in corrupt]  # a corrupt file is named above
+    extra = sorted(stored - set(keys))
+    for k in extra:
+        problems.append(f"trials/{k}.json: not a trial planned in config.json")
+    status = meta.get("status")
+    if missing:
+        interrupted = status in ("interrupted", "running")
+        if interrupted:
+            how = ("was interrupted" if status == "interrupted" else
+                   "is being written by another process" if store.is_locked() else "was killed")
+            notes.append(f"the run {how}: {len(keys) - len(missing)} of {len(keys)} planned trial(s) stored; "
+                         f"finish it with: python -m harness run --resume {root}")
+        else:
+            for k in missing:
+                problems.append(f"trials/{k}.json: missing (planned in config.json"
+                                f"{'; the run finished' if status == 'complete' else ''}; run it again with: "
+                                f"python -m harness run --resume {root})")
+    return problems, notes
+
+
+def _table_difference(have: str, want: str) -> str:
+    """A few words on the first difference between two CSV texts."""
+    a, b = have.splitlines(), want.splitlines()
+    if not a or not b or a[0] != b[0]:
+        return "different columns"
+    if len(a) != len(b):
+        return f"{len(a) - 1} row(s), the trial files give {len(b) - 1}"
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return f"row {i} differs"
+    return "different line endings"
+
+
+def main(args) -> int:
+    from .report import resolve_run
+
+    store = resolve_run(args.run, args.results_dir)
+    problems, notes = verify_run(store)
+    for line in problems:
+        print(f"{store.root}/{line}" if not line.startswith(str(store.root)) else line)
+    if not args.quiet:
+        for line in notes:
+            print(f"note: {line}")
+        n = len(store.trial_files())
+        if problems:
+            print(f"verify {store.root}: {len(problems)} problem(s) in {n} trial file(s)")
+        else:
+            print(f"verify {store.root}: ok ({n} trial file(s))")
+    return 1 if problems else 0
