@@ -153,10 +153,15 @@ def test_compare_gates_an_invalid_candidate(tmp_path):
     meta = json.loads((tmp_path / "b" / "config.json").read_text())
     assert meta["variants"] == ["adv_causal_shift"]
     # rename B's variant so the two runs share it: the candidate is "baseline" with a leaking mask
+    from harness.store import trial_checksum
+
     for p in (tmp_path / "b" / "trials").glob("*.json"):
         t = json.loads(p.read_text())
         t["row"]["variant"] = "baseline"
-        p.write_text(json.dumps(t))
+        t.pop("checksum", None)
+        t["checksum"] = trial_checksum(t)  # a deliberate edit, re-signed (the store quarantines tampered files)
+        p.unlink()
+        (p.parent / p.name.replace("adv_causal_shift", "baseline")).write_text(json.dumps(t))
     proc = subprocess.run([sys.executable, "-m", "harness", "compare", str(tmp_path / "a"), str(tmp_path / "b")],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1 and "invalid (integrity probes)" in proc.stdout
