@@ -1034,6 +1034,10 @@ def evaluate_claim(c: dict, exp: Experiment, df, rows, baseline, metric, meta) -
                 f"expected {c['expected']} = {expected} (V={cfg.get('vocab')}, d_model={cfg.get('d_model')}).")
     if check == "verdict":
         want = c["expected"]
+        invalid = [r for r in rows if r["variant"] in (c["variant"], baseline) and r.get("invalid")]
+        if invalid:
+            return "inconclusive", (f"{invalid[0]['variant']} is invalid (it failed an integrity probe: "
+                                    f"{invalid[0]['invalid'][0]}); no verdict is drawn from it")
         found = [r for r in rows if r["variant"] == c["variant"] and r["comparison"] is not None
                  and (c.get("point") is None or r["point"] == c.get("point"))]
         if not found:
@@ -1043,7 +1047,8 @@ def evaluate_claim(c: dict, exp: Experiment, df, rows, baseline, metric, meta) -
             cmp_ = r["comparison"]
             where = f" at {r['point']}" if r["point"] else ""
             parts.append(f"P({c['variant']} > {baseline}){where} on {metric} = "
-                         f"{stats.fmt_ci(cmp_.p, cmp_.low, cmp_.high, 2)} over {cmp_.n_pairs} paired seeds -> {cmp_.verdict}")
+                         f"{stats.fmt_ci(cmp_.p, cmp_.low, cmp_.high, 2)} (Wilson 95%) over {cmp_.n_pairs} paired seeds -> "
+                         f"{cmp_.label()}")
             statuses.append("reproduced" if cmp_.verdict == want else
                             "inconclusive" if cmp_.verdict == "no claim" else "not reproduced")
         status = ("not reproduced" if "not reproduced" in statuses else

@@ -68,6 +68,24 @@ class PluginSpec:
         return cls(list(d.get("modules", [])), list(d.get("files", [])), bool(d.get("strict", False)))
 
 
+def _same_file(module, target: Path) -> bool:
+    f = getattr(module, "__file__", None)
+    try:
+        return bool(f) and Path(f).resolve() == target
+    except OSError:
+        return False
+
+
+def _registered_from(pm: pluggy.PluginManager, path: str | None) -> bool:
+    """Whether a plugin loaded from the same file is registered already (an installed entry point
+    also named with ``-p``/``--plugin``, as the conformance kit's documented call does): loading it
+    twice would offer every name twice."""
+    if not path:
+        return False
+    target = Path(path).resolve()
+    return any(_same_file(plugin, target) for plugin in pm.get_plugins())
+
+
 def _import_file(path: str):
     p = Path(path)
     if not p.is_file():
@@ -131,10 +149,11 @@ def get_plugin_manager(spec: PluginSpec | None = None, warnings: list[str] | Non
             pm.register(obj, name=ep.name)
     for name in spec.modules:
         module = _import_module(name)
-        if not pm.is_registered(module) and pm.get_plugin(name) is None:
+        if (not pm.is_registered(module) and not _registered_from(pm, getattr(module, "__file__", None))
+                and pm.get_plugin(name) is None):
             pm.register(module, name=name)
     for path in spec.files:
-        if pm.get_plugin(str(path)) is not None:  # the same file named twice: load it once
+        if _registered_from(pm, path) or pm.get_plugin(str(path)) is not None:  # named twice: load it once
             continue
         module = _import_file(path)
         if not pm.is_registered(module):

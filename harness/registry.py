@@ -5,6 +5,7 @@ implementation for one slot, a *variant* a named assignment of components to slo
 """
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import itertools
 from dataclasses import dataclass, field
@@ -38,7 +39,26 @@ class Component:
             protocol asks for (documented per slot in ``harness/model.py``).
         summary: one line for ``list`` and reports.
         source: where it comes from (paper section, seed note, d2l section).
-        buggy: a faithful reproduction of a bug from a note; never chosen by default.
+        buggy: a faithful reproduction of a bug from a note; never chosen by default. The checks
+            must flag it; ``run`` marks its trials ``invalid`` like any leaking variant.
+        differs: a declared, deliberate difference from the slot's reference (what and why, with
+            the source), e.g. ``"RMSNorm: no mean subtraction, no bias (Zhang & Sennrich 2019)"``.
+            Empty (the default): the component is held to the reference of its slot
+            (:data:`harness.contracts.SLOT_REFERENCES`) and a measured difference fails ``check``.
+            With a declaration ``check`` reports the size of the difference instead.
+        equivalent_to: the name of another component of the same slot that this one claims to
+            compute the same function as (e.g. a faster rewrite of a component that itself
+            declares ``differs``). Held to that component instead of the slot's reference.
+        fully_masked_row: mask slot only: what the softmax of a row whose every key is blocked
+            gives (a source made only of padding). One of :data:`FULLY_MASKED_ROW`:
+            ``"finite"`` (default: any finite distribution), ``"uniform"``, ``"zeros"`` or
+            ``"nan"`` (declared: softmax of an all -inf row). Rows of a real batch must be
+            finite whatever is declared here.
+
+    Raises (when registered):
+        UnknownNameError: unknown slot, or ``equivalent_to`` naming no component of the slot.
+        PluginError: ``fully_masked_row`` not in :data:`FULLY_MASKED_ROW`, or both ``differs``
+            and ``equivalent_to`` given.
     """
 
     name: str
@@ -47,7 +67,24 @@ class Component:
     summary: str = ""
     source: str = ""
     buggy: bool = False
+    differs: str = ""
+    equivalent_to: str = ""
+    fully_masked_row: str = "finite"
     plugin: str = field(default="", compare=False)
+
+    def declaration(self) -> str:
+        """One line: what this component is held to (for ``list`` and reports)."""
+        if self.buggy:
+            return "deliberate bug (must be flagged)"
+        if self.differs:
+            return f"differs: {self.differs}"
+        if self.equivalent_to:
+            return f"equivalent to {self.slot}={self.equivalent_to}"
+        return "slot reference"
+
+
+#: Allowed values of ``Component.fully_masked_row``.
+FULLY_MASKED_ROW = ("finite", "uniform", "zeros", "nan")
 
 
 @dataclass(frozen=True)
@@ -129,14 +166,29 @@ class Registry:
         reg = cls(warnings=warnings)
         comps = _call_hook(pm, "harness_add_components", Component, spec.strict, warnings)
         for comp, plugin in sorted(comps, key=lambda cp: (cp[0].slot, cp[0].name)):
-            reg.add_component(Component(comp.name, comp.slot, comp.factory, comp.summary, comp.source,
-                                        comp.buggy, plugin))
+            reg.add_component(dataclasses.replace(comp, plugin=plugin))
         vars_ = _call_hook(pm, "harness_add_variants", Variant, spec.strict, warnings)
         for var, plugin in sorted(vars_, key=lambda vp: vp[0].name):
             reg.add_variant(Variant(var.name, dict(var.slots), var.summary, var.source, var.buggy, plugin))
+        for comp in reg.components.values():
+            reg.validate_component(comp)
         for var in reg.variants.values():
             reg.validate_variant(var)
         return reg
+
+    def validate_component(self, comp: Component) -> None:
+        """Check a component's declarations against the registry (see :class:`Component`)."""
+        where = f"component {comp.slot}={comp.name} from plugin {comp.plugin!r}"
+        if comp.fully_masked_row not in FULLY_MASKED_ROW:
+            raise PluginError(f"{where}: fully_masked_row={comp.fully_masked_row!r}; allowed: "
+                              f"{', '.join(FULLY_MASKED_ROW)}")
+        if comp.differs and comp.equivalent_to:
+            raise PluginError(f"{where}: declares both differs= and equivalent_to=; give one")
+        if comp.equivalent_to:
+            if comp.equivalent_to == comp.name or (comp.slot, comp.equivalent_to) not in self.components:
+                raise UnknownNameError(f"{comp.slot} component", comp.equivalent_to,
+                                       [n for (s, n) in self.components if s == comp.slot and n != comp.name],
+                                       f"equivalent_to= of {where}")
 
     def add_component(self, comp: Component) -> None:
         if comp.slot not in SLOTS:

@@ -11,8 +11,9 @@ Main table columns (one row per variant x sweep point, the baseline first, as Na
 loss (mean ± std of the mean training loss over the first 10 steps); final held-out
 cross-entropy and exact-match (IQM [95 % stratified-bootstrap CI] over the runs that finished);
 steps to exact-match >= 0.99 (median [IQR], unsolved and diverged runs count as ∞);
-diverged x/n [Wilson 95 %]; P(variant > baseline) [95 % percentile-bootstrap CI] over paired
-seeds on the comparison metric; the verdict (:data:`harness.stats.RULE_TEXT`).
+diverged x/n [Wilson 95 %]; P(variant > baseline) [95 % Wilson score interval] over paired
+seeds on the comparison metric; the verdict with the test and numbers behind it
+(:data:`harness.stats.RULE_TEXT`).
 """
 from __future__ import annotations
 
@@ -39,6 +40,41 @@ METRICS: dict[str, tuple[bool, str]] = {
     "steps_to_solve": (False, "steps to held-out exact-match >= 0.99"),
 }
 DEFAULT_METRIC = "heldout_ce"
+
+#: Statuses of trials that trained to the end: ``invalid`` trials (a failed integrity probe, see
+#: :func:`harness.probes.integrity_reasons`) keep their numbers in the tables but never get a verdict.
+TRAINED = ("ok", "invalid")
+
+
+def invalid_variants(df: pd.DataFrame) -> dict[str, list[str]]:
+    """variant -> the distinct reasons its trials were marked ``invalid`` (first reason of each trial)."""
+    if df.empty or "status" not in df:
+        return {}
+    out: dict[str, list[str]] = {}
+    for r in df[df["status"] == "invalid"].itertuples():
+        reason = str(getattr(r, "reason", "") or "")
+        first = reason.split("; ")[0]
+        lst = out.setdefault(r.variant, [])
+        if first not in lst:
+            lst.append(first)
+    return out
+
+
+def invalid_section(df: pd.DataFrame) -> list[str]:
+    """The report's opening "Invalid variants" section (empty list when there are none)."""
+    bad = invalid_variants(df)
+    if not bad:
+        return []
+    lines = ["## Invalid variants", "",
+             "These variants failed an integrity probe (a decoder that sees the future, a padding mask that does "
+             "not hold, non-finite gradients), at initialisation or after training. Their numbers are shown "
+             "below so you can see what the leak buys, but they are excluded from every verdict, ranking and "
+             "P(A > B). Diagnose the component with `python -m harness check --variants NAME`.", ""]
+    for variant, reasons in bad.items():
+        g = df[(df["variant"] == variant) & (df["status"] == "invalid")]
+        seeds = ", ".join(str(s) for s in sorted(set(g["seed"])))
+        lines.append(f"- **{variant}** (seeds {seeds}): " + "; ".join(reasons[:3]))
+    return lines + [""]
 
 
 # ----------------------------------------------------------------------------- loading
@@ -113,9 +149,9 @@ def paired_values(df: pd.DataFrame, variant: str, baseline: str, point: str, met
     """
     def values(name):
         g = df[(df["variant"] == name) & (df["point"] == point) & (df["status"] != "failed")]
-        v = _num(g, metric).where(g["status"] == "ok")
+        v = _num(g, metric).where(g["status"].isin(TRAINED))
         if metric == "steps_to_solve":
-            v = v.fillna(np.inf).where(g["status"] == "ok", np.nan)
+            v = v.fillna(np.inf).where(g["status"].isin(TRAINED), np.nan)
         return dict(zip(g["seed"], v))
 
     a, b = values(variant), values(baseline)
@@ -135,6 +171,7 @@ def aggregate(df: pd.DataFrame, baseline: str | None = None, metric: str = DEFAU
     if df.empty:
         return []
     higher = METRICS[metric][0]
+    invalid = invalid_variants(df)
     out = []
     for point in point_order(df, meta):
         for variant in variant_order(df, baseline, meta):
@@ -143,12 +180,12 @@ def aggregate(df: pd.DataFrame, baseline: str | None = None, metric: str = DEFAU
                 continue
             status = g["status"] if "status" in g else pd.Series("ok", index=g.index)
             ran = g[status != "failed"]
-            ok = g[status == "ok"]
+            ok = g[status.isin(TRAINED)]
             n = len(ran)
             n_div = int((status == "diverged").sum())
             steps = _num(ran, "steps").replace(0, np.nan)
             step_ms = 1000 * _num(ran, "train_s") / steps
-            solve = _num(ran, "steps_to_solve").where(ran["status"] == "ok").fillna(np.inf)
+            solve = _num(ran, "steps_to_solve").where(ran["status"].isin(TRAINED)).fillna(np.inf)
             first = g.iloc[0]
             row: dict[str, Any] = {
                 "variant": variant, "point": point, "n": n, "n_ok": len(ok), "n_failed": int((status == "failed").sum()),
@@ -160,14 +197,18 @@ def aggregate(df: pd.DataFrame, baseline: str | None = None, metric: str = DEFAU
                 "exact_match": stats.iqm_ci(_num(ok, "exact_match").to_numpy()),
                 "token_acc": stats.iqm_ci(_num(ok, "heldout_token_acc").to_numpy()),
                 "steps_to_solve": stats.median_iqr(solve.to_numpy()) if n else (float("nan"),) * 3,
-                "time_to_solve_s": float(np.median(_num(ran, "time_to_solve_s").where(ran["status"] == "ok")
+                "time_to_solve_s": float(np.median(_num(ran, "time_to_solve_s").where(ran["status"].isin(TRAINED))
                                                    .fillna(np.inf).to_numpy())) if n else float("nan"),
                 "solved": int(np.isfinite(solve).sum()),
                 "diverged": (n_div, n, *stats.wilson_interval(n_div, n)),
                 "slots": {c.removeprefix("slot_"): first.get(c, "") for c in g.columns if c.startswith("slot_")},
                 "comparison": None,
+                "invalid": invalid.get(variant, []),
+                "baseline_invalid": bool(baseline and invalid.get(baseline)),
             }
-            if baseline and variant != baseline and baseline in set(df["variant"]):
+            if row["invalid"] or row["baseline_invalid"]:
+                pass  # never a comparison for a variant whose masks leak, nor against such a baseline
+            elif baseline and variant != baseline and baseline in set(df["variant"]):
                 a, b, seeds = paired_values(df, variant, baseline, point, metric)
                 if len(seeds):
                     row["comparison"] = stats.compare_paired(a, b, higher)
@@ -215,13 +256,17 @@ def summary_table(df: pd.DataFrame, baseline: str | None = None, metric: str = D
     out = []
     for r in rows:
         c = r["comparison"]
-        if r["variant"] == baseline:
+        if r.get("invalid"):
+            p_s, v_s = "—", "**INVALID** (excluded: see Invalid variants)"
+        elif r["variant"] == baseline:
             p_s, v_s = "(baseline)", "—"
+        elif r.get("baseline_invalid"):
+            p_s, v_s = "—", "no claim (the baseline is invalid)"
         elif c is None:
-            p_s, v_s = "—", "no claim"
+            p_s, v_s = "—", "no claim: no seed paired with the baseline"
         else:
             p_s = stats.fmt_ci(c.p, c.low, c.high, 2) + f" n={c.n_pairs}"
-            v_s = f"**{c.verdict}**" if c.verdict == "better" else c.verdict
+            v_s = c.label().replace("better", "**better**", 1) if c.verdict == "better" else c.label()
         line = {"variant": r["variant"]}
         if has_points:
             line["point"] = r["point"]
@@ -618,6 +663,7 @@ def write_report(store: RunStore, baseline: str | None = None, metric: str | Non
     rows = aggregate(df, baseline, metric, meta) if len(df) else []
     title = f"Experiment `{spec.name}`" if spec else "transformer-harness run"
     parts = [f"# {title}: run `{meta.get('run_id', store.root.name)}`", ""]
+    parts += invalid_section(df)
     parts += ["Command:", "", f"```\n{meta.get('command', '')}\n```", ""]
     if spec:
         parts += experiments.intro_sections(spec)
@@ -632,10 +678,13 @@ def write_report(store: RunStore, baseline: str | None = None, metric: str | Non
     if len(df):
         order = variant_order(df, baseline, meta)
         parts += ["## Variants", "", to_markdown(variants_table(df, order)), ""]
+    held = meta.get("heldout") or ("evaluation set: overlap with the training stream not recorded (a run "
+                                    "made before the evaluation set was drawn disjoint from training)")
     parts += ["## Results", "", caption(meta, df, baseline, metric) if len(df) else "", "",
+              f"_{held[0].upper() + held[1:]}._", "",
               to_markdown(summary_table(df, baseline, metric, meta, rows)), ""]
     if len(df) and "status" in df:
-        bad = df[df["status"] != "ok"]
+        bad = df[~df["status"].isin(TRAINED)]
         if not bad.empty:
             cols = [c for c in ("variant", "point", "seed", "status", "reason") if c in bad]
             parts += ["## Failures", "", "Diverged runs stay in every table (never dropped silently); runs "

@@ -12,11 +12,15 @@ uses the same definitions (stated in ``docs/statistics.md``):
   Implemented with ``scipy.stats.bootstrap`` (several unpaired samples = strata).
 * **P(A > B)**, the probability of outperforming (Bouthillier et al. 2021 §4.1): the fraction
   of *paired* runs (same seed: same data order, same canonical initial weights) in which A
-  scores better than B, ties counting 1/2; 95 % percentile-bootstrap CI over the pairs.
-* **Verdict** from that CI with gamma = 0.75: ``better`` when CI_low > 0.5 and CI_high > 0.75,
-  ``worse`` when CI_high < 0.5 and CI_low < 0.25, ``equivalent`` when the CI lies inside
-  [0.25, 0.75], otherwise ``no claim``; and always ``no claim`` below :data:`MIN_PAIRS_FOR_CLAIM`
-  paired seeds.
+  scores better than B, ties counting 1/2; 95 % Wilson score interval over the pairs
+  (:func:`wilson_score_interval`), which does not collapse to [1, 1] after a clean sweep as a
+  percentile bootstrap over 5 pairs does.
+* **Verdict** (:func:`verdict`, stated in :data:`RULE_TEXT`): ``better`` / ``worse`` rest on the
+  exact two-sided sign test on the paired wins and losses (ties dropped; ``scipy.stats.binomtest``),
+  p < :data:`ALPHA`, together with an upper (lower) bound of the P(A > B) interval beyond gamma =
+  0.75 (a meaningful effect is possible); they need :data:`MIN_PAIRS_SIGN_TEST` = 6 untied pairs.
+  ``equivalent``: the P(A > B) interval inside [0.25, 0.75], which needs
+  :data:`MIN_PAIRS_EQUIVALENT` = 12 pairs. Otherwise ``no claim``, with the reason.
 * **Wilson interval** for a count x/n (diverged runs, failure rates): ``scipy.stats.binomtest``;
   a difference of two rates gets Newcombe's hybrid score interval built from two Wilson intervals.
 
@@ -28,6 +32,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from statistics import NormalDist
 from typing import Callable, Sequence
 
 import numpy as np
@@ -49,10 +54,75 @@ CONFIDENCE = 0.95  #: two-sided confidence level of every interval
 N_RESAMPLES = 10_000  #: bootstrap replicates (rliable's examples use 50,000; 10,000 keeps reports fast)
 BOOTSTRAP_SEED = 0  #: seed of the bootstrap generator, so a re-rendered report shows the same intervals
 GAMMA = 0.75  #: Bouthillier et al. 2021's "meaningful" threshold on P(A > B)
-#: Fewest paired seeds for any verdict other than "no claim". Five: a clean 5/5 sweep is the
-#: smallest paired sample whose one-sided sign test reaches p < 0.05 (0.5^5 = 0.031); below it
-#: the percentile bootstrap of P(A > B) collapses to [1, 1] after a lucky 2/2 or 3/3.
-MIN_PAIRS_FOR_CLAIM = 5
+ALPHA = 0.05  #: two-sided level of the sign test behind "better" / "worse"
+
+
+def _z(confidence: float) -> float:
+    """Two-sided standard-normal quantile, e.g. 1.95996 for 0.95 (stdlib: no scipy import)."""
+    return NormalDist().inv_cdf(0.5 + confidence / 2)
+
+
+def wilson_score_interval(successes: float, n: int, confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """Wilson score interval (Wilson 1927) for a proportion ``successes / n``, closed form.
+
+    Unlike :func:`wilson_interval` (scipy, integer counts) ``successes`` may be fractional: P(A > B)
+    counts a tie as 1/2. Treating each pair's score (0, 1/2 or 1) as a Bernoulli outcome
+    over-states its variance (a [0, 1]-valued score with mean p has variance <= p (1 - p)), so ties
+    make the interval conservative, never narrower. It never has zero width for n >= 1.
+
+    Returns:
+        (low, high) clipped to [0, 1]; (nan, nan) when n == 0.
+
+    Raises:
+        ValueError: ``successes`` not in [0, n].
+    """
+    if n == 0:
+        return float("nan"), float("nan")
+    if not 0 <= successes <= n:
+        raise ValueError(f"successes={successes} must lie in [0, n={n}]")
+    z = _z(confidence)
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def sign_test_p(wins: int, losses: int) -> float:
+    """Exact two-sided sign test: ``scipy.stats.binomtest(wins, wins + losses, 0.5).pvalue``.
+
+    Ties are dropped before the call (the conditional sign test). 1.0 when nothing is untied.
+    """
+    n = int(wins) + int(losses)
+    return float(_st.binomtest(int(wins), n, 0.5).pvalue) if n else 1.0
+
+
+def _fewest_pairs_for_sign_test(alpha: float = ALPHA) -> int:
+    # A clean n-0 sweep has the smallest p-value n untied pairs can give: 2 * 0.5**n (exact).
+    n = 1
+    while 2 * 0.5 ** n >= alpha:
+        n += 1
+    return n
+
+
+def _equivalent_interval(low: float, high: float, gamma: float = GAMMA) -> bool:
+    return 1 - gamma <= low and high <= gamma
+
+
+def _fewest_pairs_for_equivalence(gamma: float = GAMMA, confidence: float = CONFIDENCE) -> int:
+    # P = 1/2 (all pairs tied, or as many wins as losses) gives the narrowest Wilson interval at a
+    # given n: half-width z / (2 sqrt(n + z^2)), <= gamma - 1/2 from n >= z^2 (1 / (4 (gamma - 1/2)^2) - 1).
+    n = 1
+    while not _equivalent_interval(*wilson_score_interval(n / 2, n, confidence), gamma):
+        n += 1
+    return n
+
+
+#: Fewest untied pairs for "better" or "worse": a clean 6-0 sweep has two-sided sign-test
+#: p = 2 x 0.5^6 = 0.031 < 0.05, while 5-0 has p = 0.0625 (computed by :func:`_fewest_pairs_for_sign_test`).
+MIN_PAIRS_SIGN_TEST = _fewest_pairs_for_sign_test()
+#: Fewest pairs for "equivalent": with every pair tied, the 95 % Wilson interval of P(A > B) is
+#: [0.254, 0.746] at 12 pairs and [0.246, 0.754] at 11 (computed by :func:`_fewest_pairs_for_equivalence`).
+MIN_PAIRS_EQUIVALENT = _fewest_pairs_for_equivalence()
 
 #: Fewest values per sample for a bootstrap CI: with 2 values the percentile bootstrap only
 #: restates their range, which reads like an interval but is not one.
@@ -135,10 +205,6 @@ def _as_strata(x) -> list:
     return [x]
 
 
-def _pi_stat(a, b, axis=-1):
-    return np.mean((a > b) + 0.5 * (a == b), axis=axis)
-
-
 def orient(values: Sequence[float], higher_is_better: bool) -> np.ndarray:
     """Scores where larger is better (negated when lower is better); nan -> -inf (worst)."""
     a = np.asarray(values, dtype=float).ravel()
@@ -146,8 +212,8 @@ def orient(values: Sequence[float], higher_is_better: bool) -> np.ndarray:
     return np.where(np.isnan(a), -np.inf, a)
 
 
-def prob_improvement(a: Sequence[float], b: Sequence[float], higher_is_better: bool = True) -> float:
-    """P(A > B) from paired runs: mean over pairs i of 1[a_i better than b_i] + 1/2 1[tie].
+def paired_outcomes(a: Sequence[float], b: Sequence[float], higher_is_better: bool = True) -> tuple[int, int, int]:
+    """(wins, losses, ties) of A against B over paired runs.
 
     ``a[i]`` and ``b[i]`` must come from the same seed (Bouthillier et al. 2021, §4.1).
     A nan (diverged run) counts as the worst possible score; two nans tie.
@@ -158,60 +224,87 @@ def prob_improvement(a: Sequence[float], b: Sequence[float], higher_is_better: b
     a, b = orient(a, higher_is_better), orient(b, higher_is_better)
     if a.shape != b.shape:
         raise ValueError(f"paired samples must have the same length, got {a.size} and {b.size}")
-    return float(_pi_stat(a, b)) if a.size else float("nan")
+    return int((a > b).sum()), int((a < b).sum()), int((a == b).sum())
 
 
-def prob_improvement_ci(a: Sequence[float], b: Sequence[float], higher_is_better: bool = True,
-                        **kw) -> tuple[float, float, float]:
-    """P(A > B) and its paired percentile-bootstrap CI (resampling seed pairs).
+def prob_improvement(a: Sequence[float], b: Sequence[float], higher_is_better: bool = True) -> float:
+    """P(A > B) from paired runs: mean over pairs i of 1[a_i better than b_i] + 1/2 1[tie].
+
+    See :func:`paired_outcomes` for pairing and nan. nan when there is no pair.
+
+    Raises:
+        ValueError: ``a`` and ``b`` differ in length.
+    """
+    w, l, t = paired_outcomes(a, b, higher_is_better)
+    n = w + l + t
+    return (w + t / 2) / n if n else float("nan")
+
+
+def verdict(wins: int, losses: int, ties: int, gamma: float = GAMMA, alpha: float = ALPHA,
+            confidence: float = CONFIDENCE) -> tuple[str, str]:
+    """The decision rule on paired outcomes, and the test and numbers behind it.
+
+    With n = wins + losses + ties pairs, P(A > B) = (wins + ties / 2) / n and [low, high] its
+    Wilson score interval (:func:`wilson_score_interval`):
+
+    * ``better``: exact two-sided sign test on wins vs losses (ties dropped) p < ``alpha``, more
+      wins than losses, and high > ``gamma`` (a meaningful effect is possible; Bouthillier et
+      al. 2021). Needs :data:`MIN_PAIRS_SIGN_TEST` untied pairs (6-0 gives p = 0.031).
+    * ``worse``: the mirror image (more losses, low < 1 - gamma).
+    * ``equivalent``: 1 - gamma <= low and high <= gamma: the interval excludes a meaningful
+      difference either way, even where the sign test finds a small significant one (the reason
+      then says so). Needs :data:`MIN_PAIRS_EQUIVALENT` pairs.
+    * ``no claim``: anything else.
+
+    A percentile-bootstrap interval is never used: after 5/5 wins it is [1, 1], after all ties
+    [0.5, 0.5], whatever the number of pairs.
 
     Returns:
-        (p, low, high); the CI is (nan, nan) with fewer than :data:`MIN_N_FOR_CI` pairs.
+        (verdict, reason): one of :data:`VERDICTS` and e.g. ``"sign test 6-0, p = 0.031"`` or
+        ``"all 5 pairs tied; equivalence needs >= 12 pairs"``.
     """
-    p = prob_improvement(a, b, higher_is_better)
-    oa, ob = orient(a, higher_is_better), orient(b, higher_is_better)
-    if oa.size < MIN_N_FOR_CI:
-        return p, float("nan"), float("nan")
-    # scipy rejects inf in some versions' checks; map -inf to a finite sentinel below every score.
-    finite = np.concatenate([oa[np.isfinite(oa)], ob[np.isfinite(ob)]])
-    floor = (finite.min() - 1.0 - abs(finite.min())) if finite.size else -1.0
-    oa, ob = np.where(np.isfinite(oa), oa, floor), np.where(np.isfinite(ob), ob, floor)
-    lo, hi = bootstrap_ci([oa, ob], _pi_stat, paired=True, **kw)
-    return p, lo, hi
-
-
-def verdict(low: float, high: float, n_pairs: int, gamma: float = GAMMA,
-            min_pairs: int = MIN_PAIRS_FOR_CLAIM) -> str:
-    """The decision rule on the CI [low, high] of P(A > B) (Bouthillier et al. 2021, gamma = 0.75).
-
-    * ``better``: low > 0.5 (significant) and high > gamma (meaningful);
-    * ``worse``: the mirror image, high < 0.5 and low < 1 - gamma;
-    * ``equivalent``: 1 - gamma <= low and high <= gamma (the CI excludes a meaningful
-      difference either way);
-    * ``no claim``: anything else, a missing CI, or fewer than ``min_pairs`` paired seeds
-      (never a claim from one seed).
-    """
-    if n_pairs < min_pairs or not (math.isfinite(low) and math.isfinite(high)):
-        return "no claim"
-    if low > 0.5 and high > gamma:
-        return "better"
-    if high < 0.5 and low < 1 - gamma:
-        return "worse"
-    if low >= 1 - gamma and high <= gamma:
-        return "equivalent"
-    return "no claim"
+    w, l, t = int(wins), int(losses), int(ties)
+    n = w + l + t
+    if n == 0:
+        return "no claim", "no paired seeds"
+    low, high = wilson_score_interval(w + t / 2, n, confidence)
+    p_sign = sign_test_p(w, l)
+    p_text = "p < 0.001" if p_sign < 0.001 else f"p = {p_sign:.3f}"
+    sign = f"sign test {w}-{l}" + (f" ({t} tied)" if t else "") + f", {p_text}"
+    ci = f"P(A > B) Wilson {confidence:.0%} CI [{low:.3f}, {high:.3f}]"
+    if p_sign < alpha and w > l and high > gamma:
+        return "better", sign
+    if p_sign < alpha and l > w and low < 1 - gamma:
+        return "worse", sign
+    if _equivalent_interval(low, high, gamma):
+        extra = f"; {sign}: a small difference, not a meaningful one" if p_sign < alpha else ""
+        return "equivalent", f"{ci} inside [{1 - gamma:.2f}, {gamma:.2f}], {n} pairs{extra}"
+    need_eq = f"; equivalence needs >= {MIN_PAIRS_EQUIVALENT} pairs" if n < MIN_PAIRS_EQUIVALENT else ""
+    if t == n:
+        return "no claim", f"all {n} pairs tied{need_eq}"
+    if w + l < MIN_PAIRS_SIGN_TEST:
+        return "no claim", f"{n} pair{'s' if n != 1 else ''}, {sign} (needs >= {MIN_PAIRS_SIGN_TEST} untied pairs without a loss)"
+    if p_sign < alpha:
+        return "no claim", f"{sign}, but {ci} neither reaches {gamma:.2f} nor lies inside [{1 - gamma:.2f}, {gamma:.2f}]"
+    return "no claim", f"{sign} >= {alpha}; {ci} not inside [{1 - gamma:.2f}, {gamma:.2f}]"
 
 
 RULE_TEXT = (
-    f"Verdict rule (Bouthillier et al. 2021, §4.1, gamma = {GAMMA}): P(A > B) is the fraction of paired "
-    f"seeds (same data order and initial weights) in which the variant beats the baseline on the comparison "
-    f"metric (ties count 1/2; a diverged run counts as the worst score), with a {CONFIDENCE:.0%} "
-    f"percentile-bootstrap CI over the pairs. **better**: CI low > 0.5 and CI high > {GAMMA}; **worse**: "
-    f"CI high < 0.5 and CI low < {1 - GAMMA:.2f}; **equivalent**: CI inside [{1 - GAMMA:.2f}, {GAMMA}]; "
-    f"otherwise **no claim**. Fewer than {MIN_PAIRS_FOR_CLAIM} paired seeds: always **no claim** "
-    f"(never a claim from one seed). The intervals are not corrected for multiple comparisons: with k "
-    f"variants against one baseline, expect about k x 2.5 % spurious 'better' CIs when nothing differs "
-    f"(29 paired seeds per arm give the 0.75 threshold 95 % power, Bouthillier et al.).")
+    f"Verdict rule: each paired seed (same data order and initial weights) is a win, loss or tie of the "
+    f"variant against the baseline on the comparison metric (a diverged run is the worst score; two tie). "
+    f"P(A > B) = (wins + ties/2) / pairs, with a {CONFIDENCE:.0%} Wilson score interval (ties count 1/2; "
+    f"unlike a percentile bootstrap it does not collapse to [1, 1] after a clean sweep). **better**: the "
+    f"exact two-sided sign test on wins vs losses (ties dropped, `scipy.stats.binomtest`) gives p < {ALPHA} "
+    f"with more wins, and the interval's upper bound exceeds gamma = {GAMMA} (Bouthillier et al. 2021: a "
+    f"meaningful effect is possible); this needs >= {MIN_PAIRS_SIGN_TEST} untied pairs (a clean "
+    f"{MIN_PAIRS_SIGN_TEST}-0 sweep gives p = 2 x 0.5^{MIN_PAIRS_SIGN_TEST} = "
+    f"{2 * 0.5 ** MIN_PAIRS_SIGN_TEST:.3f}; {MIN_PAIRS_SIGN_TEST - 1}-0 gives "
+    f"{2 * 0.5 ** (MIN_PAIRS_SIGN_TEST - 1):.4f}). **worse**: the mirror image. **equivalent**: the interval "
+    f"lies inside [{1 - GAMMA:.2f}, {GAMMA:.2f}] (a meaningful difference excluded either way); this needs "
+    f">= {MIN_PAIRS_EQUIVALENT} pairs (all tied: [0.254, 0.746] at 12 pairs, [0.246, 0.754] at 11). "
+    f"Otherwise **no claim**, with the reason; never a claim from one seed. No correction for multiple "
+    f"comparisons: with k variants against one baseline expect up to k x 2.5 % spurious 'better' verdicts "
+    f"when nothing differs.")
 
 
 def wilson_interval(k: int, n: int, confidence: float = CONFIDENCE) -> tuple[float, float]:
@@ -326,20 +419,35 @@ def rate_difference_ci(fail_a: Sequence[Sequence[bool]], fail_b: Sequence[Sequen
 
 @dataclass(frozen=True)
 class Comparison:
-    """P(A > B) with its CI, the number of pairs and the verdict."""
+    """A paired comparison of A with B: P(A > B) with its Wilson interval, the outcome counts,
+    the sign test and the verdict with its reason (see :func:`verdict`)."""
 
-    p: float
-    low: float
+    p: float  #: P(A > B), ties counting 1/2
+    low: float  #: Wilson score interval of P(A > B)
     high: float
     n_pairs: int
-    verdict: str
+    verdict: str  #: one of :data:`VERDICTS`
+    wins: int = 0
+    losses: int = 0
+    ties: int = 0
+    sign_p: float = float("nan")  #: exact two-sided sign-test p-value (ties dropped)
+    reason: str = ""  #: the test and numbers behind the verdict
+
+    def label(self) -> str:
+        """``"better (sign test 6-0, p = 0.031)"``; ``"no claim: all 5 pairs tied ..."``."""
+        if not self.reason:
+            return self.verdict
+        return f"{self.verdict}: {self.reason}" if self.verdict == "no claim" else f"{self.verdict} ({self.reason})"
 
 
-def compare_paired(a: Sequence[float], b: Sequence[float], higher_is_better: bool, **kw) -> Comparison:
-    """P(A > B), its CI and the verdict for paired samples (see :func:`verdict`)."""
-    p, lo, hi = prob_improvement_ci(a, b, higher_is_better, **kw)
-    n = len(np.asarray(a).ravel())
-    return Comparison(p, lo, hi, n, verdict(lo, hi, n))
+def compare_paired(a: Sequence[float], b: Sequence[float], higher_is_better: bool,
+                   confidence: float = CONFIDENCE) -> Comparison:
+    """P(A > B), its Wilson interval and the verdict for paired samples (see :func:`verdict`)."""
+    w, l, t = paired_outcomes(a, b, higher_is_better)
+    n = w + l + t
+    low, high = wilson_score_interval(w + t / 2, n, confidence)
+    v, reason = verdict(w, l, t, confidence=confidence)
+    return Comparison((w + t / 2) / n if n else float("nan"), low, high, n, v, w, l, t, sign_test_p(w, l), reason)
 
 
 def fmt_ci(point: float, low: float, high: float, digits: int = 3) -> str:

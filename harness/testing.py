@@ -37,13 +37,13 @@ import torch
 from .checks import (CHECK_MODEL, DECLARED, EQUIVALENT, IDENTICAL, NOT_COMPARABLE, BugResult, MaskComponentResult,
                      PairResult, ProbeResult, ReferenceResult, TieResult, bug_reasons, check_ties,
                      compare_attention_with_mha, compare_variants, compare_with_nn_transformer, describe_exception,
-                     get_tolerance, merge_groups, padded_batch, probe_mask_component, probe_variant, reference_state)
+                     get_tolerance, padded_batch, registry_groups, probe_mask_component, probe_variant, reference_state)
 from .config import ModelConfig
 from .model import build_model, canonical_state_dict, load_canonical_state_dict
 from .registry import Registry, Variant
 
 __all__ = [
-    "load_registry", "small_config", "padded_batch", "check_variant_contract", "contract_failures",
+    "load_registry", "small_config", "padded_batch", "check_components", "check_variant_contract", "contract_failures",
     "assert_equivalent", "assert_differs", "assert_mask_probes_pass", "assert_mask_component",
     "assert_matches_multihead_attention", "assert_matches_nn_transformer", "assert_ties_hold", "assert_flagged",
     "harness_registry", "harness_config",
@@ -75,12 +75,39 @@ def _variant(registry: Registry, name: str | Variant) -> Variant:
     return name if isinstance(name, Variant) else registry.select([name])[0]
 
 
+def _as_reference(registry: Registry, slot: str, name: str) -> dict[str, list[set[str]]]:
+    """An ``--equivalent`` group putting ``name`` with a component held to the slot's reference."""
+    from .contracts import reference_key
+
+    refs = [n for (s, n) in sorted(registry.components) if s == slot and n != name
+            and reference_key(registry, s, n) == "reference"]
+    return {slot: [{name, refs[0]}]} if refs else {}
+
+
 def _fail(title: str, lines: list[str]) -> None:
     if lines:
         raise AssertionError(title + "\n" + "\n".join(f"  - {x}" for x in lines))
 
 
 # --------------------------------------------------------------------------- contract
+
+def check_components(registry: Registry, variant: str | Variant, cfg: ModelConfig | None = None, *,
+                     seed: int = 0) -> list:
+    """Assert that every component ``variant`` uses meets its slot's contract
+    (:mod:`harness.contracts`: the slot's reference, or what the component declares).
+
+    Returns the :class:`harness.contracts.ComponentResult` list (declared differences carry their
+    size). Raises AssertionError naming each violation and its diagnosis.
+    """
+    from .contracts import check_components as _check
+
+    cfg = (cfg or CHECK_MODEL).validate()
+    v = _variant(registry, variant)
+    res = _check(registry, sorted(v.resolved().items()), cfg, seed)
+    _fail(f"variant {v.name!r}: components that break their slot's contract:",
+          [r.reason() for r in res if not r.ok and not r.buggy])
+    return res
+
 
 def contract_failures(registry: Registry, variant: str | Variant, cfg: ModelConfig | None = None, *,
                       seed: int = 0, device: str = "cpu") -> list[str]:
@@ -192,11 +219,11 @@ def assert_mask_component(registry: Registry, mask: str, cfg: ModelConfig | None
                           fully_masked_row: str | None = None, seed: int = 0) -> MaskComponentResult:
     """Assert that mask component ``mask`` blocks padded and future keys exactly like the reference
     masked softmax; optionally that a fully masked row gives ``fully_masked_row`` (``"uniform"``,
-    ``"NaN"`` or ``"zeros"``)."""
+    ``"nan"``, ``"zeros"`` or ``"finite"``: :data:`harness.registry.FULLY_MASKED_ROW`)."""
     cfg = (cfg or CHECK_MODEL).validate()
     res = probe_mask_component(registry, mask, cfg, padded_batch(cfg, seed=seed), seed)
     problems = [] if res.passed else [res.detail]
-    if fully_masked_row is not None and res.fully_masked_row != fully_masked_row:
+    if fully_masked_row is not None and res.fully_masked_row != fully_masked_row.lower():
         problems.append(f"fully masked row gives {res.fully_masked_row}, expected {fully_masked_row}")
     _fail(f"mask component {mask!r}:", problems)
     return res
@@ -210,9 +237,8 @@ def assert_matches_multihead_attention(registry: Registry, attention: str, mask:
     """Assert attention component ``attention`` (with ``mask`` and ``projections`` components) equals
     ``torch.nn.MultiheadAttention`` with mapped weights, in self- and cross-attention: output at real
     query rows, gradients of w_q, w_k, w_v, w_o and of both inputs."""
-    groups = merge_groups({"attention": [{"annotated", attention}], "mask": [{"bool", mask}]})
     res = compare_attention_with_mha(registry, attention, mask, projections, cfg, device=device, dtype=dtype,
-                                     seed=seed, groups=groups)
+                                     seed=seed, expected="equivalent")
     _fail(f"attention={attention} does not match nn.MultiheadAttention:",
           [r.explain() for r in res if r.verdict not in (IDENTICAL, EQUIVALENT)])
     return res
@@ -226,7 +252,8 @@ def assert_matches_nn_transformer(registry: Registry, variant: str | Variant, cf
     cfg = (cfg or CHECK_MODEL).validate()
     v = _variant(registry, variant)
     r = v.resolved()
-    groups = merge_groups({"attention": [{"annotated", r["attention"]}], "mask": [{"bool", r["mask"]}]})
+    groups = registry_groups(registry, {**_as_reference(registry, "attention", r["attention"]),
+                                        **_as_reference(registry, "mask", r["mask"])})
     state, _ = reference_state(registry, [v], cfg, seed)
     res = compare_with_nn_transformer(registry, v, cfg, state, device=device, dtype=dtype, seed=seed, groups=groups)
     compared = [x for x in res if x.verdict != NOT_COMPARABLE]

@@ -36,6 +36,7 @@ from torch.nn import functional as F
 from .config import RunConfig
 from .errors import DeviceError
 from .model import build_model, unique_parameter_count
+from .probes import integrity_reasons
 from .registry import Variant
 from .tasks.copy import START, Batch, eval_set, make_batch
 
@@ -249,9 +250,15 @@ def greedy_exact_match(model, src: torch.Tensor, tgt_y: torch.Tensor, pad: int, 
 #: Activation elements (rows x positions x widest layer) one evaluation chunk may hold.
 EVAL_CHUNK_ELEMENTS = 2**22
 
-#: How exact-match accuracy was computed (the ``exact_match_method`` column).
-EM_TEACHER_FORCED = "teacher-forced (decoder verified causal)"
+#: How exact-match accuracy was computed (the ``exact_match_method`` column). The final exact match
+#: is always greedy decoding; the periodic evaluations (steps to solve) read it off the teacher-forced
+#: pass when the integrity probes passed at initialisation (see :func:`evaluate`).
+EM_TEACHER_FORCED = "greedy decoding (final); periodic: teacher-forced (probes passed at initialisation)"
 EM_GREEDY = "greedy decoding"
+
+#: Trial status of a variant that fails an integrity probe (:func:`harness.probes.integrity_reasons`)
+#: at initialisation or after training: it still trains, its numbers are stored, and no report ranks it.
+INVALID = "invalid"
 
 
 def eval_chunk(cfg: RunConfig) -> int:
@@ -263,59 +270,13 @@ def eval_chunk(cfg: RunConfig) -> int:
 
 
 @torch.inference_mode()
-def decoder_is_causal(model, cfg: RunConfig, device, rows: int = 4, seed: int = 0) -> bool:
-    """Whether the decoder's output at every target position is independent of the target
-    tokens after it, tested on ``rows`` random sequences: for each cut ``c`` the tokens at
-    positions >= c are redrawn and the logits at positions < c must stay the same
-    (``allclose``, atol 1e-5, rtol 1e-4; masked scores give exactly zero weight, so a causal
-    model reproduces them to the last bit or nearly). Dropout is off (eval mode) during the test.
-
-    Why it matters: when it holds, greedy decoding reproduces the gold prefix exactly as long as
-    every earlier token was right, so "greedy decoding gets every label right" is the same event as
-    "the teacher-forced argmax is right at every label position", and :func:`evaluate` scores
-    exact match from the one teacher-forced pass (about 4x cheaper at the ``paper`` preset).
-    A decoder that sees the future (the discarded-mask bug of seed 001) fails this test and is
-    scored by real greedy decoding.
-
-    Returns False, too, when the model raises (it will fail in training with its own message).
-
-    Shape: random src (rows, seq_len), tgt (rows, seq_len + 1) starting with ``START``.
-    """
-    mc, tc = cfg.model, cfg.train
-    g = torch.Generator().manual_seed(seed)
-    length = tc.seq_len + 1
-    low = START + 1 if mc.vocab > START + 2 else 1
-    src = torch.randint(low, mc.vocab, (rows, tc.seq_len), generator=g).to(device)
-    tgt = torch.randint(low, mc.vocab, (rows, length), generator=g)
-    tgt[:, 0] = START
-    was_training = model.training
-    model.eval()
-    span = mc.vocab - low  # tokens to draw from: [low, vocab)
-    try:
-        try:
-            base = model(src, tgt.to(device))  # (rows, T, V) logits
-        except Exception:  # noqa: BLE001 - a model that crashes fails in its first training step, with its own message
-            return False
-        for c in range(1, length):
-            alt = tgt.clone()  # every token at positions >= c replaced by a different one
-            shift = torch.randint(1, max(2, span), (rows, length - c), generator=g)
-            alt[:, c:] = (tgt[:, c:] - low + shift) % span + low
-            out = model(src, alt.to(device))
-            if not torch.allclose(out[:, :c].float(), base[:, :c].float(), atol=1e-5, rtol=1e-4):
-                return False
-        return True
-    finally:
-        model.train(was_training)
-
-
-@torch.inference_mode()
 def evaluate(model, data: Batch, cfg: RunConfig, device, dtype: str, chunk: int | None = None,
              causal: bool = False) -> dict[str, float]:
     """Held-out metrics on ``data``: unsmoothed cross-entropy (nats/token), token accuracy
     (teacher forcing) and exact-match accuracy of greedy decoding (fraction of sequences), in
     chunks of ``chunk`` sequences (default :func:`eval_chunk`).
 
-    Exact match: with ``causal=True`` (the caller ran :func:`decoder_is_causal`) it is read off the
+    Exact match: with ``causal=True`` (the caller ran :func:`harness.probes.integrity_reasons`) it is read off the
     teacher-forced pass (every non-pad label position's argmax right), which for a causal decoder is
     the same event as greedy decoding getting every label right (up to float rounding at argmax
     near-ties: the two paths multiply matrices of different shapes); otherwise by greedy decoding
@@ -395,8 +356,14 @@ def train(model, cfg: RunConfig, seed: int, device: torch.device, dtype: str = "
     with exact-match >= :data:`SOLVED` (a periodic one on :data:`PROBE_SEQUENCES` sequences,
     else the final one on ``eval_sequences``); ``tokens_per_s`` = label tokens / ``train_s``.
 
-    Exact match is read off the teacher-forced pass when :func:`decoder_is_causal` holds at the
-    start of training (recorded as ``exact_match_method``), else computed by greedy decoding.
+    Integrity gate (:func:`harness.probes.integrity_reasons`): before the first step and after the
+    last, the model must pass the probes (causal with the target redrawn, shortened and extended;
+    source padding; finite gradients). A model that fails is trained all the same (its numbers are
+    visible) but gets status :data:`INVALID` with the reasons, so that no report ranks it.
+
+    Exact match: the final one is always greedy decoding. Periodic evaluations read it off the
+    teacher-forced pass when the probes passed at initialisation (``exact_match_method``), else
+    they decode greedily too.
     """
     tc, mc = cfg.train, cfg.model
     clock = clock or PhaseClock()
@@ -405,7 +372,8 @@ def train(model, cfg: RunConfig, seed: int, device: torch.device, dtype: str = "
     probe = eval_set(tc.task, PROBE_SEQUENCES, tc.seq_len, mc.vocab, tc.eval_seed + 1)
     opt, sched = make_optimizer(model, cfg)
     with clock("evaluate"):
-        causal = decoder_is_causal(model, cfg, device)
+        invalid = integrity_reasons(model, mc, device, seed=seed, when="at initialisation")
+    causal = not invalid
     curve: list[dict] = []
     status, reason = "ok", ""
     tokens = 0
@@ -447,9 +415,13 @@ def train(model, cfg: RunConfig, seed: int, device: torch.device, dtype: str = "
     train_s += time.perf_counter() - t0
     with clock("final_eval"):
         final = evaluate(model, eval_set(tc.task, tc.eval_sequences, tc.seq_len, mc.vocab, tc.eval_seed),
-                         cfg, device, dtype, causal=causal)
+                         cfg, device, dtype, causal=False)
+        if status == "ok":
+            invalid += integrity_reasons(model, mc, device, seed=seed + 1, when="after training")
     if status == "ok" and not all(math.isfinite(v) for v in final.values()):
         status, reason = "diverged", "non-finite held-out metrics"
+    if invalid:
+        status, reason = INVALID, "; ".join(list(dict.fromkeys(invalid)) + ([reason] if reason else []))
     curve.append({"step": step, "split": "heldout", "loss": final["heldout_ce"],
                   "exact_match": final["exact_match"], "wall_s": train_s})
     if solved_step is None and final["exact_match"] >= SOLVED:
@@ -535,6 +507,23 @@ def _cpu_flags() -> list[str]:
 
 
 _REGISTRIES: dict[str, Any] = {}
+_CONTRACTS: dict[tuple, list[str]] = {}
+
+
+def contract_reasons(registry, variant: Variant, model_cfg) -> list[str]:
+    """One line per component of ``variant`` that breaks its slot's contract (an undeclared
+    difference from the slot's reference, see :mod:`harness.contracts`), checked with the trial's
+    model config; cached per process. Declared differences pass; declared bugs are reported."""
+    from .contracts import check_component
+
+    out = []
+    for slot, name in sorted(variant.resolved().items()):
+        key = (slot, name, id(registry), repr(model_cfg))
+        if key not in _CONTRACTS:
+            _CONTRACTS[key] = [r.reason() for r in check_component(registry.component(slot, name), model_cfg)
+                               if not r.ok]
+        out += [f"contract: {line}" for line in _CONTRACTS[key]]
+    return out
 
 
 def _registry(plugins: dict | None):
@@ -589,11 +578,15 @@ def run_trial(spec: dict[str, Any], progress: Callable[[int, float], None] | Non
         registry = _registry(spec.get("plugins"))
         variant = Variant(spec["variant"], slots)
         row.update({f"slot_{k}": v for k, v in variant.resolved().items()})
-        with clock("build"):
+        with clock("build"):  # the model, and its components held to their slots' contracts
             model = build_model(registry, variant, cfg.model, seed=spec["seed"]).to(device)
+            broken = contract_reasons(registry, variant, cfg.model)
         row["params"] = unique_parameter_count(model)
         reset_peak_mem(device)
         metrics, curve = train(model, cfg, spec["seed"], device, row["dtype"], progress, clock)
+        if broken and metrics["status"] != "diverged":
+            metrics["reason"] = "; ".join(broken + ([metrics["reason"]] if metrics["reason"] else []))
+            metrics["status"] = INVALID
         row.update(metrics)
         row["peak_mem_mb"] = peak_mem_mb(device)
     except Exception as exc:  # noqa: BLE001 - a failing trial must not take the run down

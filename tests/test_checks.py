@@ -150,13 +150,17 @@ def test_declared_differences_are_measured(harness_registry, a, b):
     assert res.logits.golden > 1e-3  # the difference survives float64: it is real, not rounding
 
 
-def test_expected_relation_from_slots(harness_registry):
+def test_expected_relation_from_declarations(harness_registry):
     v = harness_registry.variants
-    assert checks.expected_relation(v["baseline"], v["torch_attention"]) == ("equivalent", [])
-    rel, declared = checks.expected_relation(v["baseline"], v["seed_003"])
-    assert rel == "differs" and declared == ["projections: biased vs bias_free"]
-    rel, declared = checks.expected_relation(v["baseline"], v["seed_002"])
-    assert {d.split(":")[0] for d in declared} == {"norm", "layer_norm", "projections"}
+    groups = checks.registry_groups(harness_registry)
+    assert checks.expected_relation(v["baseline"], v["torch_attention"], groups) == ("equivalent", [])
+    # seed_003's components all declare nothing (held to their slots' references) ...
+    assert checks.expected_relation(v["baseline"], v["seed_003"], groups) == ("equivalent", [])
+    # ... but bias-free projections cannot hold the reference state's biases: a layout difference
+    res = checks.compare_variants(harness_registry, "baseline", "seed_003")
+    assert res.expected == "differs" and any(d.startswith("parameter layout") for d in res.declared)
+    rel, declared = checks.expected_relation(v["baseline"], v["seed_002"], groups)
+    assert {d.split(":")[0] for d in declared} == {"norm", "layer_norm"}
 
 
 @pytest.mark.parametrize("attention", ["annotated", "d2l", "torch", "happy_llm"])
@@ -184,7 +188,7 @@ def test_stacks_match_nn_transformer(harness_registry, name):
 
 
 def test_nn_transformer_says_why_it_cannot_compare(harness_registry):
-    with pytest.raises(AssertionError, match="layer_norm=annotated is not nn.LayerNorm"):
+    with pytest.raises(AssertionError, match="layer_norm=annotated declares a difference from nn.LayerNorm"):
         assert_matches_nn_transformer(harness_registry, "seed_000")
 
 
@@ -196,7 +200,7 @@ def test_nn_transformer_mapping_names():
         checks.nn_transformer_name("embed.src.weight")
 
 
-@pytest.mark.parametrize("mask,row", [("bool", "uniform"), ("additive", "NaN"), ("valid_lens", "uniform")])
+@pytest.mark.parametrize("mask,row", [("bool", "uniform"), ("additive", "nan"), ("valid_lens", "uniform")])
 def test_mask_components_and_fully_masked_rows(harness_registry, mask, row):
     assert_mask_component(harness_registry, mask, fully_masked_row=row)
 
@@ -268,7 +272,8 @@ def test_tolerance_table_and_threshold():
 
 
 def test_equivalent_option_parsing():
-    groups = checks.merge_groups(checks.parse_equivalent(["attention=annotated,mine"]))
+    groups = checks.merge_groups(checks.parse_equivalent(["attention=annotated,mine"]),
+                                 {"attention": (frozenset({"annotated", "d2l"}),)})
     assert checks.same_function("attention", "mine", "d2l", groups)
     with pytest.raises(ConfigError, match="SLOT=A,B"):
         checks.parse_equivalent(["attention=annotated"])

@@ -114,3 +114,18 @@ def test_select_all_names_globs_and_unknown(registry):
     sizes = [len(registry.slot_components(s)) for s in ("norm", "embedding", "attention", "mask")]
     assert sizes == [2, 2, 4, 3]
     assert len(registry.grid()) == 2 * 2 * 4 * 3
+
+
+def test_kit_loads_a_plugin_that_is_also_installed(monkeypatch):
+    """The conformance kit's documented call, load_registry(files=[...]), on a plugin that is also
+    installed through an entry point registers it once (it raised DuplicateNameError)."""
+    from harness.testing import check_components, load_registry
+
+    monkeypatch.syspath_prepend(str(EXAMPLE_PLUGIN.parent))
+    import harness_example
+
+    _fake_entry_points(monkeypatch, [_FakeEntryPoint("example", harness_example)])
+    for reg in (load_registry(files=[str(EXAMPLE_PLUGIN)]), load_registry(modules=["harness_example"])):
+        assert reg.variants["example_rmsnorm"].plugin == "example"
+        results = check_components(reg, "example_rmsnorm")
+        assert any(r.verdict == "differs as declared" for r in results if r.slot == "layer_norm")

@@ -1,7 +1,8 @@
 """Reports from stored trials, ``report`` and ``compare`` (a regression gate) on fabricated and real runs."""
 import numpy as np
+import pytest
 
-from harness import cli
+from harness import cli, stats
 from harness.report import aggregate, summary_table, trials_frame, write_report
 from harness.store import RunStore, trial_key
 
@@ -11,21 +12,33 @@ CFG = {"model": {"N": 1, "d_model": 16, "h": 2, "d_ff": 32, "dropout": 0.0, "voc
                  "stop_at_solved": False}}
 
 
-def make_run(root, run_id, arms, seeds=6, rng_seed=0):
-    """A fabricated run: ``arms`` maps variant -> (mean held-out CE, exact-match, diverged seeds)."""
+def make_run(root, run_id, arms, seeds=6, rng_seed=0, jitter=0.005, spread=0.02, failed=None, jitter_seed=None):
+    """A fabricated run: ``arms`` maps variant -> (mean held-out CE, exact-match, diverged seeds).
+
+    ``spread``: std of the per-seed effect shared by every variant (and by another run made with
+    the same ``rng_seed``); ``jitter``: std of each trial's own noise (drawn from ``jitter_seed``,
+    default ``rng_seed``: a run made again with the same seeds is bit-identical); ``failed``: variant -> seeds
+    whose trial raised (stored as the executor stores a crashed trial: status ``failed``, no metrics).
+    """
     rng = np.random.default_rng(rng_seed)
+    trial_rng = np.random.default_rng([rng_seed if jitter_seed is None else jitter_seed, 1])
     meta = {"command": "fabricated", "preset": "tiny", "config": CFG, "variants": sorted(arms),
             "seeds": list(range(seeds)), "environment": {"torch": "x"}}
     store = RunStore.create(root, meta, run_id)
-    noise = rng.normal(0, 0.02, seeds)  # shared per seed: paired seeds move together
+    noise = rng.normal(0, spread, seeds)  # shared per seed: paired seeds move together
     for variant, (ce, em, diverged) in arms.items():
         for s in range(seeds):
+            if s in (failed or {}).get(variant, ()):
+                row = {"variant": variant, "seed": s, "point": "", "status": "failed",
+                       "reason": "RuntimeError: CUDA out of memory", "wall_s": float("nan")}
+                store.write_trial(trial_key(variant, s), {"row": row, "curve": []})
+                continue
             div = s in diverged
             row = {"variant": variant, "slot_norm": "pre" if "pre" in variant else "post",
                    "slot_embedding": "separate", "slot_attention": "annotated", "slot_mask": "bool",
                    "seed": s, "point": "", "params": 1000 + len(variant), "steps": 100, "train_s": 0.5,
                    "early_loss": 2.4 + noise[s], "final_train_loss": ce + 0.3,
-                   "heldout_ce": float("nan") if div else ce + noise[s] + rng.normal(0, 0.005),
+                   "heldout_ce": float("nan") if div else ce + noise[s] + trial_rng.normal(0, jitter),
                    "heldout_token_acc": 0.9, "exact_match": 0.0 if div else min(1.0, em + noise[s]),
                    "steps_to_solve": float("nan") if div or em < 0.99 else 50 + 10 * s, "time_to_solve_s": 1.0,
                    "tokens_per_s": 1000.0, "status": "diverged" if div else "ok",
@@ -44,7 +57,8 @@ def test_report_has_every_column_a_verdict_and_the_plots(tmp_path):
     text = path.read_text()
     for col in ("params", "step ms", "early loss (mean ± std)", "held-out CE IQM [95% CI]",
                 "exact-match IQM [95% CI]", "steps to EM≥0.99 median [IQR]", "diverged x/n [Wilson 95%]",
-                "P(> baseline) [95% CI]", "verdict", "Verdict rule (Bouthillier et al. 2021"):
+                "P(> baseline) [95% CI]", "verdict", "Verdict rule:", "exact two-sided sign test",
+                "needs >= 6 untied pairs", "needs >= 12 pairs"):
         assert col in text, col
     for png in ("curves.png", "final_metrics.png", "steps_to_solve.png"):
         assert (store.root / png).stat().st_size > 5000
@@ -52,8 +66,10 @@ def test_report_has_every_column_a_verdict_and_the_plots(tmp_path):
     table = summary_table(trials_frame(store))
     assert list(table["variant"]) == ["baseline", "pre_norm", "shared_embeddings"]  # baseline first
     verdicts = dict(zip(table["variant"], table["verdict"]))
-    assert verdicts["pre_norm"] == "**better**"  # lower CE on all 6 paired seeds
-    assert verdicts["shared_embeddings"] != "**better**"
+    assert verdicts["pre_norm"] == "**better** (sign test 6-0, p = 0.031)"  # lower CE on all 6 paired seeds
+    assert not verdicts["shared_embeddings"].startswith("**better**")
+    p_col = dict(zip(table["variant"], table["P(> baseline) [95% CI]"]))
+    assert p_col["pre_norm"] == "1.00 [0.61, 1.00] n=6"  # Wilson interval, not the bootstrap's [1.00, 1.00]
     div = dict(zip(table["variant"], table["diverged x/n [Wilson 95%]"]))
     assert div["shared_embeddings"].startswith("1/6 [")
     assert div["baseline"].startswith("0/6 [")
@@ -67,10 +83,23 @@ def test_diverged_run_counts_as_worst_in_the_comparison(tmp_path):
     assert bad["diverged"][:2] == (6, 6)
 
 
+def test_five_seeds_verdicts_state_their_test(tmp_path):
+    """5/5 wins and 5 ties: before, bootstrap intervals [1, 1] -> "better" and [0.5, 0.5] -> "equivalent"."""
+    store = make_run(tmp_path, "a", {"baseline": (0.5, 0.99, ()), "pre_norm": (0.3, 1.0, ()),
+                                     "additive_mask": (0.5, 0.99, ())}, seeds=5, jitter=0.0)
+    table = summary_table(trials_frame(store))
+    verdicts = dict(zip(table["variant"], table["verdict"]))
+    assert verdicts["pre_norm"] == "no claim: 5 pairs, sign test 5-0, p = 0.062 (needs >= 6 untied pairs without a loss)"
+    assert verdicts["additive_mask"] == "no claim: all 5 pairs tied; equivalence needs >= 12 pairs"
+    p_col = dict(zip(table["variant"], table["P(> baseline) [95% CI]"]))
+    assert p_col["pre_norm"] == "1.00 [0.57, 1.00] n=5" and p_col["additive_mask"] == "0.50 [0.17, 0.83] n=5"
+
+
 def test_one_seed_never_makes_a_claim(tmp_path):
     store = make_run(tmp_path, "a", {"baseline": (0.9, 0.5, ()), "pre_norm": (0.1, 1.0, ())}, seeds=1)
     table = summary_table(trials_frame(store))
-    assert list(table["verdict"]) == ["—", "no claim"]
+    assert list(table["verdict"]) == ["—", "no claim: 1 pair, sign test 1-0, p = 1.000 (needs >= 6 untied pairs "
+                                           "without a loss)"]
     assert "never a claim from one seed" in write_report(store).read_text()
 
 
@@ -89,7 +118,9 @@ def test_report_command_rerenders_from_stored_data(tmp_path, capsys):
 
 def test_compare_gates_a_degraded_run(tmp_path, capsys):
     a = make_run(tmp_path, "a", {"baseline": (0.5, 0.99, ()), "pre_norm": (0.4, 1.0, ())}, rng_seed=1)
-    same = make_run(tmp_path, "same", {"baseline": (0.5, 0.99, ()), "pre_norm": (0.4, 1.0, ())}, rng_seed=2)
+    # the same seeds again (same per-seed effects), each trial with its own small noise
+    same = make_run(tmp_path, "same", {"baseline": (0.5, 0.99, ()), "pre_norm": (0.4, 1.0, ())}, rng_seed=1,
+                    jitter_seed=2)
     worse = make_run(tmp_path, "worse", {"baseline": (0.5, 0.99, ()), "pre_norm": (0.9, 0.6, ())}, rng_seed=3)
     unstable = make_run(tmp_path, "unstable", {"baseline": (0.5, 0.99, (0, 1, 2, 3, 4, 5)), "pre_norm": (0.4, 1.0, ())},
                         rng_seed=4)
@@ -102,9 +133,87 @@ def test_compare_gates_a_degraded_run(tmp_path, capsys):
     # improvement is not a regression; the reverse direction is
     assert cli.main(["compare", str(worse.root), str(a.root)]) == 0
     assert cli.main(["compare", str(a.root), str(unstable.root), "--metrics", "exact_match"]) == 1
-    assert "baseline diverged" in capsys.readouterr().out
+    assert "baseline failed or diverged" in capsys.readouterr().out
     # a tolerance larger than the damage silences the gate
     assert cli.main(["compare", str(a.root), str(worse.root), "--metrics", "heldout_ce", "--tolerance", "1.0"]) == 0
+
+
+ARMS = {"baseline": (0.5, 0.99, ()), "pre_norm": (0.4, 1.0, ())}
+
+
+def test_compare_candidate_whose_trials_all_failed_is_a_regression(tmp_path, capsys):
+    """Before: 5/5 crashed trials left no values, every row said "too few seeds" and it exited 0."""
+    a = make_run(tmp_path, "a", ARMS, seeds=5)
+    b = make_run(tmp_path, "b", ARMS, seeds=5, failed={"pre_norm": range(5)})
+    assert cli.main(["compare", str(a.root), str(b.root)]) == 1
+    out = capsys.readouterr().out
+    assert "pre_norm failed or diverged" in out and "all 5 trials of B failed" in out
+    assert "5/5 (5 failed, 0 diverged)" in out
+    assert "baseline failed or diverged" not in out.split("REGRESSION", 1)[1]
+    # every trial of every variant crashed: the run has no metric columns at all
+    dead = make_run(tmp_path, "dead", ARMS, seeds=5, failed={"baseline": range(5), "pre_norm": range(5)})
+    assert cli.main(["compare", str(a.root), str(dead.root)]) == 1
+    # "always": even when the reference crashed at those seeds too
+    assert cli.main(["compare", str(dead.root), str(dead.root)]) == 1
+
+
+def test_compare_new_crash_at_one_seed_is_a_regression(tmp_path, capsys):
+    a = make_run(tmp_path, "a", ARMS, seeds=5)
+    b = make_run(tmp_path, "b", ARMS, seeds=5, failed={"pre_norm": (2,)})
+    assert cli.main(["compare", str(a.root), str(b.root), "--metrics", "heldout_ce"]) == 1
+    out = capsys.readouterr().out
+    assert "B failed at seed(s) 2 where A did not (seed 2: RuntimeError: CUDA out of memory)" in out
+    # the same crash in the reference is not new: 1/5 against 1/5 is no regression
+    a2 = make_run(tmp_path, "a2", ARMS, seeds=5, failed={"pre_norm": (2,)})
+    assert cli.main(["compare", str(a2.root), str(b.root), "--metrics", "heldout_ce"]) == 0
+
+
+@pytest.mark.parametrize("n_diverged,code", [(4, 1), (3, 1), (2, 0), (1, 0)])
+def test_compare_diverged_candidate_is_a_regression_by_newcombe(tmp_path, capsys, n_diverged, code):
+    """Before: 4/5 diverged against 0/5 showed "no change" (the Wilson intervals overlap) and exited 0.
+    Now the Newcombe interval of rate(B) - rate(A) decides: with 5 seeds a side, 3/5 or more is a
+    regression, 2/5 or fewer is not (as docs/statistics.md states)."""
+    a = make_run(tmp_path, "a", ARMS, seeds=5)
+    b = make_run(tmp_path, "b", {**ARMS, "pre_norm": (0.4, 1.0, tuple(range(n_diverged)))}, seeds=5)
+    assert cli.main(["compare", str(a.root), str(b.root), "--metrics", "heldout_ce"]) == code
+    out = capsys.readouterr().out
+    assert f"{n_diverged}/5 (0 failed, {n_diverged} diverged)" in out
+    if code:
+        assert "pre_norm failed or diverged" in out and "Newcombe 95% CI of rate(B) - rate(A) above 0" in out
+    d, lo, hi = stats.rate_difference_ci([[1] * n_diverged + [0] * (5 - n_diverged)], [[0] * 5])
+    assert (lo > 0) == bool(code)
+
+
+def test_compare_bootstrap_is_paired_by_seed(tmp_path, capsys):
+    """A large seed-to-seed spread shared by both runs and a small consistent shift: the paired
+    bootstrap over seeds finds it; resampling each run on its own (the old unpaired CI) would not."""
+    a = make_run(tmp_path, "a", {"baseline": (0.5, 0.99, ())}, seeds=8, rng_seed=7, spread=0.5, jitter=0.001)
+    b = make_run(tmp_path, "b", {"baseline": (0.55, 0.99, ())}, seeds=8, rng_seed=7, spread=0.5, jitter=0.001)
+    assert cli.main(["compare", str(a.root), str(b.root), "--metrics", "heldout_ce"]) == 1
+    out = capsys.readouterr().out
+    assert "baseline heldout_ce" in out and "paired bootstrap over 8 seeds" in out
+    va = trials_frame(a).sort_values("seed")["heldout_ce"].to_numpy()
+    vb = trials_frame(b).sort_values("seed")["heldout_ce"].to_numpy()
+    lo, hi = stats.bootstrap_ci([va, vb], lambda x, y, axis=-1: stats._iqm_axis(y) - stats._iqm_axis(x))
+    assert lo < 0 < hi  # unpaired: the shift drowns in the spread
+    lo_p, hi_p = stats.bootstrap_ci([va, vb], lambda x, y, axis=-1: stats._iqm_axis(y - x), paired=True)
+    assert 0.04 < lo_p < hi_p < 0.06
+
+
+def test_paired_ci_of_three_pairs_is_their_range():
+    """docs/statistics.md: with 3 pairs the paired percentile CI of the IQM (= mean) of B - A runs from the
+    smallest to the largest difference, so it excludes 0 exactly when all three share a sign."""
+    from harness.commands.compare import _paired_diff_stat
+    a = np.array([1.0, 5.0, 9.0])
+    for d in ([0.01, 0.02, 0.05], [-0.01, 0.02, 0.05]):
+        lo, hi = stats.bootstrap_ci([a, a + np.array(d)], _paired_diff_stat, paired=True)
+        assert (lo, hi) == (pytest.approx(min(d)), pytest.approx(max(d)))
+
+
+def test_newcombe_numbers_quoted_in_the_docs():
+    # 3/5 against 0/5 is a regression, 2/5 is not (docs/statistics.md, compare)
+    assert [round(v, 2) for v in stats.rate_difference_ci([[1, 1, 1, 0, 0]], [[0] * 5])[1:]] == [0.03, 0.88]
+    assert [round(v, 2) for v in stats.rate_difference_ci([[1, 1, 0, 0, 0]], [[0] * 5])[1:]] == [-0.12, 0.77]
 
 
 def test_compare_bad_input_exits_2(tmp_path, capsys):

@@ -214,13 +214,17 @@ def test_nan_raise_and_oom_trials_are_isolated(tmp_path):
     assert "3 of 5 trial(s) did not finish ok" in res.stderr
     run = tmp_path / "faulty"
     rows = read_rows(run / "trials.csv")
-    assert rows["goes_nan"]["status"] == "diverged" and "non-finite loss at step 1" in rows["goes_nan"]["reason"]
+    # NaN from the first forward: the integrity gate's finite probe fails at initialisation (invalid, never
+    # ranked), and the training loop's own stop is kept in the reason
+    assert rows["goes_nan"]["status"] == "invalid" and "non-finite loss at step 1" in rows["goes_nan"]["reason"]
+    assert "at initialisation: " in rows["goes_nan"]["reason"]
     assert rows["raises"]["status"] == "failed"
     assert rows["raises"]["reason"] == "RuntimeError: attention exploded on purpose"
     assert rows["ooms"]["status"] == "failed" and rows["ooms"]["reason"].startswith("OutOfMemoryError: CUDA out of")
     report = (run / "report.md").read_text()
-    for name in ("goes_nan", "raises", "ooms"):
-        assert name in report.split("ailure", 1)[-1], f"{name} missing from the report's failures"
+    assert "goes_nan" in report.split("## Invalid variants", 1)[1].split("##", 1)[0]
+    for name in ("raises", "ooms"):
+        assert name in report.split("## Failures", 1)[-1], f"{name} missing from the report's failures"
     # the others are untouched: identical to the same trial run on its own
     meta = json.loads((run / "config.json").read_text())
     for t in meta["trials"]:

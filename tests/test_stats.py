@@ -59,21 +59,115 @@ def test_prob_improvement_rejects_unpaired_lengths():
         stats.prob_improvement([1.0, 2.0], [1.0], True)
 
 
-@pytest.mark.parametrize("low,high,n,expected", [
-    (0.6, 0.9, 10, "better"),
-    (0.5, 0.9, 10, "no claim"),       # CI touches 0.5: not significant
-    (0.55, 0.7, 10, "equivalent"),    # significant but not meaningful: inside [0.25, 0.75]
-    (0.4, 0.8, 10, "no claim"),       # neither significant nor inside the equivalence band
-    (0.1, 0.4, 10, "worse"),
-    (0.3, 0.7, 30, "equivalent"),
-    (0.2, 0.7, 30, "no claim"),       # too wide for equivalence
-    (1.0, 1.0, 1, "no claim"),        # one seed: never a claim
-    (1.0, 1.0, 4, "no claim"),        # below MIN_PAIRS_FOR_CLAIM
-    (1.0, 1.0, 5, "better"),
-    (float("nan"), float("nan"), 10, "no claim"),
+@pytest.mark.parametrize("wins,losses,ties,expected", [
+    (6, 0, 0, "better"),          # sign test p = 2 x 0.5^6 = 0.031
+    (5, 0, 0, "no claim"),        # p = 0.0625: a clean 5/5 sweep is not enough
+    (0, 6, 0, "worse"),
+    (0, 5, 0, "no claim"),
+    (8, 1, 0, "better"),          # p = 0.039
+    (7, 1, 0, "no claim"),        # p = 0.070
+    (4, 2, 0, "no claim"),
+    (1, 0, 0, "no claim"),        # one seed: never a claim
+    (0, 0, 1, "no claim"),
+    (0, 0, 5, "no claim"),        # all tied, too few pairs for equivalence
+    (0, 0, 11, "no claim"),       # Wilson [0.246, 0.754] pokes out of [0.25, 0.75]
+    (0, 0, 12, "equivalent"),     # Wilson [0.254, 0.746]
+    (15, 15, 0, "equivalent"),
+    (6, 0, 30, "equivalent"),     # significant (p = 0.031) but P(A > B) cannot reach 0.75
+    (10, 20, 0, "no claim"),      # p = 0.099, interval too wide for equivalence
+    (0, 0, 0, "no claim"),
 ])
-def test_verdict_rule(low, high, n, expected):
-    assert stats.verdict(low, high, n) == expected
+def test_verdict_rule(wins, losses, ties, expected):
+    assert stats.verdict(wins, losses, ties)[0] == expected
+
+
+def test_equivalent_says_when_the_sign_test_finds_a_small_difference():
+    v, reason = stats.verdict(6, 0, 30)  # the example in docs/statistics.md
+    assert v == "equivalent"
+    assert reason == ("P(A > B) Wilson 95% CI [0.422, 0.729] inside [0.25, 0.75], 36 pairs; "
+                      "sign test 6-0 (30 tied), p = 0.031: a small difference, not a meaningful one")
+
+
+def test_five_clean_wins_are_no_claim_by_the_sign_test():
+    # Before: the percentile bootstrap of P(A > B) over 5 pairs was [1, 1] and gave "better".
+    c = stats.compare_paired([0.1, 0.2, 0.3, 0.4, 0.5], [1.0, 1.1, 1.2, 1.3, 1.4], higher_is_better=False)
+    assert (c.wins, c.losses, c.ties, c.n_pairs) == (5, 0, 0, 5)
+    assert c.verdict == "no claim"
+    assert c.sign_p == pytest.approx(st.binomtest(5, 5, 0.5).pvalue) == pytest.approx(0.0625)
+    assert c.label() == "no claim: 5 pairs, sign test 5-0, p = 0.062 (needs >= 6 untied pairs without a loss)"
+    # the reported interval is not degenerate: Wilson [0.566, 1]
+    assert c.p == 1.0 and c.low == pytest.approx(0.5655, abs=1e-4) and c.high == 1.0
+
+
+def test_six_clean_wins_are_better_with_the_sign_test_in_the_text():
+    c = stats.compare_paired(np.arange(6.0), np.arange(6.0) + 1, higher_is_better=False)
+    assert c.verdict == "better"
+    assert c.sign_p == pytest.approx(st.binomtest(6, 6, 0.5).pvalue) == pytest.approx(0.03125)
+    assert c.label() == "better (sign test 6-0, p = 0.031)"
+    assert stats.compare_paired(np.arange(6.0) + 1, np.arange(6.0), higher_is_better=False).label() == \
+        "worse (sign test 0-6, p = 0.031)"
+    assert stats.verdict(3, 27, 0) == ("worse", "sign test 3-27, p < 0.001")
+
+
+def test_all_ties_need_the_minimum_pairs_for_equivalence():
+    # Before: all ties gave the percentile-bootstrap interval [0.5, 0.5] and "equivalent" at any n.
+    five = stats.compare_paired([0.7] * 5, [0.7] * 5, higher_is_better=False)
+    assert five.verdict == "no claim"
+    assert five.label() == "no claim: all 5 pairs tied; equivalence needs >= 12 pairs"
+    n = stats.MIN_PAIRS_EQUIVALENT
+    eq = stats.compare_paired([0.7] * n, [0.7] * n, higher_is_better=False)
+    assert eq.verdict == "equivalent" and eq.p == 0.5
+    assert eq.label() == "equivalent (P(A > B) Wilson 95% CI [0.254, 0.746] inside [0.25, 0.75], 12 pairs)"
+    assert stats.compare_paired([0.7] * (n - 1), [0.7] * (n - 1), False).verdict == "no claim"
+
+
+def test_minimum_pair_counts_are_what_the_rule_needs():
+    """MIN_PAIRS_SIGN_TEST and MIN_PAIRS_EQUIVALENT (stated in RULE_TEXT and docs/statistics.md)."""
+    assert stats.MIN_PAIRS_SIGN_TEST == 6 and stats.MIN_PAIRS_EQUIVALENT == 12
+    # a clean n-0 sweep is the most extreme outcome of n untied pairs
+    assert all(st.binomtest(n, n, 0.5).pvalue >= 0.05 for n in range(1, 6))
+    assert st.binomtest(6, 6, 0.5).pvalue < 0.05
+    # all tied at n pairs: the Wilson interval around 1/2 fits inside [0.25, 0.75] from n = 12;
+    # at even n it matches scipy's Wilson interval for n/2 successes
+    lo12, hi12 = st.binomtest(6, 12).proportion_ci(method="wilson")
+    assert stats.wilson_score_interval(6, 12) == (pytest.approx(lo12), pytest.approx(hi12))
+    assert 0.25 <= lo12 and hi12 <= 0.75
+    lo10, hi10 = st.binomtest(5, 10).proportion_ci(method="wilson")
+    assert lo10 < 0.25
+    lo11, hi11 = stats.wilson_score_interval(5.5, 11)
+    assert lo11 < 0.25 < 0.75 < hi11
+    z = st.norm.ppf(0.975)
+    assert math.ceil(3 * z * z) == 12
+    # away from 1/2 it takes more pairs: wins (no ties) that give "equivalent" at 20 and 30 pairs
+    assert [w for w in range(21) if stats.verdict(w, 20 - w, 0)[0] == "equivalent"] == [9, 10, 11]
+    assert [w for w in range(31) if stats.verdict(w, 30 - w, 0)[0] == "equivalent"] == [13, 14, 15, 16, 17]
+    # one loss needs 9 untied pairs (8-1), two losses 12 (10-2)
+    assert stats.verdict(8, 1, 0)[0] == "better" and stats.verdict(7, 1, 0)[0] == "no claim"
+    assert stats.verdict(10, 2, 0)[0] == "better" and stats.verdict(9, 2, 0)[0] == "no claim"
+    assert round(st.binomtest(10, 12).pvalue, 3) == 0.039 and round(st.binomtest(8, 9).pvalue, 3) == 0.039  # closed form: n >= z^2 (1 / (4 (gamma - 1/2)^2) - 1)
+    assert "needs >= 6 untied pairs" in stats.RULE_TEXT and "needs >= 12 pairs" in stats.RULE_TEXT
+
+
+def test_sign_test_power_quoted_in_the_docs():
+    """docs/statistics.md: with no ties and P(A > B) = 0.75, "better" first reaches 80 % power at 30
+    pairs and 95 % at 49 (exact binomial sums over the sign test's rejection region)."""
+    def power(n):
+        return sum(st.binom.pmf(w, n, 0.75) for w in range(n + 1)
+                   if w > n - w and stats.verdict(w, n - w, 0)[0] == "better")
+    first = {t: next(n for n in range(6, 80) if power(n) >= t) for t in (0.8, 0.95)}
+    assert first == {0.8: 30, 0.95: 49}
+
+
+def test_wilson_score_interval_accepts_half_counts_and_never_collapses():
+    for k, n in [(0, 5), (2, 5), (5, 5), (17, 40)]:
+        ci = st.binomtest(k, n).proportion_ci(method="wilson")
+        assert stats.wilson_score_interval(k, n) == (pytest.approx(ci.low, abs=1e-12), pytest.approx(ci.high, abs=1e-12))
+    for x, n in [(0, 1), (2.5, 5), (5, 5), (0, 5)]:
+        lo, hi = stats.wilson_score_interval(x, n)
+        assert hi - lo > 0.3
+    assert all(math.isnan(v) for v in stats.wilson_score_interval(0, 0))
+    with pytest.raises(ValueError):
+        stats.wilson_score_interval(5.5, 5)
 
 
 def test_compare_paired_detects_clear_differences_and_equivalence():

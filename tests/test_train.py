@@ -11,6 +11,7 @@ import torch
 from harness import train as T
 from harness.config import get_preset
 from harness.model import build_model
+from harness.probes import integrity_reasons
 from harness.tasks.copy import END, PAD, eval_set, exact_match, greedy_decode, make_batch
 
 from .conftest import builtin_variant_names
@@ -77,19 +78,26 @@ def test_evaluate_matches_forward_and_greedy_decode(registry, name):
 
 
 @pytest.mark.parametrize("name", builtin_variant_names())
-def test_every_builtin_decoder_is_causal(registry, name):
-    cfg = get_preset("quick")
-    model = build_model(registry, registry.variants[name], cfg.model, seed=0)
-    assert T.decoder_is_causal(model, cfg, torch.device("cpu"))
-
-
-@pytest.mark.parametrize("name", ["bug_001_discarded_mask", "bug_001_uint8_invert", "bug_001_unexpanded_mask"])
-def test_decoders_that_see_the_future_or_crash_are_not_causal(registry, name):
+def test_every_builtin_variant_passes_the_integrity_gate(registry, name):
     cfg = get_preset("quick")
     model = build_model(registry, registry.variants[name], cfg.model, seed=0)
     model.train()
-    assert not T.decoder_is_causal(model, cfg, torch.device("cpu"))
-    assert model.training  # the test restores the mode
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    rng = torch.get_rng_state()
+    assert integrity_reasons(model, cfg.model, torch.device("cpu")) == []
+    assert model.training  # the gate restores the mode ...
+    assert torch.equal(torch.get_rng_state(), rng)  # ... the trial's RNG stream ...
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())  # ... and the weights
+
+
+@pytest.mark.parametrize("name,fault", [("bug_001_discarded_mask", "sees the future"),
+                                        ("bug_001_uint8_invert", "sees the future"),
+                                        ("bug_001_unexpanded_mask", "probes crash")])
+def test_decoders_that_see_the_future_or_crash_fail_the_gate(registry, name, fault):
+    cfg = get_preset("quick")
+    model = build_model(registry, registry.variants[name], cfg.model, seed=0)
+    reasons = integrity_reasons(model, cfg.model, torch.device("cpu"))
+    assert reasons and fault in reasons[0]
 
 
 @pytest.mark.parametrize("name", ["baseline", "seed_001", "seed_002"])
@@ -104,14 +112,16 @@ def test_teacher_forced_exact_match_equals_greedy_on_a_half_trained_model(regist
     assert forced == greedy
 
 
-def test_a_leaky_decoder_is_scored_by_greedy_decoding(registry):
+def test_a_leaky_decoder_is_invalid_and_scored_by_greedy_decoding(registry):
     cfg = get_preset("tiny")
     model = build_model(registry, registry.variants["bug_001_discarded_mask"], cfg.model, seed=0)
     metrics, _ = T.train(model, cfg, seed=0, device=torch.device("cpu"))
     assert metrics["exact_match_method"] == T.EM_GREEDY
+    assert metrics["status"] == T.INVALID and "at initialisation" in metrics["reason"]
+    assert metrics["steps"] == cfg.train.steps  # it still trained: its numbers are visible
     model = build_model(registry, registry.variants["baseline"], cfg.model, seed=0)
     metrics, _ = T.train(model, cfg, seed=0, device=torch.device("cpu"))
-    assert metrics["exact_match_method"] == T.EM_TEACHER_FORCED
+    assert metrics["exact_match_method"] == T.EM_TEACHER_FORCED and metrics["status"] == "ok"
 
 
 def test_train_step_skips_the_update_when_the_loss_is_not_finite(registry):

@@ -57,7 +57,10 @@ def harness_add_components():
         Component("torch", "layer_norm", lambda ctx: nn.LayerNorm(ctx.cfg.d_model),
                   "nn.LayerNorm: biased variance, eps=1e-5 inside sqrt", "Ba et al. 2016; d2l §10.7; seed 004"),
         Component("annotated", "layer_norm", lambda ctx: AnnotatedLayerNorm(ctx.cfg.d_model),
-                  "unbiased std, eps=1e-6 added outside sqrt", "Annotated Transformer LayerNorm; seeds 000, 002"),
+                  "unbiased std, eps=1e-6 added outside sqrt", "Annotated Transformer LayerNorm; seeds 000, 002",
+                  differs="unbiased std (n - 1) with eps = 1e-6 added outside the square root, as the Annotated "
+                          "Transformer's LayerNorm (seeds 000, 002); nn.LayerNorm uses the biased variance"),
         Component("unbiased_var", "layer_norm", lambda ctx: UnbiasedVarLayerNorm(ctx.cfg.d_model),
-                  "unbiased variance, eps=1e-6 inside sqrt", "seed 001 LayerNorm"),
+                  "unbiased variance, eps=1e-6 inside sqrt", "seed 001 LayerNorm",
+                  differs="unbiased variance (n - 1), eps = 1e-6 inside the square root (seed 001's LayerNorm)"),
     ]

@@ -86,10 +86,11 @@ def harness_add_components():
     return [
         Component("bool", "mask", lambda ctx: BoolMask(),
                   "bool keep-mask, masked_fill(mask == 0, -1e9); fully masked row -> uniform",
-                  "Annotated Transformer (seeds 000, 004)"),
+                  "Annotated Transformer (seeds 000, 004)", fully_masked_row="uniform"),
         Component("additive", "mask", lambda ctx: AdditiveMask(),
-                  "float 0/-inf added to scores; fully masked row -> NaN", "happy-llm (seed 002)"),
+                  "float 0/-inf added to scores; fully masked row -> NaN", "happy-llm (seed 002)",
+                  fully_masked_row="nan"),
         Component("valid_lens", "mask", lambda ctx: ValidLensMask(),
                   "valid lengths, fill -1e6 (d2l masked_softmax); fully masked row -> uniform",
-                  "d2l §10.3 (seed 003)"),
+                  "d2l §10.3 (seed 003)", fully_masked_row="uniform"),
     ]

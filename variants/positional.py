@@ -74,7 +74,11 @@ def harness_add_components():
         Component("scaled", "positional", ScaledPositional, "x*sqrt(d_model) + sinusoidal PE, dropout",
                   "Vaswani et al. 2017 §3.4-3.5; Annotated Embeddings/PositionalEncoding"),
         Component("unscaled_ln", "positional", UnscaledLayerNormPositional,
-                  "x + sinusoidal PE, then LayerNorm, dropout (no sqrt(d_model))", "seed 004 (BERT-style)"),
+                  "x + sinusoidal PE, then LayerNorm, dropout (no sqrt(d_model))", "seed 004 (BERT-style)",
+                  differs="no sqrt(d_model) scaling and a LayerNorm after adding PE (seed 004's BERT-style "
+                          "embeddings)"),
         Component("scaled_input_ln", "positional", ScaledInputLayerNormPositional,
-                  "x*sqrt(d_model) + PE, dropout, then LayerNorm", "seed 001 (Encoder/Decoder norm on input)"),
+                  "x*sqrt(d_model) + PE, dropout, then LayerNorm", "seed 001 (Encoder/Decoder norm on input)",
+                  differs="a LayerNorm after x*sqrt(d_model) + PE (seed 001 applies the stack's LayerNorm to "
+                          "its input)"),
     ]

@@ -42,7 +42,9 @@ class RMSNorm(nn.Module):
 @hookimpl
 def harness_add_components():
     return [Component("rms", "layer_norm", lambda ctx: RMSNorm(ctx.cfg.d_model),
-                      "RMSNorm: x / rms(x) * weight, no bias", "Zhang & Sennrich 2019 (example plugin)")]
+                      "RMSNorm: x / rms(x) * weight, no bias", "Zhang & Sennrich 2019 (example plugin)",
+                      differs="RMSNorm: no mean subtraction and no bias (Zhang & Sennrich 2019); the slot's "
+                              "reference is nn.LayerNorm")]
 
 
 @hookimpl

@@ -9,7 +9,7 @@ import argparse
 import dataclasses
 import sys
 
-from ..checks import (CHECK_MODEL, TOLERANCES, merge_groups, parse_equivalent, render_markdown, render_text,
+from ..checks import (CHECK_MODEL, TOLERANCES, parse_equivalent, registry_groups, render_markdown, render_text,
                       results_frame, run_checks)
 from ..config import ModelConfig, get_preset
 from ..errors import ConfigError
@@ -22,8 +22,11 @@ every pair of variants holding the same canonical parameters (logits at real tar
 and the gradient of every canonical parameter, each variant's error measured against a float64
 run of itself), every attention component against torch.nn.MultiheadAttention, encoder-decoder
 stacks against torch.nn.Transformer, mask probes (causal leak and padded keys, eval and train
-mode), mask components on fully masked rows, tied embeddings, CPU vs CUDA. Faithful-bug variants
-(selected by name or a 'bug*' glob) must be flagged, each with its reason."""
+mode), mask components on fully masked rows, tied embeddings, CPU vs CUDA. First, every component
+the selected variants use is held to its slot's reference on its own (docs/components.md), unless
+its registration declares a difference (differs=) or an equivalence (equivalent_to=). Only the
+selected variants and their components are checked (--all-components: every registered one).
+Faithful-bug variants (selected by name or a 'bug*' glob) must be flagged, each with its reason."""
 
 EPILOG = """examples:
   python -m harness check --variants all                 the built-in variants (exit 0 on a clean clone)
@@ -32,7 +35,8 @@ EPILOG = """examples:
   python -m harness --plugin my_attn.py check --variants all,my_variant --equivalent attention=annotated,my_attn
 
 exit codes: 0 every result matches its declaration (flagged bugs included),
-            1 something declared equivalent differs, a probe leaks, or a bug goes unflagged,
+            1 a component breaks its slot's contract, something declared equivalent differs, a probe
+              leaks, or a bug goes unflagged,
             2 bad input"""
 
 
@@ -52,7 +56,12 @@ def register(sub, parents):
                         + ", ".join(f"{d}/{dev}" for d, dev in TOLERANCES))
     p.add_argument("--seed", type=int, default=0, help="seed of the reference parameters and the batch (default 0)")
     p.add_argument("--equivalent", action="append", default=[], metavar="SLOT=A,B",
-                   help="declare components of SLOT numerically equivalent (repeatable), e.g. attention=annotated,my_attn")
+                   help="override: treat components of SLOT as numerically equivalent (repeatable), e.g. "
+                        "attention=annotated,my_attn. Normally a component declares this itself "
+                        "(Component(..., equivalent_to=...), see docs/components.md)")
+    p.add_argument("--all-components", action="store_true",
+                   help="hold every registered component (installed plugins included) to its slot's reference, "
+                        "not only the components the selected variants use")
     add_output(p, "check")
     p.set_defaults(func=main)
 
@@ -80,9 +89,10 @@ def main(args) -> int:
         for group in groups:
             for name in group:
                 reg.component(slot, name)  # UnknownNameError for a typo
-    groups = merge_groups(extra)
+    groups = registry_groups(reg, extra, cfg)
     log = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
-    report = run_checks(reg, variants, cfg, device=device, dtype=args.dtype, seed=args.seed, groups=groups, log=log)
+    report = run_checks(reg, variants, cfg, device=device, dtype=args.dtype, seed=args.seed, groups=groups, log=log,
+                        all_components=args.all_components)
     from ..cli import plugin_spec
     from .common import command_line
 

@@ -1,14 +1,28 @@
 """``python -m harness compare RUN_A RUN_B``: two runs side by side, a regression gate for CI.
 
-For every variant (x sweep point) present in both runs and every gated metric, the report
-shows A's and B's IQM with their 95 % bootstrap CIs and the difference B - A with a 95 %
-bootstrap CI (seeds resampled independently within each run). A metric **regressed** when
-that CI lies entirely on the worse side of zero, beyond ``--tolerance``; the divergence rate
-regressed when B's Wilson interval lies entirely above A's. Exit codes: 1 when anything
-regressed, 0 otherwise, 2 on bad input (not a run, no trials, nothing in common).
+RUN_A is the reference, RUN_B the candidate. For every variant (x sweep point) in both runs:
+
+* each gated metric (``--metrics``): A's and B's IQM [95 % bootstrap CI] over their finished
+  trials, and the per-seed difference B - A over the seeds that finished in both runs (seed i
+  gives both runs the same data order and initial weights, so the seeds are paired): its IQM
+  with a 95 % paired percentile-bootstrap CI (``scipy.stats.bootstrap(paired=True)``, seeds
+  resampled jointly). The metric **regressed** when that CI lies entirely on the worse side of
+  0, beyond ``--tolerance``; ``too few seeds`` below 3 such pairs (no metric gate, but failures
+  below are still gated).
+* failed or diverged trials (always gated): **regressed** when (1) every trial of B failed,
+  whatever A did; or (2) a trial of B failed (raised) at a seed where A's did not fail; or
+  (3) B failed or diverged more often than A: Newcombe's 95 % interval of rate(B) - rate(A)
+  lies above 0 (with 5 seeds a side and none broken in A: 3/5 or more in B).
+* invalid trials (a failed integrity probe: leaking masks, non-finite gradients; see
+  docs/components.md): **regressed** when any trial of B is invalid. Invalid trials never
+  enter the metric rows.
+
+Exit codes: 1 when anything regressed, 0 otherwise, 2 on bad input (not a run, no trials, a
+measurement run, nothing in common, unknown metric).
 """
 from __future__ import annotations
 
+import argparse
 import math
 
 import numpy as np
@@ -24,30 +38,114 @@ DEFAULT_METRICS = ("heldout_ce", "exact_match")
 
 def register(sub, parents):
     p = sub.add_parser("compare", parents=parents, help="compare two runs per variant; exit 1 on a regression",
-                       description=__doc__.split("\n", 1)[1].strip())
+                       description=__doc__.split("\n", 1)[1].strip(),
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("run_a", metavar="RUN_A", help="reference run (folder, run id or 'latest')")
     p.add_argument("run_b", metavar="RUN_B", help="candidate run (folder, run id or 'latest')")
     p.add_argument("--results-dir", default="results", metavar="DIR", help="where runs are stored (default results)")
     p.add_argument("--metrics", default=",".join(DEFAULT_METRICS), metavar="NAMES",
                    help=f"comma-separated metrics to gate (default {','.join(DEFAULT_METRICS)}; "
-                        f"known: {', '.join(METRICS)}); the divergence rate is always gated")
+                        f"known: {', '.join(METRICS)}); failed and diverged trials are always gated (see above)")
     p.add_argument("--tolerance", type=float, default=0.0, metavar="X",
                    help="a difference must exceed X (absolute, in the metric's unit) beyond its CI to count "
                         "as a regression (default 0)")
     p.set_defaults(func=main)
 
 
-def _diff_stat(*samples, axis=-1):
-    a, b = samples
-    return stats._iqm_axis(b) - stats._iqm_axis(a)
+def _paired_diff_stat(a, b, axis=-1):
+    # IQM of the per-seed differences B - A (the two samples are resampled with the same indices)
+    return stats._iqm_axis(b - a)
+
+
+BROKEN = ("failed", "diverged")  #: trial statuses that produced no final metrics
+
+
+def _by_seed(g: pd.DataFrame, metric: str) -> dict:
+    """seed -> finite value of ``metric`` over the finished (status ``ok``) trials of ``g``."""
+    ok = g[g["status"] == "ok"]
+    v = pd.to_numeric(ok[metric], errors="coerce") if metric in ok else pd.Series(np.nan, index=ok.index)
+    return {s: float(x) for s, x in zip(ok["seed"], v) if np.isfinite(x)}
+
+
+def metric_row(ga: pd.DataFrame, gb: pd.DataFrame, metric: str, tolerance: float = 0.0) -> dict:
+    """One metric of one (variant, point): A, B, the paired difference and the status."""
+    higher = METRICS[metric][0]
+    da, db = _by_seed(ga, metric), _by_seed(gb, metric)
+    seeds = sorted(set(da) & set(db))
+    va, vb = np.array([da[s] for s in seeds]), np.array([db[s] for s in seeds])
+    ia, ib = stats.iqm_ci(list(da.values())), stats.iqm_ci(list(db.values()))
+    d = stats.iqm(vb - va) if seeds else float("nan")
+    lo, hi = stats.bootstrap_ci([va, vb], _paired_diff_stat, paired=True)
+    if math.isnan(lo):
+        status = "too few seeds"
+        note = f"{len(seeds)} seed(s) finished in both runs; the paired CI needs >= {stats.MIN_N_FOR_CI}"
+    else:
+        worse_lo, worse_hi = (-hi, -lo) if higher else (lo, hi)  # oriented so > 0 is worse
+        status = ("regressed" if worse_lo > tolerance else
+                  "improved" if worse_hi < -tolerance else "no change")
+        note = f"IQM of per-seed B - A, paired bootstrap over {len(seeds)} seeds"
+    return {"metric": metric, "A": stats.fmt_ci(*ia, 4), "B": stats.fmt_ci(*ib, 4),
+            "B - A [95% CI]": stats.fmt_ci(d, lo, hi, 4), "status": status, "note": note}
+
+
+def _broken(g: pd.DataFrame) -> str:
+    nf, nd = int((g["status"] == "failed").sum()), int((g["status"] == "diverged").sum())
+    lo, hi = stats.wilson_interval(nf + nd, len(g))
+    return f"{nf + nd}/{len(g)} ({nf} failed, {nd} diverged) [{lo:.2f}, {hi:.2f}]"
+
+
+def failure_row(ga: pd.DataFrame, gb: pd.DataFrame) -> dict:
+    """Failed or diverged trials of one (variant, point): the gate rule in the module docstring.
+
+    A failed trial raised (crash, out of memory); a diverged one stopped at a non-finite loss or
+    gradient norm. Both produced no final metrics, so they are gated here, never hidden by
+    ``too few seeds`` in the metric rows.
+    """
+    fail_a = set(ga.loc[ga["status"] == "failed", "seed"])
+    failed_b = gb[gb["status"] == "failed"]
+    d, lo, hi = stats.rate_difference_ci([gb["status"].isin(BROKEN).to_numpy()],
+                                         [ga["status"].isin(BROKEN).to_numpy()])
+    new_crash = failed_b[~failed_b["seed"].isin(fail_a)]
+    if len(gb) and len(failed_b) == len(gb):
+        status, note = "regressed", f"all {len(gb)} trials of B failed"
+    elif len(new_crash):
+        first = new_crash.iloc[0]
+        status = "regressed"
+        note = (f"B failed at seed(s) {', '.join(str(s) for s in new_crash['seed'])} where A did not "
+                f"(seed {first['seed']}: {str(first.get('reason', '') or '?')[:120]})")
+    elif lo > 0:
+        status, note = "regressed", "Newcombe 95% CI of rate(B) - rate(A) above 0"
+    elif hi < 0:
+        status, note = "improved", "Newcombe 95% CI of rate(B) - rate(A) below 0"
+    else:
+        status, note = "no change", "Newcombe 95% CI of rate(B) - rate(A) contains 0"
+    return {"metric": "failed or diverged", "A": _broken(ga), "B": _broken(gb),
+            "B - A [95% CI]": f"{d:+.2f} [{lo:+.2f}, {hi:+.2f}] (rate, Newcombe)",
+            "status": status, "note": note}
+
+
+def integrity_row(ga: pd.DataFrame, gb: pd.DataFrame) -> dict:
+    """Trials marked ``invalid`` (they failed an integrity probe: a leaking mask, non-finite gradients).
+    Any invalid trial in B is a regression, whatever A did: a gate never passes a candidate whose
+    masks leak. Invalid trials never enter the metric rows (only ``ok`` trials do)."""
+    ia, ib = ga[ga["status"] == "invalid"], gb[gb["status"] == "invalid"]
+    if len(ib):
+        first = str(ib.iloc[0].get("reason", "") or "?").split("; ")[0][:160]
+        status, note = "regressed", f"B fails the integrity probes (seed {ib.iloc[0]['seed']}: {first})"
+    else:
+        status, note = "improved", "A's trials failed the integrity probes, B's pass"
+    return {"metric": "invalid (integrity probes)", "A": f"{len(ia)}/{len(ga)}", "B": f"{len(ib)}/{len(gb)}",
+            "B - A [95% CI]": "—", "status": status, "note": note}
 
 
 def compare_frames(a: pd.DataFrame, b: pd.DataFrame, metrics=DEFAULT_METRICS, tolerance: float = 0.0) -> pd.DataFrame:
-    """One row per (variant, point, metric) with A, B, the difference and a status.
+    """One row per (variant, point, metric) with A, B, the difference, a status and a note.
 
     Status: ``regressed``, ``improved`` (the CI lies on the better side), ``no change``
-    (the CI covers the tolerance band), ``too few seeds`` (a CI needs
-    :data:`harness.stats.MIN_N_FOR_CI` finished runs per side), ``only in A`` / ``only in B``.
+    (the CI covers the tolerance band), ``too few seeds`` (a paired CI needs
+    :data:`harness.stats.MIN_N_FOR_CI` seeds finished in both runs), ``only in A`` /
+    ``only in B``. Every (variant, point) in both runs also gets a ``failed or diverged`` row
+    (:func:`failure_row`).
 
     Raises:
         ConfigError: an unknown metric or a negative tolerance.
@@ -65,36 +163,14 @@ def compare_frames(a: pd.DataFrame, b: pd.DataFrame, metrics=DEFAULT_METRICS, to
         base = {"variant": variant, "point": point}
         if key not in keys_b or key not in keys_a:
             rows.append({**base, "metric": "—", "A": "—", "B": "—", "B - A [95% CI]": "—",
-                         "status": "only in A" if key not in keys_b else "only in B"})
+                         "status": "only in A" if key not in keys_b else "only in B", "note": ""})
             continue
-        ga = a[(a["variant"] == variant) & (a["point"] == point) & (a["status"] != "failed")]
-        gb = b[(b["variant"] == variant) & (b["point"] == point) & (b["status"] != "failed")]
-        for m in metrics:
-            higher = METRICS[m][0]
-            va = pd.to_numeric(ga[ga["status"] == "ok"].get(m), errors="coerce").dropna().to_numpy(float)
-            vb = pd.to_numeric(gb[gb["status"] == "ok"].get(m), errors="coerce").dropna().to_numpy(float)
-            va, vb = va[np.isfinite(va)], vb[np.isfinite(vb)]
-            ia, ib = stats.iqm_ci(va), stats.iqm_ci(vb)
-            d = ib[0] - ia[0] if va.size and vb.size else float("nan")
-            lo, hi = stats.bootstrap_ci([va, vb], _diff_stat)
-            if math.isnan(lo):
-                status = "too few seeds"
-            else:
-                worse_lo, worse_hi = (-hi, -lo) if higher else (lo, hi)  # oriented so > 0 is worse
-                status = ("regressed" if worse_lo > tolerance else
-                          "improved" if worse_hi < -tolerance else "no change")
-            rows.append({**base, "metric": m, "A": stats.fmt_ci(*ia, 4), "B": stats.fmt_ci(*ib, 4),
-                         "B - A [95% CI]": stats.fmt_ci(d, lo, hi, 4), "status": status})
-        ka, na = int((ga["status"] == "diverged").sum()), len(ga)
-        kb, nb = int((gb["status"] == "diverged").sum()), len(gb)
-        wa, wb = stats.wilson_interval(ka, na), stats.wilson_interval(kb, nb)
-        if not na or not nb:
-            st = "too few seeds"
-        else:
-            st = "regressed" if wb[0] > wa[1] else "improved" if wb[1] < wa[0] else "no change"
-        rows.append({**base, "metric": "diverged", "A": f"{ka}/{na} [{wa[0]:.2f}, {wa[1]:.2f}]",
-                     "B": f"{kb}/{nb} [{wb[0]:.2f}, {wb[1]:.2f}]", "B - A [95% CI]": f"{kb / max(nb, 1) - ka / max(na, 1):+.2f}",
-                     "status": st})
+        ga = a[(a["variant"] == variant) & (a["point"] == point)]
+        gb = b[(b["variant"] == variant) & (b["point"] == point)]
+        rows += [{**base, **metric_row(ga, gb, m, tolerance)} for m in metrics]
+        rows.append({**base, **failure_row(ga, gb)})
+        if (ga["status"] == "invalid").any() or (gb["status"] == "invalid").any():
+            rows.append({**base, **integrity_row(ga, gb)})
     return pd.DataFrame(rows)
 
 
@@ -134,8 +210,9 @@ def main(args) -> int:
     bad = table[table["status"] == "regressed"]
     print()
     if len(bad):
-        print(f"REGRESSION: {len(bad)} metric(s) got worse beyond their 95% CI: "
-              + "; ".join(f"{r.variant} {r.metric}" for r in bad.itertuples()))
+        print(f"REGRESSION: {len(bad)} row(s) regressed (see the status and note columns): "
+              + "; ".join(f"{r.variant}{' @ ' + r.point if getattr(r, 'point', '') else ''} {r.metric}"
+                          for r in bad.itertuples()))
         return 1
-    print("no regression beyond the 95% confidence intervals")
+    print("no regression: no metric worse beyond its 95% CI, no new failed or diverged trials beyond the rule")
     return 0

@@ -23,12 +23,14 @@ def main(args) -> int:
             continue
         default = SLOTS[slot][0] == name
         rows.append({"slot": slot, "component": name + (" (default)" if default else "") + (" [bug]" if c.buggy else ""),
-                     "summary": c.summary, "source": c.source, "plugin": c.plugin})
+                     "held to": c.declaration(), "summary": c.summary, "source": c.source, "plugin": c.plugin})
     print("Components (slot: what it decides)\n")
     for slot, (_, what) in SLOTS.items():
         print(f"  {slot}: {what}")
     print()
-    print(pd.DataFrame(rows).to_markdown(index=False, tablefmt="github"))
+    print(pd.DataFrame(rows).to_markdown(index=False, tablefmt="github", maxcolwidths=[None, None, 45, 45, 40, None]))
+    print("\n'held to': the slot's reference (docs/components.md) unless the component declares a difference "
+          "or an equivalence; python -m harness check holds it to that.")
     vrows = []
     for v in reg.variants.values():
         if v.buggy and not args.buggy:

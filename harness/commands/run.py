@@ -23,6 +23,7 @@ from ..errors import ConfigError, HarnessError, StoreError
 from ..report import summary_table, to_markdown, trials_frame, write_report
 from ..runner import ExecutionOptions, Plan, TrialSpec, check_plan_size, execute, make_specs
 from ..store import RunStore, config_hash
+from ..tasks.copy import heldout_note
 from ..train import environment, resolve_device
 from .common import add_config, add_selection, command_line, load_registry, resolve_config, select_variants
 
@@ -218,6 +219,7 @@ def main(args) -> int:
         "environment": {**environment(device, trial_settings_applied=True), "threads": options.trial_threads()},
         "execution": options.to_dict(), "status": "running",
         "trials": [{"key": s.key, "spec": s.spec} for s in specs],
+        "heldout": heldout_note(cfg, seeds[0]),
         **plan.meta,
     }
     with executor_session(options, plugins, args.quiet):  # a Ray cluster that cannot be reached stores nothing
@@ -454,8 +456,13 @@ def execute_and_report(store: RunStore, specs: list[TrialSpec], meta: dict, opti
     print(f"\nreport: {report}  ({meta['run_wall_s']:.1f} s)")
     bad = [t["row"] for t in store.load_trials() if t["row"].get("status") != "ok"]
     if bad:
-        print(f"harness: {len(bad)} of {done} trial(s) did not finish ok (see the report's failures): "
-              + "; ".join(f"{r['variant']} s{r['seed']} {r['status']} ({r.get('reason', '')})" for r in bad[:5])
+        invalid = sorted({r["variant"] for r in bad if r.get("status") == "invalid"})
+        if invalid:
+            print(f"harness: INVALID (excluded from every verdict; see the report's 'Invalid variants'): "
+                  f"{', '.join(invalid)}", file=sys.stderr)
+        print(f"harness: {len(bad)} of {done} trial(s) did not finish ok (see the report): "
+              + "; ".join(f"{r['variant']} s{r['seed']} {r['status']} ({str(r.get('reason', '')).split('; ')[0][:160]})"
+                          for r in bad[:5])
               + (" ..." if len(bad) > 5 else ""), file=sys.stderr)
         return 1
     return 0

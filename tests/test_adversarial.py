@@ -1,0 +1,178 @@
+"""Plugins written to slip past the checks (tests/plugins/adv_*.py) are caught, for the right reason;
+correct plugins written from scratch (tests/plugins/good_*.py) pass with no flags; ``run`` marks a
+leaking plugin invalid and never ranks it; a leak that opens only during training is caught after
+training and the final exact match is real greedy decoding.
+
+The plugins are loaded by file, as a user would (``--plugin``), and none of them is declared buggy.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+from harness import checks
+from harness import train as T
+from harness.config import get_preset
+from harness.model import build_model
+from harness.plugins import PluginSpec
+from harness.registry import Registry
+from harness.tasks.copy import eval_set
+
+from .conftest import ROOT
+
+PLUGINS = ROOT / "tests" / "plugins"
+
+#: plugin -> words the first failure line must contain: the fault named, not only "something differs"
+FAULTS = {
+    "adv_scale_d_model": "divided by d_model instead of sqrt(d_k)",
+    "adv_causal_shift": "shifted by +1: position i attends to position i+1",
+    "adv_causal_shift_minus": "shifted by -1: position i cannot attend to itself",
+    "adv_src_pad_ignored": "padding mask blocks nothing",
+    "adv_nan_rows": "NaN at padded query positions",
+    "adv_gated_leak": "outside the canonical layout",
+    "adv_length_embedding": "not a per-token lookup of tgt.weight",
+    "adv_heads_no_transpose": "without transpose",
+    "adv_softmax_dim": "softmax taken over the query axis",
+    "adv_mask_after_softmax": "mask applied after the softmax",
+    "adv_eval_only_mask": "(train mode): it sees the future",
+    "adv_kv_swapped": "keys and values swapped",
+    "adv_prenorm_no_final": "declares final_norm = False",
+    "adv_layernorm_wrong_axis": "normalised over (L, d_model)",
+    "adv_layernorm_no_eps": "differs from the slot's reference (nn.LayerNorm",
+    "adv_positional_off_by_one": "PE shifted by one position",
+    "adv_float64_only": "right in float64 but not in float32",
+    "adv_fold_mask_repeat": "folded into the heads with repeat()",
+    "adv_functional_dropout": "eval mode is not deterministic",
+    "adv_batch_size_gaming": "it sees the future",
+}
+GOOD = sorted(p.stem for p in PLUGINS.glob("good_*.py"))
+
+
+def _registry(*names: str) -> Registry:
+    return Registry.from_plugins(PluginSpec(files=[str(PLUGINS / f"{n}.py") for n in names], strict=True))
+
+
+def test_every_adversarial_plugin_has_an_expected_fault():
+    assert sorted(FAULTS) == sorted(p.stem for p in PLUGINS.glob("adv_*.py"))
+
+
+@pytest.mark.parametrize("name", sorted(FAULTS))
+def test_check_catches_the_undeclared_fault_and_names_it(name):
+    reg = _registry(name)
+    assert not reg.variants[name].buggy and not any(c.buggy for c in reg.components.values() if c.plugin.endswith(f"{name}.py"))
+    report = checks.run_checks(reg, reg.select([name]))
+    failures = report.failures()
+    assert failures, f"{name} slipped past every check"
+    assert FAULTS[name] in failures[0], failures[0]
+
+
+@pytest.mark.parametrize("name", GOOD)
+def test_correct_plugins_written_from_scratch_pass_without_flags(name):
+    reg = _registry(name)
+    report = checks.run_checks(reg, reg.select([name, "baseline"]))
+    assert report.failures() == []
+    comp = next(c for c in reg.components.values() if c.plugin.endswith(f"{name}.py"))
+    if comp.differs:  # RMSNorm: the size of the declared difference is reported, not hidden
+        res = [r for r in report.components if r.name == comp.name]
+        assert res and all(r.verdict == "differs as declared" and r.max_abs > 1e-3 for r in res)
+    elif comp.slot == "attention":  # held to nn.MultiheadAttention with every mask in use
+        assert [p.verdict for p in report.pairs] in (["identical"], ["equivalent"])
+
+
+def test_check_of_a_clean_variant_ignores_unrelated_buggy_plugins(tmp_path):
+    files = [str(p) for p in sorted(PLUGINS.glob("adv_*.py"))]
+    cmd = [sys.executable, "-m", "harness"]
+    for f in files:
+        cmd += ["--plugin", f]
+    proc = subprocess.run(cmd + ["check", "--variants", "baseline", "-q", "--results-dir", str(tmp_path)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    proc = subprocess.run(cmd + ["check", "--variants", "baseline", "adv_scale_d_model", "-q",
+                                 "--results-dir", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1
+    assert "scores divided by d_model instead of sqrt(d_k)" in proc.stdout
+    assert "adv_causal_shift" not in proc.stdout  # out of scope: not selected, not used
+
+
+def test_all_components_sweeps_every_installed_component():
+    reg = _registry("adv_kv_swapped", "good_rmsnorm")
+    scoped = checks.run_checks(reg, reg.select(["baseline"]))
+    assert scoped.ok and {r.name for r in scoped.components} <= {"annotated", "bool", "post", "separate", "torch",
+                                                                 "scaled", "biased"}
+    swept = checks.run_checks(reg, reg.select(["baseline"]), all_components=True)
+    assert any("keys and values swapped" in f for f in swept.failures())
+
+
+@pytest.mark.parametrize("name", ["adv_scale_d_model", "adv_causal_shift", "adv_src_pad_ignored", "adv_nan_rows",
+                                  "adv_length_embedding"])
+def test_run_marks_a_leaking_plugin_invalid_and_never_ranks_it(tmp_path, name):
+    cmd = [sys.executable, "-m", "harness", "--plugin", str(PLUGINS / f"{name}.py"), "run", "--variants",
+           "baseline", name, "--seeds", "5", "--preset", "tiny", "-q", "--results-dir", str(tmp_path),
+           "--run-id", "r"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert f"INVALID (excluded from every verdict; see the report's 'Invalid variants'): {name}" in proc.stderr
+    trials = pd.read_csv(tmp_path / "r" / "trials.csv")
+    mine = trials[trials["variant"] == name]
+    assert len(mine) == 5 and set(mine["status"]) == {"invalid"}
+    assert set(trials[trials["variant"] == "baseline"]["status"]) == {"ok"}
+    assert mine["heldout_ce"].notna().all()  # it trained: its numbers are visible
+    report = (tmp_path / "r" / "report.md").read_text()
+    assert report.index("## Invalid variants") < report.index("## Results")
+    rows = [line for line in report.splitlines() if line.startswith(f"| {name} ")]
+    assert any("**INVALID**" in r for r in rows)
+    assert not any("better" in r or "worse" in r for r in rows)
+
+
+def test_a_leak_that_opens_during_training_is_caught_after_training(registry):
+    """adv_gated_leak is causal at initialisation (its gate starts at 0) and leaks once trained: the
+    gate after training marks it invalid, and its final exact match is real greedy decoding."""
+    reg = _registry("adv_gated_leak")
+    cfg = get_preset("tiny").override({"train.steps": 300})
+    model = build_model(reg, reg.variants["adv_gated_leak"], cfg.model, seed=0)
+    metrics, _ = T.train(model, cfg, seed=0, device=torch.device("cpu"))
+    assert metrics["status"] == T.INVALID
+    assert "after training" in metrics["reason"] and "at initialisation" not in metrics["reason"]
+    data = eval_set(cfg.train.task, cfg.train.eval_sequences, cfg.train.seq_len, cfg.model.vocab, cfg.train.eval_seed)
+    greedy = T.evaluate(model, data, cfg, torch.device("cpu"), "fp32", causal=False)["exact_match"]
+    assert metrics["exact_match"] == pytest.approx(greedy)
+    assert metrics["exact_match_method"].startswith("greedy decoding")
+
+
+def test_compare_gates_an_invalid_candidate(tmp_path):
+    reg = [sys.executable, "-m", "harness", "--plugin", str(PLUGINS / "adv_causal_shift.py")]
+    for run_id, variant in (("a", "baseline"), ("b", "adv_causal_shift")):
+        subprocess.run(reg + ["run", "--variants", variant, "--preset", "tiny", "-q", "--results-dir", str(tmp_path),
+                              "--run-id", run_id], cwd=ROOT, capture_output=True, timeout=300)
+    meta = json.loads((tmp_path / "b" / "config.json").read_text())
+    assert meta["variants"] == ["adv_causal_shift"]
+    # rename B's variant so the two runs share it: the candidate is "baseline" with a leaking mask
+    from harness.store import trial_checksum
+
+    for p in (tmp_path / "b" / "trials").glob("*.json"):
+        t = json.loads(p.read_text())
+        t["row"]["variant"] = "baseline"
+        t.pop("checksum", None)
+        t["checksum"] = trial_checksum(t)  # a deliberate edit, re-signed (the store quarantines tampered files)
+        p.unlink()
+        (p.parent / p.name.replace("adv_causal_shift", "baseline")).write_text(json.dumps(t))
+    proc = subprocess.run([sys.executable, "-m", "harness", "compare", str(tmp_path / "a"), str(tmp_path / "b")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1 and "invalid (integrity probes)" in proc.stdout
+
+
+@pytest.mark.parametrize("name", ["good_d2l_attention", "good_rmsnorm"])
+def test_run_treats_a_correct_plugin_like_a_built_in(tmp_path, name):
+    proc = subprocess.run([sys.executable, "-m", "harness", "--plugin", str(PLUGINS / f"{name}.py"), "run",
+                           "--variants", "baseline", name, "--preset", "tiny", "-q", "--results-dir", str(tmp_path),
+                           "--run-id", "r"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    trials = pd.read_csv(tmp_path / "r" / "trials.csv")
+    assert set(trials["status"]) == {"ok"}
+    assert "## Invalid variants" not in (tmp_path / "r" / "report.md").read_text()
