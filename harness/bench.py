@@ -61,7 +61,7 @@ PEAK_N = {"cpu": 2048, "cuda": 8192}
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 #: Targets of issue 6, checked in the summary: slowest / fastest variant vs the fp32 reference
 #: (fp32 runs), fastest bf16 variant vs the fp32 reference, and the largest peak RSS against
-#: the Annotated Transformer's own code measured on the 2-core development machine (~900 MB).
+#: the Annotated Transformer's own code measured on the 2-core development machine (~900 MiB).
 TARGETS = {"fp32_slowest": 0.9, "fp32_fastest": 1.0, "bf16_fastest": 2.0, "peak_rss_mb": 900.0}
 
 
