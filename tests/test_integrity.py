@@ -189,3 +189,16 @@ def test_verify_bad_input_is_exit_2(tmp_path, capsys):
     assert cli.main(["verify", str(tmp_path / "no_such_run")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("harness: error: run ") and "not found" in err[0]
+
+
+def test_environment_deterministic_line_matches_the_trial_settings_line(run):
+    """A run's block said 'deterministic: True' while check's said False next to 'trial_settings:
+    deterministic_algorithms: on': both lines now describe the same thing."""
+    from harness.train import environment
+
+    env = json.loads((run / "config.json").read_text())["environment"]
+    assert env["deterministic"] is True and "deterministic_algorithms: on" in env["trial_settings"]
+    off = environment("cpu", trial_settings_applied=False)
+    assert off["deterministic"] is False and off["trial_settings"].startswith("not applied")
+    on = environment("cpu", trial_settings_applied=True)
+    assert on["deterministic"] is True and "deterministic_algorithms: on" in on["trial_settings"]
