@@ -60,7 +60,7 @@ def test_profile_command_writes_a_table_and_the_trial(tmp_path):
     (1, "cpu", "local", None, 1),  # a single trial runs here
     (11, "cuda", "local", None, 1),
     (11, "cpu", "ray", None, 1),
-    (11, "cpu", "local", 10**6, 1),  # threads per trial fill the machine
+    (11, "cpu", "local", 1024, 1),  # threads per trial fill the machine (1024: the most --threads accepts)
 ])
 def test_jobs_auto(n, device, executor, threads, want):
     from harness.executors import available_cores

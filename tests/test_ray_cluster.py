@@ -58,7 +58,9 @@ def _free_ports(n: int) -> list[int]:
 
 def _env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
-    env.update({"RAY_USAGE_STATS_ENABLED": "0", "HARNESS_DISABLE_PLUGIN_AUTOLOAD": "1",
+    # RAY_AUTH_MODE explicit: with a ~/.ray/auth_token on the machine (left by anyone), Ray 2.60's
+    # 'ray start --head' turns token authentication on while 'ray start --address' does not.
+    env.update({"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled", "HARNESS_DISABLE_PLUGIN_AUTOLOAD": "1",
                 "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])})
     return env
 
