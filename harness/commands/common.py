@@ -32,8 +32,8 @@ class TaskAction(argparse.Action):
 def add_task(p: argparse.ArgumentParser) -> None:
     """``--task NAME`` (after ``--set``, which owns the ``overrides`` default)."""
     p.add_argument("--task", dest="overrides", action=TaskAction, metavar="NAME",
-                   help="the task to train on (default: the preset's, copy); same as --set train.task=NAME; "
-                        "tasks: python -m harness list")
+                   help="the task to train on (default: the preset's: copy; paper: copy_fixed); "
+                        "same as --set train.task=NAME; tasks: python -m harness list")
 
 
 def check_task(reg: Registry, cfg: RunConfig) -> None:
