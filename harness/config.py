@@ -176,7 +176,7 @@ class RunConfig:
         if self.model.max_len < need:
             raise ConfigError(f"model.max_len must be >= train.seq_len + 2 = {need}, got {self.model.max_len}")
         if self.model.vocab < 4:
-            raise ConfigError(f"tasks need vocab >= 4 (pad, start, end and one symbol), got {self.model.vocab}")
+            raise ConfigError(f"the copy task needs vocab >= 4 (pad, start, end and one symbol), got {self.model.vocab}")
         return self
 
     def to_dict(self) -> dict[str, Any]:
