@@ -48,7 +48,7 @@ from .config import ModelConfig, RunConfig
 from .errors import HarnessError
 from .model import build_model, unique_parameter_count
 from .registry import Registry, Variant
-from .tasks.copy import Batch, make_batch
+from .tasks.base import Batch
 from .train import _autocast, environment, loss_fn, make_optimizer, peak_mem_mb, reset_peak_mem, train_step, \
     trial_settings
 
@@ -262,10 +262,11 @@ def _probe_main(payload: str) -> None:
     trial_settings()
     cfg = RunConfig.from_dict(spec["config"])
     device = torch.device(spec["device"])
+    from .train import _registry
+
+    task = _registry(spec.get("plugins")).task(cfg.train.task)
     registry = None
     if spec["name"] != REFERENCE:
-        from .train import _registry
-
         registry = _registry(spec.get("plugins"))
     reset_peak_mem(device)
     base = peak_mem_mb(torch.device("cpu"))
@@ -274,7 +275,7 @@ def _probe_main(payload: str) -> None:
     gen = torch.Generator().manual_seed(0)
     tc = cfg.train
     for _ in range(int(spec["steps"])):
-        batch = make_batch(tc.task, tc.batch, tc.seq_len, cfg.model.vocab, gen).to(device)
+        batch = task.make_batch(tc.batch, tc.seq_len, cfg.model.vocab, gen).to(device)
         train_step(model, batch, opt, sched, cfg, device, spec["dtype"])
     _sync(device)
     out = {"peak_rss_mb": peak_mem_mb(torch.device("cpu")), "base_rss_mb": base}
@@ -319,8 +320,9 @@ def run_bench(variants: list[Variant], cfg: RunConfig, device: torch.device, dty
         model = build_contender(name, slots, mc, registry).to(device)
         opt, sched = make_optimizer(model, cfg)
         contenders[name] = Contender(name, kind, slots, model, opt, sched, unique_parameter_count(model))
+    task = registry.task(tc.task)
     gen = torch.Generator().manual_seed(0)
-    batch = make_batch(tc.task, tc.batch, tc.seq_len, mc.vocab, gen).to(device)
+    batch = task.make_batch(tc.batch, tc.seq_len, mc.vocab, gen).to(device)
     tokens = batch.ntokens
     for name, dtype in runs:
         contenders[name].flops[dtype] = count_flops(contenders[name].model, batch, cfg, device, dtype)
@@ -336,7 +338,7 @@ def run_bench(variants: list[Variant], cfg: RunConfig, device: torch.device, dty
         matmul_seconds(d, device, n)
     rounds = warmup + steps
     for r in range(rounds):
-        batch = make_batch(tc.task, tc.batch, tc.seq_len, mc.vocab, gen).to(device)
+        batch = task.make_batch(tc.batch, tc.seq_len, mc.vocab, gen).to(device)
         order = runs[r % len(runs):] + runs[:r % len(runs)]
         t_round = time.perf_counter()
         for name, dtype in order:

@@ -111,9 +111,11 @@ class TrainConfig:
     """Task, optimiser, schedule and evaluation settings of one trial.
 
     Args:
-        task: ``copy`` (variable length with padding, seed 001's ``generate_data``) or
-            ``copy_fixed`` (the Annotated Transformer's fixed length, no padding).
-        seq_len: longest content length L of the copy task (tokens, >= 1).
+        task: the name of a registered task (``python -m harness list``; built-ins ``copy``,
+            the default, ``copy_fixed``, ``reverse``, ``sort``, ``copy_length``). Checked against
+            the registry where one is loaded (``run``, ``bench``, every trial), not here.
+        seq_len: the task's length parameter L: longest content length of ``copy``, ``reverse``,
+            ``sort``, longest training length of ``copy_length``, row length of ``copy_fixed``.
         batch: sequences per optimiser step.
         steps: optimiser steps.
         lr: base learning rate, multiplied by the Noam rate (Annotated ``rate(factor=lr)``).
@@ -143,8 +145,8 @@ class TrainConfig:
     stop_at_solved: bool = False
 
     def validate(self) -> "TrainConfig":
-        if self.task not in ("copy", "copy_fixed"):
-            raise ConfigError(f"task must be 'copy' or 'copy_fixed', got {self.task!r}")
+        if not self.task.strip() or self.task != self.task.strip():
+            raise ConfigError(f"task must be a task name (python -m harness list), got {self.task!r}")
         if self.schedule not in ("noam", "constant"):
             raise ConfigError(f"schedule must be 'noam' or 'constant', got {self.schedule!r}")
         for name in ("seq_len", "batch", "steps", "warmup", "eval_sequences"):

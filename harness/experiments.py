@@ -511,11 +511,13 @@ def n_trials(exp: Experiment, registry) -> int | None:
 
 # ----------------------------------------------------------------------------- measurement
 
-def measure_grad_norms(model, cfg: RunConfig, seed: int, batches: int, parameter: str, device) -> dict[str, Any]:
+def measure_grad_norms(model, cfg: RunConfig, seed: int, batches: int, parameter: str, device,
+                       registry=None) -> dict[str, Any]:
     """Gradient norms at initialisation of ``parameter`` in every encoder and decoder layer.
 
     The loss is the training loss (label-smoothed cross-entropy, ``harness.train.loss_fn``)
-    on ``batches`` copy-task mini-batches drawn from ``seed`` (the same stream the trial of
+    on ``batches`` mini-batches of the task ``cfg.train.task`` (looked up in ``registry``, default:
+    the built-ins and installed plugins) drawn from ``seed`` (the same stream the trial of
     that seed trains on); the gradient is averaged over the mini-batches (the expected
     gradient, Xiong et al. 2020 §3.4) and its Frobenius norm taken per layer.
 
@@ -527,7 +529,7 @@ def measure_grad_norms(model, cfg: RunConfig, seed: int, batches: int, parameter
     """
     import torch
 
-    from .tasks.copy import make_batch
+    from .tasks import get_task
     from .train import loss_fn
 
     tc, mc = cfg.train, cfg.model
@@ -540,10 +542,11 @@ def measure_grad_norms(model, cfg: RunConfig, seed: int, batches: int, parameter
                               f"expected one of {', '.join(layer)}")
     model.train()
     model.zero_grad(set_to_none=True)
+    task = get_task(tc.task, registry)
     gen = torch.Generator().manual_seed(seed)
     total = 0.0
     for _ in range(batches):
-        b = make_batch(tc.task, tc.batch, tc.seq_len, mc.vocab, gen).to(device)
+        b = task.make_batch(tc.batch, tc.seq_len, mc.vocab, gen).to(device)
         loss = loss_fn(model(b.src, b.tgt), b.tgt_y, mc.pad, tc.label_smoothing) / batches
         loss.backward()
         total += float(loss.detach())
@@ -592,7 +595,8 @@ def run_grad_norm(args, plan, exp: Experiment, registry) -> int:
             try:
                 model = build_model(registry, v, cfg.model, seed=seed).to(device)
                 row["params"] = unique_parameter_count(model)
-                g = measure_grad_norms(model, cfg, seed, exp.measure["batches"], exp.measure["parameter"], device)
+                g = measure_grad_norms(model, cfg, seed, exp.measure["batches"], exp.measure["parameter"], device,
+                                       registry)
                 for stack in ("encoder", "decoder"):
                     s = stack[:3]
                     row[f"{s}_last"], row[f"{s}_first"] = g[stack][-1], g[stack][0]

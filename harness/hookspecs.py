@@ -49,3 +49,22 @@ def harness_add_variants():
     Raises:
         As for :func:`harness_add_components`.
     """
+
+
+@hookspec
+def harness_add_tasks():
+    """Offer tasks: what trials train on and are scored on (``--task NAME``).
+
+    When it fires: as :func:`harness_add_components`, after :func:`harness_add_variants`.
+
+    How results combine: concatenated and sorted by name; a name offered twice is an error
+    naming both plugins. ``train.task`` (default ``copy``) must name one of them; ``run`` and
+    ``bench`` check it, with close matches for an unknown name.
+
+    Returns:
+        list[harness.Task]: instances of :class:`harness.Task` subclasses; may be empty.
+
+    Raises:
+        As for :func:`harness_add_components`; a task without a name is a
+        :class:`harness.errors.PluginError` naming the plugin.
+    """

@@ -3,7 +3,8 @@
 Loading order (documented in the README; later plugins cannot override earlier names,
 duplicates are errors):
 
-1. built-ins: every module listed in :data:`BUILTIN_MODULES` (the ``variants`` package),
+1. built-ins: every module listed in :data:`BUILTIN_MODULES` (the ``variants`` package: components,
+   variants and tasks),
    registered through exactly the same hooks as any external plugin;
 2. installed distributions with an entry point in the group ``harness``, unless the
    environment variable ``HARNESS_DISABLE_PLUGIN_AUTOLOAD`` is set;
@@ -39,6 +40,7 @@ BUILTIN_MODULES = (
     "variants.mask",
     "variants.presets",
     "variants.bugs",
+    "variants.tasks",
 )
 
 ENTRY_POINT_GROUP = "harness"

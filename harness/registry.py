@@ -5,6 +5,7 @@ implementation for one slot, a *variant* a named assignment of components to slo
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import fnmatch
 import itertools
@@ -12,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from .errors import DuplicateNameError, HarnessError, PluginError, UnknownNameError
+from .tasks.base import Task
 
 #: slot -> (default component, what the slot decides). Every variant gets a component for
 #: every slot; a slot a variant leaves out takes the default, which is the paper's choice.
@@ -135,20 +137,24 @@ def _call_hook(pm, hookname: str, kind: type, strict: bool, warnings: list[str])
 
 
 class Registry:
-    """All components and variants offered by the loaded plugins.
+    """All components, variants and tasks offered by the loaded plugins.
 
-    Build with :meth:`from_plugins`; components are keyed by ``(slot, name)``, variants by name.
+    Build with :meth:`from_plugins`; components are keyed by ``(slot, name)``, variants and
+    tasks by name.
     """
 
     def __init__(self, components: Iterable[Component] = (), variants: Iterable[Variant] = (),
-                 warnings: list[str] | None = None):
+                 warnings: list[str] | None = None, tasks: Iterable[Task] = ()):
         self.components: dict[tuple[str, str], Component] = {}
         self.variants: dict[str, Variant] = {}
+        self.tasks: dict[str, Task] = {}
         self.warnings = warnings if warnings is not None else []
         for c in components:
             self.add_component(c)
         for v in variants:
             self.add_variant(v)
+        for t in tasks:
+            self.add_task(t)
 
     @classmethod
     def from_plugins(cls, spec=None) -> "Registry":
@@ -170,6 +176,11 @@ class Registry:
         vars_ = _call_hook(pm, "harness_add_variants", Variant, spec.strict, warnings)
         for var, plugin in sorted(vars_, key=lambda vp: vp[0].name):
             reg.add_variant(Variant(var.name, dict(var.slots), var.summary, var.source, var.buggy, plugin))
+        tasks = _call_hook(pm, "harness_add_tasks", Task, spec.strict, warnings)
+        for task, plugin in sorted(tasks, key=lambda tp: str(tp[0].name)):
+            task = copy.copy(task)
+            task.plugin = plugin
+            reg.add_task(task)
         for comp in reg.components.values():
             reg.validate_component(comp)
         for var in reg.variants.values():
@@ -206,6 +217,22 @@ class Registry:
             raise DuplicateNameError(
                 f"variant {var.name!r} is offered by two plugins: {other.plugin!r} and {var.plugin!r}")
         self.variants[var.name] = var
+
+    def add_task(self, task: Task) -> None:
+        if not isinstance(task.name, str) or not task.name.strip():
+            raise PluginError(f"plugin {task.plugin!r}: task {type(task).__name__} has no name "
+                              f"(set the class attribute name = '...')")
+        if task.name in self.tasks:
+            other = self.tasks[task.name]
+            raise DuplicateNameError(
+                f"task {task.name!r} is offered by two plugins: {other.plugin!r} and {task.plugin!r}")
+        self.tasks[task.name] = task
+
+    def task(self, name: str) -> Task:
+        """The task called ``name``. Raises UnknownNameError (with close matches)."""
+        if name not in self.tasks:
+            raise UnknownNameError("task", name, self.tasks, "see: python -m harness list")
+        return self.tasks[name]
 
     def validate_variant(self, var: Variant) -> None:
         for slot, comp in var.slots.items():

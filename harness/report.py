@@ -66,8 +66,9 @@ def invalid_section(df: pd.DataFrame) -> list[str]:
     if not bad:
         return []
     lines = ["## Invalid variants", "",
-             "These variants failed an integrity probe (a decoder that sees the future, a padding mask that does "
-             "not hold, non-finite gradients), at initialisation or after training. Their numbers are shown "
+             "These variants use a component that breaks its slot's contract (docs/components.md) or failed an "
+             "integrity probe (a decoder that sees the future, a padding mask that does not hold, non-finite "
+             "gradients) at initialisation or after training. Their numbers are shown "
              "below so you can see what the leak buys, but they are excluded from every verdict, ranking and "
              "P(A > B). Diagnose the component with `python -m harness check --variants NAME`.", ""]
     for variant, reasons in bad.items():

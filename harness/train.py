@@ -38,7 +38,7 @@ from .errors import DeviceError
 from .model import build_model, unique_parameter_count
 from .probes import integrity_reasons
 from .registry import Variant
-from .tasks.copy import START, Batch, eval_set, make_batch
+from .tasks.base import START, Batch, Task
 
 #: Names of the ``torch.profiler.record_function`` ranges that mark a trial's phases (about
 #: 10 us each when no profiler runs). ``step`` is the model's own work; every other phase is the
@@ -261,12 +261,16 @@ EM_GREEDY = "greedy decoding"
 INVALID = "invalid"
 
 
-def eval_chunk(cfg: RunConfig) -> int:
+def eval_chunk(cfg: RunConfig, positions: int | None = None) -> int:
     """Sequences per evaluation chunk: at most 500 (larger chunks were no faster per sequence
     at d_model = 64), fewer for wide models so that evaluation does not raise the trial's peak
-    memory above training's (170 for the ``paper`` preset), never fewer than the training batch."""
+    memory above training's (170 for the ``paper`` preset), never fewer than the training batch.
+
+    Args:
+        positions: the longest row of the evaluation data (default ``seq_len + 2``)."""
     width = max(cfg.model.d_ff, cfg.model.d_model, cfg.model.vocab)
-    return max(cfg.train.batch, min(500, EVAL_CHUNK_ELEMENTS // ((cfg.train.seq_len + 2) * width)))
+    positions = positions or cfg.train.seq_len + 2
+    return max(cfg.train.batch, min(500, EVAL_CHUNK_ELEMENTS // (positions * width)))
 
 
 @torch.inference_mode()
@@ -281,7 +285,7 @@ def evaluate(model, data: Batch, cfg: RunConfig, device, dtype: str, chunk: int 
     the same event as greedy decoding getting every label right (up to float rounding at argmax
     near-ties: the two paths multiply matrices of different shapes); otherwise by greedy decoding
     (:func:`greedy_exact_match`)."""
-    chunk = chunk or eval_chunk(cfg)
+    chunk = chunk or eval_chunk(cfg, max(data.src.size(1), data.tgt.size(1) + 1))
     was_training = model.training
     model.eval()
     pad = cfg.model.pad
@@ -343,8 +347,9 @@ def peak_mem_mb(device: torch.device) -> float:
 
 def train(model, cfg: RunConfig, seed: int, device: torch.device, dtype: str = "fp32",
           progress: Callable[[int, float], None] | None = None,
-          clock: PhaseClock | None = None) -> tuple[dict[str, Any], list[dict]]:
-    """Train ``model`` on the copy task; returns (metrics, curve).
+          clock: PhaseClock | None = None, task: Task | None = None) -> tuple[dict[str, Any], list[dict]]:
+    """Train ``model`` on ``task`` (default: the registered task named ``cfg.train.task``);
+    returns (metrics, curve).
 
     The curve holds one ``{"step", "split": "train", "loss"}`` row per step and one
     ``{"step", "split": "heldout", "loss", "exact_match", "wall_s"}`` row per evaluation.
@@ -366,10 +371,13 @@ def train(model, cfg: RunConfig, seed: int, device: torch.device, dtype: str = "
     they decode greedily too.
     """
     tc, mc = cfg.train, cfg.model
+    if task is None:
+        task = _registry(None).task(tc.task)
+    task.validate(cfg)
     clock = clock or PhaseClock()
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
-    probe = eval_set(tc.task, PROBE_SEQUENCES, tc.seq_len, mc.vocab, tc.eval_seed + 1)
+    probe = task.eval_set(PROBE_SEQUENCES, tc.seq_len, mc.vocab, tc.eval_seed + 1)
     opt, sched = make_optimizer(model, cfg)
     with clock("evaluate"):
         invalid = integrity_reasons(model, mc, device, seed=seed, when="at initialisation")
@@ -385,7 +393,7 @@ def train(model, cfg: RunConfig, seed: int, device: torch.device, dtype: str = "
     step = 0
     for step in range(1, tc.steps + 1):
         with clock("data"):
-            batch = make_batch(tc.task, tc.batch, tc.seq_len, mc.vocab, gen).to(device)
+            batch = task.make_batch(tc.batch, tc.seq_len, mc.vocab, gen).to(device)
         with clock("step"):
             loss_v, gnorm_v = train_step(model, batch, opt, sched, cfg, device, dtype)
         with clock("log"):
@@ -414,7 +422,7 @@ def train(model, cfg: RunConfig, seed: int, device: torch.device, dtype: str = "
                     break
     train_s += time.perf_counter() - t0
     with clock("final_eval"):
-        final = evaluate(model, eval_set(tc.task, tc.eval_sequences, tc.seq_len, mc.vocab, tc.eval_seed),
+        final = evaluate(model, task.eval_set(tc.eval_sequences, tc.seq_len, mc.vocab, tc.eval_seed),
                          cfg, device, dtype, causal=False)
         if status == "ok":
             invalid += integrity_reasons(model, mc, device, seed=seed + 1, when="after training")
@@ -576,6 +584,7 @@ def run_trial(spec: dict[str, Any], progress: Callable[[int, float], None] | Non
         if device.type == "cuda":
             torch.backends.cudnn.benchmark = False
         registry = _registry(spec.get("plugins"))
+        task = registry.task(cfg.train.task)
         variant = Variant(spec["variant"], slots)
         row.update({f"slot_{k}": v for k, v in variant.resolved().items()})
         with clock("build"):  # the model, and its components held to their slots' contracts
@@ -583,7 +592,7 @@ def run_trial(spec: dict[str, Any], progress: Callable[[int, float], None] | Non
             broken = contract_reasons(registry, variant, cfg.model)
         row["params"] = unique_parameter_count(model)
         reset_peak_mem(device)
-        metrics, curve = train(model, cfg, spec["seed"], device, row["dtype"], progress, clock)
+        metrics, curve = train(model, cfg, spec["seed"], device, row["dtype"], progress, clock, task)
         if broken and metrics["status"] != "diverged":
             metrics["reason"] = "; ".join(broken + ([metrics["reason"]] if metrics["reason"] else []))
             metrics["status"] = INVALID

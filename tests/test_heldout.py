@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from harness.config import get_preset
-from harness.errors import ConfigError
+from harness.errors import ConfigError, UnknownNameError
 from harness.tasks.copy import (END, HELDOUT_K, PAD, START, count_overlap, eval_lengths, eval_set,
                                 heldout_classes, heldout_note, heldout_overlap, is_heldout, make_batch,
                                 split_class, training_sources)
@@ -169,7 +169,7 @@ def test_vocabularies_without_a_split_are_refused():
         eval_set("copy_fixed", 4, 2, 11, 0)
     with pytest.raises(ConfigError, match="seq_len >= 2"):
         make_batch("copy", 4, 1, 11, torch.Generator().manual_seed(0))
-    with pytest.raises(ValueError, match="unknown task"):
-        make_batch("reverse", 4, 6, 11, torch.Generator().manual_seed(0))
+    with pytest.raises(UnknownNameError, match="unknown task 'revers'; did you mean 'reverse'"):
+        make_batch("revers", 4, 6, 11, torch.Generator().manual_seed(0))
     assert [heldout_classes("copy", 6, v) for v in (5, 6, 7, 8, 9, 11)] == [2, 3, 4, 5, 5, 5]
     assert list(itertools.islice(training_sources(get_preset("tiny"), 0), 1))[0].shape == (16, 6)

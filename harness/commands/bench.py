@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 
 from ..config import PRESET_NOTES
-from .common import add_output, add_selection
+from .common import add_output, add_selection, add_task
 
 DESCRIPTION = """Measure training speed per variant side by side with a torch.nn.Transformer
 reference of the same config, in one process, interleaved round-robin: step time (median and
@@ -32,6 +32,7 @@ def register(sub, parents):
     p.add_argument("--preset", default="paper", metavar="NAME", help=f"config preset ({notes}). Default: paper")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override one config value, e.g. --set train.batch=40")
+    add_task(p)
     p.add_argument("--device", default="auto", help="auto (cuda when present), cpu or cuda. Default: auto")
     p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "both"],
                    help="fp32, bf16 (torch.autocast, loss in float32) or both; nn.Transformer always also "
@@ -50,13 +51,14 @@ def main(args) -> int:
     from ..cli import plugin_spec
     from ..store import RunStore
     from ..train import resolve_device, trial_settings
-    from .common import command_line, load_registry, output_run_id, resolve_config, select_variants
+    from .common import check_task, command_line, load_registry, output_run_id, resolve_config, select_variants
 
     if args.steps < 1 or args.warmup_steps < 0:
         raise BenchError(f"--steps must be >= 1 and --warmup-steps >= 0, got {args.steps} and {args.warmup_steps}")
     reg = load_registry(args)
     variants = select_variants(reg, args)
     cfg = resolve_config(args)
+    check_task(reg, cfg)
     device = resolve_device(args.device)
     dtypes = ["fp32", "bf16"] if args.dtype == "both" else [args.dtype]
     plugins = plugin_spec(args).to_dict()

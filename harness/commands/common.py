@@ -19,11 +19,39 @@ def add_selection(p: argparse.ArgumentParser, default: str = "all") -> None:
                    help="the full factorial over the slots norm x embedding x attention x mask instead")
 
 
+class TaskAction(argparse.Action):
+    """``--task NAME``: the same as ``--set train.task=NAME`` (appended to the overrides, so that
+    ``--resume`` and experiment files treat it like any other override)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        items = list(getattr(namespace, self.dest, None) or [])
+        items.append(f"train.task={values!r}")
+        setattr(namespace, self.dest, items)
+
+
+def add_task(p: argparse.ArgumentParser) -> None:
+    """``--task NAME`` (after ``--set``, which owns the ``overrides`` default)."""
+    p.add_argument("--task", dest="overrides", action=TaskAction, metavar="NAME",
+                   help="the task to train on (default: the preset's: copy; paper: copy_fixed); "
+                        "same as --set train.task=NAME; tasks: python -m harness list")
+
+
+def check_task(reg: Registry, cfg: RunConfig) -> None:
+    """``cfg.train.task`` names a registered task that can run ``cfg``.
+
+    Raises:
+        UnknownNameError: no such task (with close matches); ConfigError: the task's own check
+            (:meth:`harness.Task.validate`), e.g. ``copy_length`` with too small a ``model.max_len``.
+    """
+    reg.task(cfg.train.task).validate(cfg)
+
+
 def add_config(p: argparse.ArgumentParser) -> None:
     notes = "; ".join(f"{k}: {v}" for k, v in PRESET_NOTES.items())
     p.add_argument("--preset", default="quick", metavar="NAME", help=f"config preset ({notes}). Default: quick")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override one config value, e.g. --set train.steps=200 --set model.d_model=128")
+    add_task(p)
     p.add_argument("--device", default="auto", help="auto (cuda when present), cpu or cuda. Default: auto")
     p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"],
                    help="fp32, or bf16 mixed precision through torch.autocast (loss in float32)")
@@ -86,4 +114,4 @@ def select_variants(reg: Registry, args):
     return reg.select(patterns)
 
 
-__all__ = ["add_selection", "add_config", "add_output", "output_run_id", "command_line", "resolve_config", "load_registry", "select_variants", "PRESETS"]
+__all__ = ["add_selection", "add_config", "add_task", "check_task", "add_output", "output_run_id", "command_line", "resolve_config", "load_registry", "select_variants", "PRESETS"]

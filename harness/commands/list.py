@@ -1,14 +1,18 @@
-"""``python -m harness list``: every component by slot and every variant, with its plugin."""
+"""``python -m harness list``: every component by slot, every variant and every task, with its plugin."""
 from __future__ import annotations
 
 import pandas as pd
 
+from ..config import TrainConfig
 from ..registry import SLOTS
 from .common import load_registry
 
 
+DEFAULT_TASK = TrainConfig().task
+
+
 def register(sub, parents):
-    p = sub.add_parser("list", parents=parents, help="show components by slot and variants with their plugins",
+    p = sub.add_parser("list", parents=parents, help="show components by slot, variants and tasks with their plugins",
                        description="Show every slot with its components and every variant with its slot "
                                    "assignment, summary, source and the plugin that provided it.")
     p.add_argument("--buggy", action="store_true", help="also show the faithful-bug variants")
@@ -41,6 +45,11 @@ def main(args) -> int:
                       "summary": v.summary, "source": v.source, "plugin": v.plugin})
     print("\nVariants\n")
     print(pd.DataFrame(vrows).to_markdown(index=False, tablefmt="github", maxcolwidths=[None, 40, 70, 30, None]))
+    trows = [{"task": t.name + (" (default)" if t.name == DEFAULT_TASK else ""), "summary": t.summary,
+              "source": t.source, "plugin": t.plugin} for t in reg.tasks.values()]
+    print("\nTasks (--task NAME)\n")
+    print(pd.DataFrame(trows, columns=["task", "summary", "source", "plugin"]).to_markdown(
+        index=False, tablefmt="github", maxcolwidths=[None, 60, 50, None]))
     n_bug = sum(v.buggy for v in reg.variants.values())
     if n_bug and not args.buggy:
         print(f"\n{n_bug} faithful-bug variants hidden (python -m harness list --buggy).")

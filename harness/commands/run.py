@@ -1,4 +1,4 @@
-"""``python -m harness run``: train variants x seeds on the copy task and write a report.
+"""``python -m harness run``: train variants x seeds on a task (``--task``, default copy) and write a report.
 
 Every finished trial is stored at once and atomically under ``results/<run-id>/trials/``, so a
 run killed at any moment loses no finished trial; ``--resume results/<run-id>`` runs only the
@@ -23,11 +23,12 @@ from ..errors import ConfigError, HarnessError, StoreError
 from ..report import summary_table, to_markdown, trials_frame, write_report
 from ..runner import ExecutionOptions, Plan, TrialSpec, check_plan_size, execute, make_specs
 from ..store import RunStore, config_hash
-from ..tasks.copy import heldout_note
+from ..tasks.base import heldout_note
 from ..train import environment, resolve_device
-from .common import add_config, add_selection, command_line, load_registry, resolve_config, select_variants
+from .common import (add_config, add_selection, check_task, command_line, load_registry, resolve_config,
+                     select_variants)
 
-DESCRIPTION = """Train every selected variant on the copy task with one shared loop, store each
+DESCRIPTION = """Train every selected variant on a task (--task, default copy) with one shared loop, store each
 trial the moment it finishes under results/<run-id>/ (trials/, trials.csv, curves.csv,
 config.json) and print the comparison table (also in report.md). An interrupted or killed run
 continues with --resume results/<run-id>."""
@@ -35,6 +36,7 @@ continues with --resume results/<run-id>."""
 EPILOG = """examples:
   python -m harness run --variants all --preset tiny -q
   python -m harness run --variants 'seed_*' --seeds 5 --jobs 2
+  python -m harness run --variants baseline pre_norm --task reverse
   python -m harness run --resume results/20250101-120000        only the missing trials
   python -m harness run --executor ray --address ray://head:10001
 
@@ -50,7 +52,7 @@ TRIAL_OPTIONS = {"variants", "grid", "seeds", "seed_start", "experiment"}
 
 
 def register(sub, parents):
-    p = sub.add_parser("run", parents=parents, help="train variants on the copy task and write a report",
+    p = sub.add_parser("run", parents=parents, help="train variants on a task (default copy) and write a report",
                        description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_selection(p)
     add_config(p)
@@ -201,6 +203,8 @@ def main(args) -> int:
         return resume(args, given, options)
     reg = load_registry(args)
     plan = plan_from_args(args, reg)
+    for _, point in plan.points:
+        check_task(reg, point)
     if plan.measure is not None:
         return plan.measure(args, plan)
     variants, seeds, cfg = plan.variants, plan.seeds, plan.config
@@ -219,7 +223,7 @@ def main(args) -> int:
         "environment": {**environment(device, trial_settings_applied=True), "threads": options.trial_threads()},
         "execution": options.to_dict(), "status": "running",
         "trials": [{"key": s.key, "spec": s.spec} for s in specs],
-        "heldout": heldout_note(cfg, seeds[0]),
+        "heldout": heldout_note(reg.task(cfg.train.task), cfg, seeds[0]),
         **plan.meta,
     }
     with executor_session(options, plugins, args.quiet):  # a Ray cluster that cannot be reached stores nothing

@@ -1,6 +1,11 @@
-"""The copy task: the model must reproduce its source sequence.
+"""The copy tasks: the model must reproduce its source sequence (:class:`CopyTask`,
+:class:`CopyFixedTask`, :class:`CopyLengthTask`), and the held-out hash split that ``reverse`` and
+``sort`` (:mod:`harness.tasks.algorithmic`) and plugins share through :class:`HashSplitTask`.
+The module-level functions (``make_batch(task, ...)``, ``eval_set(task, ...)``, ...) take a task
+name and call the registered task.
 
-Two versions (``TrainConfig.task``):
+Two versions of copy with the hash split (``TrainConfig.task``); ``copy_length`` is in
+:class:`CopyLengthTask`:
 
 * ``copy`` -- seed 001's ``generate_data``: vocabulary V with 0 = pad, 1 = start, 2 = end;
   each row draws a content length n in 1..L uniformly and n content tokens from 3..V-1;
@@ -41,7 +46,6 @@ length-1 rows failed and nothing else (``baseline``, checked per length: 1.000 a
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
@@ -51,7 +55,8 @@ from ..errors import ConfigError
 if TYPE_CHECKING:
     from ..config import RunConfig
 
-PAD, START, END = 0, 1, 2
+from .base import END, PAD, START, Batch, Task, count_overlap  # noqa: F401 - re-exported
+from . import base as _base
 
 #: About 1 in ``HELDOUT_K`` sequences is held out (fewer classes when the vocabulary has fewer
 #: than ``HELDOUT_K`` content symbols, see :func:`heldout_classes`).
@@ -72,36 +77,37 @@ HELDOUT_TRIES = 16
 #: probability at least 1 / (2 * HELDOUT_K - 1), see :func:`split_class`).
 MAX_ROUNDS = 1000
 
-
-@dataclass
-class Batch:
-    """One batch: ``src`` (B, S), ``tgt`` (B, T) decoder input, ``tgt_y`` (B, T) labels."""
-
-    src: torch.Tensor
-    tgt: torch.Tensor
-    tgt_y: torch.Tensor
-
-    @property
-    def ntokens(self) -> int:
-        """Label tokens that count (not pad)."""
-        return int((self.tgt_y != PAD).sum())
-
-    def to(self, device) -> "Batch":
-        return Batch(self.src.to(device), self.tgt.to(device), self.tgt_y.to(device))
+#: Lowest content id of the padded layout (``copy``, ``reverse``, ``sort``, ``copy_length``) and of
+#: the fixed layout (``copy_fixed``: start and end ids may occur as content, as in the Annotated code).
+PADDED_LOW, FIXED_LOW = 3, 1
 
 
-def _symbols(task: str) -> int:
-    """Lowest content token id of ``task`` (content ids run from it to V - 1)."""
-    if task == "copy":
-        return 3
+def _low(task: str) -> int:
+    """Lowest content token id of a hash-split task given by name (legacy helpers below)."""
+    if task in ("copy", "reverse", "sort"):
+        return PADDED_LOW
     if task == "copy_fixed":
-        return 1
-    raise ValueError(f"unknown task {task!r}")
+        return FIXED_LOW
+    raise ValueError(f"unknown task {task!r} (hash-split tasks: copy, copy_fixed, reverse, sort)")
+
+
+def _classes_k(task_name: str, low: int, seq_len: int, vocab: int, fixed: bool) -> int:
+    """:func:`heldout_classes` for a layout (``low``: lowest content id; ``fixed``: copy_fixed's)."""
+    symbols = vocab - low
+    if symbols < 2:
+        raise ConfigError(f"the {task_name} task needs vocab >= {low + 2} for a held-out split "
+                          f"disjoint from training (two content symbols), got vocab={vocab}")
+    longest = seq_len - 1 if fixed else seq_len  # content length (copy_fixed: after the start id)
+    if longest < MIN_HELDOUT_LENGTH:
+        need = MIN_HELDOUT_LENGTH + fixed
+        raise ConfigError(f"the {task_name} task needs seq_len >= {need} for a held-out split (content of "
+                          f"length >= {MIN_HELDOUT_LENGTH}; shorter content is never held out), got seq_len={seq_len}")
+    return min(HELDOUT_K, symbols)
 
 
 def heldout_classes(task: str, seq_len: int, vocab: int) -> int:
     """Number of hash classes K of the split: ``min(HELDOUT_K, S)`` for S content symbols
-    (``copy``: V - 3; ``copy_fixed``: V - 1).
+    (``copy``, ``reverse``, ``sort``: V - 3; ``copy_fixed``: V - 1).
 
     With K <= S, the first content token alone runs through every class (see
     :func:`split_class`), so every content length >= :data:`MIN_HELDOUT_LENGTH` has both
@@ -112,22 +118,13 @@ def heldout_classes(task: str, seq_len: int, vocab: int) -> int:
         ConfigError: no split exists: ``copy`` with V = 4 (one sequence per length) or L = 1
             (content length 1 only), ``copy_fixed`` with L < 3 (content length L - 1 < 2).
     """
-    symbols = vocab - _symbols(task)
-    if symbols < 2:
-        raise ConfigError(f"the {task} task needs vocab >= {_symbols(task) + 2} for a held-out split "
-                          f"disjoint from training (two content symbols), got vocab={vocab}")
-    longest = seq_len if task == "copy" else seq_len - 1  # content length (copy_fixed: after the start id)
-    if longest < MIN_HELDOUT_LENGTH:
-        need = MIN_HELDOUT_LENGTH + (task == "copy_fixed")
-        raise ConfigError(f"the {task} task needs seq_len >= {need} for a held-out split (content of "
-                          f"length >= {MIN_HELDOUT_LENGTH}; shorter content is never held out), got seq_len={seq_len}")
-    return min(HELDOUT_K, symbols)
+    return _classes_k(task, _low(task), seq_len, vocab, task == "copy_fixed")
 
 
 def eval_lengths(task: str, seq_len: int) -> tuple[int, int]:
     """(shortest, longest) content length of the held-out sequences: (2, L) for ``copy``,
-    (L - 1, L - 1) for ``copy_fixed``."""
-    return (MIN_HELDOUT_LENGTH, seq_len) if task == "copy" else (seq_len - 1, seq_len - 1)
+    ``reverse`` and ``sort``, (L - 1, L - 1) for ``copy_fixed``."""
+    return (seq_len - 1, seq_len - 1) if task == "copy_fixed" else (MIN_HELDOUT_LENGTH, seq_len)
 
 
 @functools.lru_cache(maxsize=None)
@@ -147,9 +144,10 @@ def split_class(task: str, src: torch.Tensor, vocab: int) -> torch.Tensor:
     :func:`heldout_classes`. The first token enters unhashed so that, for any rest, the S >= K
     consecutive ids it can take cover every class: each (length >= 2, rest) has between floor(S/K) and ceil(S/K) held-out first tokens and the
     others are training ones (quick preset, S = 8, K = 5: 1 or 2 of 8; held out overall: 1 in 5).
+    ``reverse`` and ``sort`` split their source exactly as ``copy`` does.
 
     Args:
-        task: ``copy`` or ``copy_fixed``.
+        task: ``copy``, ``copy_fixed``, ``reverse`` or ``sort``.
         src: (B, S) int64 source rows as :func:`make_batch` returns them.
         vocab: vocabulary size V.
 
@@ -157,7 +155,7 @@ def split_class(task: str, src: torch.Tensor, vocab: int) -> torch.Tensor:
         src (B, S) -> (B,) int64 in [0, K).
     """
     k = heldout_classes(task, src.size(1), vocab)
-    return _classes(src, 0 if task == "copy" else 1, k)
+    return _classes(src, 1 if task == "copy_fixed" else 0, k)
 
 
 def _classes(rows: torch.Tensor, lead: int, k: int) -> torch.Tensor:
@@ -172,43 +170,56 @@ def is_heldout(task: str, src: torch.Tensor, vocab: int) -> torch.Tensor:
     """(B,) bool: which rows of ``src`` (B, S) belong to the held-out split (class
     :data:`HELDOUT_CLASS` and content length >= :data:`MIN_HELDOUT_LENGTH`)."""
     held = split_class(task, src, vocab) == HELDOUT_CLASS
-    if task == "copy":
+    if task != "copy_fixed":
         held &= src[:, MIN_HELDOUT_LENGTH - 1] != PAD
     return held
 
 
-def _draw(task: str, rows: int, seq_len: int, vocab: int, generator: torch.Generator,
-          heldout: bool) -> Batch:
-    """A batch whose rows all lie on one side of the split, by rejection.
+def _draw_padded(rows: int, lengths: tuple[int, int], vocab: int, generator: torch.Generator,
+                 side: str, k: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows ``[1, content, pad...]`` of the padded layout whose content all lies on one side of the
+    split, by rejection.
 
-    Every row draws its content length (``copy``: 1..L for training, 2..L held out; length-1 rows
-    are always training ones) and then ``tries`` contents of that length at
-    once (:data:`TRAIN_TRIES` / :data:`HELDOUT_TRIES`) and keeps the first one on the wanted side;
-    the rare rows with none (at the presets, 1 training batch in 6-9 has one) draw
+    Every row draws its content length uniformly from ``lengths`` and then ``tries`` contents of
+    that length at once (:data:`TRAIN_TRIES` / :data:`HELDOUT_TRIES`) and keeps the first one on
+    the wanted side; the rare rows with none (at the presets, 1 training batch in 6-9 has one) draw
     ``tries`` more, until no row is left. Which try is kept depends only on which tries are
-    acceptable, so each row is uniform over that side's sequences of its length.
+    acceptable, so each row is uniform over that side's sequences of its length. Rows shorter than
+    :data:`MIN_HELDOUT_LENGTH` are always training ones.
+
+    Args:
+        lengths: (shortest, longest) content length; the rows are ``longest + 2`` wide.
+        side: ``"train"``, ``"heldout"``, or ``"all"`` (no split: one draw, ``k`` unused).
+        k: hash classes (:func:`heldout_classes`).
+
+    Returns:
+        ``data`` (B, longest + 2) int64 and ``length`` (B, 1) content lengths.
     """
-    k = heldout_classes(task, seq_len, vocab)  # raises when no split exists
-    tries = HELDOUT_TRIES if heldout else TRAIN_TRIES
-    if task == "copy":  # rows in the layout [1, content, pad...] of width L + 2, content at 1..L
-        width, low, lead = seq_len + 2, 3, 1
-        shortest = MIN_HELDOUT_LENGTH if heldout else 1
-        length = torch.randint(shortest, seq_len + 1, (rows, 1), generator=generator)  # (B, 1) content length
-        pad = torch.arange(width) > length  # (B, L+2) True after the content
-        short = None if heldout else length < MIN_HELDOUT_LENGTH  # (B, 1) never held out
-    else:  # rows [1, content] of width L, content at 1..L-1
-        width, low, lead = seq_len, 1, 1
+    shortest, longest = lengths
+    width = longest + 2
+    tries = {"train": TRAIN_TRIES, "heldout": HELDOUT_TRIES, "all": 1}[side]
+    length = torch.randint(shortest, longest + 1, (rows, 1), generator=generator)  # (B, 1) content length
+    pad = torch.arange(width) > length  # (B, L+2) True after the content
+    short = length < MIN_HELDOUT_LENGTH if side == "train" else None  # (B, 1) never held out
+    data = _rejection(rows, tries, width, PADDED_LOW, vocab, generator, side, k, pad, short)
+    return data, length
+
+
+def _rejection(rows, tries, width, low, vocab, generator, side, k, pad=None, short=None) -> torch.Tensor:
+    """The rejection loop of :func:`_draw_padded` (``pad`` given) and of the fixed layout."""
     data = None  # (B, width) the accepted rows
     todo = None  # (R,) indices of rows still to draw (None: all)
     for _ in range(MAX_ROUNDS):
         n = rows if todo is None else todo.numel()
         new = torch.randint(low, vocab, (n, tries, width), generator=generator)  # (R, tries, width)
-        if task == "copy":
+        if pad is not None:
             new.masked_fill_((pad if todo is None else pad[todo]).unsqueeze(1), PAD)
         new[..., 0] = START
-        cls = _classes(new, lead, k)  # (R, tries)
-        ok = cls.eq(HELDOUT_CLASS) if heldout else cls.ne(HELDOUT_CLASS)  # (R, tries)
-        if task == "copy" and todo is None and not heldout:
+        if side == "all":
+            return new[:, 0]
+        cls = _classes(new, 1, k)  # (R, tries)
+        ok = cls.eq(HELDOUT_CLASS) if side == "heldout" else cls.ne(HELDOUT_CLASS)  # (R, tries)
+        if short is not None and todo is None:
             ok |= short  # (R, tries); later rounds hold no length-1 row (accepted in the first)
         found, first = ok.max(1)  # (R,), (R,)
         pick = new[torch.arange(n), first]  # (R, width) first acceptable try
@@ -217,26 +228,172 @@ def _draw(task: str, rows: int, seq_len: int, vocab: int, generator: torch.Gener
         else:
             data[todo] = pick
         if bool(found.all()):
-            break
+            return data
         todo = (~found).nonzero().squeeze(1) if todo is None else todo[~found]
-    else:
-        raise RuntimeError(f"rows still on the wrong side of the split after {MAX_ROUNDS} rounds "
-                           f"(task={task}, seq_len={seq_len}, vocab={vocab})")
-    if task == "copy":
-        src = data[:, 1:-1].clone()  # (B, L)
-        data.scatter_(1, length + 1, END)
-        return Batch(src, data[:, :-1].clone(), data[:, 1:].clone())
-    return Batch(data, data[:, :-1].clone(), data[:, 1:].clone())
+    raise RuntimeError(f"rows still on the wrong side of the split after {MAX_ROUNDS} rounds "
+                       f"(width={width}, vocab={vocab})")
+
+
+def _padded_batch(data: torch.Tensor, length: torch.Tensor, answer=None) -> Batch:
+    """Source, decoder input and labels from rows ``[1, content, pad...]`` (B, W+2): ``src`` =
+    the content (B, W), ``tgt_y`` = ``[answer, 2, pad...]``, ``tgt`` = ``[1, answer, pad...]``
+    (B, W+1), where ``answer(src, length)`` (B, W) is the task's output (pads after the length;
+    default: the content itself)."""
+    src = data[:, 1:-1].clone()  # (B, W)
+    if answer is not None:
+        data[:, 1:-1] = answer(src, length)
+    data.scatter_(1, length + 1, END)
+    return Batch(src, data[:, :-1].clone(), data[:, 1:].clone())
+
+
+class HashSplitTask(Task):
+    """A task on the padded layout with the hash split of this module: content lengths 1..L
+    (training) and 2..L (evaluation), content ids 3..V-1, ``src`` (B, L) = content then pad,
+    ``tgt_y`` (B, L+1) = ``[answer, 2, pad...]``, ``tgt`` (B, L+1) = ``[1, answer, pad...]``.
+    Subclasses (``reverse``, ``sort``, a plugin's task) set ``name``, ``summary``, ``source`` and
+    define :meth:`answer` (default: the content itself, i.e. ``copy``): an answer as long as its
+    source. The split is on the source (:func:`split_class`): no evaluation source occurs in
+    training, for every seed.
+    """
+
+    def answer(self, src: torch.Tensor, length: torch.Tensor, vocab: int) -> torch.Tensor:
+        """The output the model must produce for each source: ids in 3..V-1 up to the row's
+        length, pad after it.
+
+        Shape: src (B, W), length (B, 1) content lengths -> (B, W).
+        """
+        return src
+
+    def _k(self, seq_len: int, vocab: int) -> int:
+        return _classes_k(self.name, PADDED_LOW, seq_len, vocab, fixed=False)
+
+    def make_batch(self, batch, seq_len, vocab, generator):
+        k = self._k(seq_len, vocab)  # raises when no split exists
+        data, length = _draw_padded(batch, (1, seq_len), vocab, generator, "train", k)
+        return _padded_batch(data, length, lambda src, n: self.answer(src, n, vocab))
+
+    def eval_set(self, n, seq_len, vocab, seed):
+        k = self._k(seq_len, vocab)
+        data, length = _draw_padded(n, (MIN_HELDOUT_LENGTH, seq_len), vocab,
+                                    torch.Generator().manual_seed(seed), "heldout", k)
+        return _padded_batch(data, length, lambda src, n: self.answer(src, n, vocab))
+
+    def validate(self, cfg):
+        super().validate(cfg)
+        self._k(cfg.train.seq_len, cfg.model.vocab)
+
+    def split_note(self, seq_len, vocab):
+        k = self._k(seq_len, vocab)
+        return (f"sequences of content length {MIN_HELDOUT_LENGTH}-{seq_len}, disjoint from training by "
+                f"construction (hash split, 1 in {k} held out)")
+
+
+class CopyTask(HashSplitTask):
+    """``copy``: output the source (variable length, padded); seed 001's ``generate_data`` with
+    the held-out hash split of this module (layout in the module docstring)."""
+
+    name = "copy"
+    summary = "output the source; content length 1..L with padding, ids 3..V-1 (default task)"
+    source = "seed 001 generate_data (Annotated Transformer copy task, variable length); hash split"
+
+
+class CopyFixedTask(Task):
+    """``copy_fixed``: the Annotated Transformer's ``data_gen`` (§ "A First Example"): rows of L
+    ids from 1..V-1 starting with 1, no padding; ``src`` (B, L), ``tgt``/``tgt_y`` (B, L-1).
+    Held-out split as for ``copy`` on the content after the start id."""
+
+    name = "copy_fixed"
+    summary = "output the source; fixed length L, no padding, ids 1..V-1 (Annotated data_gen)"
+    source = "Annotated Transformer, 'A First Example' data_gen; hash split"
+
+    def _k(self, seq_len: int, vocab: int) -> int:
+        return _classes_k(self.name, FIXED_LOW, seq_len, vocab, fixed=True)
+
+    def _draw(self, rows, seq_len, vocab, generator, side) -> Batch:
+        data = _rejection(rows, HELDOUT_TRIES if side == "heldout" else TRAIN_TRIES, seq_len, FIXED_LOW, vocab,
+                          generator, side, self._k(seq_len, vocab))
+        return Batch(data, data[:, :-1].clone(), data[:, 1:].clone())
+
+    def make_batch(self, batch, seq_len, vocab, generator):
+        return self._draw(batch, seq_len, vocab, generator, "train")
+
+    def eval_set(self, n, seq_len, vocab, seed):
+        return self._draw(n, seq_len, vocab, torch.Generator().manual_seed(seed), "heldout")
+
+    def widths(self, seq_len):
+        return seq_len, seq_len - 1
+
+    def validate(self, cfg):
+        super().validate(cfg)
+        self._k(cfg.train.seq_len, cfg.model.vocab)
+
+    def split_note(self, seq_len, vocab):
+        k = self._k(seq_len, vocab)
+        return (f"sequences of content length {seq_len - 1}, disjoint from training by construction "
+                f"(hash split, 1 in {k} held out)")
+
+
+class CopyLengthTask(Task):
+    """``copy_length``: copy, trained on content lengths 1..L and evaluated on L+1..2L (quick
+    preset: train 1-10, evaluate 11-20): length generalisation, where the positional encoding
+    decides (Press et al. 2022, "Train Short, Test Long", ALiBi; Graves et al. 2014, Neural
+    Turing Machines, copy with longer test sequences).
+
+    Layout as ``copy`` (content ids 3..V-1, padding); training ``src`` (B, L), ``tgt``/``tgt_y``
+    (B, L+1); evaluation ``src`` (n, 2L), ``tgt``/``tgt_y`` (n, 2L+1). The split is by length,
+    so evaluation and training are disjoint by construction (no hash needed). Needs
+    ``model.max_len >= 2L + 2``.
+    """
+
+    name = "copy_length"
+    summary = "copy; train on content lengths 1..L, evaluate on L+1..2L (length generalisation)"
+    source = "Graves et al. 2014 (NTM copy, longer test lengths); Press et al. 2022 (Train Short, Test Long)"
+
+    def make_batch(self, batch, seq_len, vocab, generator):
+        self._check_vocab(vocab)
+        return _padded_batch(*_draw_padded(batch, (1, seq_len), vocab, generator, "all", None))
+
+    def eval_set(self, n, seq_len, vocab, seed):
+        self._check_vocab(vocab)
+        gen = torch.Generator().manual_seed(seed)
+        return _padded_batch(*_draw_padded(n, (seq_len + 1, 2 * seq_len), vocab, gen, "all", None))
+
+    def _check_vocab(self, vocab: int) -> None:
+        if vocab < PADDED_LOW + 1:
+            raise ConfigError(f"the {self.name} task needs vocab >= {PADDED_LOW + 1} (one content symbol), got {vocab}")
+
+    def widths(self, seq_len):
+        return 2 * seq_len, 2 * seq_len + 1
+
+    def validate(self, cfg):
+        s, t = self.widths(cfg.train.seq_len)
+        if cfg.model.max_len < t + 1:
+            raise ConfigError(f"the {self.name} task evaluates on content lengths {cfg.train.seq_len + 1}-{s} "
+                              f"(2 x train.seq_len={cfg.train.seq_len}): it needs model.max_len >= {t + 1} "
+                              f"(2 x seq_len + 2), got model.max_len={cfg.model.max_len}")
+        self._check_vocab(cfg.model.vocab)
+
+    def split_note(self, seq_len, vocab):
+        return (f"sequences of content length {seq_len + 1}-{2 * seq_len}, disjoint from training by "
+                f"construction (training lengths 1-{seq_len})")
+
+
+def _task(name: str) -> Task:
+    from . import get_task
+
+    return get_task(name)
 
 
 def make_batch(task: str, batch: int, seq_len: int, vocab: int, generator: torch.Generator) -> Batch:
-    """Draw one training batch of the copy task on the CPU; never a held-out sequence.
+    """Draw one training batch of the task named ``task`` (``Task.make_batch``) on the CPU; never a
+    held-out sequence.
 
     The layout is in the module docstring; rows are uniform over the training split of their
     content length (the split: :func:`split_class`). Deterministic given the generator's state.
 
     Args:
-        task: ``copy`` or ``copy_fixed``.
+        task: a registered task name (built-ins: ``copy``, ``copy_fixed``, ``reverse``, ``sort``,
+            ``copy_length``).
         batch: rows B.
         seq_len: longest content length L (``copy``) or row length (``copy_fixed``).
         vocab: vocabulary size V.
@@ -247,16 +404,17 @@ def make_batch(task: str, batch: int, seq_len: int, vocab: int, generator: torch
         (B, L-1).
 
     Raises:
-        ValueError: unknown ``task``.
+        UnknownNameError: unknown ``task``.
         ConfigError: no held-out split exists for ``vocab`` / ``seq_len`` (:func:`heldout_classes`).
     """
-    return _draw(task, batch, seq_len, vocab, generator, heldout=False)
+    return _task(task).make_batch(batch, seq_len, vocab, generator)
 
 
 def eval_set(task: str, n: int, seq_len: int, vocab: int, seed: int) -> Batch:
-    """The fixed held-out set: ``n`` held-out sequences drawn from ``seed`` (shared by every trial).
+    """The fixed held-out set of the task named ``task``: ``n`` held-out sequences drawn from
+    ``seed`` (shared by every trial).
 
-    Content lengths are uniform over :func:`eval_lengths` (``copy``: 2..L; length 1 is never held
+    ``copy``: content lengths are uniform over :func:`eval_lengths` (2..L; length 1 is never held
     out, see the module docstring); the content is uniform over the held-out sequences of that
     length, none of which :func:`make_batch` ever returns. Sequences may repeat within the set
     (13 of the 64 length-2 sequences are held out at the quick preset).
@@ -267,68 +425,25 @@ def eval_set(task: str, n: int, seq_len: int, vocab: int, seed: int) -> Batch:
     Raises:
         as :func:`make_batch`.
     """
-    return _draw(task, n, seq_len, vocab, torch.Generator().manual_seed(seed), heldout=True)
-
-
-def count_overlap(eval_src: torch.Tensor, train_src) -> int:
-    """Rows of ``eval_src`` (N, S) that occur verbatim among the rows of ``train_src``.
-
-    Args:
-        eval_src: (N, S) evaluation source rows (each repeat counts).
-        train_src: (M, S) training source rows, or an iterable of (B_i, S) chunks.
-
-    Returns:
-        the number of evaluation rows, in 0..N, equal to some training row.
-    """
-    chunks = [train_src] if isinstance(train_src, torch.Tensor) else train_src
-    seen: set[bytes] = set()
-    for chunk in chunks:
-        seen.update(row.tobytes() for row in chunk.contiguous().numpy())
-    return sum(row.tobytes() in seen for row in eval_src.contiguous().numpy())
+    return _task(task).eval_set(n, seq_len, vocab, seed)
 
 
 def training_sources(cfg: "RunConfig", seed: int):
-    """The source rows of ``seed``'s training stream, batch by batch: what
-    :func:`harness.train.train` draws (``steps`` batches from ``Generator().manual_seed(seed)``).
-
-    Yields:
-        ``cfg.train.steps`` tensors of shape (B, L), B = ``cfg.train.batch``.
-    """
-    tc = cfg.train
-    generator = torch.Generator().manual_seed(seed)
-    for _ in range(tc.steps):
-        yield make_batch(tc.task, tc.batch, tc.seq_len, cfg.model.vocab, generator).src
+    """The source rows of ``seed``'s training stream on ``cfg.train.task``
+    (:func:`harness.tasks.base.training_sources`)."""
+    return _base.training_sources(_task(cfg.train.task), cfg, seed)
 
 
 def heldout_overlap(cfg: "RunConfig", seed: int) -> tuple[int, int]:
-    """Measured overlap of the final evaluation set with a seed's training stream.
-
-    Counts the ``eval_sequences`` sequences of ``eval_set(..., eval_seed)`` that occur verbatim
-    among the first ``steps x batch`` training sequences of ``seed`` (0 by construction; the
-    pre-split code gave 397/1000 at the quick preset, seed 0). Costs one pass of batch
-    generation, no model (about 0.4 s at the quick preset on a 2-core CPU).
-
-    Returns:
-        ``(overlap, n)``: overlapping evaluation sequences (each repeat counts) and n =
-        ``eval_sequences``.
-    """
-    tc = cfg.train
-    data = eval_set(tc.task, tc.eval_sequences, tc.seq_len, cfg.model.vocab, tc.eval_seed)
-    return count_overlap(data.src, training_sources(cfg, seed)), data.src.size(0)
+    """Measured overlap of the final evaluation set with a seed's training stream
+    (:func:`harness.tasks.base.heldout_overlap` for ``cfg.train.task``). The pre-split code gave
+    397/1000 at the quick preset, seed 0; about 0.4 s at the quick preset on a 2-core CPU."""
+    return _base.heldout_overlap(_task(cfg.train.task), cfg, seed)
 
 
 def heldout_note(cfg: "RunConfig", seed: int) -> str:
-    """One line for a report: the split and the measured overlap, e.g. ``evaluation set: 1000
-    sequences of content length 2-10, disjoint from training by construction (hash split, 1 in 5
-    held out); measured overlap with seed 0's training stream: 0/1000``."""
-    tc = cfg.train
-    overlap, n = heldout_overlap(cfg, seed)
-    k = heldout_classes(tc.task, tc.seq_len, cfg.model.vocab)
-    low, high = eval_lengths(tc.task, tc.seq_len)
-    span = f"{low}-{high}" if low < high else f"{low}"
-    return (f"evaluation set: {n} sequences of content length {span}, disjoint from training by "
-            f"construction (hash split, 1 in {k} held out); measured overlap with seed {seed}'s "
-            f"training stream: {overlap}/{n}")
+    """One line for a report (:func:`harness.tasks.base.heldout_note` for ``cfg.train.task``)."""
+    return _base.heldout_note(_task(cfg.train.task), cfg, seed)
 
 
 @torch.no_grad()
@@ -357,9 +472,9 @@ def greedy_decode(model, src: torch.Tensor, steps: int, start: int = START) -> t
 
 
 def exact_match(pred: torch.Tensor, tgt_y: torch.Tensor, pad: int = PAD) -> torch.Tensor:
-    """Per-sequence exact match: every non-pad label (content and end symbol) predicted.
+    """Per-sequence exact match: every non-pad label (content and end symbol) predicted
+    (:meth:`harness.tasks.base.Task.score`).
 
     Shape: pred, tgt_y (B, T) -> (B,) bool.
     """
-    keep = tgt_y != pad
-    return ((pred == tgt_y) | ~keep).all(dim=1)
+    return Task.score(pred, tgt_y, pad)
