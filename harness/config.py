@@ -59,8 +59,8 @@ class ModelConfig:
         dropout: dropout probability in [0, 1) (residual, embedding and attention weights).
         vocab: vocabulary size V, shared by source and target (>= 3: pad, start, end).
         pad: id of the padding token, passed to the mask component. A run (:class:`RunConfig`)
-            accepts only 0, the copy task's pad id (its data and loss hard-code 0 = pad,
-            1 = start, 2 = end); other values are for building models directly.
+            accepts only 0, the tasks' pad id (their data and loss use 0 = pad, 1 = start,
+            2 = end, ``harness.tasks.base``); other values are for building models directly.
         max_len: longest sequence the positional encoding supports.
 
     Raises:
@@ -173,8 +173,8 @@ class RunConfig:
 
     Raises:
         ConfigError: from :meth:`validate`: a value out of range, ``model.max_len`` shorter than
-            the task's sequences, ``model.vocab`` < 4, or ``model.pad`` other than 0 (the copy
-            task's pad id).
+            the task's sequences, ``model.vocab`` < 4, or ``model.pad`` other than 0 (the
+            tasks' pad id).
     """
 
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -189,8 +189,8 @@ class RunConfig:
         if self.model.vocab < 4:
             raise ConfigError(f"the copy task needs vocab >= 4 (pad, start, end and one symbol), got {self.model.vocab}")
         if self.model.pad != 0:
-            raise ConfigError(f"model.pad must be 0: the copy task's tokens are 0 = pad, 1 = start, 2 = end "
-                              f"(harness.tasks.copy), got {self.model.pad}")
+            raise ConfigError(f"model.pad must be 0: every task's tokens are 0 = pad, 1 = start, 2 = end "
+                              f"(harness.tasks.base), got {self.model.pad}")
         return self
 
     def to_dict(self) -> dict[str, Any]:
