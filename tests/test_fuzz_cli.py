@@ -131,7 +131,8 @@ JUNK = st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_ch
 SURROGATE = st.just("caf\udce9")  # what Python makes of a non-UTF-8 byte on the command line
 NUMBERS = st.one_of(st.integers(-3, 40), st.sampled_from([0, 1, 2, 10**6, 10**12, -(10**9)]))
 FLOATS = st.one_of(st.floats(allow_nan=True, allow_infinity=True, allow_subnormal=False), st.sampled_from([0.0, 0.1, 0.5, 1.0]))
-SCALAR = st.one_of(NUMBERS, FLOATS, st.booleans(), JUNK, st.sampled_from(["copy", "copy_fixed", "noam", "constant"]))
+SCALAR = st.one_of(NUMBERS, FLOATS, st.booleans(), JUNK,
+                   st.sampled_from(["copy", "copy_fixed", "reverse", "sort", "copy_length", "noam", "constant"]))
 
 
 def _literal(v) -> str:
@@ -220,16 +221,19 @@ EXPERIMENT_FILE = st.one_of(
     st.text(max_size=40).map(lambda t: t.encode("utf-8", "surrogatepass")))
 
 
+#: every option ``run --help`` documents, drawn by :func:`run_argv` (checked against the parser
+#: by :func:`test_the_fuzz_draws_every_documented_run_option`)
+RUN_OPTIONS = ["--variants", "--grid", "--preset", "--set", "--task", "--device", "--dtype", "--experiment", "--seeds",
+               "--seed-start", "--results-dir", "--run-id", "--resume", "--jobs", "--executor", "--address",
+               "--threads", "-p", "--plugin", "--strict-plugins", "--quiet", "--help"]
+
+
 @st.composite
 def run_argv(draw):
     """``run`` with options drawn from the ones its parser declares, each with good and bad values."""
     argv: list[str] = ["run"]
     files: dict[str, bytes] = {}
-    options = draw(st.lists(st.sampled_from(
-        ["--variants", "--grid", "--preset", "--set", "--device", "--dtype", "--experiment", "--seeds",
-         "--seed-start", "--results-dir", "--run-id", "--resume", "--jobs", "--executor", "--address", "--threads",
-         "-p", "--plugin", "--strict-plugins", "--quiet", "--help", "--junk-option", "positional"]),
-        max_size=7))
+    options = draw(st.lists(st.sampled_from(RUN_OPTIONS + ["--junk-option", "positional"]), max_size=7))
     if "--help" in options and draw(st.integers(0, 9)):  # --help only now and then
         options.remove("--help")
     if "--run-id" not in options and "--resume" not in options:
@@ -249,6 +253,9 @@ def run_argv(draw):
             argv += ["--set", draw(SET_ITEMS)]
         elif opt == "--device":
             argv += ["--device", draw(DEVICES)]
+        elif opt == "--task":
+            argv += ["--task", draw(st.one_of(st.sampled_from(["copy", "copy_fixed", "reverse", "sort", "copy_length",
+                                                               "copyy", ""]), JUNK))]
         elif opt == "--dtype":
             argv += ["--dtype", draw(st.sampled_from(["fp32", "bf16", "fp16", ""]))]
         elif opt == "--experiment":
@@ -393,6 +400,12 @@ def check_outcome(argv: list[str], work: Path, before: dict[str, bytes], code: i
             assert len(new_runs) == 1, f"exit 0 but new runs {new_runs}\n{what}"
 
 
+def test_the_fuzz_draws_every_documented_run_option():
+    sub = next(a for a in cli.build_parser()._actions if a.__class__.__name__ == "_SubParsersAction")
+    documented = {a.option_strings[0] for a in sub.choices["run"]._actions if a.option_strings}
+    assert documented == (set(RUN_OPTIONS) - {"--help"}) | {"-h"}
+
+
 def test_fuzzed_command_lines_exit_0_or_one_line_exit_2(faked, tmp_path_factory, capsys):
     template_run = tmp_path_factory.mktemp("fuzz_run") / "existing"
     from harness import cli as _cli  # the faked executor makes this instant
@@ -447,6 +460,7 @@ REAL_EXAMPLES = int(os.environ.get("HARNESS_FUZZ_REAL_EXAMPLES", "10"))
 REAL_SETS = st.lists(st.one_of(
     st.sampled_from(["model.d_model=2", "model.h=2", "model.h=1", "model.d_ff=1", "model.N=2", "model.dropout=0.5",
                      "model.vocab=4", "model.max_len=64", "train.task=copy_fixed", "train.schedule=constant",
+                     "train.task=reverse", "train.task=sort", "train.task=copy_length", "train.seq_len=2",
                      "train.seq_len=1", "train.seq_len=3", "train.batch=1", "train.eval_every=0",
                      "train.eval_every=1", "train.eval_sequences=1", "train.label_smoothing=0.9",
                      "train.grad_clip=0.5", "train.stop_at_solved=True", "train.lr=1000.0", "train.warmup=1"]),
