@@ -72,6 +72,7 @@ from torch.nn import functional as F
 from .config import ModelConfig
 from .errors import ConfigError, HarnessError
 from .model import BuildContext, build_model, canonical_state_dict, load_canonical_state_dict, unique_parameter_count
+from .probes import _autocast, _fmt, _non_pad  # one definition each, shared
 from .registry import SLOTS, Registry, Variant
 
 # --------------------------------------------------------------------------- tolerances
@@ -236,27 +237,13 @@ def padded_batch(cfg: ModelConfig, batch: int = 4, src_len: int = 9, tgt_len: in
     if not 2 <= src_len <= cfg.max_len or not 2 <= tgt_len <= cfg.max_len:
         raise ConfigError(f"check batch lengths must be in [2, max_len={cfg.max_len}], got S={src_len}, T={tgt_len}")
     g = torch.Generator().manual_seed(seed)
-    src = _non_pad_tokens((batch, src_len), cfg, g)
-    tgt = _non_pad_tokens((batch, tgt_len), cfg, g)
-    labels = _non_pad_tokens((batch, tgt_len), cfg, g)
+    src = _non_pad((batch, src_len), cfg, g)
+    tgt = _non_pad((batch, tgt_len), cfg, g)
+    labels = _non_pad((batch, tgt_len), cfg, g)
     for i in range(batch):
         src[i, src_len - min(i, src_len - 2):] = cfg.pad
         tgt[i, tgt_len - min(i, tgt_len - 2):] = cfg.pad
     return src, tgt, labels
-
-
-def _non_pad_tokens(shape, cfg: ModelConfig, g: torch.Generator) -> torch.Tensor:
-    ids = torch.randint(0, cfg.vocab - 1, shape, generator=g)
-    return ids + (ids >= cfg.pad).long()  # skip the pad id
-
-
-def _other_tokens(ids: torch.Tensor, cfg: ModelConfig, g: torch.Generator) -> torch.Tensor:
-    """Non-pad ids that differ from ``ids`` at every position (same shape)."""
-    cand = _non_pad_tokens(ids.shape, cfg, g).to(ids.device)
-    clash = cand == ids
-    shifted = (cand + 1) % cfg.vocab
-    shifted = torch.where(shifted == cfg.pad, (shifted + 1) % cfg.vocab, shifted)
-    return torch.where(clash, shifted, cand)
 
 
 def draw_reference_state(shapes: dict[str, tuple[int, ...]], seed: int = 0) -> dict[str, torch.Tensor]:
@@ -341,24 +328,6 @@ def describe_exception(exc: BaseException) -> str:
 
 
 # --------------------------------------------------------------------------- running
-
-def _autocast(device: torch.device, dtype: str):
-    if dtype == "bf16":
-        return torch.autocast(device.type, dtype=torch.bfloat16)
-    return contextlib.nullcontext()
-
-
-@contextlib.contextmanager
-def _seeded(seed: int | None, device: torch.device):
-    """Fork the RNG and seed it (so dropout draws repeat), or do nothing for ``seed=None``."""
-    if seed is None:
-        yield
-        return
-    devices = [device.index or 0] if device.type == "cuda" else []
-    with torch.random.fork_rng(devices=devices):
-        torch.manual_seed(seed)
-        yield
-
 
 @contextlib.contextmanager
 def tf32_disabled():
@@ -504,16 +473,6 @@ def _verdict(diffs: list[TensorDiff], expected: str) -> tuple[str, bool]:
     return (UNEXPECTED_SAME, True) if within else (DECLARED, True)
 
 
-def _fmt(x: float | None) -> str:
-    if x is None:
-        return "—"
-    if x == 0:
-        return "0"
-    if not math.isfinite(x):
-        return str(x)
-    return f"{x:.2e}" if abs(x) < 1e-2 or abs(x) >= 1e4 else f"{x:.3g}"
-
-
 @dataclass
 class PairResult:
     """A vs B: what the slots declare, what was measured, the verdict."""
@@ -627,7 +586,8 @@ def compare_variants(registry: Registry, a: str | Variant, b: str | Variant, cfg
 
 # --------------------------------------------------------------------------- mask probes
 
-from .probes import ProbeResult, probe_causal, probe_extra_padding, probe_finite, probe_masked_keys  # noqa: E402,F401
+from .probes import (ProbeResult, probe_causal, probe_extra_padding, probe_finite,  # noqa: E402,F401
+                     probe_masked_keys)
 
 
 @dataclass

@@ -37,6 +37,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from .config import ModelConfig
+from .probes import _fmt
 from .registry import Component, Registry
 
 #: slot -> what every component of the slot must compute (unless it declares otherwise).
@@ -97,16 +98,6 @@ class ComponentResult:
         what = self.diagnosis or self.detail or self.verdict
         size = "" if self.max_abs is None else f" (max |Δ| {_fmt(self.max_abs)}, threshold {_fmt(self.threshold)})"
         return f"{self.slot}={self.name} [{self.check}]: {what}{size}"
-
-
-def _fmt(x: float | None) -> str:
-    if x is None:
-        return "—"
-    if x == 0:
-        return "0"
-    if not math.isfinite(x):
-        return str(x)
-    return f"{x:.2e}" if abs(x) < 1e-2 or abs(x) >= 1e4 else f"{x:.3g}"
 
 
 def _gap(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:

@@ -50,7 +50,10 @@ class ProbeResult:
     detail: str = ""
 
 
-def _fmt(x: float) -> str:
+def _fmt(x: float | None) -> str:
+    """A size for messages: "—" for None, "0", "inf", 3 significant digits or 1.23e-05."""
+    if x is None:
+        return "—"
     if x == 0:
         return "0"
     if not math.isfinite(x):
