@@ -112,15 +112,16 @@ def test_all_components_sweeps_every_installed_component():
 @pytest.mark.parametrize("name", ["adv_scale_d_model", "adv_causal_shift", "adv_src_pad_ignored", "adv_nan_rows",
                                   "adv_length_embedding"])
 def test_run_marks_a_leaking_plugin_invalid_and_never_ranks_it(tmp_path, name):
+    seeds = 5 if name == "adv_causal_shift" else 2  # the 5 seeds once; 2 keep the suite short
     cmd = [sys.executable, "-m", "harness", "--plugin", str(PLUGINS / f"{name}.py"), "run", "--variants",
-           "baseline", name, "--seeds", "5", "--preset", "tiny", "-q", "--results-dir", str(tmp_path),
+           "baseline", name, "--seeds", str(seeds), "--preset", "tiny", "-q", "--results-dir", str(tmp_path),
            "--run-id", "r"]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 1, proc.stderr[-2000:]
     assert f"INVALID (excluded from every verdict; see the report's 'Invalid variants'): {name}" in proc.stderr
     trials = pd.read_csv(tmp_path / "r" / "trials.csv")
     mine = trials[trials["variant"] == name]
-    assert len(mine) == 5 and set(mine["status"]) == {"invalid"}
+    assert len(mine) == seeds and set(mine["status"]) == {"invalid"}
     assert set(trials[trials["variant"] == "baseline"]["status"]) == {"ok"}
     assert mine["heldout_ce"].notna().all()  # it trained: its numbers are visible
     report = (tmp_path / "r" / "report.md").read_text()
