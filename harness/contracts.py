@@ -732,9 +732,15 @@ def check_component(comp: Component, cfg: ModelConfig, seed: int = 0) -> list[Co
 def check_components(registry: Registry, keys: list[tuple[str, str]], cfg: ModelConfig,
                      seed: int = 0) -> list[ComponentResult]:
     """:func:`check_component` for each ``(slot, name)`` in ``keys``."""
+    import dataclasses
+
     out = []
     for slot, name in keys:
-        out += check_component(registry.component(slot, name), cfg, seed)
+        comp = registry.component(slot, name)
+        if comp.equivalent_to and reference_key(registry, slot, name, cfg).startswith("reference"):
+            # equivalent to a component held to the reference: held to the reference itself
+            comp = dataclasses.replace(comp, equivalent_to="")
+        out += check_component(comp, cfg, seed)
     return out
 
 

@@ -522,13 +522,13 @@ def contract_reasons(registry, variant: Variant, model_cfg) -> list[str]:
     """One line per component of ``variant`` that breaks its slot's contract (an undeclared
     difference from the slot's reference, see :mod:`harness.contracts`), checked with the trial's
     model config; cached per process. Declared differences pass; declared bugs are reported."""
-    from .contracts import check_component
+    from .contracts import check_components
 
     out = []
     for slot, name in sorted(variant.resolved().items()):
         key = (slot, name, id(registry), repr(model_cfg))
         if key not in _CONTRACTS:
-            _CONTRACTS[key] = [r.reason() for r in check_component(registry.component(slot, name), model_cfg)
+            _CONTRACTS[key] = [r.reason() for r in check_components(registry, [(slot, name)], model_cfg)
                                if not r.ok]
         out += [f"contract: {line}" for line in _CONTRACTS[key]]
     return out

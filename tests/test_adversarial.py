@@ -177,3 +177,16 @@ def test_run_treats_a_correct_plugin_like_a_built_in(tmp_path, name):
     trials = pd.read_csv(tmp_path / "r" / "trials.csv")
     assert set(trials["status"]) == {"ok"}
     assert "## Invalid variants" not in (tmp_path / "r" / "report.md").read_text()
+
+
+def test_declaring_equivalence_to_a_reference_component_does_not_exempt_a_wrong_one(tmp_path):
+    """A wrong attention that claims equivalent_to= a component held to the slot's reference is held to
+    the reference itself (a declaration cannot buy an exemption)."""
+    src = (PLUGINS / "adv_scale_d_model.py").read_text()
+    src = src.replace('"adversarial test plugin")]', '"adversarial test plugin", equivalent_to="annotated")]', 1)
+    assert 'equivalent_to="annotated"' in src
+    f = tmp_path / "claims_equivalence.py"
+    f.write_text(src)
+    reg = Registry.from_plugins(PluginSpec(files=[str(f)], strict=True))
+    report = checks.run_checks(reg, reg.select(["adv_scale_d_model"]))
+    assert report.failures() and "divided by d_model instead of sqrt(d_k)" in report.failures()[0]
