@@ -615,11 +615,17 @@ def probe_mask_component(registry: Registry, name: str, cfg: ModelConfig, batch=
     from .contracts import check_mask
 
     comp = registry.component("mask", name)
-    res = {r.check.split(" ")[0]: r for r in check_mask(comp, cfg, seed)}
+    return mask_result(comp.name, comp.buggy, check_mask(comp, cfg, seed))
+
+
+def mask_result(name: str, buggy: bool, results) -> MaskComponentResult:
+    """A :class:`MaskComponentResult` from the mask component's contract results
+    (:func:`harness.contracts.check_mask`), without running them again."""
+    res = {r.check.split(" ")[0]: r for r in results}
     padding, causal, finite, fully = res["padding"], res["causal"], res["finite"], res["fully"]
     reasons = [r.diagnosis or r.detail for r in (padding, causal, finite, fully) if not r.ok]
     got = fully.detail.split(",")[0].removeprefix("gives ").strip() if fully.detail else fully.verdict
-    return MaskComponentResult(name, comp.buggy, padding.ok and finite.ok and fully.ok, causal.ok,
+    return MaskComponentResult(name, buggy, padding.ok and finite.ok and fully.ok, causal.ok,
                                max(x.max_abs or 0.0 for x in (padding, causal)), got, "; ".join(reasons))
 
 
@@ -693,7 +699,6 @@ def _mha_grads(mha: nn.MultiheadAttention, d: int) -> dict[str, torch.Tensor]:
     return {k: v.detach().cpu().clone() for k, v in out.items()}
 
 
-_ATTENTION_LAYOUT = ("w_q.weight", "w_k.weight", "w_v.weight", "w_o.weight")
 
 
 def compare_attention_with_mha(registry: Registry, attention: str, mask: str = "bool", projections: str = "biased",
@@ -757,7 +762,9 @@ def _attention_pair(comps, cfg, kind, prec, x, mem, r, src, tgt, device, dtype, 
     ctx = BuildContext(cfg, comps)
     attn = ctx.make("attention")
     names = canonical_state_dict(attn)
-    missing = [n for n in _ATTENTION_LAYOUT if n not in names]
+    from .contracts import ATTENTION_LAYOUT
+
+    missing = [n for n in ATTENTION_LAYOUT if n not in names]
     if missing:
         raise _LayoutError(f"attention component does not export the canonical layout (missing {', '.join(missing)}; "
                            f"has {', '.join(sorted(names)) or 'nothing'})")
@@ -1125,7 +1132,6 @@ class CheckReport:
                 out.append(f"{name} crashes: {self.runs[name].error}")
         out += [p.explain() for p in self.pairs if not p.ok and p.verdict != CRASHES]
         out += [f"{p.subject}: {p.detail}" for p in self.probes if not p.passed and p.subject not in bug_set]
-        out += [f"mask={m.component}: {m.detail}" for m in self.masks if not m.passed and not m.buggy]
         out += [r.explain() for r in self.mha + self.transformer + self.devices if not r.ok and not r.buggy]
         out += [f"{t.variant}: tied parameters: {t.detail}" for t in self.ties if not t.passed]
         out += [f"{b.variant}: faithful-bug variant NOT flagged by any check" for b in self.bugs if not b.flagged]
@@ -1209,7 +1215,9 @@ def run_checks(registry: Registry, variants: list[Variant], cfg: ModelConfig | N
             pairs.append(compare_runs(runs[a.name], runs[b.name], rel, declared, tol, keep))
         log(f"check: {len(pairs)} pair(s) compared; probes")
         probes = _all_probes(registry, variants, runs, cfg, state, batch, tol, keep, device, dtype, seed)
-        masks = [probe_mask_component(registry, m, cfg, batch, seed) for (slot, m) in keys if slot == "mask"]
+        masks = [mask_result(m, registry.component("mask", m).buggy,
+                             [c for c in components if (c.slot, c.name) == ("mask", m)])
+                 for (slot, m) in keys if slot == "mask"]  # already measured by the contract check
         log("check: attention vs nn.MultiheadAttention, stacks vs nn.Transformer")
         mha = []
         for att, msk, proj in _attention_combos(registry, variants, keys):
@@ -1329,9 +1337,6 @@ def _bug_reasons(v: Variant, run: VariantRun, probes, masks, mha, transformer,
         if p.subject == v.name and not p.passed and p.probe not in seen_probe:
             seen_probe.add(p.probe)
             reasons.append(p.detail)
-    for m in masks:
-        if m.component == r["mask"] and not m.passed:
-            reasons.append(f"mask component {m.component}: {m.detail}")
     subject = f"attention={r['attention']}, mask={r['mask']}, projections={r['projections']}"
     for x in mha:
         if x.subject == subject and not x.ok:

@@ -29,8 +29,8 @@ PyTorch ``nn.MultiheadAttention`` / ``nn.LayerNorm`` / ``nn.Linear``; the seed n
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import Callable
 
 import torch
 from torch import nn
@@ -267,7 +267,8 @@ ATTENTION_FAULTS: dict[str, str] = {
     "no_out_proj": "the output projection w_o is not applied",
 }
 
-_ATTENTION_LAYOUT = ("w_q.weight", "w_k.weight", "w_v.weight", "w_o.weight")
+#: Canonical names every attention component must export.
+ATTENTION_LAYOUT = ("w_q.weight", "w_k.weight", "w_v.weight", "w_o.weight")
 
 
 def _attention_inputs(cfg: ModelConfig, seed: int):
@@ -304,7 +305,7 @@ def check_attention(comp: Component, cfg: ModelConfig, seed: int = 0) -> list[Co
         try:
             attn = ctx.make("attention")
             names = canonical_state_dict(attn)
-            missing = [n for n in _ATTENTION_LAYOUT if n not in names]
+            missing = [n for n in ATTENTION_LAYOUT if n not in names]
             if missing:
                 out.append(_result(comp, label, VIOLATES, False, detail=(
                     f"does not export the canonical layout (missing {', '.join(missing)}; has "
