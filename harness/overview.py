@@ -1,0 +1,55 @@
+"""What a reader should see before any training number: which variants compute the same function.
+
+``check`` (seconds on the CPU) groups variants into equivalence classes: same outputs and
+gradients from the same canonical weights (see :mod:`harness.checks`). ``run`` records the classes
+of its variants in ``config.json`` (key ``check``) and its report opens with them; the suite
+(:mod:`harness.suite`) uses them as its negative control.
+"""
+from __future__ import annotations
+
+from .errors import HarnessError
+
+
+def check_classes(registry, variants) -> dict:
+    """Equivalence classes of ``variants`` from ``check`` (CPU, fp32, the check config).
+
+    A check that cannot run (a plugin's variant that does not build, say) is recorded, never raised:
+    the classes are context for the training numbers, not a gate (the run's own integrity gate is).
+
+    Returns:
+        ``{"classes": [[names]], "failures": [lines], "wall_s": seconds}``; on an error
+        ``{"classes": [], "failures": [], "error": "one line", "wall_s": 0.0}``.
+    """
+    from .checks import run_checks
+
+    try:
+        report = run_checks(registry, [v for v in variants if not v.buggy], device="cpu", dtype="fp32")
+    except (HarnessError, RuntimeError, ValueError) as exc:
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        return {"classes": [], "failures": [], "error": reason, "wall_s": 0.0}
+    return {"classes": report.classes(), "failures": report.failures(), "wall_s": round(report.wall_s, 2)}
+
+
+def class_of(classes: list[list[str]], name: str) -> list[str]:
+    """The check class that contains ``name`` (``[name]`` when check did not see it)."""
+    return next((c for c in classes if name in c), [name])
+
+
+def classes_section(check: dict, heading: str = "## Which variants compute the same function") -> list[str]:
+    """Markdown lines: the check's equivalence classes (singletons in one line), or why there are none."""
+    out = [heading, ""]
+    if check.get("error"):
+        return out + [f"`check` could not group these variants: {check['error']}", ""]
+    classes = check.get("classes", [])
+    multi = [c for c in classes if len(c) > 1]
+    single = [c[0] for c in classes if len(c) == 1]
+    out += [f"`python -m harness check` on these variants (CPU, fp32, {check.get('wall_s', 0):.1f} s): variants in "
+            "one class give the same outputs and gradients from the same weights, so their training differs only "
+            "by floating-point rounding; every other pair computes a different function.", ""]
+    out += [f"- class {i}: {', '.join(c)}" for i, c in enumerate(multi, 1)]
+    if single:
+        out.append(f"- each in a class of its own: {', '.join(single)}")
+    if check.get("failures"):
+        out += ["", f"check reported {len(check['failures'])} problem(s) (see `python -m harness check`); first: "
+                    f"{check['failures'][0]}"]
+    return out + [""]

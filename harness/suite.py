@@ -1,0 +1,305 @@
+"""``python -m harness run --suite [NAME]``: every variant of a suite on every task, one report.
+
+A suite file (``experiments/suites/NAME.toml``; the default is ``default``) names a preset, a
+list of tasks, the variants, the number of paired seeds and the reference variant::
+
+    description = "..."
+    preset = "suite"
+    tasks = ["copy", "reverse", "sort", "copy_length"]
+    variants = ["all"]
+    seeds = 8
+    reference = "baseline"
+    metric = "heldout_ce"        # the verdict metric: heldout_ce (lower is better) or exact_match
+    set = ["train.steps=200"]    # optional --set overrides
+
+Each task is an ordinary run stored in ``results/<suite-id>/<task>/`` (its own report.md, trials
+and checksums; ``run --suite NAME --resume results/<suite-id>`` runs only what is missing). Before
+training, ``check`` (CPU, fp32, seconds) groups the variants into equivalence classes: variants in
+one class compute the same function from the same weights, so any training difference between
+them is floating-point rounding, not the implementation choice. They are the suite's negative
+control: a verdict between two of them would be a false positive, and the report says so.
+
+The suite report (``suite.md``, ``suite.csv``, ``suite_verdicts.png``) has per task and variant
+the held-out metric's IQM with its 95 % bootstrap CI, the paired comparison with the reference
+(P(A > B) with its Wilson interval, the sign test and the verdict of :func:`harness.stats.verdict`),
+and findings: which slots changed where a verdict was reached, and where none was.
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+import tomllib
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import pandas as pd
+
+from . import stats
+from .errors import ConfigError
+from .overview import check_classes, class_of
+
+SUITES_DIR = Path(__file__).resolve().parent.parent / "experiments" / "suites"
+SUITE_METRICS = {"heldout_ce": False, "exact_match": True}  #: name -> higher is better
+SUITE_FILE = "suite.json"
+
+
+@dataclass
+class SuiteSpec:
+    """A parsed suite file. ``variants`` are names/globs as for ``--variants``."""
+
+    name: str
+    preset: str
+    tasks: list[str]
+    variants: list[str]
+    seeds: int
+    reference: str
+    metric: str = "heldout_ce"
+    overrides: list[str] = field(default_factory=list)
+    description: str = ""
+    path: str = ""
+
+
+def _bad(path: Path, key: str, expected: str, got) -> ConfigError:
+    return ConfigError(f"suite file {path}: {key} must be {expected}, got {got!r}")
+
+
+def _str_list(path: Path, d: dict, key: str, default=None) -> list[str]:
+    value = d.get(key, default)
+    if not isinstance(value, list) or not all(isinstance(x, str) and x for x in value) or (
+            default is None and not value):
+        raise _bad(path, key, "a non-empty list of strings" if default is None else "a list of strings", value)
+    return list(value)
+
+
+def suite_path(name: str) -> Path:
+    """``experiments/suites/NAME.toml``, or NAME itself when it is a path to a .toml file.
+
+    Raises:
+        ConfigError: no such file (the message lists the suites that exist).
+    """
+    p = Path(name) if name.endswith(".toml") or "/" in name else SUITES_DIR / f"{name}.toml"
+    if not p.is_file():
+        known = ", ".join(sorted(q.stem for q in SUITES_DIR.glob("*.toml"))) or "none"
+        raise ConfigError(f"suite {name!r} not found ({p}); suites: {known}")
+    return p
+
+
+def load_suite(name: str = "default") -> SuiteSpec:
+    """Parse and validate a suite file (see the module docstring for the keys).
+
+    Raises:
+        ConfigError: missing file, not UTF-8 TOML, unknown key, a value of the wrong type, seeds
+            outside 1..1000, an unknown metric.
+    """
+    path = suite_path(name)
+    try:
+        d = tomllib.loads(path.read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"suite file {path} is not valid UTF-8 TOML: {str(exc) or type(exc).__name__}") from None
+    known = {"description", "preset", "tasks", "variants", "seeds", "reference", "metric", "set"}
+    unknown = sorted(set(d) - known)
+    if unknown:
+        raise ConfigError(f"suite file {path}: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    seeds = d.get("seeds")
+    if not isinstance(seeds, int) or isinstance(seeds, bool) or not 1 <= seeds <= 1000:
+        raise _bad(path, "seeds", "an integer in 1..1000", seeds)
+    metric = d.get("metric", "heldout_ce")
+    if metric not in SUITE_METRICS:
+        raise _bad(path, "metric", f"one of {', '.join(SUITE_METRICS)}", metric)
+    for key in ("preset", "reference"):
+        if not isinstance(d.get(key), str) or not d[key]:
+            raise _bad(path, key, "a non-empty string", d.get(key))
+    return SuiteSpec(name=path.stem, preset=d["preset"], tasks=_str_list(path, d, "tasks"),
+                     variants=_str_list(path, d, "variants"), seeds=seeds, reference=d["reference"],
+                     metric=metric, overrides=_str_list(path, d, "set", []),
+                     description=str(d.get("description", "")), path=str(path))
+
+
+# ------------------------------------------------------------------------------------- running
+
+def task_argv(spec: SuiteSpec, task: str, suite_dir: Path, resume: bool, quiet: bool) -> list[str]:
+    """The ``run`` command line of one task of the suite (a resumed one when its folder exists)."""
+    if resume:
+        argv = ["run", "--resume", str(suite_dir / task)]
+    else:
+        argv = ["run", "--variants", *spec.variants, "--preset", spec.preset, "--seeds", str(spec.seeds),
+                *[a for o in spec.overrides for a in ("--set", o)], "--task", task,
+                "--results-dir", str(suite_dir), "--run-id", task]
+    return argv + (["-q"] if quiet else [])
+
+
+def run_tasks(spec: SuiteSpec, suite_dir: Path, run: Callable[[list[str]], int], quiet: bool,
+              log: Callable[[str], None]) -> dict[str, int]:
+    """Run every task of ``spec`` through ``run`` (the CLI entry, given the argv of one ``run``).
+
+    A task whose folder holds a finished run is not run again; one with a partial run is resumed.
+    Returns: task -> exit code (0 ok, 1 some trial failed/diverged/invalid, 2 bad input, 130
+    interrupted; the suite stops at 130 and keeps what finished).
+    """
+    codes: dict[str, int] = {}
+    for i, task in enumerate(spec.tasks, 1):
+        folder = suite_dir / task
+        meta = _read_json(folder / "config.json")
+        if meta.get("status") == "complete":
+            log(f"suite: task {i}/{len(spec.tasks)} {task}: already complete, kept")
+            codes[task] = 0 if (task_frame(folder)["status"] == "ok").all() else 1
+            continue
+        log(f"suite: task {i}/{len(spec.tasks)} {task}: {spec.seeds} seed(s), preset {spec.preset}")
+        codes[task] = run(task_argv(spec, task, suite_dir, bool(meta), quiet))
+        if codes[task] in (2, 130):
+            break
+    return codes
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+# ------------------------------------------------------------------------------------ collecting
+
+def task_frame(folder: Path) -> pd.DataFrame:
+    """The stored trials of one task run (``trials.csv``), ``point`` as "" when absent."""
+    df = pd.read_csv(folder / "trials.csv", keep_default_na=True)
+    df["point"] = df["point"].fillna("") if "point" in df else ""
+    return df
+
+
+def heldout_auc(folder: Path) -> pd.DataFrame:
+    """Per trial, the mean held-out cross-entropy over training (trapezoidal area under the held-out
+    loss curve divided by the steps it spans; nats/token). Lower: learned earlier.
+
+    Returns: columns variant, seed, heldout_auc.
+    """
+    c = pd.read_csv(folder / "curves.csv")
+    c = c[c["split"] == "heldout"].sort_values(["variant", "seed", "step"])
+    rows = []
+    for (variant, seed), g in c.groupby(["variant", "seed"]):
+        x, y = g["step"].to_numpy(float), g["loss"].to_numpy(float)
+        span = x[-1] - x[0] if len(x) > 1 else 0.0
+        auc = float(((y[1:] + y[:-1]) / 2 * (x[1:] - x[:-1])).sum() / span) if span else float("nan")
+        rows.append({"variant": variant, "seed": seed, "heldout_auc": auc})
+    return pd.DataFrame(rows, columns=["variant", "seed", "heldout_auc"])
+
+
+def _slots(df: pd.DataFrame, variant: str) -> dict[str, str]:
+    g = df[df["variant"] == variant]
+    return {c.removeprefix("slot_"): str(g.iloc[0][c]) for c in df.columns if c.startswith("slot_")} if len(g) else {}
+
+
+def changed_slots(df: pd.DataFrame, variant: str, reference: str) -> list[str]:
+    """``["norm=pre", ...]``: the slots where ``variant`` differs from ``reference``."""
+    a, b = _slots(df, variant), _slots(df, reference)
+    return [f"{k}={v}" for k, v in sorted(a.items()) if b.get(k) != v]
+
+
+def collect(spec: SuiteSpec, suite_dir: Path, classes: list[list[str]]) -> pd.DataFrame:
+    """One row per (task, variant): the metric's IQM [CI], exact match, the paired comparison with the
+    reference and its check relation. Tasks with no stored trials are skipped."""
+    from .report import aggregate
+
+    rows = []
+    for task in spec.tasks:
+        folder = suite_dir / task
+        if not (folder / "trials.csv").is_file():
+            continue
+        df = task_frame(folder)
+        auc = heldout_auc(folder).groupby("variant")["heldout_auc"].apply(list).to_dict()
+        for r in aggregate(df, spec.reference, spec.metric, _read_json(folder / "config.json")):
+            rows.append(_row(spec, task, df, r, classes, auc.get(r["variant"], [])))
+    return pd.DataFrame(rows)
+
+
+def _row(spec: SuiteSpec, task: str, df: pd.DataFrame, r: dict, classes, auc: list[float]) -> dict:
+    v, cmp = r["variant"], r["comparison"]
+    same = spec.reference in class_of(classes, v)
+    relation = "reference" if v == spec.reference else ("check: same function" if same else "check: different")
+    ce, em = r["heldout_ce"], r["exact_match"]
+    out = {"task": task, "variant": v, "relation": relation, "n": r["n"], "n_ok": r["n_ok"],
+           "invalid": "; ".join(r["invalid"]), "changed": ", ".join(changed_slots(df, v, spec.reference)),
+           "ce": ce[0], "ce_low": ce[1], "ce_high": ce[2], "em": em[0], "em_low": em[1], "em_high": em[2],
+           "auc": stats.iqm(auc) if auc else math.nan, "verdict": "", "reason": "", "p": math.nan,
+           "p_low": math.nan, "p_high": math.nan, "wins": 0, "losses": 0, "ties": 0}
+    if r["invalid"]:
+        out["verdict"] = "INVALID"
+    elif cmp is not None:
+        out.update(verdict=cmp.verdict, reason=cmp.reason, p=cmp.p, p_low=cmp.low, p_high=cmp.high,
+                   wins=cmp.wins, losses=cmp.losses, ties=cmp.ties)
+    return out
+
+
+# ------------------------------------------------------------------------------------- the suite
+
+def suite_folder(spec: SuiteSpec, results_dir: str, run_id: str | None, resume: str | None) -> Path:
+    """The suite's folder: ``resume`` (must hold a suite.json of the same suite), or a new
+    ``results_dir/run_id`` (default ``suite-NAME-<timestamp>``).
+
+    Raises:
+        ConfigError: resuming a folder that is not a suite of that name; a new folder that exists.
+    """
+    if resume:
+        folder = Path(resume)
+        stored = _read_json(folder / SUITE_FILE)
+        if stored.get("spec", {}).get("name") != spec.name:
+            raise ConfigError(f"{folder} is not a stored run of suite {spec.name!r} (no matching {SUITE_FILE}); "
+                              f"resume it with the suite it was made with")
+        return folder
+    folder = Path(results_dir) / (run_id or f"suite-{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+    if folder.exists():
+        raise ConfigError(f"{folder} exists; pick another --run-id or continue it with --resume {folder}")
+    return folder
+
+
+def run_suite(spec: SuiteSpec, folder: Path, registry, variants, run: Callable[[list[str]], int], *,
+              command: str, quiet: bool = False, log: Callable[[str], None] = lambda line: None) -> int:
+    """Check, train every task, write the report. Returns the worst task exit code (0 all trials ok;
+    1 a trial failed, diverged or is invalid; 2 bad input; 130 interrupted).
+
+    Raises:
+        ConfigError: the reference variant is not among ``variants``.
+    """
+    names = [v.name for v in variants]
+    if spec.reference not in names:
+        raise ConfigError(f"suite {spec.name}: reference {spec.reference!r} is not among its variants "
+                          f"({', '.join(names)})")
+    folder.mkdir(parents=True, exist_ok=True)
+    info = _read_json(folder / SUITE_FILE) or {"spec": asdict(spec), "wall_s": 0.0, "command": command}
+    t0 = time.perf_counter()
+    if not info.get("check"):
+        log(f"suite {spec.name}: check on {len(names)} variant(s) ...")
+        info["check"] = check_classes(registry, variants)
+        _write_json(folder / SUITE_FILE, info)
+    try:
+        codes = run_tasks(spec, folder, run, quiet, log)
+    finally:
+        info["wall_s"] = info.get("wall_s", 0.0) + time.perf_counter() - t0
+        _write_json(folder / SUITE_FILE, info)
+    info["codes"] = {**info.get("codes", {}), **codes}
+    _write_json(folder / SUITE_FILE, info)
+    path = write_suite_report(folder, spec, info)
+    log(f"suite report: {path}  ({info['wall_s']:.0f} s)")
+    return max(codes.values(), key=lambda c: {0: 0, 1: 1, 2: 2, 130: 3}.get(c, 1), default=0)
+
+
+def _write_json(path: Path, data: dict) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=1, default=str))
+    tmp.replace(path)
+
+
+def write_suite_report(folder: Path, spec: SuiteSpec, info: dict) -> Path:
+    """Write ``suite.md``, ``suite.csv`` and ``suite_verdicts.png`` into ``folder``; returns suite.md."""
+    from . import suite_report
+
+    df = collect(spec, folder, info.get("check", {}).get("classes", []))
+    env_meta = next((m for t in spec.tasks if (m := _read_json(folder / t / "config.json"))), {})
+    if len(df):
+        df.to_csv(folder / "suite.csv", index=False)
+        suite_report.plot_verdicts(df, spec, folder / "suite_verdicts.png")
+    path = folder / "suite.md"
+    path.write_text(suite_report.render(df, spec, info, env_meta))
+    return path
