@@ -242,6 +242,14 @@ PRESETS: dict[str, RunConfig] = {
         ModelConfig(N=2, d_model=512, h=8, d_ff=2048, dropout=0.1),
         TrainConfig(task="copy_fixed", batch=80, steps=400, lr=0.5, warmup=400,
                     label_smoothing=0.0, eval_every=20)),
+    "suite": RunConfig(
+        ModelConfig(N=1, d_model=64, h=4, d_ff=256, dropout=0.0),
+        TrainConfig(task="copy", batch=64, steps=200, lr=0.15, warmup=50, label_smoothing=0.1,
+                    eval_every=50, eval_sequences=500)),
+    "deep": RunConfig(
+        ModelConfig(N=6, d_model=64, h=4, d_ff=256, dropout=0.0),
+        TrainConfig(task="copy", batch=64, steps=300, lr=0.15, warmup=100, label_smoothing=0.1,
+                    eval_every=50, eval_sequences=500)),
     "tiny": RunConfig(
         ModelConfig(N=1, d_model=16, h=2, d_ff=32, dropout=0.0, max_len=16),
         TrainConfig(task="copy", seq_len=6, batch=16, steps=20, lr=1.0, warmup=10,
@@ -251,6 +259,10 @@ PRESETS: dict[str, RunConfig] = {
 PRESET_NOTES: dict[str, str] = {
     "quick": "N=1, d_model=64, 400 steps at batch 128: every built-in variant reaches exact-match >= 0.99",
     "paper": "the Annotated Transformer's copy-task config (N=2, d_model=512, 400 steps at batch 80)",
+    "suite": "the quick model at half the batch and half the steps (200 x 64): the tasks stay unsaturated, "
+             "so paired seeds can separate variants; what run --suite uses",
+    "deep": "N=6 (six encoder and six decoder layers), d_model=64, 300 steps at batch 64 with warmup 100: "
+            "the depth where pre-norm vs post-norm and warmup matter (Xiong et al. 2020)",
     "tiny": "seconds-long smoke config for tests; does not solve the task",
 }
 

@@ -58,6 +58,9 @@ def register(sub, parents):
     add_config(p)
     p.add_argument("--experiment", metavar="NAME", default=None,
                    help="run a declarative experiment from experiments/NAME.toml (see: python -m harness experiments)")
+    p.add_argument("--suite", nargs="?", const="default", default=None, metavar="NAME",
+                   help="run the suite experiments/suites/NAME.toml (default: default): every variant it names "
+                        "on every task it names with paired seeds, one report with verdicts (suite.md)")
     p.add_argument("--seeds", type=int, metavar="N", help="seeds per variant: 0..N-1 (default 1)")
     p.add_argument("--seed-start", type=int, metavar="S", help="first seed (default 0)")
     p.add_argument("--results-dir", default="results", metavar="DIR", help="where runs are stored (default results)")
@@ -194,6 +197,10 @@ def check_experiment_options(given: set[str]) -> None:
 
 def main(args) -> int:
     given = given_options(args)
+    if args.suite is not None:
+        from .run_suite import main as suite_main
+
+        return suite_main(args, given)
     if "experiment" in given:
         check_experiment_options(given)
     args.seeds_given = "seeds" in given
