@@ -23,10 +23,12 @@ from __future__ import annotations
 
 from .frames import (DEFAULT_METRIC, METRICS, SLOT_COLS, TRAINED, curves_frame, invalid_variants, point_order,
                      resolve_baseline, trials_frame, variant_order)
-from .plots import (MAX_OVERLAID, log_axis, plot_curves, plot_curves_grid, plot_final_metrics,
-                    plot_steps_to_solve)
+from .plots import (MAX_OVERLAID, _colors, _plt, log_axis, plot_curves, plot_curves_grid,  # noqa: F401
+                    plot_final_metrics, plot_steps_to_solve)
 from .tables import (aggregate, caption, environment_block, lr_max, paired_values, summary_table, sweep_table,
                      to_markdown, variants_table)
+# _plt and _colors (matplotlib on first use, a palette) stay importable from here: main's
+# harness/suite_report.py imports ``from .report import _plt``.
 from .writer import POSITIONS, ReportContext, Section, invalid_section, unreadable_section, write_report
 
 __all__ = [
