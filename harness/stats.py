@@ -128,8 +128,6 @@ MIN_PAIRS_EQUIVALENT = _fewest_pairs_for_equivalence()
 #: restates their range, which reads like an interval but is not one.
 MIN_N_FOR_CI = 3
 
-VERDICTS = ("better", "worse", "equivalent", "no claim")
-
 
 def _clean(x: Sequence[float], keep_inf: bool = False) -> np.ndarray:
     a = np.asarray(x, dtype=float).ravel()
@@ -260,7 +258,7 @@ def verdict(wins: int, losses: int, ties: int, gamma: float = GAMMA, alpha: floa
     [0.5, 0.5], whatever the number of pairs.
 
     Returns:
-        (verdict, reason): one of :data:`VERDICTS` and e.g. ``"sign test 6-0, p = 0.031"`` or
+        (verdict, reason): one of "better", "worse", "equivalent", "no claim" and e.g. ``"sign test 6-0, p = 0.031"`` or
         ``"all 5 pairs tied; equivalence needs >= 12 pairs"``.
     """
     w, l, t = int(wins), int(losses), int(ties)
@@ -426,7 +424,7 @@ class Comparison:
     low: float  #: Wilson score interval of P(A > B)
     high: float
     n_pairs: int
-    verdict: str  #: one of :data:`VERDICTS`
+    verdict: str  #: "better", "worse", "equivalent" or "no claim"
     wins: int = 0
     losses: int = 0
     ties: int = 0

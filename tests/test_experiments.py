@@ -240,3 +240,22 @@ def test_seeds_1_given_with_an_experiment_is_honoured(registry, tmp_path):
     plan = ex.plan_from_experiment(str(p), registry, args(seeds=2, seed_start=5, seeds_given=True))
     assert plan.seeds == [5, 6]
     assert ex.plan_from_experiment(str(p), registry, args(seeds=1, seeds_given=False)).seeds == [0, 1]
+
+
+def test_a_failure_line_never_raises_on_an_empty_message():
+    assert ex.failure_line(RuntimeError("")) == "RuntimeError: "
+    assert ex.failure_line(ValueError("first\nsecond")) == "ValueError: first"
+    assert ex.failure_line(KeyError("x" * 400)).startswith("KeyError: 'xxx") and len(ex.failure_line(KeyError("x" * 400))) == 310
+
+
+def test_theory_slope_is_data_of_the_experiment_file(tmp_path):
+    exp = ex.load_experiment(ex.find_experiment("xiong_grad_norm_at_init"))
+    assert exp.measure["theory_slope"] == {"baseline": 0.0, "pre_norm": -0.5}
+    p = write(tmp_path, "bad", TINY.format(extra='kind = "grad_norm_at_init"\n[sweep]\nN = [1, 2]\n'
+                                                 '[measure]\ntheory_slope = { baseline = "flat" }'))
+    with pytest.raises(ex.ExperimentError, match="key 'measure.theory_slope': expected a table of variant"):
+        ex.load_experiment(p)
+    # a run stored before the key existed takes it from the file of the same name
+    meta = {"experiment": "xiong_grad_norm_at_init",
+            "experiment_spec": {**exp.to_meta(), "measure": {"batches": 16, "parameter": "feed_forward.w_2.weight"}}}
+    assert ex.spec_from_meta(meta).measure["theory_slope"] == {"baseline": 0.0, "pre_norm": -0.5}

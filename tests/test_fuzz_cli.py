@@ -80,7 +80,8 @@ def _fake_result(template: dict, spec: dict) -> dict:
 @pytest.fixture
 def faked(template):
     """Patch the numerical work (see the module docstring) for one test."""
-    from harness import executors, experiments, model
+    from harness import executors, model
+    from harness.experiments import figures, grad_norm
 
     real_build = model.build_model
     tiny = RunConfig.from_dict({"model": {"N": 1, "d_model": 8, "h": 2, "d_ff": 8, "max_len": 16},
@@ -104,7 +105,7 @@ def faked(template):
         names = {n.split(".", 3)[3] for n, _ in model_.named_parameters() if n.startswith("decoder.layers.0.")}
         enc = {n.split(".", 3)[3] for n, _ in model_.named_parameters() if n.startswith("encoder.layers.0.")}
         if parameter not in names or parameter not in enc:
-            raise experiments.ExperimentError(f"measure.parameter {parameter!r} is not a layer parameter")
+            raise grad_norm.ExperimentError(f"measure.parameter {parameter!r} is not a layer parameter")
         n = cfg.model.N
         return {"encoder": [1.0 + i for i in range(n)], "decoder": [2.0 + i for i in range(n)], "loss": 2.3}
 
@@ -114,13 +115,13 @@ def faked(template):
     mp.setattr(executors, "run_process_pool", fake_pool)
     mp.setattr(executors, "ray_session", fake_ray_session)
     mp.setattr(model, "build_model", fake_build)
-    from harness import report
+    from harness.report import plots
 
-    for mod, names in ((report, ("plot_curves", "plot_final_metrics", "plot_steps_to_solve")),
-                       (experiments, ("plot_grad_norm_depth", "plot_grad_norm_layers", "plot_failures"))):
+    for mod, names in ((plots, ("plot_curves", "plot_final_metrics", "plot_steps_to_solve")),
+                       (figures, ("plot_grad_norm_depth", "plot_grad_norm_layers", "plot_failures"))):
         for name in names:  # matplotlib is most of a report's time; plots have tests of their own
             mp.setattr(mod, name, lambda *a, **k: None)
-    mp.setattr(experiments, "measure_grad_norms", fake_grad_norms)
+    mp.setattr(grad_norm, "measure_grad_norms", fake_grad_norms)
     yield
     mp.undo()
 

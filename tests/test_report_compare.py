@@ -240,3 +240,35 @@ def test_compare_real_tiny_runs(tmp_path, capsys):
     assert cli.main(["compare", "ref", "short", "--results-dir", str(tmp_path), "--metrics", "heldout_ce"]) == 1
     out = capsys.readouterr().out
     assert "train.steps: 20 -> 2" in out and "regressed" in out
+
+
+def test_extra_sections_land_at_their_positions_and_report_imports_no_experiments(tmp_path):
+    """A caller adds a section with one item: fixed lines or a renderer of the report's context."""
+    import ast
+
+    from harness import report
+    from harness.report import Section
+
+    store = make_run(tmp_path, "s", {"baseline": (0.5, 0.99, ()), "pre_norm": (0.3, 1.0, ())}, seeds=3)
+    seen = {}
+
+    def renderer(ctx):
+        seen["baseline"], seen["metric"], seen["n"] = ctx.baseline, ctx.metric, len(ctx.df)
+        return ["## After results", ""]
+
+    text = write_report(store, sections=[Section("end", ["## The end", ""]), Section("after_results", renderer),
+                                         Section("top", ["## Overview", ""])], title="Custom").read_text()
+    assert text.startswith("# Custom: run `s`")
+    heads = [line for line in text.splitlines() if line.startswith("## ")]
+    assert heads.index("## Overview") < heads.index("## Environment")
+    assert heads.index("## Results") < heads.index("## After results") < heads.index("## Plots")
+    assert heads[-1] == "## The end"
+    assert seen == {"baseline": "baseline", "metric": "heldout_ce", "n": 6}
+    with pytest.raises(ValueError, match="unknown section position 'middle'"):
+        Section("middle", [])
+    for path in report.__path__:  # reporting depends on nothing above it
+        from pathlib import Path
+
+        for f in Path(path).glob("*.py"):
+            mods = {n.module or "" for n in ast.walk(ast.parse(f.read_text())) if isinstance(n, ast.ImportFrom)}
+            assert not any("experiments" in m or "commands" in m for m in mods), f

@@ -22,6 +22,7 @@ def register(sub, parents):
 
 def main(args) -> int:
     from .. import experiments as ex
+    from ..report import lr_max
     from .common import load_registry
 
     reg = load_registry(args)
@@ -32,8 +33,6 @@ def main(args) -> int:
               f"variants: {', '.join(exp.variants)}; seeds: {list(exp.seeds)}; trials: {n}")
         if exp.source:
             print(f"source: {exp.source}")
-        from ..report import lr_max
-
         rows = [{"point": name or "(no sweep)", **{k: v for k, v in _flat(cfg.to_dict()).items()
                                                    if k in dict(exp.sweep)}, "lr_max": f"{lr_max(cfg.to_dict()):.3g}"}
                 for name, cfg in exp.points()]

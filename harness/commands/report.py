@@ -46,7 +46,8 @@ def resolve_run(ref: str, results_dir: str = "results") -> RunStore:
 
 def main(args) -> int:
     from ..errors import ConfigError
-    from ..report import METRICS, resolve_baseline, summary_table, to_markdown, trials_frame, write_report
+    from ..experiments import spec_from_meta, write_run_report
+    from ..report import METRICS, resolve_baseline, summary_table, to_markdown, trials_frame
 
     store = resolve_run(args.run, args.results_dir)
     if args.metric and args.metric not in METRICS:
@@ -55,16 +56,15 @@ def main(args) -> int:
     if args.baseline and (df.empty or args.baseline not in set(df["variant"])):
         known = sorted(set(df["variant"])) if len(df) else []
         raise ConfigError(f"--baseline {args.baseline!r} is not a variant of this run (variants: {', '.join(known) or 'none'})")
-    path = write_report(store, baseline=args.baseline, metric=args.metric)
+    path = write_run_report(store, baseline=args.baseline, metric=args.metric)
     if not args.quiet:
         meta = store.meta()
         if df.empty:
             print(f"harness: run {store.root} has no stored trials yet")
         elif meta.get("kind", "train") == "train" and "heldout_ce" in df:
-            from ..experiments import spec_from_meta
-
             spec = spec_from_meta(meta)
             metric = args.metric or (spec.metric if spec else "heldout_ce")
-            print(to_markdown(summary_table(df, resolve_baseline(df, meta, args.baseline), metric, meta)))
+            baseline = args.baseline or (spec.baseline if spec else None)
+            print(to_markdown(summary_table(df, resolve_baseline(df, meta, baseline), metric, meta)))
     print(f"report: {path}")
     return 0

@@ -20,7 +20,8 @@ import time
 
 from ..config import RunConfig
 from ..errors import ConfigError, HarnessError, StoreError
-from ..report import summary_table, to_markdown, trials_frame, write_report
+from ..experiments import write_run_report as write_report  # a run's report with its experiment's sections
+from ..report import summary_table, to_markdown, trials_frame
 from ..runner import ExecutionOptions, Plan, TrialSpec, check_plan_size, execute, make_specs
 from ..store import RunStore, config_hash
 from ..tasks.base import heldout_note

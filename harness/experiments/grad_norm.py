@@ -1,0 +1,262 @@
+"""The ``grad_norm_at_init`` experiment kind: gradient norms at initialisation against depth.
+
+:func:`run_grad_norm` measures every (variant, seed, depth), stores each measurement as one
+trial and renders its own report (:func:`write_measurement_report`); the predicted log-log
+slopes are data of the experiment file (``[measure] theory_slope``, variant -> slope), read
+by the slope table, the figure and the departures. It runs its own loop, not
+:func:`harness.runner.execute` (a measurement is not a training trial).
+"""
+from __future__ import annotations
+
+import json
+import math
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+import harness.experiments.figures as figures
+
+from .. import stats
+from ..config import RunConfig
+from ..report import environment_block, to_markdown, trials_frame
+from ..store import RunStore, atomic_write_text, trial_key
+from .parse import spec_from_meta
+from .render import claim_sections, departure_sections, intro_sections
+from .spec import Experiment, ExperimentError, failure_line
+
+
+def measure_grad_norms(model, cfg: RunConfig, seed: int, batches: int, parameter: str, device,
+                       registry=None) -> dict[str, Any]:
+    """Gradient norms at initialisation of ``parameter`` in every encoder and decoder layer.
+
+    The loss is the training loss (label-smoothed cross-entropy, ``harness.train.loss_fn``)
+    on ``batches`` mini-batches of the task ``cfg.train.task`` (looked up in ``registry``, default:
+    the built-ins and installed plugins) drawn from ``seed`` (the same stream the trial of
+    that seed trains on); the gradient is averaged over the mini-batches (the expected
+    gradient, Xiong et al. 2020 §3.4) and its Frobenius norm taken per layer.
+
+    Returns:
+        ``{"encoder": [norm per layer], "decoder": [norm per layer], "loss": mean loss}``.
+
+    Raises:
+        ExperimentError: ``parameter`` is not a parameter of the layers.
+    """
+    import torch
+
+    from ..tasks import get_task
+    from ..train import loss_fn
+
+    tc, mc = cfg.train, cfg.model
+    params = dict(model.named_parameters())
+    names = {stack: [f"{stack}.layers.{i}.{parameter}" for i in range(mc.N)] for stack in ("encoder", "decoder")}
+    missing = [n for ns in names.values() for n in ns if n not in params]
+    if missing:
+        layer = [n.split(".", 3)[3] for n in params if n.startswith("decoder.layers.0.")]
+        raise ExperimentError(f"measure.parameter {parameter!r} is not a layer parameter of this variant; "
+                              f"expected one of {', '.join(layer)}")
+    model.train()
+    model.zero_grad(set_to_none=True)
+    task = get_task(tc.task, registry)
+    gen = torch.Generator().manual_seed(seed)
+    total = 0.0
+    for _ in range(batches):
+        b = task.make_batch(tc.batch, tc.seq_len, mc.vocab, gen).to(device)
+        loss = loss_fn(model(b.src, b.tgt), b.tgt_y, mc.pad, tc.label_smoothing) / batches
+        loss.backward()
+        total += float(loss.detach())
+    return {stack: [float(params[n].grad.norm()) for n in ns] for stack, ns in names.items()} | {"loss": total}
+
+
+def run_grad_norm(args, plan, exp: Experiment, registry) -> int:
+    """``run --experiment`` for ``kind = "grad_norm_at_init"``: measure, store, report.
+
+    Each measurement is stored as one trial (``row``: the last/first-layer norms; ``curve``:
+    one row per layer and stack) so ``report RUN`` re-renders it like any run.
+
+    Raises:
+        ExperimentError: ``measure.parameter`` is not a layer parameter of a variant (before a
+        run folder exists).
+    """
+    from ..runner import progress_bar
+    from ..train import environment, resolve_device
+
+    device = resolve_device(args.device)
+    _check_parameter(plan, exp, registry)
+    meta = {
+        "command": "python -m harness " + shlex.join(sys.argv[1:]), "preset": exp.preset, "experiment": exp.name,
+        "kind": exp.kind, "config": plan.config.to_dict(), "points": {n: c.to_dict() for n, c in plan.points if n},
+        "variants": [v.name for v in plan.variants], "seeds": plan.seeds, "device": device.type,
+        "dtype": "fp32", "environment": environment(device), **plan.meta,
+    }
+    store = RunStore.create(args.results_dir, meta, args.run_id)
+    jobs = [(seed, point, cfg, v) for seed in plan.seeds for point, cfg in plan.points for v in plan.variants]
+    if not args.quiet:
+        print(f"measure {store.root}: {len(plan.variants)} variant(s) x {len(plan.seeds)} seed(s) x "
+              f"{len(plan.points)} depth(s) = {len(jobs)} measurement(s) on {device.type}", file=sys.stderr)
+    t0 = time.perf_counter()
+    bar = progress_bar(len(jobs), "measurements", args.quiet)
+    try:
+        for seed, point, cfg, v in jobs:
+            row, curve = measure_trial(v, seed, point, cfg, exp, registry, device)
+            store.write_trial(trial_key(v.name, seed, point), {"row": row, "curve": curve})
+            bar.update(1)
+    finally:
+        bar.close()
+    meta["run_wall_s"] = time.perf_counter() - t0
+    store.write_meta(meta)
+    report = write_measurement_run_report(store)
+    print(to_markdown(slope_table(trials_frame(store), exp)))
+    print(f"\nreport: {report}  ({meta['run_wall_s']:.1f} s)")
+    return 0
+
+
+def _check_parameter(plan, exp: Experiment, registry) -> None:
+    """A bad ``measure.parameter`` is bad input: refuse it before a run folder exists."""
+    from ..model import build_model
+
+    parameter = exp.measure["parameter"]
+    for v in plan.variants:
+        layers = {n.split(".", 3)[3] for n, _ in build_model(registry, v, plan.config.model, seed=0).named_parameters()
+                  if n.startswith(("encoder.layers.0.", "decoder.layers.0."))}
+        if parameter not in layers:
+            raise ExperimentError(f"{exp.path}: key 'measure.parameter': {parameter!r} is not a layer parameter of "
+                                  f"variant {v.name!r}; expected one of {', '.join(sorted(layers))}")
+
+
+def measure_trial(v, seed: int, point: str, cfg: RunConfig, exp: Experiment, registry, device
+                  ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """One measurement as a stored trial: ``(row, curve)``; a failure other than bad input is a
+    ``failed`` row (never raises, except :class:`ExperimentError`)."""
+    from ..model import build_model, unique_parameter_count
+
+    t1 = time.perf_counter()
+    row = {"variant": v.name, **{f"slot_{k}": c for k, c in v.resolved().items()}, "seed": seed,
+           "point": point, "N": cfg.model.N}
+    curve = []
+    try:
+        model = build_model(registry, v, cfg.model, seed=seed).to(device)
+        row["params"] = unique_parameter_count(model)
+        g = measure_grad_norms(model, cfg, seed, exp.measure["batches"], exp.measure["parameter"], device, registry)
+        for stack in ("encoder", "decoder"):
+            s = stack[:3]
+            row[f"{s}_last"], row[f"{s}_first"] = g[stack][-1], g[stack][0]
+            row[f"{s}_last_over_first"] = g[stack][-1] / g[stack][0] if g[stack][0] > 0 else float("nan")
+            curve += [{"stack": stack, "layer": i, "grad_norm": x} for i, x in enumerate(g[stack])]
+        row.update({"loss_at_init": g["loss"], "status": "ok", "reason": ""})
+    except ExperimentError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - one failed measurement must not end the run
+        row.update({"status": "failed", "reason": failure_line(exc)})
+    row["wall_s"] = time.perf_counter() - t1
+    return row, curve
+
+
+def slope_table(df, exp: Experiment):
+    """Per variant and stack: the log-log slope of the last layer's gradient norm on N, and
+    whether its 95 % CI contains the slope the experiment file predicts (``theory_slope``)."""
+    rows = []
+    if df.empty:
+        return pd.DataFrame()
+    theories = exp.measure.get("theory_slope", {})
+    ok = df[df["status"] == "ok"]
+    for v in list(dict.fromkeys(ok["variant"])):
+        g = ok[ok["variant"] == v]
+        Ns = sorted(set(int(n) for n in g["N"]))
+        for stack in ("decoder", "encoder"):
+            col = f"{stack[:3]}_last"
+            groups = [g[g["N"] == n][col].to_numpy(float) for n in Ns]
+            if len(Ns) >= 2:
+                s, lo, hi = stats.loglog_slope_ci(Ns, groups)
+            else:
+                s = lo = hi = float("nan")
+            theory = theories.get(v)
+            covers = "—" if theory is None or math.isnan(lo) else "yes" if lo <= theory <= hi else "no"
+            rows.append({"variant": v, "stack": stack, "norm": g.iloc[0].get("slot_norm", ""),
+                         f"slope of log ‖∇{exp.measure.get('parameter', 'w')}‖ on log N [95% CI]":
+                             stats.fmt_ci(s, lo, hi, 3),
+                         "theory (Xiong Thm 1)": "—" if theory is None else f"{theory:g}",
+                         "CI contains theory": covers,
+                         "N": ", ".join(map(str, Ns)), "seeds per N": int(g.groupby("N").size().min())})
+    return pd.DataFrame(rows)
+
+
+def write_measurement_run_report(store: RunStore) -> Path:
+    """Re-render ``trials.csv``, ``curves.csv`` and ``report.md`` of a stored grad-norm run."""
+    meta = store.meta()
+    store.write_tables()
+    return write_measurement_report(store, meta, trials_frame(store), spec_from_meta(meta))
+
+
+def write_measurement_report(store, meta: dict, df, exp: Experiment) -> Path:
+    """report.md for ``kind = "grad_norm_at_init"``: norms per depth, slopes, claims, plots."""
+    param = exp.measure.get("parameter", "feed_forward.w_2.weight")
+    parts = [f"# Experiment `{exp.name}`: run `{meta.get('run_id', store.root.name)}`", "",
+             "Command:", "", f"```\n{meta.get('command', '')}\n```", ""]
+    parts += intro_sections(exp)
+    parts += claim_sections(exp, df, [], None, exp.metric, meta)
+    parts += departure_sections(exp, df, [], None, exp.metric, meta)
+    parts += _setup_lines(meta, exp, param)
+    parts += _measurement_lines(store, df, exp, param)
+    parts += [f"Measurements: {len(df)}; run wall time: {meta.get('run_wall_s', float('nan')):.1f} s.", ""]
+    path = store.root / "report.md"
+    atomic_write_text(path, "\n".join(parts))
+    return path
+
+
+def _setup_lines(meta: dict, exp: Experiment, param: str) -> list[str]:
+    """Environment, Config (at the first depth) and what is measured."""
+    parts = ["## Environment", "", environment_block(meta), ""]
+    parts += ["## Config", "", f"Preset `{meta.get('preset', '')}`, depth N swept over "
+              f"{[int(c['model']['N']) for c in meta.get('points', {}).values()]}; config at the first depth:", "",
+              f"```json\n{json.dumps(meta.get('config', {}), indent=1)}\n```", ""]
+    parts += ["## What is measured", "",
+              f"At initialisation (canonical init of each seed, no optimiser step), the gradient of the training "
+              f"loss (label-smoothed cross-entropy) averaged over {exp.measure.get('batches')} copy-task "
+              f"mini-batches of the seed's data stream; the Frobenius norm of that expected gradient for "
+              f"`{param}` in every encoder and decoder layer. Headline: the **last decoder layer** "
+              f"(`decoder.layers.{{N-1}}.{param}`, the FFN weight nearest the output, Xiong et al.'s W^(2,L)); "
+              f"the last encoder layer is shown too. Slope: least squares of log norm on log N over all seeds, "
+              f"95 % CI by a bootstrap stratified by N (seeds resampled within each depth).", ""]
+    return parts
+
+
+def _measurement_lines(store, df, exp: Experiment, param: str) -> list[str]:
+    """Norms by depth, log-log slopes, failures and the two figures."""
+    if df.empty:
+        return ["_no measurements_", ""]
+    ok = df[df["status"] == "ok"]
+    rows = []
+    for v in list(dict.fromkeys(ok["variant"])):
+        for n in sorted(set(int(x) for x in ok[ok["variant"] == v]["N"])):
+            g = ok[(ok["variant"] == v) & (ok["N"] == n)]
+            rows.append({"variant": v, "N": n, "seeds": len(g),
+                         "decoder last ‖∇‖ mean ± std": _ms(g["dec_last"]),
+                         "encoder last ‖∇‖ mean ± std": _ms(g["enc_last"]),
+                         "decoder last/first mean ± std": _ms(g["dec_last_over_first"]),
+                         "loss at init": _ms(g["loss_at_init"])})
+    parts = ["## Gradient norms by depth", "", to_markdown(pd.DataFrame(rows)), ""]
+    parts += ["## Log-log slopes", "", "Theory (Xiong et al. 2020, Theorem 1): post-norm slope 0 "
+              "(independent of N); pre-norm slope -0.5 (O(d sqrt(ln d / L))).", "",
+              to_markdown(slope_table(df, exp)), ""]
+    bad = df[df["status"] != "ok"]
+    if not bad.empty:
+        parts += ["## Failures", "", to_markdown(bad[["variant", "point", "seed", "status", "reason"]]), ""]
+    theory = exp.measure.get("theory_slope", {})
+    figs = [p for p in (figures.plot_grad_norm_depth(ok, store.root / "grad_norm_vs_depth.png", param, theory),
+                        figures.plot_grad_norm_layers(store, ok, store.root / "grad_norm_per_layer.png", param)) if p]
+    if figs:
+        parts += ["## Plots", ""] + [f"![{p.stem}]({p.name})\n" for p in figs]
+    return parts
+
+
+def _ms(s) -> str:
+    m, sd = stats.mean_std(s)
+    if math.isnan(m):
+        return "—"
+    return f"{m:.4g}" if math.isnan(sd) else f"{m:.4g} ± {sd:.2g}"
+
+

@@ -1,0 +1,35 @@
+"""The report of a run made from an experiment (or of any run): :func:`write_run_report`."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..report import write_report
+from ..store import RunStore
+from .grad_norm import write_measurement_run_report
+from .parse import spec_from_meta
+from .render import report_sections
+
+
+def write_run_report(store: RunStore, baseline: str | None = None, metric: str | None = None) -> Path:
+    """:func:`harness.report.write_report` with the sections of the experiment the run was made
+    from (none for a plain run); a measurement experiment (``kind`` other than ``train``) gets
+    its own report (:func:`harness.experiments.grad_norm.write_measurement_report`).
+
+    Args:
+        store: the run.
+        baseline: compared against (default: the experiment's, else as :func:`harness.report.resolve_baseline`).
+        metric: comparison metric (default: the experiment's, else ``heldout_ce``).
+
+    Returns:
+        The path of ``report.md``.
+
+    Raises:
+        StoreError: unreadable ``config.json``.  ValueError: unknown metric.
+    """
+    spec = spec_from_meta(store.meta())
+    if spec is None:
+        return write_report(store, baseline=baseline, metric=metric)
+    if spec.kind != "train":
+        return write_measurement_run_report(store)
+    return write_report(store, baseline=baseline or spec.baseline, metric=metric or spec.metric,
+                        sections=report_sections(spec), title=f"Experiment `{spec.name}`")

@@ -1,0 +1,284 @@
+"""The report's matplotlib figures (PNG): curves, final metrics, steps to solve; shared plot helpers.
+
+matplotlib is imported on first use (``Agg`` backend), so importing this module stays cheap.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .frames import _num, point_order, variant_order
+
+# ----------------------------------------------------------------------------- plots
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _scale(ax, values, axis: str = "y") -> str:
+    """Log scale when the positive ``values`` span more than a decade, else linear; plain tick labels."""
+    v = pd.to_numeric(pd.Series(np.asarray(values, dtype=float).ravel()), errors="coerce")
+    v = v[np.isfinite(v) & (v > 0)]
+    log = len(v) > 0 and v.max() / v.min() > 10
+    if log:
+        log_axis(ax, axis)
+    else:
+        getattr(ax, f"set_{axis}scale")("linear")
+    return "log" if log else "linear"
+
+
+def log_axis(ax, axis: str = "y") -> None:
+    """Log scale with ticks at 1, 2, 5 x 10^k labelled as plain numbers (readable on short ranges)."""
+    from matplotlib import ticker
+
+    getattr(ax, f"set_{axis}scale")("log")
+    target = ax.yaxis if axis == "y" else ax.xaxis
+    target.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    target.set_major_formatter(ticker.FuncFormatter(lambda x, _: f"{x:g}"))
+    target.set_minor_locator(ticker.NullLocator())
+
+
+def _series_label(variant: str, point: str) -> str:
+    return f"{variant} @ {point}" if point else variant
+
+
+def _colors(n: int):
+    plt = _plt()
+    cmap = plt.get_cmap("tab10" if n <= 10 else "tab20")
+    return [cmap(i % cmap.N) for i in range(n)]
+
+
+def _series(df: pd.DataFrame, meta: dict | None, baseline: str | None) -> list[tuple[str, str]]:
+    return [(v, p) for p in point_order(df, meta) for v in variant_order(df, baseline, meta)
+            if ((df["variant"] == v) & (df["point"] == p)).any()]
+
+
+def plot_curves(curves: pd.DataFrame, path: Path, series: list[tuple[str, str]] | None = None) -> Path | None:
+    """Training loss per step, held-out CE and held-out exact-match per evaluation, per
+    variant (x sweep point): median over seeds with an interquartile band. Returns the path."""
+    if curves.empty or "split" not in curves:
+        return None
+    plt = _plt()
+    if "point" not in curves:
+        curves = curves.assign(point="")
+    curves = curves.assign(point=curves["point"].fillna(""))
+    series = series or list(dict.fromkeys(zip(curves["variant"], curves["point"])))
+    if len(series) > MAX_OVERLAID:
+        return plot_curves_grid(curves, path, series)
+    look = _curve_looks(series)
+    fig, axes = plt.subplots(1, 3, figsize=(16, 5.2))
+    for variant, point in series:
+        g = curves[(curves["variant"] == variant) & (curves["point"] == point)]
+        if not g.empty:
+            _plot_one_series(axes, g, _series_label(variant, point), *look[(variant, point)])
+    _label_curve_axes(axes, curves)
+    handles, labels = axes[0].get_legend_handles_labels()
+    if not handles:
+        handles, labels = axes[1].get_legend_handles_labels()
+    ncol = min(len(labels), 4) or 1
+    fig.legend(handles, labels, loc="lower center", ncol=ncol, fontsize=9, frameon=False)
+    rows = math.ceil(len(labels) / ncol) if labels else 1
+    fig.tight_layout(rect=(0, 0.05 * rows + 0.02, 1, 1))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _curve_looks(series: list[tuple[str, str]]) -> dict[tuple[str, str], tuple]:
+    """(variant, point) -> (colour, line style): colour = variant and style = point when 2-4 points
+    are swept, else one colour per series (styles cycle every 20 series)."""
+    styles = ["-", "--", ":", "-."]
+    variants = list(dict.fromkeys(v for v, _ in series))
+    points = list(dict.fromkeys(p for _, p in series))
+    if 1 < len(points) <= len(styles):  # colour = variant, line style = sweep point
+        vc = dict(zip(variants, _colors(len(variants))))
+        return {(v, p): (vc[v], styles[points.index(p)]) for v, p in series}
+    return {s: (c, styles[(i // 20) % len(styles)]) for i, (s, c) in enumerate(zip(series, _colors(len(series))))}
+
+
+def _plot_one_series(axes, g: pd.DataFrame, label: str, color, ls: str) -> None:
+    """One series' training loss (10-step mean), held-out CE and exact-match medians with IQR bands."""
+    many = g["seed"].nunique() > 1
+    tr = g[g["split"] == "train"].groupby("step")["loss"]
+    if len(tr):
+        med = _smooth(tr.median())
+        axes[0].plot(med.index, med.values, color=color, ls=ls, lw=1.4, label=label)
+        if many:
+            axes[0].fill_between(med.index, _smooth(tr.quantile(0.25)), _smooth(tr.quantile(0.75)),
+                                 color=color, alpha=0.15, lw=0)
+    ho = g[g["split"] == "heldout"]
+    for ax, col in ((axes[1], "loss"), (axes[2], "exact_match")):
+        if col not in ho or ho[col].isna().all():
+            continue
+        h = ho.groupby("step")[col]
+        med = h.median()
+        ax.plot(med.index, med.values, color=color, ls=ls, marker="o", ms=3, lw=1.4, label=label)
+        if many:
+            ax.fill_between(med.index, h.quantile(0.25), h.quantile(0.75), color=color, alpha=0.15, lw=0)
+
+
+def _label_curve_axes(axes, curves: pd.DataFrame) -> None:
+    from matplotlib import ticker
+
+    sc = _scale(axes[0], curves.loc[curves["split"] == "train", "loss"])
+    axes[0].set(xlabel="optimiser step", ylabel=f"training loss, nats/token ({sc} scale)",
+                title="Training loss (label-smoothed)\nmedian over seeds, IQR band, 10-step mean")
+    sc = _scale(axes[1], curves.loc[curves["split"] == "heldout", "loss"])
+    axes[1].set(xlabel="optimiser step", ylabel=f"held-out cross-entropy, nats/token ({sc} scale)",
+                title="Held-out cross-entropy (unsmoothed)\nmedian over seeds, IQR band")
+    axes[2].set(xlabel="optimiser step", ylabel="held-out exact-match (fraction)", ylim=(-0.02, 1.02),
+                title="Held-out exact-match (greedy)\nmedian over seeds, IQR band")
+    axes[2].axhline(0.99, color="grey", lw=0.8, ls="--")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+        ax.xaxis.set_major_locator(ticker.MaxNLocator(integer=True))
+
+
+MAX_OVERLAID = 6  #: more series than this: one small panel per series instead of overlaid lines
+
+
+def _smooth(s: pd.Series) -> pd.Series:
+    return s.rolling(10, min_periods=1).mean()
+
+
+def plot_curves_grid(curves: pd.DataFrame, path: Path, series: list[tuple[str, str]]) -> Path:
+    """Small multiples for many variants: one panel per variant (x point) with its training loss
+    (solid, 10-step mean) and held-out cross-entropy (dashed, markers), median over seeds with
+    IQR bands; the first series (the baseline) is repeated in grey in every panel."""
+    plt = _plt()
+    from matplotlib import ticker
+
+    ncols = 4
+    nrows = math.ceil(len(series) / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 3.0 * nrows + 0.8), sharex=True, sharey=True,
+                             squeeze=False)
+    colors = ["tab:blue"] * len(series)  # one variant per panel: one strong colour reads best
+
+    def medians(g):
+        tr = g[g["split"] == "train"].groupby("step")["loss"]
+        ho = g[g["split"] == "heldout"].groupby("step")["loss"]
+        return tr, ho
+
+    ref_v, ref_p = series[0]
+    ref_tr, ref_ho = medians(curves[(curves["variant"] == ref_v) & (curves["point"] == ref_p)])
+    for ax, (variant, point), color in zip(axes.ravel(), series, colors):
+        g = curves[(curves["variant"] == variant) & (curves["point"] == point)]
+        tr, ho = medians(g)
+        if (variant, point) != (ref_v, ref_p) and len(ref_tr):
+            ax.plot(ref_tr.median().index, _smooth(ref_tr.median()), color="0.6", lw=1, label=f"{ref_v} (reference)")
+            ax.plot(ref_ho.median().index, ref_ho.median(), color="0.6", lw=1, ls="--", marker="o", ms=2)
+        if len(tr):
+            med = _smooth(tr.median())
+            ax.plot(med.index, med, color=color, lw=1.6, label="training loss")
+            ax.fill_between(med.index, _smooth(tr.quantile(0.25)), _smooth(tr.quantile(0.75)), color=color, alpha=0.2, lw=0)
+        if len(ho):
+            ax.plot(ho.median().index, ho.median(), color=color, lw=1.6, ls="--", marker="o", ms=3, label="held-out CE")
+            ax.fill_between(ho.median().index, ho.quantile(0.25), ho.quantile(0.75), color=color, alpha=0.12, lw=0)
+        ax.set_title(_series_label(variant, point), fontsize=10)
+        ax.grid(alpha=0.3)
+        ax.xaxis.set_major_locator(ticker.MaxNLocator(integer=True, nbins=5))
+    for ax in axes.ravel()[len(series):]:
+        ax.set_visible(False)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("nats/token")
+    for ax in axes[-1, :]:
+        ax.set_xlabel("optimiser step")
+    handles, labels = axes.ravel()[min(1, len(series) - 1)].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=9, frameon=False)
+    fig.suptitle("Training loss (solid, 10-step mean) and held-out cross-entropy (dashed): median over seeds, "
+                 "IQR bands; grey: the baseline", fontsize=11)
+    fig.tight_layout(rect=(0, 0.04, 1, 0.97))
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def plot_final_metrics(df: pd.DataFrame, rows: list[dict], path: Path) -> Path | None:
+    """Per variant (x point): held-out CE and exact-match, every seed as a grey dot and the IQM
+    with its 95 % bootstrap CI as a coloured bar. Returns the path, or None without data."""
+    if not rows:
+        return None
+    plt = _plt()
+    labels = [_series_label(r["variant"], r["point"]) for r in rows]
+    colors = _colors(len(rows))
+    h = max(2.6, 0.42 * len(rows) + 1.4)
+    fig, axes = plt.subplots(1, 2, figsize=(13, h), sharey=True)
+    rng = np.random.default_rng(0)
+    ce_scale = _scale(axes[0], _num(df[df["status"] == "ok"], "heldout_ce"), "x")
+    for ax, key, col, title in ((axes[0], "heldout_ce", "heldout_ce", f"Held-out cross-entropy, nats/token ({ce_scale} scale)"),
+                                (axes[1], "exact_match", "exact_match", "Held-out exact-match (fraction)")):
+        for i, (r, color) in enumerate(zip(rows, colors)):
+            g = df[(df["variant"] == r["variant"]) & (df["point"] == r["point"]) & (df["status"] == "ok")]
+            vals = _num(g, col).dropna().to_numpy()
+            y = len(rows) - 1 - i
+            ax.scatter(vals, y + rng.uniform(-0.18, 0.18, vals.size), s=14, color="0.55", zorder=2)
+            point, lo, hi = r[key]
+            if not math.isnan(point):
+                xerr = None if math.isnan(lo) else [[point - lo], [hi - point]]
+                ax.errorbar([point], [y], xerr=xerr, fmt="D", color=color, ms=7, capsize=5, lw=2, zorder=3)
+        ax.set_title(title + "\nIQM (diamond) with 95 % bootstrap CI; grey: seeds", fontsize=10)
+        ax.grid(alpha=0.3, axis="x")
+    axes[1].set_xlim(-0.03, 1.03)
+    axes[1].axvline(0.99, color="grey", lw=0.8, ls="--")
+    axes[0].set_yticks(range(len(rows)))
+    axes[0].set_yticklabels(labels[::-1])
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_steps_to_solve(df: pd.DataFrame, rows: list[dict], path: Path, budget: int | None) -> Path | None:
+    """Steps to held-out exact-match >= 0.99: every seed as a dot, unsolved runs as x at the
+    right edge, the median as a black bar and the IQR as a thick line."""
+    if not rows:
+        return None
+    plt = _plt()
+    labels = [_series_label(r["variant"], r["point"]) for r in rows]
+    colors = _colors(len(rows))
+    finite_all = _num(df, "steps_to_solve").dropna()
+    right = float(budget or (finite_all.max() if len(finite_all) else 1))
+    edge = right * 1.06
+    fig, ax = plt.subplots(figsize=(9, max(2.6, 0.42 * len(rows) + 1.4)))
+    rng = np.random.default_rng(1)
+    for i, (r, color) in enumerate(zip(rows, colors)):
+        y = len(rows) - 1 - i
+        g = df[(df["variant"] == r["variant"]) & (df["point"] == r["point"]) & (df["status"] != "failed")]
+        s = _num(g, "steps_to_solve").where(g["status"] == "ok")
+        solved = s.dropna().to_numpy()
+        n_uns = len(g) - solved.size
+        ax.scatter(solved, y + rng.uniform(-0.15, 0.15, solved.size), s=18, color=color, zorder=3)
+        if n_uns:
+            ax.scatter([edge] * n_uns, y + rng.uniform(-0.15, 0.15, n_uns), marker="x", s=30, color=color, zorder=3)
+        med, q1, q3 = r["steps_to_solve"]
+        clip = lambda v: edge if math.isinf(v) else v  # noqa: E731
+        if not math.isnan(med):
+            ax.plot([clip(q1), clip(q3)], [y, y], color="black", lw=4, alpha=0.35, zorder=2)
+            ax.plot([clip(med)] * 2, [y - 0.3, y + 0.3], color="black", lw=2, zorder=4)
+    from matplotlib import ticker
+
+    ax.axvline(right, color="grey", lw=0.8, ls=":")
+    ax.set_xlim(0, edge * 1.04)
+    ticks = [t for t in ticker.MaxNLocator(nbins=8, integer=True).tick_values(0, right) if 0 <= t <= right * 0.95]
+    ticks = ticks + [right] if right not in ticks else ticks
+    ax.set_xticks(ticks + [edge])
+    ax.set_xticklabels([f"{t:.0f}" for t in ticks] + ["not\nsolved"])
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels(labels[::-1])
+    ax.set_xlabel("optimiser steps to held-out exact-match >= 0.99")
+    ax.set_title("Steps to solve: seeds (dots; x = not solved within the budget),\nmedian (black bar) and IQR (grey band)",
+                 fontsize=10)
+    ax.grid(alpha=0.3, axis="x")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+

@@ -1,0 +1,262 @@
+"""The report's tables: per-variant statistics across seeds (:func:`aggregate`), the main table
+(:func:`summary_table`), its caption, and the smaller tables (variants, sweep, environment).
+
+Definitions of every statistic: :mod:`harness.stats` and ``docs/statistics.md``.
+"""
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .. import stats
+from .frames import DEFAULT_METRIC, METRICS, SLOT_COLS, TRAINED, _num, invalid_variants, point_order, \
+    resolve_baseline, variant_order
+
+# ----------------------------------------------------------------------------- statistics
+
+def paired_values(df: pd.DataFrame, variant: str, baseline: str, point: str, metric: str
+                  ) -> tuple[np.ndarray, np.ndarray, list]:
+    """(variant values, baseline values, seeds) over the seeds both have at ``point``.
+
+    Trials that raised (status ``failed``) are left out; a diverged trial's value becomes nan
+    (the worst score in :func:`harness.stats.prob_improvement`).
+    """
+    def values(name):
+        g = df[(df["variant"] == name) & (df["point"] == point) & (df["status"] != "failed")]
+        v = _num(g, metric).where(g["status"].isin(TRAINED))
+        if metric == "steps_to_solve":
+            v = v.fillna(np.inf).where(g["status"].isin(TRAINED), np.nan)
+        return dict(zip(g["seed"], v))
+
+    a, b = values(variant), values(baseline)
+    seeds = sorted(set(a) & set(b))
+    return (np.array([a[s] for s in seeds], dtype=float), np.array([b[s] for s in seeds], dtype=float), seeds)
+
+
+def aggregate(df: pd.DataFrame, baseline: str | None = None, metric: str = DEFAULT_METRIC,
+              meta: dict | None = None) -> list[dict[str, Any]]:
+    """Per (variant, point) statistics as numbers (see the module docstring for definitions).
+
+    Raises:
+        ValueError: unknown ``metric`` (one of :data:`METRICS`).
+    """
+    if metric not in METRICS:
+        raise ValueError(f"unknown metric {metric!r}; expected one of {', '.join(METRICS)}")
+    if df.empty:
+        return []
+    higher = METRICS[metric][0]
+    invalid = invalid_variants(df)
+    out = []
+    for point in point_order(df, meta):
+        for variant in variant_order(df, baseline, meta):
+            g = df[(df["variant"] == variant) & (df["point"] == point)]
+            if g.empty:
+                continue
+            status = g["status"] if "status" in g else pd.Series("ok", index=g.index)
+            ran = g[status != "failed"]
+            ok = g[status.isin(TRAINED)]
+            n = len(ran)
+            n_div = int((status == "diverged").sum())
+            steps = _num(ran, "steps").replace(0, np.nan)
+            step_ms = 1000 * _num(ran, "train_s") / steps
+            solve = _num(ran, "steps_to_solve").where(ran["status"].isin(TRAINED)).fillna(np.inf)
+            first = g.iloc[0]
+            row: dict[str, Any] = {
+                "variant": variant, "point": point, "n": n, "n_ok": len(ok), "n_failed": int((status == "failed").sum()),
+                "params": int(first["params"]) if pd.notna(first.get("params", np.nan)) else None,
+                "step_ms": float(np.nanmedian(step_ms)) if step_ms.notna().any() else float("nan"),
+                "tokens_per_s": float(np.nanmedian(_num(ran, "tokens_per_s"))) if _num(ran, "tokens_per_s").notna().any() else float("nan"),
+                "early_loss": stats.mean_std(_num(ran, "early_loss")),
+                "heldout_ce": stats.iqm_ci(_num(ok, "heldout_ce").to_numpy()),
+                "exact_match": stats.iqm_ci(_num(ok, "exact_match").to_numpy()),
+                "token_acc": stats.iqm_ci(_num(ok, "heldout_token_acc").to_numpy()),
+                "steps_to_solve": stats.median_iqr(solve.to_numpy()) if n else (float("nan"),) * 3,
+                "time_to_solve_s": float(np.median(_num(ran, "time_to_solve_s").where(ran["status"].isin(TRAINED))
+                                                   .fillna(np.inf).to_numpy())) if n else float("nan"),
+                "solved": int(np.isfinite(solve).sum()),
+                "diverged": (n_div, n, *stats.wilson_interval(n_div, n)),
+                "slots": {c.removeprefix("slot_"): first.get(c, "") for c in g.columns if c.startswith("slot_")},
+                "comparison": None,
+                "invalid": invalid.get(variant, []),
+                "baseline_invalid": bool(baseline and invalid.get(baseline)),
+            }
+            if row["invalid"] or row["baseline_invalid"]:
+                pass  # never a comparison for a variant whose masks leak, nor against such a baseline
+            elif baseline and variant != baseline and baseline in set(df["variant"]):
+                a, b, seeds = paired_values(df, variant, baseline, point, metric)
+                if len(seeds):
+                    row["comparison"] = stats.compare_paired(a, b, higher)
+            out.append(row)
+    return out
+
+
+def _fmt_mean_std(ms: tuple[float, float], digits: int = 3) -> str:
+    m, s = ms
+    if math.isnan(m):
+        return "—"
+    return f"{m:.{digits}f}" if math.isnan(s) else f"{m:.{digits}f} ± {s:.{digits}f}"
+
+
+def _fmt_median_iqr(t: tuple[float, float, float], solved: int, n: int) -> str:
+    med, q1, q3 = t
+    if math.isnan(med):
+        return "—"
+    if solved == 0:
+        return f"none solved (0/{n})"
+    f = stats.fmt_int_or_inf
+    return f"{f(med)} [{f(q1)}, {f(q3)}] ({solved}/{n} solved)"
+
+
+def _fmt_count(t: tuple) -> str:
+    k, n, lo, hi = t
+    if not n:
+        return "—"
+    return f"{k}/{n} [{lo:.2f}, {hi:.2f}]"
+
+
+def summary_table(df: pd.DataFrame, baseline: str | None = None, metric: str = DEFAULT_METRIC,
+                  meta: dict | None = None, rows: list[dict] | None = None) -> pd.DataFrame:
+    """The report's main table as strings, one row per (variant, sweep point), baseline first.
+
+    ``baseline`` defaults to :func:`resolve_baseline`; ``rows`` may pass a precomputed
+    :func:`aggregate` result.
+    """
+    if df.empty:
+        return pd.DataFrame()
+    baseline = baseline or resolve_baseline(df, meta)
+    rows = rows if rows is not None else aggregate(df, baseline, metric, meta)
+    has_points = any(r["point"] for r in rows)
+    p_col = f"P(> {baseline}) [95% CI]" if baseline else "P(> baseline)"
+    out = []
+    for r in rows:
+        c = r["comparison"]
+        if r.get("invalid"):
+            p_s, v_s = "—", "**INVALID** (excluded: see Invalid variants)"
+        elif r["variant"] == baseline:
+            p_s, v_s = "(baseline)", "—"
+        elif r.get("baseline_invalid"):
+            p_s, v_s = "—", "no claim (the baseline is invalid)"
+        elif c is None:
+            p_s, v_s = "—", "no claim: no seed paired with the baseline"
+        else:
+            p_s = stats.fmt_ci(c.p, c.low, c.high, 2) + f" n={c.n_pairs}"
+            v_s = c.label().replace("better", "**better**", 1) if c.verdict == "better" else c.label()
+        line = {"variant": r["variant"]}
+        if has_points:
+            line["point"] = r["point"]
+        line.update({
+            "params": r["params"] if r["params"] is not None else "—",
+            "step ms": f"{r['step_ms']:.1f}" if not math.isnan(r["step_ms"]) else "—",
+            "tokens/s": f"{r['tokens_per_s']:,.0f}" if not math.isnan(r["tokens_per_s"]) else "—",
+            "time to EM≥0.99 s (median)": (f"{r['time_to_solve_s']:.1f}" if math.isfinite(r["time_to_solve_s"])
+                                           else "∞" if r["time_to_solve_s"] == math.inf else "—"),
+            "early loss (mean ± std)": _fmt_mean_std(r["early_loss"]),
+            "held-out CE IQM [95% CI]": stats.fmt_ci(*r["heldout_ce"]),
+            "exact-match IQM [95% CI]": stats.fmt_ci(*r["exact_match"]),
+            "steps to EM≥0.99 median [IQR]": _fmt_median_iqr(r["steps_to_solve"], r["solved"], r["n"]),
+            "diverged x/n [Wilson 95%]": _fmt_count(r["diverged"]),
+            p_col: p_s,
+            "verdict": v_s,
+        })
+        out.append(line)
+    return pd.DataFrame(out)
+
+
+def to_markdown(df: pd.DataFrame) -> str:
+    if df.empty:
+        return "_no rows_"
+    return df.to_markdown(index=False, tablefmt="github")
+
+
+def environment_block(meta: dict) -> str:
+    env = meta.get("environment", {})
+    lines = [f"- {k}: `{v}`" for k, v in env.items() if v is not None]
+    lines.append(f"- seeds: `{meta.get('seeds')}`")
+    lines.append(f"- dtype: `{meta.get('dtype', 'fp32')}`")
+    ex = meta.get("execution")
+    if isinstance(ex, dict):  # the timing columns depend on it (--jobs auto: trials side by side)
+        lines.append(f"- execution: `{ex.get('executor', 'local')}, jobs={ex.get('jobs')}, "
+                     f"threads per trial={env.get('threads')}`")
+    return "\n".join(lines)
+
+
+def lr_max(cfg: dict) -> float:
+    """Largest learning rate the schedule reaches in the run (Adam step size).
+
+    noam: lr * d_model^-0.5 * min(s^-0.5, s * warmup^-1.5) maximised over s <= steps;
+    constant: lr * d_model^-0.5.
+    """
+    m, t = cfg.get("model", {}), cfg.get("train", {})
+    try:
+        base = float(t["lr"]) * float(m["d_model"]) ** -0.5
+        if t.get("schedule", "noam") == "constant":
+            return base
+        s = min(int(t["steps"]), int(t["warmup"]))
+        return base * min(s ** -0.5, s * int(t["warmup"]) ** -1.5)
+    except (KeyError, TypeError, ValueError, ZeroDivisionError):
+        return float("nan")
+
+
+def caption(meta: dict, df: pd.DataFrame, baseline: str | None, metric: str) -> str:
+    """What every number in the main table means and the budget it was measured with."""
+    cfg = meta.get("config", {})
+    m, t = cfg.get("model", {}), cfg.get("train", {})
+    seeds = meta.get("seeds") or sorted(set(df["seed"])) if len(df) else []
+    parts = [
+        f"{len(seeds)} paired seed(s) per arm ({seeds}): seed i gives every variant the same data order and, "
+        f"where the canonical layout is shared, the same initial weights.",
+        f"Budget: {t.get('steps')} optimiser steps x {t.get('batch')} sequences (task `{t.get('task')}`, "
+        f"content length <= {t.get('seq_len')}); schedule `{t.get('schedule')}`, "
+        f"{'no warmup' if t.get('schedule') == 'constant' else 'warmup ' + str(t.get('warmup'))}, "
+        f"base lr {t.get('lr')} -> lr_max = {lr_max(cfg):.3g}; label smoothing {t.get('label_smoothing')}; "
+        f"grad clip {t.get('grad_clip') or 'off'}; model N={m.get('N')}, d_model={m.get('d_model')}, h={m.get('h')}, "
+        f"d_ff={m.get('d_ff')}, dropout={m.get('dropout')}, V={m.get('vocab')}.",
+    ]
+    if meta.get("points"):
+        parts.append("Sweep points override this config; see the Sweep section.")
+    parts += [
+        "**params**: unique parameters (tied weights counted once). **step ms**: median wall time of one "
+        "optimiser step (evaluation excluded). **tokens/s**: label tokens per second of training (median over "
+        "seeds). **time to EM≥0.99 s**: training seconds (evaluation excluded) until the first evaluation with "
+        "exact-match >= 0.99, median over seeds (∞ when at least half never got there); timings depend on "
+        "the machine and on `--jobs` (see the Environment's execution line). **early loss**: mean ± std over seeds of the mean training "
+        "loss of the first 10 steps (Narang et al. 2021). **held-out CE** (unsmoothed, nats/token) and "
+        "**exact-match** (greedy decoding, fraction of held-out sequences reproduced exactly; read off the "
+        "teacher-forced pass when the decoder is verified causal, which is the same event): IQM over the "
+        "seeds that finished, with a 95 % stratified-bootstrap CI (Agarwal et al. 2021). **steps to "
+        "EM≥0.99**: first evaluation with held-out exact-match >= 0.99, median [IQR] over seeds; unsolved "
+        "and diverged runs count as ∞. **diverged**: runs stopped by a non-finite loss or gradient norm, "
+        "x/n with a Wilson 95 % interval.",
+        f"**P(> {baseline})** compares on **{metric}** ({METRICS[metric][1]}; "
+        f"{'higher' if METRICS[metric][0] else 'lower'} is better). " + stats.RULE_TEXT,
+    ]
+    return "\n\n".join(parts)
+
+
+def variants_table(df: pd.DataFrame, order: list[str]) -> pd.DataFrame:
+    """variant -> its slot assignment (the slots any variant in the run changes) and params."""
+    rows = []
+    slot_cols = [c for c in df.columns if c.startswith("slot_")]
+    varying = [c for c in slot_cols if df[c].nunique(dropna=True) > 1] or SLOT_COLS
+    for v in order:
+        first = df[df["variant"] == v].iloc[0]
+        rows.append({"variant": v, **{c.removeprefix("slot_"): first.get(c, "") for c in varying if c in df},
+                     "params": int(first["params"]) if pd.notna(first.get("params", np.nan)) else "—"})
+    return pd.DataFrame(rows)
+
+
+def sweep_table(points: dict[str, dict]) -> pd.DataFrame:
+    """One row per sweep point: the dotted config keys that vary across points, and lr_max."""
+    keys = []
+    for section in ("model", "train"):
+        names = {k for cfg in points.values() for k in (cfg.get(section) or {})}
+        for k in sorted(names):
+            if len({json.dumps((cfg.get(section) or {}).get(k)) for cfg in points.values()}) > 1:
+                keys.append((section, k))
+    return pd.DataFrame([{"point": name, **{f"{s}.{k}": (cfg.get(s) or {}).get(k) for s, k in keys},
+                          "lr_max": f"{lr_max(cfg):.3g}"} for name, cfg in points.items()])
+
