@@ -8,6 +8,8 @@ of its variants in ``config.json`` (key ``check``) and its report opens with the
 from __future__ import annotations
 
 from .errors import HarnessError
+from .report import Section
+from .stats import MIN_PAIRS_SIGN_TEST
 
 
 def check_classes(registry, variants) -> dict:
@@ -53,3 +55,26 @@ def classes_section(check: dict, heading: str = "## Which variants compute the s
         out += ["", f"check reported {len(check['failures'])} problem(s) (see `python -m harness check`); first: "
                     f"{check['failures'][0]}"]
     return out + [""]
+
+
+def suite_pointer(meta: dict) -> list[str]:
+    """Markdown lines under the results of a run too small for verdicts: where the claims are."""
+    if len(meta.get("seeds", [])) >= MIN_PAIRS_SIGN_TEST:
+        return []
+    return [f"With {len(meta.get('seeds', []))} paired seed(s) this run gives no verdict (one needs >= "
+            f"{MIN_PAIRS_SIGN_TEST}). For claims: `python -m harness run --suite` trains every variant on copy, "
+            "reverse, sort and copy_length with 8 paired seeds and gives verdicts with a negative control "
+            "(docs/suite.md; reference: results/reference/suite/suite.md).", ""]
+
+
+def overview_sections(meta: dict) -> list:
+    """The run report's extra sections from its ``config.json``: the check's equivalence classes at
+    the top (when the run recorded them, key ``check``) and the pointer to the suite after the
+    results."""
+    out = []
+    if meta.get("check"):
+        out.append(Section("top", classes_section(meta["check"])))
+    pointer = suite_pointer(meta)
+    if pointer:
+        out.append(Section("after_results", pointer))
+    return out

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..overview import overview_sections
 from ..report import write_report
 from ..store import RunStore
 from .grad_norm import write_measurement_run_report
@@ -26,10 +27,11 @@ def write_run_report(store: RunStore, baseline: str | None = None, metric: str |
     Raises:
         StoreError: unreadable ``config.json``.  ValueError: unknown metric.
     """
-    spec = spec_from_meta(store.meta())
+    meta = store.meta()
+    spec = spec_from_meta(meta)
     if spec is None:
-        return write_report(store, baseline=baseline, metric=metric)
+        return write_report(store, baseline=baseline, metric=metric, sections=overview_sections(meta))
     if spec.kind != "train":
         return write_measurement_run_report(store)
     return write_report(store, baseline=baseline or spec.baseline, metric=metric or spec.metric,
-                        sections=report_sections(spec), title=f"Experiment `{spec.name}`")
+                        sections=overview_sections(meta) + report_sections(spec), title=f"Experiment `{spec.name}`")
