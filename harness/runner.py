@@ -3,12 +3,12 @@ store each result the moment it finishes."""
 from __future__ import annotations
 
 import dataclasses
-import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from .config import RunConfig
+from .progress import TrialBars, progress_bar  # noqa: F401 - progress_bar re-exported
 from .registry import Variant
 from .store import RunStore, trial_key
 
@@ -82,14 +82,6 @@ def make_specs(variants: Iterable[Variant], seeds: Iterable[int], cfg: RunConfig
                         "point": point}
                 out.append(TrialSpec(trial_key(v.name, seed, point), spec))
     return out
-
-
-def progress_bar(total: int, desc: str, quiet: bool, leave: bool = True, position: int = 0):
-    """A tqdm bar, silent when ``quiet`` or when stderr is not a terminal."""
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc=desc, leave=leave, position=position, dynamic_ncols=True,
-                disable=quiet or not sys.stderr.isatty(), file=sys.stderr)
 
 
 @dataclass
@@ -195,7 +187,7 @@ def execute(specs: list[TrialSpec], store: RunStore, options: ExecutionOptions |
     specs = with_threads(specs, options.trial_threads())
     results: list[dict] = []
     outer = progress_bar(len(specs), "trials", quiet)
-    bars = executors.TrialBars(enabled=not outer.disable)
+    bars = TrialBars(enabled=not outer.disable)
     started = time.perf_counter()
 
     def on_done(ts: TrialSpec, result: dict) -> None:
@@ -231,10 +223,3 @@ def trial_line(row: dict, path, n: int, total: int, elapsed_s: float) -> str:
     point = f" [{row['point']}]" if row.get("point") else ""
     return (f"[{n}/{total} {elapsed_s:.0f} s] {row['variant']}{point} seed {row['seed']}: {row['status']}"
             f"{em_s}{wall_s}{reason} -> stored in {path}")
-
-
-def execute_sequential(specs: list[TrialSpec], store: RunStore, quiet: bool = False,
-                       log: Callable[[str], None] | None = None) -> list[dict]:
-    """Run trials one after the other in this process, storing each as soon as it ends
-    (:func:`execute` with the default options, kept for callers of the first version)."""
-    return execute(specs, store, ExecutionOptions(threads=None), quiet=quiet, log=log)
