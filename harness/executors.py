@@ -1,6 +1,6 @@
 """Where trials run: in this process, in a pool of local worker processes, or on a Ray cluster.
 
-Every executor receives :class:`harness.runner.TrialSpec` objects and calls
+Every executor receives :class:`harness.runner.PlannedTrial` objects and calls
 ``on_done(trial_spec, result)`` **in the parent process** as each trial ends, in completion
 order; the caller stores the result at once (:meth:`harness.store.RunStore.write_trial`).
 A trial crosses a process boundary as the importable function :func:`harness.train.run_trial`
@@ -259,7 +259,7 @@ def run_process_pool(specs: Iterable, jobs: int, on_done: OnDone, threads: int |
     """Run ``specs`` in ``jobs`` worker processes (``--jobs N``).
 
     Args:
-        specs: :class:`harness.runner.TrialSpec` objects; their ``spec["threads"]`` should equal
+        specs: :class:`harness.runner.PlannedTrial` objects; their ``spec["threads"]`` should equal
             ``threads`` (the worker pins it either way).
         jobs: worker processes (>= 1).
         on_done: called in this process with ``(trial_spec, result)`` as each trial ends.
@@ -426,7 +426,7 @@ def run_ray(specs: Iterable, on_done: OnDone, address: str | None = None, cpus_p
     """Run ``specs`` as Ray tasks (``--executor ray``), storing each as it ends.
 
     Args:
-        specs: :class:`harness.runner.TrialSpec` objects (``spec["threads"]`` = ``cpus_per_trial``).
+        specs: :class:`harness.runner.PlannedTrial` objects (``spec["threads"]`` = ``cpus_per_trial``).
         on_done: called in this process with ``(trial_spec, result)`` as each trial ends.
         address: cluster address (``ray://host:10001`` or ``host:6379``); default
             ``RAY_ADDRESS`` or a new local cluster (see :func:`ray_address`). Ignored when Ray is

@@ -32,7 +32,7 @@ class TrialBars:
         self._free: list[int] = []
 
     def update(self, ts, step: int, loss: float) -> None:
-        """Move the bar of planned trial ``ts`` (:class:`harness.runner.TrialSpec`) to ``step``."""
+        """Move the bar of planned trial ``ts`` (:class:`harness.runner.PlannedTrial`) to ``step``."""
         if not self.enabled:
             return
         bar = self._bars.get(ts.key)
