@@ -46,11 +46,14 @@ from torch import nn
 
 from .config import ModelConfig, RunConfig
 from .errors import HarnessError
+from .contracts import sinusoidal_pe
+from .env import autocast, environment, peak_mem_mb, reset_peak_mem, trial_settings
 from .model import build_model, unique_parameter_count
 from .registry import Registry, Variant
-from .tasks.base import Batch
-from .train import _autocast, environment, loss_fn, make_optimizer, peak_mem_mb, reset_peak_mem, train_step, \
-    trial_settings
+from .store import RunMeta
+from .tasks.base import Batch, loss_fn
+from .train import make_optimizer, train_step
+from .trial import registry_for
 
 #: Name of the ``torch.nn.Transformer`` reference contender.
 REFERENCE = "nn.Transformer"
@@ -90,12 +93,8 @@ class TorchTransformer(nn.Module):
         v, d = cfg.vocab, cfg.d_model
         self.src_lut = nn.Embedding(v, d)
         self.tgt_lut = nn.Embedding(v, d)
-        position = torch.arange(cfg.max_len, dtype=torch.float32)[:, None]  # (max_len, 1)
-        div_term = torch.exp(torch.arange(0, d, 2, dtype=torch.float32) * (-math.log(10000.0) / d))
-        pe = torch.zeros(cfg.max_len, d)
-        pe[:, 0::2] = torch.sin(position * div_term)
-        pe[:, 1::2] = torch.cos(position * div_term[: d // 2])
-        self.register_buffer("pe", pe, persistent=False)  # (max_len, D)
+        pe = sinusoidal_pe(cfg.max_len, d).float()  # (max_len, D) the §3.5 table, rounded to float32
+        self.register_buffer("pe", pe, persistent=False)
         self.dropout = nn.Dropout(cfg.dropout)
         self.transformer = nn.Transformer(d_model=d, nhead=cfg.h, num_encoder_layers=cfg.N,
                                           num_decoder_layers=cfg.N, dim_feedforward=cfg.d_ff,
@@ -170,7 +169,7 @@ def count_flops(model: nn.Module, batch: Batch, cfg: RunConfig, device: torch.de
 
     model.train()
     with FlopCounterMode(display=False, custom_mapping=_flop_formulas()) as counter:
-        with _autocast(device, dtype):
+        with autocast(device, dtype):
             logits = model(batch.src, batch.tgt)
         loss_fn(logits, batch.tgt_y, cfg.model.pad, cfg.train.label_smoothing).backward()
     model.zero_grad(set_to_none=True)
@@ -262,12 +261,10 @@ def _probe_main(payload: str) -> None:
     trial_settings()
     cfg = RunConfig.from_dict(spec["config"])
     device = torch.device(spec["device"])
-    from .train import _registry
-
-    task = _registry(spec.get("plugins")).task(cfg.train.task)
+    task = registry_for(spec.get("plugins")).task(cfg.train.task)
     registry = None
     if spec["name"] != REFERENCE:
-        registry = _registry(spec.get("plugins"))
+        registry = registry_for(spec.get("plugins"))
     reset_peak_mem(device)
     base = peak_mem_mb(torch.device("cpu"))
     model = build_contender(spec["name"], spec["slots"], cfg.model, registry).to(device)
@@ -332,13 +329,27 @@ def run_bench(variants: list[Variant], cfg: RunConfig, device: torch.device, dty
             say(f"memory probe: {name} {dtype}")
             c.memory[dtype] = memory_probe(name, c.slots, cfg, device.type, dtype, plugins)
     n = PEAK_N.get(device.type, 2048)
+    peaks = _timed_rounds(contenders, runs, lambda: task.make_batch(tc.batch, tc.seq_len, mc.vocab, gen).to(device),
+                          cfg, device, n, warmup, steps, say)
+    rows = bench_rows(contenders, runs, tokens, peaks)
+    return rows, {"peak_gflop_per_s": peaks, "peak_n": n, "tokens_per_step": tokens,
+                  "bench_s": time.perf_counter() - t_start}
+
+
+def _timed_rounds(contenders: dict[str, Contender], runs: list[tuple[str, str]], next_batch: Callable[[], Batch],
+                  cfg: RunConfig, device: torch.device, n: int, warmup: int, steps: int,
+                  say: Callable[[str], None]) -> dict[str, float]:
+    """``warmup`` + ``steps`` interleaved rounds: one timed step of every (contender, dtype) in
+    ``runs`` on a fresh batch, order rotated each round, then one (n x n) matmul per dtype.
+    Fills ``contenders[name].times`` (timed rounds only); returns the machine's matmul
+    throughput per dtype (GFLOP/s, median over the timed rounds)."""
     peak_dtypes = sorted({d for _, d in runs})
     peak_times: dict[str, list[float]] = {d: [] for d in peak_dtypes}
     for d in peak_dtypes:  # warm-up the matmul
         matmul_seconds(d, device, n)
     rounds = warmup + steps
     for r in range(rounds):
-        batch = task.make_batch(tc.batch, tc.seq_len, mc.vocab, gen).to(device)
+        batch = next_batch()
         order = runs[r % len(runs):] + runs[:r % len(runs)]
         t_round = time.perf_counter()
         for name, dtype in order:
@@ -351,10 +362,7 @@ def run_bench(variants: list[Variant], cfg: RunConfig, device: torch.device, dty
                 peak_times[d].append(s)
         say(f"round {r + 1}/{rounds}{' (warm-up)' if r < warmup else ''}: {time.perf_counter() - t_round:.1f} s")
     _OPERANDS.clear()
-    peaks = {d: 2 * n ** 3 / statistics.median(ts) / 1e9 for d, ts in peak_times.items()}
-    rows = bench_rows(contenders, runs, tokens, peaks)
-    return rows, {"peak_gflop_per_s": peaks, "peak_n": n, "tokens_per_step": tokens,
-                  "bench_s": time.perf_counter() - t_start}
+    return {d: 2 * n ** 3 / statistics.median(ts) / 1e9 for d, ts in peak_times.items()}
 
 
 def bench_rows(contenders: dict[str, Contender], runs: list[tuple[str, str]], tokens: int,
@@ -451,57 +459,12 @@ def table_frame(rows: list[dict]):
     return pd.DataFrame(out)
 
 
-def render_markdown(rows: list[dict], info: dict, meta: dict) -> str:
-    """``bench.md``: command, environment, config, machine peaks, table, summary, notes."""
-    env = meta["environment"]
-    lines = [f"# Speed benchmark ({meta['preset'] or 'custom'} config)", "", "```", meta["command"], "```", "",
-             "## Environment", ""]
-    lines += [f"- {k}: {v}" for k, v in env.items() if v is not None]
-    lines += ["", "## Config", "", "```json"] + [f'"{k}": {json.dumps(v)}' for k, v in meta["config"].items()]
-    lines += ["```", "",
-              f"Timed steps per contender: {meta['steps']} after {meta['warmup_steps']} warm-up steps, interleaved "
-              f"round-robin (order rotated each round); label tokens per step: {info['tokens_per_step']}; "
-              f"bench wall time {info['bench_s']:.0f} s.", "",
-              "## Machine matmul throughput (same command)", ""]
-    lines += [f"- {d}: {g:,.0f} GFLOP/s (median of {meta['steps']} ({info['peak_n']} x {info['peak_n']}) "
-              f"@ ({info['peak_n']} x {info['peak_n']}) matmuls, one per round)"
-              for d, g in info["peak_gflop_per_s"].items()]
-    lines += ["", "## Results", "", table_frame(rows).to_markdown(index=False, tablefmt="github"), "",
-              "## Summary", ""]
-    lines += [f"- {s}" for s in summary_lines(rows)]
-    lines += ["", "## How to read this", "",
-              f"- `x {REFERENCE} fp32`: tokens/s divided by {REFERENCE}'s float32 tokens/s in this run.",
-              "- tokens/s: label tokens per step / median step time; step = forward + float32 loss, backward, "
-              "gradient norm, Adam (fused) and schedule, exactly the step of `harness run`.",
-              "- GFLOP/step: counted by `torch.utils.flop_counter.FlopCounterMode` over forward + backward "
-              "(matmuls and attention only). MFU = GFLOP/step / median step time / the matmul throughput above "
-              "in the same dtype.",
-              "- peak RSS: a fresh process that builds the contender and trains it for "
-              f"{PROBE_STEPS} steps (interpreter and torch included).",
-              f"- {REFERENCE}: `torch.nn.Transformer` (batch_first, post-norm, bool masks) with the harness's "
-              "embeddings, PE and generator, same sizes; `seed_000` is the Annotated Transformer's architecture "
-              "assembled by the harness."]
-    return "\n".join(lines) + "\n"
-
-
-def write_outputs(store_root: Path, rows: list[dict], info: dict, meta: dict) -> tuple[Path, Path]:
-    """Write ``bench.csv`` and ``bench.md`` atomically under ``store_root``."""
-    import pandas as pd
-
-    from .store import atomic_write_text
-
-    csv_path, md_path = Path(store_root) / "bench.csv", Path(store_root) / "bench.md"
-    atomic_write_text(csv_path, pd.DataFrame(rows).to_csv(index=False))
-    atomic_write_text(md_path, render_markdown(rows, info, meta))
-    return csv_path, md_path
-
-
 def bench_meta(command: str, preset: str, cfg: RunConfig, device: torch.device, dtypes: list[str], steps: int,
-               warmup: int, variants: list[Variant], plugins: dict | None) -> dict:
+               warmup: int, variants: list[Variant], plugins: dict | None) -> RunMeta:
     """``config.json`` contents of a bench run."""
-    return {"kind": "bench", "command": command, "preset": preset, "config": cfg.to_dict(), "device": device.type,
-            "dtypes": dtypes, "steps": steps, "warmup_steps": warmup, "variants": [v.name for v in variants],
-            "reference": REFERENCE, "plugins": plugins, "environment": environment(device)}
+    return RunMeta("bench", command, preset, cfg.to_dict(), [v.name for v in variants], device.type,
+                   environment(device), plugins=plugins,
+                   extra={"dtypes": dtypes, "steps": steps, "warmup_steps": warmup, "reference": REFERENCE})
 
 
 if __name__ == "__main__":  # memory probe: python -m harness.bench '<json>'

@@ -57,3 +57,21 @@ class StoreError(HarnessError):
 
 class DeviceError(HarnessError):
     """The requested device is not available (e.g. ``--device cuda`` without CUDA)."""
+
+
+def failure_reason(exc: BaseException, limit: int = 300) -> str:
+    """One line naming a failure: ``"<type>: <first non-blank line of the message>"`` (cut to
+    ``limit`` characters), or the exception's type name alone when its message is empty or blank.
+
+    Never raises, whatever ``exc``'s ``__str__`` does (a failing trial must never raise).
+
+    Example:
+        ``failure_reason(ValueError("bad\\nmore"))`` -> ``"ValueError: bad"``;
+        ``failure_reason(KeyError())`` -> ``"KeyError"``.
+    """
+    name = type(exc).__name__
+    try:
+        lines = [line for line in str(exc).splitlines() if line.strip()]
+    except Exception:  # noqa: BLE001 - a broken __str__ still names the failure
+        return name
+    return f"{name}: {lines[0][:limit]}" if lines else name

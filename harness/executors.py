@@ -1,6 +1,6 @@
 """Where trials run: in this process, in a pool of local worker processes, or on a Ray cluster.
 
-Every executor receives :class:`harness.runner.TrialSpec` objects and calls
+Every executor receives :class:`harness.runner.PlannedTrial` objects and calls
 ``on_done(trial_spec, result)`` **in the parent process** as each trial ends, in completion
 order; the caller stores the result at once (:meth:`harness.store.RunStore.write_trial`).
 A trial crosses a process boundary as the importable function :func:`harness.train.run_trial`
@@ -27,7 +27,6 @@ reductions, so it is part of each trial's spec and recorded in each row.
 from __future__ import annotations
 
 import contextlib
-import math
 import multiprocessing
 import os
 import signal
@@ -37,7 +36,9 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Callable, Iterable
 
-from .errors import HarnessError
+from .errors import HarnessError, failure_reason
+from .progress import TrialBars
+from .trial import TrialResult, TrialSpec
 
 #: ``--executor`` choices: ``local`` (this process, or a process pool with ``--jobs N``) and ``ray``.
 EXECUTORS = ("local", "ray")
@@ -78,52 +79,9 @@ def threads_per_trial(jobs: int, threads: int | None = None, cores: int | None =
 
 def failed_result(spec: dict, reason: str) -> dict:
     """The stored result of a trial that produced nothing (its worker died, Ray lost it):
-    a row with the spec's identity, status ``failed`` and ``reason``; an empty curve."""
-    slots = dict(spec.get("slots") or {})
-    row = {"variant": spec["variant"], **{f"slot_{k}": v for k, v in sorted(slots.items())},
-           "seed": spec["seed"], "device": spec.get("device", ""), "dtype": spec.get("dtype", "fp32"),
-           "threads": spec.get("threads"), "point": spec.get("point", ""), "status": "failed",
-           "reason": reason, "wall_s": math.nan}
-    return {"row": row, "curve": []}
-
-
-class TrialBars:
-    """One tqdm bar per running trial (steps, with the latest loss), below the run's bar.
-
-    Args:
-        enabled: False makes every method a no-op (``--quiet`` or stderr not a terminal).
-    """
-
-    def __init__(self, enabled: bool):
-        self.enabled = enabled
-        self._bars: dict[str, Any] = {}
-        self._free: list[int] = []
-
-    def update(self, ts, step: int, loss: float) -> None:
-        if not self.enabled:
-            return
-        bar = self._bars.get(ts.key)
-        if bar is None:
-            from .runner import progress_bar
-
-            position = self._free.pop(0) if self._free else len(self._bars) + 1
-            bar = progress_bar(ts.spec["config"]["train"]["steps"], f"{ts.spec['variant']} s{ts.spec['seed']}",
-                               quiet=False, leave=False, position=position)
-            bar.harness_position = position
-            self._bars[ts.key] = bar
-        bar.update(step - bar.n)
-        bar.set_postfix(loss=f"{loss:.3f}", refresh=False)
-
-    def close(self, key: str) -> None:
-        bar = self._bars.pop(key, None)
-        if bar is not None:
-            self._free.append(bar.harness_position)
-            self._free.sort()
-            bar.close()
-
-    def close_all(self) -> None:
-        for key in list(self._bars):
-            self.close(key)
+    :meth:`harness.trial.TrialResult.failed` as a dict (status ``failed``, ``reason``, an empty
+    curve)."""
+    return TrialResult.failed(TrialSpec.from_dict(spec), reason).to_dict()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -280,8 +238,7 @@ def _pool_round(todo: list, jobs: int, threads: int, on_done: OnDone, bars: Tria
                     lost.append(fut)
                     continue
                 bars.close(ts.key)
-                result = fut.result() if exc is None else failed_result(
-                    ts.spec, f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}")
+                result = fut.result() if exc is None else failed_result(ts.spec, failure_reason(exc))
                 on_done(ts, result)
     except BaseException:
         _terminate(pool)
@@ -302,7 +259,7 @@ def run_process_pool(specs: Iterable, jobs: int, on_done: OnDone, threads: int |
     """Run ``specs`` in ``jobs`` worker processes (``--jobs N``).
 
     Args:
-        specs: :class:`harness.runner.TrialSpec` objects; their ``spec["threads"]`` should equal
+        specs: :class:`harness.runner.PlannedTrial` objects; their ``spec["threads"]`` should equal
             ``threads`` (the worker pins it either way).
         jobs: worker processes (>= 1).
         on_done: called in this process with ``(trial_spec, result)`` as each trial ends.
@@ -409,10 +366,11 @@ def _runtime_env(address: str, plugin_modules: list[str]) -> dict:
         import importlib
 
         import harness
-        import variants
 
-        mods = [harness, variants]
-        for name in plugin_modules:
+        from .plugins import BUILTIN_MODULES
+
+        mods = [harness]
+        for name in [*BUILTIN_MODULES, *plugin_modules]:  # the built-in plugins' packages, as any plugin's
             top = importlib.import_module(name.split(".")[0])
             if top not in mods:
                 mods.append(top)
@@ -448,7 +406,7 @@ def ray_session(address: str | None = None, plugin_modules: list[str] | None = N
         try:
             ray.init(**kwargs)
         except Exception as exc:  # noqa: BLE001 - Ray raises many types for a bad address
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            first = failure_reason(exc, limit=10_000).removeprefix(f"{type(exc).__name__}: ")
             raise HarnessError(f"cannot start or reach the Ray cluster at {address!r}: {first} "
                                f"(check --address / RAY_ADDRESS, or leave both unset for a local cluster)") from exc
         started = True
@@ -468,7 +426,7 @@ def run_ray(specs: Iterable, on_done: OnDone, address: str | None = None, cpus_p
     """Run ``specs`` as Ray tasks (``--executor ray``), storing each as it ends.
 
     Args:
-        specs: :class:`harness.runner.TrialSpec` objects (``spec["threads"]`` = ``cpus_per_trial``).
+        specs: :class:`harness.runner.PlannedTrial` objects (``spec["threads"]`` = ``cpus_per_trial``).
         on_done: called in this process with ``(trial_spec, result)`` as each trial ends.
         address: cluster address (``ray://host:10001`` or ``host:6379``); default
             ``RAY_ADDRESS`` or a new local cluster (see :func:`ray_address`). Ignored when Ray is
@@ -499,8 +457,7 @@ def run_ray(specs: Iterable, on_done: OnDone, address: str | None = None, cpus_p
                     try:
                         result = ray.get(ref)
                     except ray.exceptions.RayError as exc:  # the task or its worker died
-                        first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
-                        result = failed_result(ts.spec, f"ray: {type(exc).__name__}: {first}")
+                        result = failed_result(ts.spec, f"ray: {failure_reason(exc)}")
                     on_done(ts, result)
         except BaseException:
             for ref in pending:

@@ -3,14 +3,15 @@ store each result the moment it finishes."""
 from __future__ import annotations
 
 import dataclasses
-import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from .config import RunConfig
+from .progress import TrialBars, progress_bar  # noqa: F401 - progress_bar re-exported
 from .registry import Variant
-from .store import RunStore, trial_key
+from .store import RunStore
+from .trial import TrialSpec as TrialRecord
 
 
 #: Largest ``--jobs`` (worker processes) and ``--threads`` (threads per trial) accepted.
@@ -60,36 +61,39 @@ class Plan:
 
 
 @dataclass
-class TrialSpec:
-    """One trial as plain data (see :func:`harness.train.run_trial`)."""
+class PlannedTrial:
+    """One trial of a run's plan: its store key and its spec as the plain dict that crosses
+    process boundaries and is stored in ``config.json`` (``harness.trial.TrialSpec.to_dict()``;
+    :attr:`trial` gives it typed)."""
 
     key: str
     spec: dict[str, Any]
 
+    @property
+    def trial(self) -> TrialRecord:
+        """The spec as a :class:`harness.trial.TrialSpec`."""
+        return TrialRecord.from_dict(self.spec)
+
+
+#: :class:`PlannedTrial`'s name in earlier versions, kept for ``harness.commands.run``; not
+#: :class:`harness.trial.TrialSpec` (the typed spec itself).
+TrialSpec = PlannedTrial
+
 
 def make_specs(variants: Iterable[Variant], seeds: Iterable[int], cfg: RunConfig, device: str,
                dtype: str, plugins: dict, points: list[tuple[str, RunConfig]] | None = None,
-               threads: int | None = None) -> list[TrialSpec]:
-    """Trial specs in execution order: seed-major, so an interrupted run has every variant
+               threads: int | None = None) -> list[PlannedTrial]:
+    """Planned trials in execution order: seed-major, so an interrupted run has every variant
     at the first seeds rather than every seed of the first variants."""
     points = points or [("", cfg)]
     out = []
     for seed in seeds:
         for point, pcfg in points:
             for v in variants:
-                spec = {"variant": v.name, "slots": dict(v.slots), "config": pcfg.to_dict(), "seed": seed,
-                        "device": device, "dtype": dtype, "plugins": plugins, "threads": threads,
-                        "point": point}
-                out.append(TrialSpec(trial_key(v.name, seed, point), spec))
+                spec = TrialRecord(v.name, seed, pcfg.to_dict(), slots=dict(v.slots), device=device, dtype=dtype,
+                                   plugins=plugins, threads=threads, point=point)
+                out.append(PlannedTrial(spec.key, spec.to_dict()))
     return out
-
-
-def progress_bar(total: int, desc: str, quiet: bool, leave: bool = True, position: int = 0):
-    """A tqdm bar, silent when ``quiet`` or when stderr is not a terminal."""
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc=desc, leave=leave, position=position, dynamic_ncols=True,
-                disable=quiet or not sys.stderr.isatty(), file=sys.stderr)
 
 
 @dataclass
@@ -170,12 +174,12 @@ class ExecutionOptions:
         return {"executor": self.executor, "jobs": self.jobs, "threads": self.threads, "address": self.address}
 
 
-def with_threads(specs: Iterable[TrialSpec], threads: int) -> list[TrialSpec]:
+def with_threads(specs: Iterable[PlannedTrial], threads: int) -> list[PlannedTrial]:
     """Copies of ``specs`` whose ``spec["threads"]`` is ``threads``."""
-    return [TrialSpec(ts.key, {**ts.spec, "threads": threads}) for ts in specs]
+    return [PlannedTrial(ts.key, {**ts.spec, "threads": threads}) for ts in specs]
 
 
-def execute(specs: list[TrialSpec], store: RunStore, options: ExecutionOptions | None = None,
+def execute(specs: list[PlannedTrial], store: RunStore, options: ExecutionOptions | None = None,
             quiet: bool = False, log: Callable[[str], None] | None = None) -> list[dict]:
     """Run ``specs`` with the chosen executor (:mod:`harness.executors`) and store each trial
     the moment it ends (:meth:`RunStore.write_trial`, atomic). Returns the results in
@@ -195,10 +199,10 @@ def execute(specs: list[TrialSpec], store: RunStore, options: ExecutionOptions |
     specs = with_threads(specs, options.trial_threads())
     results: list[dict] = []
     outer = progress_bar(len(specs), "trials", quiet)
-    bars = executors.TrialBars(enabled=not outer.disable)
+    bars = TrialBars(enabled=not outer.disable)
     started = time.perf_counter()
 
-    def on_done(ts: TrialSpec, result: dict) -> None:
+    def on_done(ts: PlannedTrial, result: dict) -> None:
         result["row"].setdefault("point", ts.spec.get("point", ""))
         path = store.write_trial(ts.key, result)
         results.append(result)
@@ -231,10 +235,3 @@ def trial_line(row: dict, path, n: int, total: int, elapsed_s: float) -> str:
     point = f" [{row['point']}]" if row.get("point") else ""
     return (f"[{n}/{total} {elapsed_s:.0f} s] {row['variant']}{point} seed {row['seed']}: {row['status']}"
             f"{em_s}{wall_s}{reason} -> stored in {path}")
-
-
-def execute_sequential(specs: list[TrialSpec], store: RunStore, quiet: bool = False,
-                       log: Callable[[str], None] | None = None) -> list[dict]:
-    """Run trials one after the other in this process, storing each as soon as it ends
-    (:func:`execute` with the default options, kept for callers of the first version)."""
-    return execute(specs, store, ExecutionOptions(threads=None), quiet=quiet, log=log)

@@ -38,10 +38,13 @@ import os
 import re
 import tempfile
 import warnings
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
 from .errors import HarnessWarning, StoreError
+from .trial import (CorruptTrialError, canonical_json, read_trial_file, trial_checksum,  # noqa: F401 - re-exported
+                    trial_key)
 
 
 _UMASK = os.umask(0o022)
@@ -105,12 +108,6 @@ def config_hash(payload: Any) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
-def trial_key(variant: str, seed: int, point: str = "") -> str:
-    """File-system-safe key of one trial: ``<variant>[__<sweep point>]__s<seed>``."""
-    raw = f"{variant}__{point}__s{seed}" if point else f"{variant}__s{seed}"
-    return re.sub(r"[^A-Za-z0-9_.=+-]", "_", raw)
-
-
 class RunStore:
     """One run's folder. Create with :meth:`create`, reopen with :meth:`open`."""
 
@@ -122,8 +119,9 @@ class RunStore:
         return self.root / "trials"
 
     @classmethod
-    def create(cls, results_dir: str | Path, meta: dict, run_id: str | None = None) -> "RunStore":
-        """Make ``results_dir/<run-id>/`` and write ``config.json``.
+    def create(cls, results_dir: str | Path, meta: "dict | RunMeta", run_id: str | None = None) -> "RunStore":
+        """Make ``results_dir/<run-id>/`` and write ``config.json`` (``meta``: a :class:`RunMeta`
+        or its dict; ``run_id`` is added).
 
         An explicit ``run_id`` must be a valid name (:func:`check_name`) and must not exist yet;
         without one the folder is named by the time, with ``-2``, ``-3`` ... appended when that
@@ -135,6 +133,8 @@ class RunStore:
                 or a finished or killed run); the results directory cannot be created or written.
         """
         results_dir = Path(results_dir)
+        if isinstance(meta, RunMeta):
+            meta = meta.to_dict()
         explicit = run_id is not None
         if explicit:
             check_name(run_id)
@@ -219,7 +219,11 @@ class RunStore:
         """True while another process holds the run's lock (is writing it)."""
         return _lock_held(self.root)
 
-    def write_meta(self, meta: dict) -> None:
+    def write_meta(self, meta: "dict | RunMeta") -> None:
+        """Rewrite ``config.json`` atomically with ``meta`` (a :class:`RunMeta` or its dict); the
+        store is the only writer of run metadata."""
+        if isinstance(meta, RunMeta):
+            meta = meta.to_dict()
         atomic_write_text(self.root / "config.json", json.dumps(meta, indent=2, default=str))
 
     @property
@@ -229,7 +233,7 @@ class RunStore:
     def write_trial(self, key: str, result: dict) -> Path:
         """Store one finished trial atomically, with its checksum; returns its path."""
         path = self.trials_dir / f"{key}.json"
-        payload = json.loads(_canonical(result))  # plain JSON types (tensors -> numbers)
+        payload = json.loads(canonical_json(result))  # plain JSON types (tensors -> numbers)
         payload.pop("checksum", None)
         payload.pop("key", None)
         payload["checksum"] = trial_checksum(payload)
@@ -312,13 +316,84 @@ class RunStore:
                 out.append(result)
         return out
 
-    def write_tables(self) -> tuple[Path, Path]:
-        """Render ``trials.csv`` and ``curves.csv`` from the stored trials (atomically)."""
-        trials_text, curves_text = tables_text(self.load_trials())
+    def write_tables(self, trials: list[dict] | None = None) -> tuple[Path, Path]:
+        """Render ``trials.csv`` and ``curves.csv`` from the stored trials (atomically); pass
+        ``trials`` (as :meth:`load_trials` returns them, e.g. :attr:`Run.trials`) when they are
+        read already."""
+        trials_text, curves_text = tables_text(self.load_trials() if trials is None else trials)
         trials_csv, curves_csv = self.root / "trials.csv", self.root / "curves.csv"
         atomic_write_text(trials_csv, trials_text)
         atomic_write_text(curves_csv, curves_text)
         return trials_csv, curves_csv
+
+
+@dataclass
+class RunMeta:
+    """A run's ``config.json`` (written only through :class:`RunStore`): the fields every kind
+    of run records, then ``extra``, the kind's own keys in their order (a training run's
+    ``trials``, ``config_hash``, ``execution`` ...; a bench's ``dtypes``, ``steps`` ...).
+
+    ``kind``: ``train`` (no ``kind`` key on disk, as before), ``bench``, ``profile``, ``check`` or
+    an experiment's measurement kind; ``config``: ``RunConfig.to_dict()``; ``environment``:
+    :func:`harness.env.environment`; ``seeds``, ``dtype``, ``plugins``: None when not recorded.
+    """
+
+    kind: str
+    command: str
+    preset: str
+    config: dict[str, Any]
+    variants: list[str]
+    device: str
+    environment: dict[str, Any]
+    seeds: list[int] | None = None
+    dtype: str | None = None
+    plugins: dict[str, Any] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    _FIELDS = ("command", "preset", "config", "variants", "seeds", "device", "dtype", "plugins", "environment")
+
+    def to_dict(self) -> dict[str, Any]:
+        """``kind`` (unless ``train``), the fields that are set, then ``extra``."""
+        out: dict[str, Any] = {} if self.kind == "train" else {"kind": self.kind}
+        out.update({k: getattr(self, k) for k in self._FIELDS if getattr(self, k) is not None})
+        return {**out, **self.extra}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "RunMeta":
+        """From a ``config.json`` object (missing fields: empty)."""
+        return cls(kind=str(d.get("kind") or "train"), command=str(d.get("command", "")),
+                   preset=str(d.get("preset") or ""), config=d.get("config") or {},
+                   variants=list(d.get("variants") or []), device=str(d.get("device", "")),
+                   environment=d.get("environment") or {}, seeds=d.get("seeds"), dtype=d.get("dtype"),
+                   plugins=d.get("plugins"),
+                   extra={k: v for k, v in d.items() if k != "kind" and k not in cls._FIELDS})
+
+
+@dataclass
+class Run:
+    """One stored run read once (:func:`load_run`): ``meta`` (``config.json``; typed:
+    ``RunMeta.from_dict(meta)``) and ``trials``, every valid trial sorted by key as
+    :meth:`RunStore.load_trials` returns them (typed: ``harness.trial.TrialResult.from_dict``)."""
+
+    store: RunStore
+    meta: dict[str, Any]
+    trials: list[dict[str, Any]]
+
+    @property
+    def root(self) -> Path:
+        return self.store.root
+
+
+def load_run(run_dir: str | Path, quarantine: bool = True) -> Run:
+    """Open the run at ``run_dir`` and read its ``config.json`` and every trial file once (a
+    corrupt or foreign one is quarantined with a warning and left out, see
+    :meth:`RunStore.read_trial`).
+
+    Raises:
+        StoreError: no run at ``run_dir``, or an unreadable ``config.json``.
+    """
+    store = RunStore.open(run_dir)
+    return Run(store, store.meta(), store.load_trials(quarantine=quarantine))
 
 
 def tables_text(trials: list[dict]) -> tuple[str, str]:
@@ -330,84 +405,6 @@ def tables_text(trials: list[dict]) -> tuple[str, str]:
     curves = [{"variant": t["row"]["variant"], "seed": t["row"]["seed"], "point": t["row"].get("point", ""),
                **c} for t in trials for c in t.get("curve", []) if isinstance(c, dict)]
     return pd.DataFrame(rows).to_csv(index=False), pd.DataFrame(curves).to_csv(index=False)
-
-
-def _json_default(o):
-    if hasattr(o, "item"):
-        return o.item()
-    return str(o)
-
-
-def _canonical(payload: Any) -> str:
-    return json.dumps(payload, sort_keys=True, separators=(",", ":"), default=_json_default)
-
-
-def trial_checksum(payload: dict) -> str:
-    """``sha256:<hex>`` of a trial's content (every key but ``checksum`` and ``key``), computed
-    over its canonical JSON (sorted keys, no spaces), so reading and re-serialising gives the
-    same digest."""
-    body = {k: v for k, v in payload.items() if k not in ("checksum", "key")}
-    return "sha256:" + hashlib.sha256(_canonical(body).encode()).hexdigest()
-
-
-class CorruptTrialError(StoreError):
-    """A trial file that cannot be used: unreadable, not JSON, foreign, or changed after it
-    was written. ``reason`` says which, in a few words."""
-
-    def __init__(self, path: Path, reason: str):
-        super().__init__(f"{path}: {reason}")
-        self.path, self.reason = path, reason
-
-
-def read_trial_file(path: str | Path) -> dict:
-    """Read and check one ``trials/<key>.json``; returns its content.
-
-    Checks: UTF-8 JSON object; ``row`` an object with ``variant`` (str), ``seed`` (int) and
-    ``status`` (str); ``curve`` (when present) a list of objects; the file name is the row's trial key
-    (:func:`trial_key`); ``checksum`` (when present, i.e. written by this version) matches.
-
-    Raises:
-        CorruptTrialError: naming the first check that failed.
-    """
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise CorruptTrialError(path, f"cannot be read ({exc.strerror or exc})") from exc
-    except UnicodeDecodeError as exc:
-        raise CorruptTrialError(path, f"is not UTF-8 text (byte {exc.start}); not a trial file") from exc
-    if not text.strip():
-        raise CorruptTrialError(path, "is empty (a truncated trial file)")
-    try:
-        data = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as exc:
-        raise CorruptTrialError(path, f"is not valid JSON ({str(exc)[:120]}); a truncated or damaged trial file") \
-            from exc
-    if not isinstance(data, dict):
-        raise CorruptTrialError(path, f"holds a JSON {type(data).__name__}, not a trial object (foreign file)")
-    row = data.get("row")
-    if not isinstance(row, dict):
-        raise CorruptTrialError(path, "has no 'row' object; not a trial file (foreign file)")
-    for name, kind in (("variant", str), ("seed", int), ("status", str)):
-        value = row.get(name)
-        if not isinstance(value, kind) or isinstance(value, bool):
-            raise CorruptTrialError(path, f"row.{name} should be {kind.__name__}, got {value!r}; "
-                                          f"not a trial file (foreign file)")
-    curve = data.get("curve", [])
-    if not isinstance(curve, list) or not all(isinstance(c, dict) for c in curve):
-        raise CorruptTrialError(path, "its 'curve' is not a list of objects; not a trial file (foreign file)")
-    point = row.get("point") or ""
-    key = trial_key(row["variant"], row["seed"], point if isinstance(point, str) else str(point))
-    if path.stem != key:
-        raise CorruptTrialError(path, f"holds trial {key!r}, not {path.stem!r} (renamed or copied from "
-                                      f"another trial)")
-    stored = data.get("checksum")
-    if stored is not None:
-        actual = trial_checksum(data)
-        if stored != actual:
-            raise CorruptTrialError(path, f"checksum mismatch (stored {str(stored)[:20]}..., content "
-                                          f"{actual[:20]}...): changed after it was written")
-    return data
 
 
 def _lock_held(root: Path) -> bool:

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from harness import bench as B
+from harness.commands.bench import render_markdown
 from harness.config import get_preset
 from harness.model import build_model
 from harness.tasks.copy import make_batch
@@ -106,7 +107,7 @@ def test_run_bench_rows(registry, dtypes):
         assert math.isnan(r["peak_rss_mb"])  # memory=False
     assert set(info["peak_gflop_per_s"]) == {"fp32", *dtypes}
     assert sum("round" in line for line in lines) == 3
-    md = B.render_markdown(rows, info, {"command": "python -m harness bench", "preset": "tiny",
+    md = render_markdown(rows, info, {"command": "python -m harness bench", "preset": "tiny",
                                         "config": cfg.to_dict(), "steps": 2, "warmup_steps": 1,
                                         "environment": {"torch": torch.__version__}})
     assert "x nn.Transformer fp32" in md and "MFU" in md

@@ -3,6 +3,7 @@ train step, the optimizer, process settings, per-trial peak memory and time-to-s
 from __future__ import annotations
 
 import math
+import os
 import types
 
 import pytest
@@ -10,8 +11,10 @@ import torch
 
 from harness import train as T
 from harness.config import get_preset
+from harness.env import autocast
 from harness.model import build_model
 from harness.probes import integrity_reasons
+from harness.tasks.base import Task
 from harness.tasks.copy import END, PAD, eval_set, exact_match, greedy_decode, make_batch
 
 from .conftest import builtin_variant_names
@@ -162,7 +165,7 @@ def test_bf16_autocast_runs_matmuls_in_bf16_and_the_loss_in_fp32(registry, name)
     hooks = [m.register_forward_hook(lambda mod, inp, out: seen.append(out.dtype))
              for m in model.modules() if isinstance(m, torch.nn.Linear)]
     batch = make_batch(cfg.train.task, 8, cfg.train.seq_len, cfg.model.vocab, torch.Generator().manual_seed(0))
-    with T._autocast(torch.device("cpu"), "bf16"):
+    with autocast(torch.device("cpu"), "bf16"):
         logits = model(batch.src, batch.tgt)
     for h in hooks:
         h.remove()
@@ -196,7 +199,7 @@ def test_trial_settings(restore_settings):
     assert "flush_denormal" in env["trial_settings"] and env["cpu_capability"]
 
 
-@pytest.mark.skipif(not T.os.path.exists("/proc/self/clear_refs"), reason="needs Linux /proc")
+@pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"), reason="needs Linux /proc")
 def test_peak_memory_window_resets():
     cpu = torch.device("cpu")
     T.reset_peak_mem(cpu)
@@ -228,7 +231,7 @@ def test_time_to_solve_counts_training_time_only(registry, monkeypatch):
         return {"heldout_ce": 0.1, "heldout_token_acc": 1.0, "exact_match": 1.0 if len(evals) >= 2 else 0.5}
 
     monkeypatch.setattr(T, "train_step", step)
-    monkeypatch.setattr(T, "evaluate", evaluate)
+    monkeypatch.setattr(Task, "evaluate", evaluate)  # the scoring train() calls: the task's
     model = build_model(registry, registry.variants["baseline"], cfg.model, seed=0)
     metrics, curve = T.train(model, cfg, seed=0, device=torch.device("cpu"))
     assert metrics["steps_to_solve"] == 6 and metrics["time_to_solve_s"] == 6.0

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import sys
 
+from pathlib import Path
+
 from ..config import PRESET_NOTES
 from .common import add_output, add_selection, add_task
 
@@ -46,11 +48,60 @@ def register(sub, parents):
     p.set_defaults(func=main)
 
 
+def render_markdown(rows: list[dict], info: dict, meta: dict) -> str:
+    """``bench.md``: command, environment, config, machine peaks, table, summary, notes."""
+    import json
+
+    from ..bench import PROBE_STEPS, REFERENCE, summary_lines, table_frame
+
+    env = meta["environment"]
+    lines = [f"# Speed benchmark ({meta['preset'] or 'custom'} config)", "", "```", meta["command"], "```", "",
+             "## Environment", ""]
+    lines += [f"- {k}: {v}" for k, v in env.items() if v is not None]
+    lines += ["", "## Config", "", "```json"] + [f'"{k}": {json.dumps(v)}' for k, v in meta["config"].items()]
+    lines += ["```", "",
+              f"Timed steps per contender: {meta['steps']} after {meta['warmup_steps']} warm-up steps, interleaved "
+              f"round-robin (order rotated each round); label tokens per step: {info['tokens_per_step']}; "
+              f"bench wall time {info['bench_s']:.0f} s.", "",
+              "## Machine matmul throughput (same command)", ""]
+    lines += [f"- {d}: {g:,.0f} GFLOP/s (median of {meta['steps']} ({info['peak_n']} x {info['peak_n']}) "
+              f"@ ({info['peak_n']} x {info['peak_n']}) matmuls, one per round)"
+              for d, g in info["peak_gflop_per_s"].items()]
+    lines += ["", "## Results", "", table_frame(rows).to_markdown(index=False, tablefmt="github"), "",
+              "## Summary", ""]
+    lines += [f"- {s}" for s in summary_lines(rows)]
+    lines += ["", "## How to read this", "",
+              f"- `x {REFERENCE} fp32`: tokens/s divided by {REFERENCE}'s float32 tokens/s in this run.",
+              "- tokens/s: label tokens per step / median step time; step = forward + float32 loss, backward, "
+              "gradient norm, Adam (fused) and schedule, exactly the step of `harness run`.",
+              "- GFLOP/step: counted by `torch.utils.flop_counter.FlopCounterMode` over forward + backward "
+              "(matmuls and attention only). MFU = GFLOP/step / median step time / the matmul throughput above "
+              "in the same dtype.",
+              "- peak RSS: a fresh process that builds the contender and trains it for "
+              f"{PROBE_STEPS} steps (interpreter and torch included).",
+              f"- {REFERENCE}: `torch.nn.Transformer` (batch_first, post-norm, bool masks) with the harness's "
+              "embeddings, PE and generator, same sizes; `seed_000` is the Annotated Transformer's architecture "
+              "assembled by the harness."]
+    return "\n".join(lines) + "\n"
+
+
+def write_outputs(store_root: Path, rows: list[dict], info: dict, meta: dict) -> tuple[Path, Path]:
+    """Write ``bench.csv`` and ``bench.md`` atomically under ``store_root``."""
+    import pandas as pd
+
+    from ..store import atomic_write_text
+
+    csv_path, md_path = Path(store_root) / "bench.csv", Path(store_root) / "bench.md"
+    atomic_write_text(csv_path, pd.DataFrame(rows).to_csv(index=False))
+    atomic_write_text(md_path, render_markdown(rows, info, meta))
+    return csv_path, md_path
+
+
 def main(args) -> int:
-    from ..bench import BenchError, bench_meta, run_bench, summary_lines, table_frame, write_outputs
+    from ..bench import BenchError, bench_meta, run_bench, summary_lines, table_frame
     from ..cli import plugin_spec
+    from ..env import resolve_device, trial_settings
     from ..store import RunStore
-    from ..train import resolve_device, trial_settings
     from .common import check_task, command_line, load_registry, output_run_id, resolve_config, select_variants
 
     if args.steps < 1 or args.warmup_steps < 0:
@@ -72,9 +123,9 @@ def main(args) -> int:
             f"{args.warmup_steps} warm-up + {args.steps} timed steps each, on {device.type}")
     rows, info = run_bench(variants, cfg, device, dtypes, args.steps, args.warmup_steps, reg, plugins,
                            memory=args.memory, log=log)
-    meta.update({"peak_gflop_per_s": info["peak_gflop_per_s"], "bench_s": info["bench_s"]})
+    meta.extra.update({"peak_gflop_per_s": info["peak_gflop_per_s"], "bench_s": info["bench_s"]})
     store.write_meta(meta)
-    csv_path, md_path = write_outputs(store.root, rows, info, meta)
+    csv_path, md_path = write_outputs(store.root, rows, info, meta.to_dict())
     print(table_frame(rows).to_markdown(index=False, tablefmt="github"))
     print()
     for d, g in info["peak_gflop_per_s"].items():

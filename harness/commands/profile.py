@@ -70,8 +70,8 @@ def main(args) -> int:
     from ..cli import plugin_spec
     from ..overhead import profile_rows, profile_trial, verdict
     from ..runner import make_specs
-    from ..store import RunStore, atomic_write_text
-    from ..train import environment, resolve_device
+    from ..env import environment, resolve_device
+    from ..store import RunMeta, RunStore, atomic_write_text
     from .common import command_line, load_registry, output_run_id, resolve_config, select_variants
 
     reg = load_registry(args)
@@ -81,10 +81,9 @@ def main(args) -> int:
     plugins = plugin_spec(args).to_dict()
     specs = make_specs(variants, [args.seed], cfg, device.type, args.dtype, plugins)
     command = command_line()
-    meta = {"kind": "profile", "command": command, "preset": args.preset, "config": cfg.to_dict(),
-            "variants": [v.name for v in variants], "seeds": [args.seed], "device": device.type,
-            "dtype": args.dtype, "plugins": plugins,
-            "environment": environment(device, trial_settings_applied=True)}  # the profiled trials apply them
+    meta = RunMeta("profile", command, args.preset, cfg.to_dict(), [v.name for v in variants], device.type,
+                   environment(device, trial_settings_applied=True),  # the profiled trials apply them
+                   seeds=[args.seed], dtype=args.dtype, plugins=plugins).to_dict()
     store = RunStore.create(args.results_dir, meta, output_run_id(args, "profile"))
     log = None if args.quiet else (lambda line: print(f"profile: {line}", file=sys.stderr, flush=True))
     rows, lines = [], []

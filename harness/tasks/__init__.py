@@ -20,7 +20,7 @@ def get_task(name: str, registry=None) -> Task:
         UnknownNameError: no task of that name (with close matches).
     """
     if registry is None:
-        from ..train import _registry
+        from ..trial import registry_for as _registry
 
         registry = _registry(None)
     return registry.task(name)

@@ -1,0 +1,189 @@
+"""The process a trial or a measurement runs in: devices, threads, the process-wide settings
+every trial applies, peak memory, and the environment block every report starts with.
+
+Process-wide settings every trial (and ``harness bench``) applies, see :func:`trial_settings`:
+deterministic algorithms, denormals flushed to zero on CPU, no NaN-filling of fresh memory.
+The environment block (:func:`environment`) records them with the versions, threads and CPU
+features that can move results (Bouthillier et al. 2021).
+"""
+from __future__ import annotations
+
+import os
+import platform
+import re
+import resource
+from typing import Any
+
+import torch
+
+from .errors import DeviceError
+
+#: What :func:`trial_settings` sets, as reported in :func:`environment`.
+TRIAL_SETTINGS = {
+    "deterministic_algorithms": "on (warn_only)",
+    "flush_denormal": "on (CPU: subnormal floats read and written as 0)",
+    "fill_uninitialized_memory": "off",
+    "optimizer": "Adam fused=True where supported, else foreach=True",
+}
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` -> cuda when available else cpu. Raises DeviceError for unavailable cuda."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise DeviceError("--device cuda requested but CUDA is not available here (use --device cpu or auto)")
+    if name not in ("cpu",) and not name.startswith("cuda"):
+        raise DeviceError(f"unknown device {name!r} (use auto, cpu or cuda)")
+    return torch.device(name)
+
+
+def trial_settings() -> None:
+    """Apply the process-wide settings of :data:`TRIAL_SETTINGS` (idempotent, cheap).
+
+    * ``torch.use_deterministic_algorithms(True, warn_only=True)``.
+    * ``torch.utils.deterministic.fill_uninitialized_memory = False``: deterministic mode
+      otherwise NaN-fills every new tensor (a debugging aid that costs a memory pass per
+      allocation, about 2 % of a step); correct code never reads uninitialised memory.
+    * ``torch.set_flush_denormal(True)`` (CPU): subnormal floats (|x| < 1.2e-38) are treated
+      as 0. Adam's second moment of tiny bf16-autocast gradients turns subnormal, and x86
+      handles subnormals in microcode: the optimizer step was 2-4x slower without it.
+      Values that small are far below Adam's eps = 1e-9 and never change an update.
+    """
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    import torch.utils.deterministic as _det
+
+    _det.fill_uninitialized_memory = False
+    torch.set_flush_denormal(True)
+
+
+def pin_threads(threads: int | None) -> int:
+    """Pin ``torch.set_num_threads(threads)`` when ``threads`` is given (results are bitwise
+    reproducible for the same seed, config, device and threads); returns the intra-op threads
+    this process now uses."""
+    if threads:
+        torch.set_num_threads(int(threads))
+    return torch.get_num_threads()
+
+
+def deterministic_cuda() -> None:
+    """Make cuBLAS deterministic in this process: a fixed workspace
+    (``CUBLAS_WORKSPACE_CONFIG=:4096:8``, read when its handle is created; an existing value is
+    kept)."""
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+
+
+def trial_device(name: str) -> torch.device:
+    """:func:`resolve_device` for a trial, with ``cudnn.benchmark`` off on CUDA (its autotuner
+    picks kernels by timing, so two runs could compute differently).
+
+    Raises:
+        DeviceError: as :func:`resolve_device`.
+    """
+    device = resolve_device(name)
+    if device.type == "cuda":
+        torch.backends.cudnn.benchmark = False
+    return device
+
+
+def autocast(device: torch.device, dtype: str):
+    """The forward pass's autocast context: ``torch.autocast(device.type, torch.bfloat16)``
+    for ``dtype="bf16"`` (matmuls in bfloat16, parameters and loss in float32), disabled
+    (a no-op) for ``"fp32"``."""
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=(dtype == "bf16"))
+
+
+def reset_peak_mem(device: torch.device) -> None:
+    """Start a new peak-memory window: CUDA ``reset_peak_memory_stats``; CPU (Linux) resets
+    the process's peak resident set size (``echo 5 > /proc/self/clear_refs``)."""
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        return
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+
+
+def peak_mem_mb(device: torch.device) -> float:
+    """Peak memory since :func:`reset_peak_mem`, in MiB (2^20 bytes; the ``_mb`` suffix is the
+    stored column's name, ``peak_mem_mb``).
+
+    CUDA: ``torch.cuda.max_memory_allocated`` (tensors only). CPU: the process's peak
+    resident set size (``VmHWM``; the Python interpreter and torch's libraries included,
+    about 300 MiB); where ``/proc`` is missing, ``ru_maxrss`` (the peak over the process's life).
+    """
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    try:
+        with open("/proc/self/status") as f:
+            m = re.search(r"^VmHWM:\s+(\d+)\s+kB", f.read(), re.M)
+        if m:
+            return int(m.group(1)) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def environment(device: torch.device | str = "cpu", trial_settings_applied: bool | None = None) -> dict[str, Any]:
+    """Versions, threads, CPU features and flags that can move results (Bouthillier et al. 2021).
+
+    ``trial_settings_applied``: whether the work this block describes runs under
+    :func:`trial_settings` (``run``'s trials do, in whatever process runs them); default:
+    whether this process has applied them. ``deterministic`` and ``trial_settings`` report it.
+    """
+    applied = torch.are_deterministic_algorithms_enabled() if trial_settings_applied is None \
+        else trial_settings_applied
+    import subprocess
+
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                cwd=os.path.dirname(__file__), timeout=5).stdout.strip() or "unknown"
+    except Exception:  # noqa: BLE001
+        commit = "unknown"
+    env = {
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpu": _cpu_model(),
+        "cpu_flags": " ".join(_cpu_flags()) or "unknown",
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "threads": torch.get_num_threads(),
+        "device": str(device),
+        "cuda": torch.version.cuda if torch.cuda.is_available() else None,
+        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "tf32_matmul": torch.backends.cuda.matmul.allow_tf32 if torch.cuda.is_available() else None,
+        "deterministic": applied,
+        "trial_settings": ("; ".join(f"{k}: {v}" for k, v in TRIAL_SETTINGS.items()) if applied
+                           else "not applied (torch defaults: deterministic algorithms off)"),
+        "git_commit": commit,
+    }
+    return env
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+#: CPU features that decide matmul speed (x86 ``/proc/cpuinfo`` names)
+_SPEED_FLAGS = ("fma", "avx2", "avx512f", "avx512_bf16", "avx512_fp16", "avx512_vnni", "amx_tile", "amx_bf16")
+
+
+def _cpu_flags() -> list[str]:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    have = set(line.split(":", 1)[1].split())
+                    return [fl for fl in _SPEED_FLAGS if fl in have]
+    except OSError:
+        pass
+    return []

@@ -1,0 +1,267 @@
+"""The trial protocol: what a trial takes (:class:`TrialSpec`) and what it returns
+(:class:`TrialResult`), as typed records that travel as plain JSON.
+
+A *trial* is one variant x one seed x one config on one device (:func:`harness.train.run_trial`
+runs it). Both records cross process boundaries (a process pool, a Ray cluster) and are stored
+(a spec in the run's ``config.json`` under ``trials``, a result as ``trials/<key>.json``), so
+each has ``to_dict`` / ``from_dict`` that produce and accept exactly the JSON of earlier
+versions: an old run still loads, resumes and verifies (its checksums are over this JSON).
+The trial file's key, checksum and checks (:func:`trial_key`, :func:`trial_checksum`,
+:func:`read_trial_file`) are here too; :mod:`harness.store` re-exports them.
+
+This module imports nothing heavy (no torch): the store and the executors' parent process use
+it without building a model. :func:`registry_for` gives a worker the registry of a spec's
+plugins, built once per process.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import StoreError
+
+def trial_key(variant: str, seed: int, point: str = "") -> str:
+    """File-system-safe key of one trial: ``<variant>[__<sweep point>]__s<seed>``."""
+    raw = f"{variant}__{point}__s{seed}" if point else f"{variant}__s{seed}"
+    return re.sub(r"[^A-Za-z0-9_.=+-]", "_", raw)
+
+
+#: Trial status of a trial that ran to its end (the others: ``diverged``, ``invalid``, ``failed``).
+OK = "ok"
+#: Trial status of a trial that raised, or whose worker died: its ``reason`` says why.
+FAILED = "failed"
+
+
+@dataclass
+class TrialSpec:
+    """One trial as data: what :func:`harness.train.run_trial` takes.
+
+    Attributes:
+        variant: the variant's name.
+        seed: the trial's seed (model initialisation, training batches, dropout).
+        config: ``RunConfig.to_dict()`` of the trial (its task: ``config["train"]["task"]``).
+        slots: ``{slot: component}`` of the variant as planned (unresolved defaults absent).
+        device: ``"auto"``, ``"cpu"`` or ``"cuda"`` (resolved in the process that runs it).
+        dtype: ``"fp32"`` or ``"bf16"`` (autocast).
+        plugins: ``PluginSpec.to_dict()`` (the worker loads the same plugins), or None.
+        threads: intra-op threads the trial pins (recorded in its row), or None (unchanged).
+        point: the sweep point's name (``""`` when nothing is swept).
+    """
+
+    variant: str
+    seed: int
+    config: dict[str, Any]
+    slots: dict[str, str] = field(default_factory=dict)
+    device: str = "auto"
+    dtype: str = "fp32"
+    plugins: dict[str, Any] | None = None
+    threads: int | None = None
+    point: str = ""
+
+    @property
+    def key(self) -> str:
+        """The trial's file-system-safe key (:func:`harness.store.trial_key`)."""
+        return trial_key(self.variant, self.seed, self.point)
+
+    @property
+    def task(self) -> str:
+        """The name of the task the trial trains on (``train.task``)."""
+        return str((self.config.get("train") or {}).get("task", "copy"))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The plain dict of earlier versions (key order included): ``{"variant", "slots",
+        "config", "seed", "device", "dtype", "plugins", "threads", "point"}``."""
+        return {"variant": self.variant, "slots": dict(self.slots), "config": self.config, "seed": self.seed,
+                "device": self.device, "dtype": self.dtype, "plugins": self.plugins, "threads": self.threads,
+                "point": self.point}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "TrialSpec":
+        """A spec from its dict; missing optional keys take the defaults above.
+
+        Raises:
+            KeyError: ``variant``, ``seed`` or ``config`` missing.
+        """
+        return cls(variant=d["variant"], seed=d["seed"], config=d["config"], slots=dict(d.get("slots") or {}),
+                   device=d.get("device", "auto"), dtype=d.get("dtype", "fp32"), plugins=d.get("plugins"),
+                   threads=d.get("threads"), point=d.get("point", ""))
+
+    def identity_row(self, device: str, threads: int | None) -> dict[str, Any]:
+        """The first columns of the trial's row: variant, its planned slots (``slot_<name>``,
+        sorted), seed, ``device``, dtype, ``threads`` and point."""
+        return {"variant": self.variant, **{f"slot_{k}": v for k, v in sorted(self.slots.items())},
+                "seed": self.seed, "device": device, "dtype": self.dtype, "threads": threads, "point": self.point}
+
+
+@dataclass
+class TrialResult:
+    """What a trial returns and what ``trials/<key>.json`` stores (with a checksum).
+
+    Attributes:
+        row: the metrics row (one row of ``trials.csv``): the spec's identity
+            (:meth:`TrialSpec.identity_row`), ``params``, the training and held-out metrics of
+            :func:`harness.train.train`, ``peak_mem_mb`` (MiB), ``wall_s`` and
+            ``overhead_share``, ``status`` and ``reason`` (and ``traceback`` when it raised).
+        curve: loss per step (``split: train``) and per evaluation (``split: heldout``).
+        phases: ``{phase: {"s": seconds, "calls": n}}`` of the trial's phase clock, or None
+            (a trial that produced nothing: its worker died).
+        extra: any other top-level keys of a stored result, kept as they were.
+    """
+
+    row: dict[str, Any]
+    curve: list[dict[str, Any]] = field(default_factory=list)
+    phases: dict[str, dict[str, float]] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def status(self) -> str:
+        """``ok``, ``diverged``, ``invalid`` or ``failed``."""
+        return self.row.get("status", "")
+
+    @property
+    def reason(self) -> str:
+        """Why the status is not ``ok`` (``""`` when it is)."""
+        return self.row.get("reason", "")
+
+    @property
+    def key(self) -> str:
+        """The trial's key, from its row (:func:`harness.store.trial_key`)."""
+        point = self.row.get("point") or ""
+        return trial_key(self.row["variant"], self.row["seed"], point if isinstance(point, str) else str(point))
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"row", "curve"[, "phases"], ...extra}``: the JSON of earlier versions (the store adds
+        the checksum)."""
+        out: dict[str, Any] = {"row": self.row, "curve": self.curve}
+        if self.phases is not None:
+            out["phases"] = self.phases
+        out.update(self.extra)
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "TrialResult":
+        """A result from its dict (as :func:`harness.train.run_trial` returns it or as
+        :meth:`harness.store.RunStore.load_trials` reads it; ``checksum`` and ``key`` are dropped)."""
+        extra = {k: v for k, v in d.items() if k not in ("row", "curve", "phases", "checksum", "key")}
+        return cls(row=d["row"], curve=list(d.get("curve") or []), phases=d.get("phases"), extra=extra)
+
+    @classmethod
+    def failed(cls, spec: TrialSpec, reason: str) -> "TrialResult":
+        """The result of a trial that produced nothing (its worker died, Ray lost it): the spec's
+        identity, status ``failed`` and ``reason``, ``wall_s`` NaN; an empty curve, no phases."""
+        row = {**spec.identity_row(spec.device, spec.threads), "status": FAILED, "reason": reason,
+               "wall_s": math.nan}
+        return cls(row=row)
+
+
+# ---------------------------------------------------------------------------------------------
+# the trial file: trials/<key>.json (written by harness.store.RunStore.write_trial)
+
+
+def _json_default(o):
+    if hasattr(o, "item"):
+        return o.item()
+    return str(o)
+
+
+def canonical_json(payload: Any) -> str:
+    """The canonical JSON of a trial's content: sorted keys, no spaces, tensors and numpy
+    scalars as numbers (``.item()``), anything else as ``str``."""
+    return json.dumps(payload, sort_keys=True, separators=(",", ":"), default=_json_default)
+
+
+def trial_checksum(payload: dict) -> str:
+    """``sha256:<hex>`` of a trial's content (every key but ``checksum`` and ``key``), computed
+    over its canonical JSON (sorted keys, no spaces), so reading and re-serialising gives the
+    same digest."""
+    body = {k: v for k, v in payload.items() if k not in ("checksum", "key")}
+    return "sha256:" + hashlib.sha256(canonical_json(body).encode()).hexdigest()
+
+
+class CorruptTrialError(StoreError):
+    """A trial file that cannot be used: unreadable, not JSON, foreign, or changed after it
+    was written. ``reason`` says which, in a few words."""
+
+    def __init__(self, path: Path, reason: str):
+        super().__init__(f"{path}: {reason}")
+        self.path, self.reason = path, reason
+
+
+def read_trial_file(path: str | Path) -> dict:
+    """Read and check one ``trials/<key>.json``; returns its content.
+
+    Checks: UTF-8 JSON object; ``row`` an object with ``variant`` (str), ``seed`` (int) and
+    ``status`` (str); ``curve`` (when present) a list of objects; the file name is the row's trial key
+    (:func:`trial_key`); ``checksum`` (when present, i.e. written by this version) matches.
+
+    Raises:
+        CorruptTrialError: naming the first check that failed.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise CorruptTrialError(path, f"cannot be read ({exc.strerror or exc})") from exc
+    except UnicodeDecodeError as exc:
+        raise CorruptTrialError(path, f"is not UTF-8 text (byte {exc.start}); not a trial file") from exc
+    if not text.strip():
+        raise CorruptTrialError(path, "is empty (a truncated trial file)")
+    try:
+        data = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise CorruptTrialError(path, f"is not valid JSON ({str(exc)[:120]}); a truncated or damaged trial file") \
+            from exc
+    if not isinstance(data, dict):
+        raise CorruptTrialError(path, f"holds a JSON {type(data).__name__}, not a trial object (foreign file)")
+    row = data.get("row")
+    if not isinstance(row, dict):
+        raise CorruptTrialError(path, "has no 'row' object; not a trial file (foreign file)")
+    for name, kind in (("variant", str), ("seed", int), ("status", str)):
+        value = row.get(name)
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise CorruptTrialError(path, f"row.{name} should be {kind.__name__}, got {value!r}; "
+                                          f"not a trial file (foreign file)")
+    curve = data.get("curve", [])
+    if not isinstance(curve, list) or not all(isinstance(c, dict) for c in curve):
+        raise CorruptTrialError(path, "its 'curve' is not a list of objects; not a trial file (foreign file)")
+    point = row.get("point") or ""
+    key = trial_key(row["variant"], row["seed"], point if isinstance(point, str) else str(point))
+    if path.stem != key:
+        raise CorruptTrialError(path, f"holds trial {key!r}, not {path.stem!r} (renamed or copied from "
+                                      f"another trial)")
+    stored = data.get("checksum")
+    if stored is not None:
+        actual = trial_checksum(data)
+        if stored != actual:
+            raise CorruptTrialError(path, f"checksum mismatch (stored {str(stored)[:20]}..., content "
+                                          f"{actual[:20]}...): changed after it was written")
+    return data
+
+
+_REGISTRIES: dict[str, Any] = {}
+
+
+def registry_for(plugins: dict[str, Any] | None):
+    """The :class:`harness.registry.Registry` of a spec's ``plugins`` (``PluginSpec.to_dict()``;
+    None: built-ins and installed entry points), built once per process and then shared: every
+    trial a worker runs reuses it.
+
+    Raises:
+        PluginError: as :meth:`harness.registry.Registry.from_plugins`.
+    """
+    from .plugins import PluginSpec
+    from .registry import Registry
+
+    key = json.dumps(plugins or {}, sort_keys=True)
+    if key not in _REGISTRIES:
+        _REGISTRIES[key] = Registry.from_plugins(PluginSpec.from_dict(plugins))
+    return _REGISTRIES[key]
+
+
+__all__ = ["TrialSpec", "TrialResult", "registry_for", "trial_key", "trial_checksum", "read_trial_file",
+           "CorruptTrialError", "canonical_json", "OK", "FAILED"]
