@@ -461,3 +461,14 @@ def fmt_int_or_inf(v: float) -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "—"
     return "∞" if math.isinf(v) else f"{v:.0f}"
+
+
+def curve_mean(steps: Sequence[float], values: Sequence[float]) -> float:
+    """Mean of a curve over the steps it spans: the trapezoidal area under ``values`` against
+    ``steps`` divided by ``steps[-1] - steps[0]`` (the held-out loss curve's "AUC" per step, in the
+    values' unit). nan with fewer than two points or a zero span. Lower for a loss: learned earlier.
+    """
+    x, y = np.asarray(steps, dtype=float), np.asarray(values, dtype=float)
+    if x.size < 2 or x[-1] == x[0]:
+        return float("nan")
+    return float(((y[1:] + y[:-1]) / 2 * np.diff(x)).sum() / (x[-1] - x[0]))

@@ -179,9 +179,7 @@ def heldout_auc(folder: Path) -> pd.DataFrame:
     c = c[c["split"] == "heldout"].sort_values(["variant", "seed", "step"])
     rows = []
     for (variant, seed), g in c.groupby(["variant", "seed"]):
-        x, y = g["step"].to_numpy(float), g["loss"].to_numpy(float)
-        span = x[-1] - x[0] if len(x) > 1 else 0.0
-        auc = float(((y[1:] + y[:-1]) / 2 * (x[1:] - x[:-1])).sum() / span) if span else float("nan")
+        auc = stats.curve_mean(g["step"], g["loss"])
         rows.append({"variant": variant, "seed": seed, "heldout_auc": auc})
     return pd.DataFrame(rows, columns=["variant", "seed", "heldout_auc"])
 

@@ -29,6 +29,7 @@ from typing import Any, Callable
 import torch
 from torch.autograd.profiler import record_function
 
+from . import stats
 from .config import RunConfig
 from .env import (TRIAL_SETTINGS, autocast, deterministic_cuda, environment, peak_mem_mb,  # noqa: F401 - re-exported
                   pin_threads, reset_peak_mem, resolve_device, trial_device, trial_settings)
@@ -294,6 +295,7 @@ class _Loop:
         if self.solved_step is None and final["exact_match"] >= SOLVED:
             self.solved_step, self.solved_s = step, train_s
         train_losses = [r["loss"] for r in self.curve if r["split"] == "train"]
+        held = [(r["step"], r["loss"]) for r in self.curve if r["split"] == "heldout"]
         nan = float("nan")
         return {
             "steps": step,
@@ -302,6 +304,7 @@ class _Loop:
             **final,
             "steps_to_solve": self.solved_step if self.solved_step is not None else nan,
             "time_to_solve_s": self.solved_s if self.solved_s is not None else nan,
+            "heldout_auc": stats.curve_mean([h[0] for h in held], [h[1] for h in held]),
             "train_s": train_s,
             "tokens_per_s": self.tokens / train_s if train_s > 0 else nan,
             "exact_match_method": EM_TEACHER_FORCED if self.causal else EM_GREEDY,

@@ -71,6 +71,7 @@ def aggregate(df: pd.DataFrame, baseline: str | None = None, metric: str = DEFAU
                 "step_ms": float(np.nanmedian(step_ms)) if step_ms.notna().any() else float("nan"),
                 "tokens_per_s": float(np.nanmedian(_num(ran, "tokens_per_s"))) if _num(ran, "tokens_per_s").notna().any() else float("nan"),
                 "early_loss": stats.mean_std(_num(ran, "early_loss")),
+                "heldout_auc": stats.iqm_ci(_num(ok, "heldout_auc").to_numpy()),
                 "heldout_ce": stats.iqm_ci(_num(ok, "heldout_ce").to_numpy()),
                 "exact_match": stats.iqm_ci(_num(ok, "exact_match").to_numpy()),
                 "token_acc": stats.iqm_ci(_num(ok, "heldout_token_acc").to_numpy()),
@@ -155,6 +156,7 @@ def summary_table(df: pd.DataFrame, baseline: str | None = None, metric: str = D
             "time to EM≥0.99 s (median)": (f"{r['time_to_solve_s']:.1f}" if math.isfinite(r["time_to_solve_s"])
                                            else "∞" if r["time_to_solve_s"] == math.inf else "—"),
             "early loss (mean ± std)": _fmt_mean_std(r["early_loss"]),
+            "mean held-out CE over training IQM [95% CI]": stats.fmt_ci(*r["heldout_auc"]),
             "held-out CE IQM [95% CI]": stats.fmt_ci(*r["heldout_ce"]),
             "exact-match IQM [95% CI]": stats.fmt_ci(*r["exact_match"]),
             "steps to EM≥0.99 median [IQR]": _fmt_median_iqr(r["steps_to_solve"], r["solved"], r["n"]),
