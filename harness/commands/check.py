@@ -11,6 +11,7 @@ import sys
 
 from ..checks import (CHECK_MODEL, TOLERANCES, parse_equivalent, registry_groups, render_markdown, render_text,
                       results_frame, run_checks, slot_default)
+from ..cli import plugin_spec
 from ..config import ModelConfig, get_preset
 from ..errors import ConfigError
 from ..store import RunStore, atomic_write_text
@@ -97,8 +98,6 @@ def main(args) -> int:
     log = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     report = run_checks(reg, variants, cfg, device=device, dtype=args.dtype, seed=args.seed, groups=groups, log=log,
                         all_components=args.all_components)
-    from ..cli import plugin_spec  # cli loads this module (harness.cli.main); plugin_spec moves with issue 11 item 5
-
     meta = {"kind": "check", "command": command_line(), "config": {"model": dataclasses.asdict(cfg)},
             "variants": [v.name for v in variants], "seeds": [args.seed], "device": device.type, "dtype": args.dtype,
             "equivalent": {s: sorted(sorted(g) for g in gs) for s, gs in groups.items()},
