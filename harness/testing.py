@@ -38,8 +38,11 @@ from .checks import (CHECK_MODEL, DECLARED, EQUIVALENT, IDENTICAL, NOT_COMPARABL
                      PairResult, ProbeResult, ReferenceResult, TieResult, bug_reasons, check_ties,
                      compare_attention_with_mha, compare_variants, compare_with_nn_transformer, describe_exception,
                      get_tolerance, padded_batch, registry_groups, probe_mask_component, probe_variant, reference_state)
+from .checks.contracts import check_components as _contract_results
+from .checks.contracts import reference_key
 from .config import ModelConfig
 from .model import build_model, canonical_state_dict, load_canonical_state_dict
+from .plugins import PluginSpec
 from .registry import Registry, Variant
 
 __all__ = [
@@ -58,8 +61,6 @@ def load_registry(files: Iterable[str] = (), modules: Iterable[str] = (), strict
     Raises:
         PluginError, DuplicateNameError, UnknownNameError: as :meth:`Registry.from_plugins`.
     """
-    from .plugins import PluginSpec
-
     return Registry.from_plugins(PluginSpec(modules=list(modules), files=[str(f) for f in files], strict=strict))
 
 
@@ -77,8 +78,6 @@ def _variant(registry: Registry, name: str | Variant) -> Variant:
 
 def _as_reference(registry: Registry, slot: str, name: str) -> dict[str, list[set[str]]]:
     """An ``--equivalent`` group putting ``name`` with a component held to the slot's reference."""
-    from .contracts import reference_key
-
     refs = [n for (s, n) in sorted(registry.components) if s == slot and n != name
             and reference_key(registry, s, n) == "reference"]
     return {slot: [{name, refs[0]}]} if refs else {}
@@ -94,16 +93,14 @@ def _fail(title: str, lines: list[str]) -> None:
 def check_components(registry: Registry, variant: str | Variant, cfg: ModelConfig | None = None, *,
                      seed: int = 0) -> list:
     """Assert that every component ``variant`` uses meets its slot's contract
-    (:mod:`harness.contracts`: the slot's reference, or what the component declares).
+    (:mod:`harness.checks.contracts`: the slot's reference, or what the component declares).
 
-    Returns the :class:`harness.contracts.ComponentResult` list (declared differences carry their
+    Returns the :class:`harness.checks.contracts.ComponentResult` list (declared differences carry their
     size). Raises AssertionError naming each violation and its diagnosis.
     """
-    from .contracts import check_components as _check
-
     cfg = (cfg or CHECK_MODEL).validate()
     v = _variant(registry, variant)
-    res = _check(registry, sorted(v.resolved().items()), cfg, seed)
+    res = _contract_results(registry, sorted(v.resolved().items()), cfg, seed)
     _fail(f"variant {v.name!r}: components that break their slot's contract:",
           [r.reason() for r in res if not r.ok and not r.buggy])
     return res
@@ -231,12 +228,12 @@ def assert_mask_component(registry: Registry, mask: str, cfg: ModelConfig | None
 
 # --------------------------------------------------------------------------- PyTorch references
 
-def assert_matches_multihead_attention(registry: Registry, attention: str, mask: str = "bool",
-                                       projections: str = "biased", cfg: ModelConfig | None = None, *,
+def assert_matches_multihead_attention(registry: Registry, attention: str, mask: str | None = None,
+                                       projections: str | None = None, cfg: ModelConfig | None = None, *,
                                        device: str = "cpu", dtype: str = "fp32", seed: int = 0) -> list[ReferenceResult]:
-    """Assert attention component ``attention`` (with ``mask`` and ``projections`` components) equals
-    ``torch.nn.MultiheadAttention`` with mapped weights, in self- and cross-attention: output at real
-    query rows, gradients of w_q, w_k, w_v, w_o and of both inputs."""
+    """Assert attention component ``attention`` (with ``mask`` and ``projections`` components, default:
+    their slots' defaults) equals ``torch.nn.MultiheadAttention`` with mapped weights, in self- and
+    cross-attention: output at real query rows, gradients of w_q, w_k, w_v, w_o and of both inputs."""
     res = compare_attention_with_mha(registry, attention, mask, projections, cfg, device=device, dtype=dtype,
                                      seed=seed, expected="equivalent")
     _fail(f"attention={attention} does not match nn.MultiheadAttention:",

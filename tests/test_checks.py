@@ -281,6 +281,18 @@ def test_equivalent_option_parsing():
         checks.merge_groups({"attn": [{"a", "b"}]})
 
 
+def test_crash_descriptions_skip_the_check_machinery_only():
+    """describe_exception skips the frames of every harness/checks/ module except those that call into a
+    component on its own (the contracts and the probes), as it skipped the frames of the single checks.py."""
+    from pathlib import Path
+
+    from harness.checks import inputs
+
+    modules = {str(p) for p in Path(inputs.__file__).parent.glob("*.py")}
+    named = {m for m in modules if Path(m).name.startswith(("contract", "probes"))}
+    assert named and inputs._MACHINERY == frozenset(modules - named)
+
+
 def test_run_checks_classes_matrix_and_files(harness_registry):
     vs = harness_registry.select(["baseline", "d2l_attention", "pre_norm", "bug_001_discarded_mask"])
     rep = checks.run_checks(harness_registry, vs, small_config(N=1))

@@ -10,12 +10,17 @@ import dataclasses
 import sys
 
 from ..checks import (CHECK_MODEL, TOLERANCES, parse_equivalent, registry_groups, render_markdown, render_text,
-                      results_frame, run_checks)
+                      results_frame, run_checks, slot_default)
+from ..cli import plugin_spec
 from ..config import ModelConfig, get_preset
 from ..errors import ConfigError
 from ..store import RunStore, atomic_write_text
 from ..train import environment, resolve_device
-from .common import add_output, add_selection, load_registry, output_run_id, parse_overrides, select_variants
+from .common import (add_output, add_selection, command_line, load_registry, output_run_id, parse_overrides,
+                     select_variants)
+
+#: ``--equivalent`` example: the attention slot's default component and a plugin's (names from the registry)
+_EXAMPLE = f"attention={slot_default('attention')},my_attn"
 
 DESCRIPTION = """Check the selected variants against each other and against PyTorch's built-ins:
 every pair of variants holding the same canonical parameters (logits at real target positions
@@ -28,11 +33,11 @@ its registration declares a difference (differs=) or an equivalence (equivalent_
 selected variants and their components are checked (--all-components: every registered one).
 Faithful-bug variants (selected by name or a 'bug*' glob) must be flagged, each with its reason."""
 
-EPILOG = """examples:
+EPILOG = f"""examples:
   python -m harness check --variants all                 the built-in variants (exit 0 on a clean clone)
   python -m harness check --variants all,'bug*'          ... and the seed notes' bugs, each flagged
   python -m harness check --variants baseline,pre_norm --dtype bf16
-  python -m harness --plugin my_attn.py check --variants all,my_variant --equivalent attention=annotated,my_attn
+  python -m harness --plugin my_attn.py check --variants all,my_variant --equivalent {_EXAMPLE}
 
 exit codes: 0 every result matches its declaration (flagged bugs included),
             1 a component breaks its slot's contract, something declared equivalent differs, a probe
@@ -57,7 +62,7 @@ def register(sub, parents):
     p.add_argument("--seed", type=int, default=0, help="seed of the reference parameters and the batch (default 0)")
     p.add_argument("--equivalent", action="append", default=[], metavar="SLOT=A,B",
                    help="override: treat components of SLOT as numerically equivalent (repeatable), e.g. "
-                        "attention=annotated,my_attn. Normally a component declares this itself "
+                        f"{_EXAMPLE}. Normally a component declares this itself "
                         "(Component(..., equivalent_to=...), see docs/components.md)")
     p.add_argument("--all-components", action="store_true",
                    help="hold every registered component (installed plugins included) to its slot's reference, "
@@ -93,9 +98,6 @@ def main(args) -> int:
     log = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     report = run_checks(reg, variants, cfg, device=device, dtype=args.dtype, seed=args.seed, groups=groups, log=log,
                         all_components=args.all_components)
-    from ..cli import plugin_spec
-    from .common import command_line
-
     meta = {"kind": "check", "command": command_line(), "config": {"model": dataclasses.asdict(cfg)},
             "variants": [v.name for v in variants], "seeds": [args.seed], "device": device.type, "dtype": args.dtype,
             "equivalent": {s: sorted(sorted(g) for g in gs) for s, gs in groups.items()},

@@ -1,0 +1,321 @@
+"""Contracts of the ``attention`` and ``mask`` slots: each component on its own against the float64
+reference (attention) or the reference masked softmax (mask), with a diagnosis naming the known
+fault that reproduces a wrong output (:data:`ATTENTION_FAULTS`, shifted or ignored masks).
+
+Shape letters: B batch, S source length, T target length, D = d_model, H = h heads, d_k = D / H.
+Sources: Vaswani et al. 2017 §3.2; PyTorch ``nn.MultiheadAttention``; the seed notes' bugs.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from ..config import ModelConfig
+from ..model import canonical_state_dict
+from ..registry import Component
+from .contract_base import (CONFORMS, CRASHES, VIOLATES, ComponentResult, ReferenceMask, component_result, crash_result,
+                            judge, load_random_state, output_gap, reference_components, sibling_context)
+from .inputs import describe_exception, fmt_size, padded_batch
+
+# --------------------------------------------------------------------------- attention
+
+def reference_attention(query: torch.Tensor, kv: torch.Tensor, state: dict[str, torch.Tensor], h: int,
+                        keep: torch.Tensor, fault: str = "") -> torch.Tensor:
+    """Multi-head attention in float64 from canonical weights, optionally with one known ``fault``.
+
+    Args:
+        query: (B, Tq, D); kv: (B, Tk, D) (keys and values).
+        state: ``w_q, w_k, w_v, w_o`` ``.weight`` (D, D) and optional ``.bias`` (D,).
+        keep: (B, 1, Tq, Tk) bool, True = attend.
+        fault: "" for the reference, else a key of :data:`ATTENTION_FAULTS`.
+
+    Returns: (B, Tq, D) float64.
+    """
+    b, tq, d = query.shape
+    tk, d_k = kv.size(1), d // h
+
+    def lin(x, n):
+        w = state[f"{n}.weight"].double()
+        bias = state.get(f"{n}.bias")
+        return F.linear(x.double(), w, None if bias is None else bias.double())
+
+    q, k, v = lin(query, "w_q"), lin(kv, "w_k"), lin(kv, "w_v")
+    if fault == "kv_swapped":
+        k, v = v, k
+    if fault == "k_is_v":
+        v = k
+
+    def split(x, length):  # (B, L, D) -> (B, H, L, d_k)
+        if fault == "no_transpose":
+            return x.reshape(b, h, length, d_k)
+        return x.view(b, length, h, d_k).transpose(1, 2)
+
+    q, k, v = split(q, tq), split(k, tk), split(v, tk)
+    scale = {"scale_d_model": 1.0 / d, "scale_sqrt_d_model": 1.0 / math.sqrt(d), "no_scale": 1.0,
+             "scale_d_k": 1.0 / d_k}.get(fault, 1.0 / math.sqrt(d_k))
+    scores = torch.matmul(q, k.transpose(-2, -1)) * scale  # (B, H, Tq, Tk)
+    blocked = ~keep.expand(b, 1, tq, tk)
+    if fault == "mask_rows_permuted":  # folded heads: mask.repeat(H) where repeat_interleave was meant
+        folded = keep.expand(b, 1, tq, tk)[:, 0].repeat(h, 1, 1)  # (H*B, Tq, Tk), index = head*B + b
+        blocked = ~folded.reshape(b, h, tq, tk)  # read back batch-major (index = b*H + head)
+    if fault not in ("mask_ignored", "mask_after_softmax"):
+        scores = scores.masked_fill(blocked, float("-inf"))  # (B, 1 or H, Tq, Tk) broadcast
+    dim = -2 if fault == "softmax_queries" else -1
+    p = scores.softmax(dim=dim)
+    if fault == "mask_after_softmax":
+        p = p.masked_fill(blocked, 0.0)
+    p = torch.nan_to_num(p, nan=0.0)
+    x = torch.matmul(p, v)  # (B, H, Tq, d_k)
+    x = x.reshape(b, tq, d) if fault == "no_transpose" else x.transpose(1, 2).reshape(b, tq, d)  # (B, Tq, D)
+    return x if fault == "no_out_proj" else lin(x, "w_o")
+
+
+#: Known ways hand-written attention goes wrong: fault -> what the check prints when it matches.
+ATTENTION_FAULTS: dict[str, str] = {
+    "scale_d_model": "scores divided by d_model instead of sqrt(d_k)",
+    "scale_sqrt_d_model": "scores divided by sqrt(d_model) instead of sqrt(d_k)",
+    "scale_d_k": "scores divided by d_k instead of sqrt(d_k)",
+    "no_scale": "scores not scaled (the 1/sqrt(d_k) factor is missing)",
+    "softmax_queries": "softmax taken over the query axis (dim=-2) instead of the keys",
+    "no_transpose": "heads split with view(B, h, L, d_k) without transpose: positions and heads mixed",
+    "kv_swapped": "keys and values swapped (w_k used for the values, w_v for the keys)",
+    "k_is_v": "the key projection used for the values",
+    "mask_ignored": "the mask never reaches the scores (no position or key is blocked)",
+    "mask_after_softmax": "the mask applied after the softmax (blocked weights zeroed, rows not renormalised)",
+    "mask_rows_permuted": "the mask folded into the heads with repeat() where the heads are batch-major "
+                          "(repeat_interleave): each row gets another row's mask",
+    "no_out_proj": "the output projection w_o is not applied",
+}
+
+#: Canonical names every attention component must export.
+ATTENTION_LAYOUT = ("w_q.weight", "w_k.weight", "w_v.weight", "w_o.weight")
+
+
+def _attention_inputs(cfg: ModelConfig, seed: int):
+    src, tgt, _ = padded_batch(cfg, seed=seed)
+    g = torch.Generator().manual_seed(seed + 71)
+    b, s, t, d = src.size(0), src.size(1), tgt.size(1), cfg.d_model
+    x, mem = torch.randn(b, t, d, generator=g), torch.randn(b, s, d, generator=g)
+    return src, tgt, x, mem
+
+
+def _attention_case(attn: nn.Module, x, kv, mask, dtype: torch.dtype) -> torch.Tensor:
+    """The component's output (B, T, D) in ``dtype`` (eval mode, no autograd), as float64."""
+    with torch.no_grad():
+        return attn.to(dtype)(x.to(dtype), kv.to(dtype), kv.to(dtype), mask).double()
+
+
+def check_attention(comp: Component, cfg: ModelConfig, seed: int = 0) -> list[ComponentResult]:
+    """Attention component on its own (reference mask and ``nn.Linear`` siblings), self-attention
+    (causal + padding keep-mask, T x T) and cross-attention (source padding, T x S), run in float64
+    and in float32 (a component right in one precision only is wrong), against the float64
+    :func:`reference_attention`. Compared at real query rows (padded query rows are never scored).
+    Eval mode must be deterministic (no dropout left on). On a difference the known faults
+    (:data:`ATTENTION_FAULTS`) are tried for a diagnosis."""
+    src, tgt, x, mem = _attention_inputs(cfg, seed)
+    ctx = sibling_context(cfg, reference_components(attention=comp))
+    out = []
+    real = (tgt != cfg.pad)  # (B, T) real query rows
+    for kind in ("self", "cross"):
+        label = f"{kind}-attention vs scaled dot-product attention"
+        try:
+            attn = ctx.make("attention")
+            names = canonical_state_dict(attn)
+            missing = [n for n in ATTENTION_LAYOUT if n not in names]
+            if missing:
+                out.append(component_result(comp, label, VIOLATES, False, detail=(
+                    f"does not export the canonical layout (missing {', '.join(missing)}; has "
+                    f"{', '.join(sorted(names)) or 'nothing'}): define canonical_state()/load_canonical_state()")))
+                continue
+            state = load_random_state(attn, seed)
+            attn = attn.eval()
+            kv = x if kind == "self" else mem
+            mask = (ReferenceMask().tgt_mask(tgt, cfg.pad) if kind == "self"
+                    else ReferenceMask().src_mask(src, cfg.pad))
+            keep = mask.expand(x.size(0), 1, x.size(1), kv.size(1))
+            ref = reference_attention(x, kv, state, cfg.h, keep)
+            runs = {prec: _attention_case(attn, x, kv, mask, dt) for prec, dt in
+                    (("float64", torch.float64), ("float32", torch.float32))}
+            again = _attention_case(attn, x, kv, mask, torch.float64)
+        except Exception as exc:  # noqa: BLE001 - a crash is a result
+            out.append(crash_result(comp, label, exc))
+            continue
+        if not torch.equal(torch.nan_to_num(again), torch.nan_to_num(runs["float64"])):
+            out.append(component_result(comp, label, VIOLATES, False, output_gap(again, runs["float64"])[0], 0.0, diagnosis=(
+                "eval mode is not deterministic: two identical calls differ (dropout left on in eval mode, "
+                "e.g. F.dropout without training=self.training)")))
+            continue
+        gaps = {prec: output_gap(got[real], ref[real]) for prec, got in runs.items()}
+        prec = max(gaps, key=lambda k: gaps[k][0] / gaps[k][1])
+        gap, thr = gaps[prec]
+        diagnosis = ""
+        if gap > thr:
+            diagnosis = _diagnose_attention(runs[prec][real], x, kv, state, cfg.h, keep, real)
+            if gaps["float64"][0] <= gaps["float64"][1]:
+                diagnosis = f"right in float64 but not in float32 ({diagnosis or 'unknown fault'})"
+        out.append(judge(comp, label, gap, thr, diagnosis))
+    return out
+
+
+def _diagnose_attention(got: torch.Tensor, x, kv, state, h: int, keep, real) -> str:
+    """The first :data:`ATTENTION_FAULTS` entry that reproduces ``got`` (rows at ``real``), compared
+    where ``got`` is finite; "" when none does."""
+    finite = torch.isfinite(got)
+    note = "" if finite.all() else " (and NaN or inf in the output)"
+    if not finite.any():
+        return "the output is NaN or inf at every real query row"
+    for fault, text in ATTENTION_FAULTS.items():
+        alt = reference_attention(x, kv, state, h, keep, fault)[real]
+        g2, t2 = output_gap(got[finite], alt[finite])
+        if g2 <= t2:
+            return text + note
+    return "NaN or inf in the output at real query rows" if note else ""
+
+
+def check_mask(comp: Component, cfg: ModelConfig, seed: int = 0) -> list[ComponentResult]:
+    """A mask component's semantics, probed without a reference implementation.
+
+    On two padded batches of different shapes (B, S, T): softmax(apply(scores, mask)) at real
+    query rows must give zero weight exactly to the blocked keys (padded keys; for the target also
+    later positions) and match the reference masked softmax; every row of the batch, padded query
+    rows included, must be finite (a NaN there reaches the gradients); a source made only of
+    padding must give what ``fully_masked_row`` declares. The diagnosis names the pattern
+    (shifted causal mask, padding ignored, mask inverted).
+    """
+    style = sibling_context(cfg, reference_components(mask=comp)).make("mask")
+    g = torch.Generator().manual_seed(seed + 41)
+    problems = {"padding": [], "causal": [], "finite": []}
+    worst = {"padding": 0.0, "causal": 0.0}
+    for bs, s_len, t_len, bseed in ((4, 9, 10, seed), (3, 7, 12, seed + 1)):
+        _mask_batch(style, cfg, g, padded_batch(cfg, bs, s_len, t_len, seed=bseed), problems, worst)
+    out: list[ComponentResult] = []
+    for kind in ("padding", "causal"):
+        label = f"{kind} semantics (softmax at real query rows)"
+        msgs = list(dict.fromkeys(problems[kind]))
+        if msgs:
+            out.append(component_result(comp, label, VIOLATES, False, worst[kind], 1e-6, diagnosis=msgs[0],
+                                        detail="; ".join(msgs[1:])))
+        else:
+            out.append(component_result(comp, label, CONFORMS, True, worst[kind], 1e-6))
+    msgs = list(dict.fromkeys(problems["finite"]))
+    out.append(component_result(comp, "finite rows of a real batch", VIOLATES if msgs else CONFORMS, not msgs,
+                                diagnosis=msgs[0] if msgs else "", detail="; ".join(msgs[1:])))
+    out.append(_fully_masked_row(comp, style, cfg, g))
+    return out
+
+
+def _mask_batch(style, cfg: ModelConfig, g: torch.Generator, batch, problems: dict[str, list[str]],
+                worst: dict[str, float]) -> None:
+    """One padded batch of :func:`check_mask`: softmax(apply(scores, mask)) for the source padding and
+    the target (padding & causal) masks against the reference masked softmax; adds to ``problems``
+    (kind -> messages) and raises ``worst`` (kind -> largest error at real query rows)."""
+    src, tgt, _ = batch
+    b, s, t, h = src.size(0), src.size(1), tgt.size(1), cfg.h
+    rows = (tgt != cfg.pad)[:, None, :].expand(b, h, t)  # (B, H, T) real query rows
+    causal = torch.ones(t, t, dtype=torch.bool).tril()
+    cases = {"padding": (torch.randn(b, h, t, s, generator=g), lambda: style.src_mask(src, cfg.pad),
+                         (src != cfg.pad)[:, None, None, :].expand(b, h, t, s)),
+             "causal": (torch.randn(b, h, t, t, generator=g), lambda: style.tgt_mask(tgt, cfg.pad),
+                        ((tgt != cfg.pad)[:, None, None, :] & causal).expand(b, h, t, t))}
+    for kind, (scores, make, keep) in cases.items():
+        try:
+            p = style.apply(scores.clone(), make()).float().softmax(-1)  # (B, H, T, K)
+        except Exception as exc:  # noqa: BLE001
+            problems[kind].append(f"crashes: {describe_exception(exc)}")
+            worst[kind] = math.inf
+            continue
+        if p.shape != scores.shape:
+            problems[kind].append(f"apply() returned scores of shape {tuple(p.shape)} for {tuple(scores.shape)}")
+            worst[kind] = math.inf
+            continue
+        if not torch.isfinite(p).all():
+            bad = (~torch.isfinite(p)).any(-1)  # (B, H, T)
+            where = "real" if (bad & rows).any() else "padded"
+            problems["finite"].append(f"the {kind} mask makes {int(bad[:, 0].sum())} row(s) NaN at {where} "
+                                      f"query positions of a real batch (softmax of an all-blocked row); a NaN "
+                                      f"there reaches the gradients and the loss")
+        ref = scores.masked_fill(~keep, -math.inf).softmax(-1)
+        d = torch.nan_to_num((p - ref).abs(), nan=math.inf)[rows]
+        err = float(d.max()) if d.numel() else 0.0
+        worst[kind] = max(worst[kind], err)
+        if err > 1e-6:
+            problems[kind].append(diagnose_mask(kind, p, keep, rows, cfg, src, tgt))
+
+
+def _classify_row(p: torch.Tensor) -> str:
+    if torch.isnan(p).all():
+        return "nan"
+    if not torch.isfinite(p).all():
+        return "partly nan"
+    if (p == 0).all():
+        return "zeros"
+    if torch.allclose(p, torch.full_like(p, 1.0 / p.size(-1)), atol=1e-6):
+        return "uniform"
+    return "finite"
+
+
+def _fully_masked_row(comp: Component, style, cfg: ModelConfig, g: torch.Generator) -> ComponentResult:
+    label = "fully masked row (a source of padding only)"
+    row = torch.full((1, 6), cfg.pad)
+    try:
+        got = _classify_row(style.apply(torch.randn(1, 1, 1, 6, generator=g), style.src_mask(row, cfg.pad))
+                            .float().softmax(-1))
+    except Exception as exc:  # noqa: BLE001
+        return component_result(comp, label, CRASHES, False, detail=f"crashes: {describe_exception(exc)}")
+    want = comp.fully_masked_row
+    ok = got == want or (want == "finite" and got in ("uniform", "zeros", "finite"))
+    detail = f"gives {got}" + ("" if ok else
+                               f", but the component declares fully_masked_row={want!r} (declare "
+                               f"fully_masked_row={got!r} in its Component(...) if that is intended)")
+    return component_result(comp, label, CONFORMS if ok else VIOLATES, ok, diagnosis="" if ok else detail, detail=detail)
+
+
+def diagnose_mask(kind: str, p: torch.Tensor, keep: torch.Tensor, rows: torch.Tensor, cfg: ModelConfig,
+                  src: torch.Tensor, tgt: torch.Tensor) -> str:
+    """Name what a mask does wrong from the attention weights ``p`` (B, H, Tq, Tk) at real query
+    ``rows`` (B, H, Tq) against the intended ``keep`` (B, H, Tq, Tk)."""
+    seen = (p > 1e-6) & rows[..., None]  # attended keys at real rows
+    want = keep & rows[..., None]
+    keys = (src if kind == "padding" else tgt) != cfg.pad  # (B, K) real keys
+    real_keys = keys[:, None, None, :].expand_as(seen)
+    if kind == "causal":
+        tq, tk = p.size(-2), p.size(-1)
+        i = torch.arange(tq)[:, None]
+        j = torch.arange(tk)[None, :]
+        later = rows.clone()
+        later[..., 0] = False  # row 0 has no key left under a -1 shift: whatever it does, judge the rest
+        for shift in (1, 2, -1, -2):
+            pattern = (j <= i + shift) & real_keys
+            judged = rows if shift > 0 else later
+            if torch.equal(seen & judged[..., None], pattern & judged[..., None]):
+                if shift > 0:
+                    return (f"causal mask shifted by +{shift}: position i attends to position i+{shift} "
+                            f"({shift} future token{'s' if shift > 1 else ''})")
+                return (f"causal mask shifted by {shift}: position i cannot attend to itself"
+                        + (" and position 0 attends to nothing" if shift == -1 else ""))
+        if torch.equal(seen, real_keys & rows[..., None]):
+            return "causal mask not applied: every position attends to every later real position"
+    uniform = torch.full_like(p, 1.0 / p.size(-1))
+    if torch.allclose(p[rows], uniform[rows], atol=1e-6):
+        return f"the {kind} mask blocks every key: attention is uniform (mask inverted or all-blocked)"
+    if torch.equal(seen, rows[..., None].expand_as(seen)) and not torch.equal(want, seen):
+        return (f"the {kind} mask blocks nothing: padded{' and future' if kind == 'causal' else ''} keys get "
+                f"attention weight up to {fmt_size(float(p[~keep & rows[..., None]].max()))} (mask not applied)")
+    leak = seen & ~want
+    if kind == "padding" and leak.any() and torch.equal(seen & real_keys, want & real_keys):
+        return (f"source padding ignored: real query rows attend to padded keys (weight up to "
+                f"{fmt_size(float(p[leak].max()))})")
+    if kind == "causal" and leak.any():
+        b_, h_, i_, j_ = (int(x) for x in leak.nonzero()[0])
+        what = "a later position" if j_ > i_ else "a padded key"
+        return f"target mask leaks: position {i_} attends to position {j_} ({what}) in row {b_}"
+    missing = want & ~seen
+    if missing.any():
+        b_, h_, i_, j_ = (int(x) for x in missing.nonzero()[0])
+        return f"the {kind} mask blocks a key it must keep: position {i_} cannot attend to real key {j_} (row {b_})"
+    return f"the {kind} mask's weights differ from the reference masked softmax at real query rows"
+
+

@@ -1,0 +1,202 @@
+"""The common ground of the component contracts: every slot's reference (:data:`SLOT_REFERENCES`),
+the verdicts and :class:`ComponentResult`, the harness's reference siblings (a -inf keep-mask,
+``nn.LayerNorm``, ``nn.Linear``) and the judgement of a measured gap against a declaration.
+
+See :mod:`harness.checks.contracts` for the whole contract and its sources.
+
+Shape letters: B batch, L length, S source length, T target length, D = d_model.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from ..config import ModelConfig
+from ..model import BuildContext, canonical_state_dict, load_canonical_state_dict
+from ..registry import Component
+from .inputs import describe_exception, draw_reference_state, fmt_size
+
+#: slot -> what every component of the slot must compute (unless it declares otherwise).
+SLOT_REFERENCES: dict[str, str] = {
+    "attention": "scaled dot-product multi-head attention: nn.MultiheadAttention with in_proj_weight = "
+                 "[w_q; w_k; w_v] and out_proj = w_o, softmax(Q K^T / sqrt(d_k)) over the keys, masks applied "
+                 "with ctx.mask.apply before the softmax (Vaswani et al. 2017 §3.2)",
+    "mask": "causal: query position i attends to key positions j <= i, itself included, never j > i; padding: no "
+            "real query attends to a padded key; every row of a real batch finite; a row whose every key is "
+            "blocked as declared by fully_masked_row",
+    "layer_norm": "nn.LayerNorm(d_model): (x - mean) / sqrt(biased variance + eps) * weight + bias over the last "
+                  "dimension (Ba et al. 2016)",
+    "norm": "final_norm = False: post-norm LayerNorm(x + sublayer(x)); final_norm = True: pre-norm "
+            "x + sublayer(LayerNorm(x)) and a final LayerNorm after each stack (Xiong et al. 2020)",
+    "positional": "x * sqrt(d_model) + PE[:L] with the sinusoidal PE of Vaswani et al. 2017 §3.5, dropout after",
+    "embedding": "src(ids) = src.weight[ids] and tgt(ids) = tgt.weight[ids], one lookup per token and nothing "
+                 "else; logits(x) = x generator.weight^T + generator.bias (Vaswani et al. 2017 §3.4)",
+    "projections": "linear(d_in, d_out) returns an nn.Linear-like module: y = x weight^T (+ bias), weight "
+                   "(d_out, d_in)",
+}
+
+ATOL = 1e-5  #: absolute floor of every component check (output units)
+RTOL = 1e-4  #: relative part, times max |reference|
+
+# verdicts of a component check
+CONFORMS = "conforms"
+DECLARED = "differs as declared"
+VIOLATES = "violates its slot"
+NO_DIFF = "no difference (declared different)"
+CRASHES = "crashes"
+FLAGGED = "flagged (declared bug)"
+NOT_FLAGGED = "NOT flagged (declared bug)"
+
+
+@dataclass
+class ComponentResult:
+    """One component held to its slot's reference (or to what it declares).
+
+    ``max_abs`` is max |component - reference| in the compared output's unit; ``diagnosis`` names
+    the fault when one of the known faults reproduces the output.
+    """
+
+    slot: str
+    name: str
+    plugin: str
+    declared: str
+    check: str
+    verdict: str
+    ok: bool
+    max_abs: float | None = None
+    threshold: float | None = None
+    diagnosis: str = ""
+    detail: str = ""
+    buggy: bool = False
+
+    def reason(self) -> str:
+        """One line for failure lists: the component, the check and the fault."""
+        what = self.diagnosis or self.detail or self.verdict
+        size = "" if self.max_abs is None else f" (max |Δ| {fmt_size(self.max_abs)}, threshold {fmt_size(self.threshold)})"
+        return f"{self.slot}={self.name} [{self.check}]: {what}{size}"
+
+
+def output_gap(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
+    """(max |out - ref|, threshold) in float64; inf when shapes differ or NaN/inf appear."""
+    if out.shape != ref.shape:
+        return math.inf, ATOL
+    d = (out.double() - ref.double()).abs()
+    d = torch.nan_to_num(d, nan=math.inf)
+    scale = float(ref.double().abs().max()) if ref.numel() else 0.0
+    return (float(d.max()) if d.numel() else 0.0), ATOL + RTOL * scale
+
+
+# --------------------------------------------------------------------------- reference siblings
+
+class ReferenceMask:
+    """The harness's own mask: bool keep-masks (True = attend), blocked scores set to -inf.
+
+    ``src_mask`` (B, 1, 1, S), ``tgt_mask`` (B, 1, T, T) (padding & causal, itself included).
+    Used as the sibling of an attention component checked on its own.
+    """
+
+    def src_mask(self, src: torch.Tensor, pad: int) -> torch.Tensor:
+        return (src != pad)[:, None, None, :]  # (B, 1, 1, S)
+
+    def tgt_mask(self, tgt: torch.Tensor, pad: int) -> torch.Tensor:
+        t = tgt.size(1)
+        causal = torch.ones(t, t, dtype=torch.bool, device=tgt.device).tril()  # (T, T)
+        return (tgt != pad)[:, None, None, :] & causal  # (B, 1, T, T)
+
+    def apply(self, scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return scores.masked_fill(~mask, float("-inf"))
+
+
+def sinusoidal_pe(length: int, d_model: int) -> torch.Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/D)), PE(pos, 2i+1) = cos(...) (Vaswani §3.5); (length, D) float64."""
+    pos = torch.arange(length, dtype=torch.float64)[:, None]  # (L, 1)
+    div = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float64) * -(math.log(10000.0) / d_model))
+    pe = torch.zeros(length, d_model, dtype=torch.float64)
+    pe[:, 0::2] = torch.sin(pos * div)
+    pe[:, 1::2] = torch.cos(pos * div[: d_model // 2])
+    return pe
+
+
+def reference_components(**overrides: Component) -> dict[str, Component]:
+    """Sibling components for checking one component on its own: the harness's reference mask,
+    ``nn.LayerNorm`` and biased ``nn.Linear``; ``overrides`` puts the component under test in its slot."""
+    base = {
+        "mask": Component("_reference", "mask", lambda ctx: ReferenceMask()),
+        "layer_norm": Component("_reference", "layer_norm", lambda ctx: nn.LayerNorm(ctx.cfg.d_model)),
+        "projections": Component("_reference", "projections", lambda ctx: nn.Linear),
+    }
+    base.update(overrides)
+    return base
+
+
+def sibling_context(cfg: ModelConfig, comps: dict[str, Component]) -> BuildContext:
+    """The build context of a component checked on its own among ``comps`` (:func:`reference_components`)."""
+    return BuildContext(cfg, comps)
+
+
+class OutsideCanonicalLayout(Exception):
+    """A component owns parameters that its canonical state does not export."""
+
+
+def uncovered_parameters(module: nn.Module) -> list[str]:
+    """Names of ``module``'s parameters that no canonical name reaches (see :mod:`harness.model`).
+
+    Every parameter must be canonical: the checks set the canonical state to random values, so a
+    parameter outside it keeps its initial value during every check -- a gate that starts at 0 can
+    hide anything behind it until training moves it."""
+    covered = {id(t) for t in canonical_state_dict(module).values()}
+    covered |= {t.data_ptr() for t in canonical_state_dict(module).values() if isinstance(t, torch.Tensor)}
+    return [n for n, p in module.named_parameters() if id(p) not in covered and p.data_ptr() not in covered]
+
+
+def load_random_state(module: nn.Module, seed: int) -> dict[str, torch.Tensor]:
+    """Load random canonical parameters into ``module`` (LayerNorm gains away from 1, see
+    :func:`harness.checks.inputs.draw_reference_state`) and return the canonical state as loaded.
+
+    Raises:
+        OutsideCanonicalLayout: the module has parameters outside its canonical state.
+    """
+    hidden = uncovered_parameters(module)
+    if hidden:
+        raise OutsideCanonicalLayout(
+            f"parameter(s) {', '.join(hidden[:3])} are outside the canonical layout: the checks cannot set them, so "
+            f"whatever they control (e.g. a gate that starts at 0) is never tested; export them from "
+            f"canonical_state() or declare the component's difference")
+    names = canonical_state_dict(module)
+    load_canonical_state_dict(module, draw_reference_state({k: tuple(v.shape) for k, v in names.items()}, seed))
+    return {k: v.detach().clone() for k, v in canonical_state_dict(module).items()}
+
+
+def crash_result(comp: Component, label: str, exc: BaseException) -> ComponentResult:
+    """A component check that raised: a layout violation, or a crash."""
+    if isinstance(exc, OutsideCanonicalLayout):
+        return component_result(comp, label, VIOLATES, False, diagnosis=str(exc))
+    return component_result(comp, label, CRASHES, False, detail=f"crashes: {describe_exception(exc)}")
+
+
+# --------------------------------------------------------------------------- verdicts
+
+def component_result(comp: Component, check: str, verdict: str, ok: bool, max_abs: float | None = None,
+                     threshold: float | None = None, diagnosis: str = "", detail: str = "") -> ComponentResult:
+    """A :class:`ComponentResult` for ``comp`` (its slot, name, plugin, declaration and bug flag filled in)."""
+    return ComponentResult(comp.slot, comp.name, comp.plugin, comp.declaration(), check, verdict, ok, max_abs,
+                           threshold, diagnosis, detail, comp.buggy)
+
+
+def judge(comp: Component, check: str, gap: float, thr: float, diagnosis: str = "") -> ComponentResult:
+    """Verdict from the measured gap and the component's declaration."""
+    differs = gap > thr
+    if comp.differs or comp.equivalent_to:
+        # declared: report the size; held to another component: judged by the pair checks
+        verdict = DECLARED if differs else NO_DIFF
+        note = ("" if differs else "declared different but matches the slot's reference within tolerance "
+                "(drop differs= from its registration)") if comp.differs else f"held to {comp.equivalent_to}"
+        return component_result(comp, check, verdict, True, gap, thr, diagnosis, note)
+    if differs:
+        return component_result(comp, check, VIOLATES, False, gap, thr, diagnosis or
+                                f"differs from the slot's reference ({SLOT_REFERENCES[comp.slot].split(':')[0]})")
+    return component_result(comp, check, CONFORMS, True, gap, thr)
+

@@ -1,0 +1,198 @@
+"""Contracts of the ``layer_norm``, ``norm``, ``positional``, ``embedding`` and ``projections`` slots:
+each component on its own against its formula in float64, with a diagnosis naming the known fault
+that reproduces a wrong output.
+
+Shape letters: B batch, L length, D = d_model, V vocabulary.
+Sources: Ba et al. 2016 (LayerNorm); Xiong et al. 2020 (pre-/post-norm); Vaswani et al. 2017 §3.4-3.5.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from ..config import ModelConfig
+from ..registry import Component
+from .contract_base import (ATOL, VIOLATES, ComponentResult, component_result, crash_result, judge,
+                            load_random_state, output_gap, reference_components, sibling_context, sinusoidal_pe)
+from .inputs import padded_batch
+
+# --------------------------------------------------------------------------- layer_norm, norm
+
+def check_layer_norm(comp: Component, cfg: ModelConfig, seed: int = 0) -> list[ComponentResult]:
+    """``layer_norm`` component vs ``nn.LayerNorm(D)`` holding the same (random) weight and bias, on
+    inputs with non-zero mean and varied scale, float64."""
+    label = "vs nn.LayerNorm(d_model)"
+    try:
+        mod = comp.factory(sibling_context(cfg, reference_components(layer_norm=comp)))
+        state = load_random_state(mod, seed)
+        ref = nn.LayerNorm(cfg.d_model).double()
+        with torch.no_grad():
+            ref.weight.copy_(state.get("weight", torch.ones(cfg.d_model)))
+            ref.bias.copy_(state.get("bias", torch.zeros(cfg.d_model)))
+        g = torch.Generator().manual_seed(seed + 83)
+        x = (torch.randn(3, 7, cfg.d_model, generator=g) * torch.rand(3, 7, 1, generator=g) * 4
+             + torch.randn(3, 7, 1, generator=g)).double()
+        with torch.no_grad():
+            got, want = mod.double().eval()(x), ref(x)
+    except Exception as exc:  # noqa: BLE001
+        return [crash_result(comp, label, exc)]
+    gap, thr = output_gap(got, want)
+    diagnosis = ""
+    if gap > thr:
+        w, b = ref.weight.detach(), ref.bias.detach()
+        mu = x.mean(-1, keepdim=True)
+        hyps = {"unbiased variance (n - 1) instead of the biased one": (x - mu) / torch.sqrt(x.var(-1, keepdim=True) + 1e-5) * w + b,
+                "no mean subtraction (RMS normalisation)": x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * w + b,
+                "normalised over the sequence axis instead of d_model": (x - x.mean(-2, keepdim=True)) / torch.sqrt(x.var(-2, unbiased=False, keepdim=True) + 1e-5) * w + b,
+                "normalised over (L, d_model) instead of d_model alone": (x - x.mean((-2, -1), keepdim=True)) / torch.sqrt(x.var((-2, -1), unbiased=False, keepdim=True) + 1e-5) * w + b,
+                "unbiased std with eps added outside the square root": (x - mu) / (x.std(-1, keepdim=True) + 1e-6) * w + b,
+                "weight and bias not applied": F.layer_norm(x, (cfg.d_model,))}
+        for text, alt in hyps.items():
+            g2, t2 = output_gap(got, alt)
+            if g2 <= max(t2, 1e-3 * float(alt.abs().max())):
+                diagnosis = text
+                break
+    return [judge(comp, label, gap, thr, diagnosis)]
+
+
+def check_norm(comp: Component, cfg: ModelConfig, seed: int = 0) -> list[ComponentResult]:
+    """``norm`` component (residual block) vs the formula its ``final_norm`` claims: post-norm
+    LayerNorm(x + f(x)) when False, pre-norm x + f(LayerNorm(x)) when True, with the reference
+    ``nn.LayerNorm`` as its LayerNorm and a fixed random sub-layer f; eval mode, float64."""
+    label = "residual block vs the formula final_norm claims"
+    try:
+        mod = comp.factory(sibling_context(cfg, reference_components(norm=comp)))
+        final = getattr(type(mod), "final_norm", None)
+        if not isinstance(final, bool):
+            return [(component_result(comp, label, VIOLATES, False, detail=(
+                "the module has no class attribute final_norm: bool (True = pre-norm with a final LayerNorm)")))]
+        state = load_random_state(mod, seed)
+        if "norm.weight" not in state:
+            return [(component_result(comp, label, VIOLATES, False, detail=(
+                f"no LayerNorm child named 'norm' made with ctx.layer_norm() (canonical names: "
+                f"{', '.join(sorted(state)) or 'none'})")))]
+        ln = nn.LayerNorm(cfg.d_model).double()
+        with torch.no_grad():
+            ln.weight.copy_(state["norm.weight"])
+            ln.bias.copy_(state.get("norm.bias", torch.zeros(cfg.d_model)))
+        g = torch.Generator().manual_seed(seed + 89)
+        f = nn.Linear(cfg.d_model, cfg.d_model).double()
+        with torch.no_grad():
+            f.weight.copy_(torch.randn(cfg.d_model, cfg.d_model, generator=g) / math.sqrt(cfg.d_model))
+            f.bias.copy_(torch.randn(cfg.d_model, generator=g))
+        sub = lambda y: torch.tanh(f(y))  # noqa: E731
+        x = (torch.randn(3, 5, cfg.d_model, generator=g) * 2 + 0.5).double()
+        with torch.no_grad():
+            got = mod.double().eval()(x, sub)
+            post, pre = ln(x + sub(x)), x + sub(ln(x))
+    except Exception as exc:  # noqa: BLE001
+        return [crash_result(comp, label, exc)]
+    want, other = (pre, post) if final else (post, pre)
+    gap, thr = output_gap(got, want)
+    diagnosis = ""
+    if gap > thr:
+        g2, t2 = output_gap(got, other)
+        claims = "final_norm = True (pre-norm)" if final else "final_norm = False (post-norm)"
+        if g2 <= t2:
+            diagnosis = (f"computes {'post-norm LayerNorm(x + sublayer(x))' if final else 'pre-norm x + sublayer(LayerNorm(x))'}"
+                         f" but declares {claims}: the stacks would get the wrong final LayerNorm")
+        else:
+            diagnosis = f"matches neither post-norm nor pre-norm (declares {claims})"
+    return [judge(comp, label, gap, thr, diagnosis)]
+
+
+# --------------------------------------------------------------------------- positional, embedding, projections
+
+def check_positional(comp: Component, cfg: ModelConfig, seed: int = 0) -> list[ComponentResult]:
+    """``positional`` component vs x * sqrt(D) + PE[:L] (eval mode, float64), at two lengths."""
+    label = "vs x * sqrt(d_model) + PE[:L]"
+    g = torch.Generator().manual_seed(seed + 97)
+    gaps, diagnosis = [], ""
+    try:
+        mod = comp.factory(sibling_context(cfg, reference_components(positional=comp)))
+        load_random_state(mod, seed)
+        mod = mod.double().eval()
+        for length in (5, min(cfg.max_len, 11)):
+            x = torch.randn(2, length, cfg.d_model, generator=g).double()
+            with torch.no_grad():
+                got = mod(x)
+            pe = sinusoidal_pe(length + 1, cfg.d_model)
+            gaps.append(output_gap(got, x * math.sqrt(cfg.d_model) + pe[:length]))
+            if gaps[-1][0] > gaps[-1][1] and not diagnosis:
+                hyps = {"PE shifted by one position (PE[1:L+1])": x * math.sqrt(cfg.d_model) + pe[1:length + 1],
+                        "no sqrt(d_model) scaling of the embeddings": x + pe[:length],
+                        "embeddings scaled by d_model instead of sqrt(d_model)": x * cfg.d_model + pe[:length],
+                        "no positional encoding added": x * math.sqrt(cfg.d_model)}
+                for text, alt in hyps.items():
+                    g2, t2 = output_gap(got, alt)
+                    if g2 <= t2:
+                        diagnosis = text
+                        break
+    except Exception as exc:  # noqa: BLE001
+        return [crash_result(comp, label, exc)]
+    gap, thr = max(gaps, key=lambda gt: gt[0] / gt[1])
+    return [judge(comp, label, gap, thr, diagnosis)]
+
+
+def check_embedding(comp: Component, cfg: ModelConfig, seed: int = 0) -> list[ComponentResult]:
+    """``embedding`` component: src/tgt must be per-token lookups of the canonical ``src.weight`` /
+    ``tgt.weight`` on a padded batch (a value that depends on other tokens of the row, such as the
+    sequence length, can carry future information past the causal mask), and ``logits`` must be
+    x generator.weight^T + generator.bias."""
+    label = "lookups and generator vs the canonical matrices"
+    try:
+        mod = comp.factory(sibling_context(cfg, reference_components(embedding=comp)))
+        state = load_random_state(mod, seed)
+        mod = mod.double().eval()
+        src, tgt, _ = padded_batch(cfg, seed=seed)
+        x = torch.randn(2, 3, cfg.d_model, generator=torch.Generator().manual_seed(seed + 101)).double()
+        with torch.no_grad():
+            parts = {"src": (mod.src(src), state["src.weight"].double()[src]),
+                     "tgt": (mod.tgt(tgt), state["tgt.weight"].double()[tgt]),
+                     "logits": (mod.logits(x), F.linear(x, state["generator.weight"].double(),
+                                                        state["generator.bias"].double()
+                                                        if "generator.bias" in state else None))}
+    except KeyError as exc:
+        return [(component_result(comp, label, VIOLATES, False, detail=(
+            f"canonical parameter {exc} missing: export src.weight, tgt.weight, generator.weight (and "
+            f"generator.bias) from canonical_state()")))]
+    except Exception as exc:  # noqa: BLE001
+        return [crash_result(comp, label, exc)]
+    worst, diagnosis = (0.0, ATOL), ""
+    for part, (got, want) in parts.items():
+        gap, thr = output_gap(got, want)
+        if gap / thr > worst[0] / worst[1]:
+            worst = (gap, thr)
+        if gap > thr and not diagnosis:
+            diagnosis = (f"{part}(ids) is not a per-token lookup of {part}.weight: the value at a position depends on "
+                         f"other tokens of its row (e.g. the sequence length), which lets the decoder see the future "
+                         f"past the causal mask" if part in ("src", "tgt") else
+                         "logits(x) differs from x generator.weight^T + generator.bias")
+    return [judge(comp, label, worst[0], worst[1], diagnosis)]
+
+
+def check_projections(comp: Component, cfg: ModelConfig, seed: int = 0) -> list[ComponentResult]:
+    """``projections`` component: ``linear(d_in, d_out)`` must return a module with ``weight``
+    (d_out, d_in) (and optional ``bias`` (d_out,)) computing x weight^T + bias (float64)."""
+    label = "linear(d_in, d_out) vs x weight^T + bias"
+    try:
+        linear = comp.factory(sibling_context(cfg, reference_components(projections=comp)))
+        d_in, d_out = cfg.d_model, 2 * cfg.d_model
+        lin = linear(d_in, d_out).double()
+        w, b = getattr(lin, "weight", None), getattr(lin, "bias", None)
+        if not isinstance(w, torch.Tensor) or tuple(w.shape) != (d_out, d_in):
+            return [(component_result(comp, label, VIOLATES, False, detail=(
+                f"linear({d_in}, {d_out}) must have weight of shape ({d_out}, {d_in}); got "
+                f"{None if w is None else tuple(w.shape)}")))]
+        x = torch.randn(3, 4, d_in, generator=torch.Generator().manual_seed(seed + 103)).double()
+        with torch.no_grad():
+            got, want = lin(x), F.linear(x, w, b)
+    except Exception as exc:  # noqa: BLE001
+        return [crash_result(comp, label, exc)]
+    gap, thr = output_gap(got, want)
+    return [judge(comp, label, gap, thr)]
+
+

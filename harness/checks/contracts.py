@@ -1,0 +1,115 @@
+"""Slot contracts: what a component of each slot must compute, and the checks that hold every
+component -- built-in or plugin -- to it.
+
+Shape letters: B batch, L length, S source length, T target length, D = d_model, H = h heads,
+d_k = D / H, V vocabulary.
+
+Every slot has a *reference* (:data:`SLOT_REFERENCES`). A component is held to it unless its own
+registration says otherwise (:class:`harness.registry.Component`):
+
+* ``differs="..."`` -- a deliberate difference (RMSNorm, another scaling, an approximation): the
+  check measures and reports its size instead of failing;
+* ``equivalent_to="other"`` -- held to another component of the slot instead;
+* ``buggy=True`` -- a faithful reproduction of a bug: the checks must flag it.
+
+Each component is checked *on its own*: its siblings are the harness's own reference
+implementations (a -inf keep-mask, ``nn.LayerNorm``, ``nn.Linear``), so a failure is attributed
+to the component that causes it. On a failure the check tries the common ways hand-written code
+goes wrong (:data:`ATTENTION_FAULTS`, mask shifts, ...) and names the one that reproduces the
+measured output ("scores divided by d_model instead of sqrt(d_k)", "causal mask shifted by +1:
+position i attends to position i+1").
+
+The reference computations run in float64; a component passes when max |component - reference|
+<= atol + rtol * max |reference| with :data:`ATOL`, :data:`RTOL` (float32 rounding inside a
+component, such as a float32 softmax, stays far below; every fault this module knows is above).
+
+Sources: Vaswani et al. 2017 §3.2-3.5; Ba et al. 2016 (LayerNorm); Xiong et al. 2020 (pre-/post-norm);
+PyTorch ``nn.MultiheadAttention`` / ``nn.LayerNorm`` / ``nn.Linear``; the seed notes' bugs.
+
+This module holds the registry-level part (:data:`SLOT_CHECKS`, :func:`check_components`, the
+declared relations) and re-exports the slot checks: :mod:`harness.checks.contract_base` (results,
+verdicts, reference siblings), :mod:`harness.checks.contract_attention` (attention, mask) and
+:mod:`harness.checks.contract_layers` (layer_norm, norm, positional, embedding, projections).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+from ..config import ModelConfig
+from ..registry import Component, Registry
+from .contract_attention import (ATTENTION_FAULTS, ATTENTION_LAYOUT, check_attention, check_mask,  # noqa: F401
+                                 diagnose_mask, reference_attention)
+from .contract_base import (ATOL, CONFORMS, CRASHES, DECLARED, FLAGGED, NO_DIFF, NOT_FLAGGED, RTOL,  # noqa: F401
+                            SLOT_REFERENCES, VIOLATES, ComponentResult, OutsideCanonicalLayout, ReferenceMask,
+                            reference_components, sibling_context, sinusoidal_pe, uncovered_parameters)
+from .contract_layers import (check_embedding, check_layer_norm, check_norm, check_positional,  # noqa: F401
+                              check_projections)
+from .inputs import CHECK_MODEL
+
+
+#: slot -> the check that holds a component of the slot to its reference.
+SLOT_CHECKS: dict[str, Callable[..., list[ComponentResult]]] = {
+    "attention": check_attention,
+    "mask": check_mask,
+    "layer_norm": check_layer_norm,
+    "norm": check_norm,
+    "positional": check_positional,
+    "embedding": check_embedding,
+    "projections": check_projections,
+}
+
+
+def check_component(comp: Component, cfg: ModelConfig, seed: int = 0) -> list[ComponentResult]:
+    """Hold one component to its slot's reference (:data:`SLOT_CHECKS`). Never raises for a
+    failing component; a slot without a check gives no result."""
+    fn = SLOT_CHECKS.get(comp.slot)
+    return fn(comp, cfg, seed) if fn else []
+
+
+def check_components(registry: Registry, keys: list[tuple[str, str]], cfg: ModelConfig,
+                     seed: int = 0) -> list[ComponentResult]:
+    """:func:`check_component` for each ``(slot, name)`` in ``keys``."""
+    out = []
+    for slot, name in keys:
+        comp = registry.component(slot, name)
+        if comp.equivalent_to and reference_key(registry, slot, name, cfg).startswith("reference"):
+            # equivalent to a component held to the reference: held to the reference itself
+            comp = dataclasses.replace(comp, equivalent_to="")
+        out += check_component(comp, cfg, seed)
+    return out
+
+
+# --------------------------------------------------------------------------- declared relations
+
+def reference_key(registry: Registry, slot: str, name: str, cfg: ModelConfig | None = None,
+                  _seen: frozenset = frozenset()) -> str:
+    """What a component claims to compute, as a key: two components of a slot with the same key are
+    expected to compute the same function.
+
+    ``"reference"`` for a component that declares nothing (for ``norm``: ``"reference:pre"`` or
+    ``"reference:post"`` from its ``final_norm``), the target's key for ``equivalent_to=``, and
+    ``"own:<name>"`` for a declared difference or a declared bug.
+    """
+    comp = registry.component(slot, name)
+    if comp.buggy or comp.differs:
+        return f"own:{name}"
+    if comp.equivalent_to and comp.equivalent_to not in _seen:
+        return reference_key(registry, slot, comp.equivalent_to, cfg, _seen | {name})
+    if slot == "norm":
+        try:
+            mod = comp.factory(sibling_context(cfg or CHECK_MODEL, reference_components(norm=comp)))
+            return "reference:pre" if getattr(type(mod), "final_norm", False) else "reference:post"
+        except Exception:  # noqa: BLE001 - a norm that cannot be built is its own function
+            return f"own:{name}"
+    return "reference"
+
+
+def declared_groups(registry: Registry, cfg: ModelConfig | None = None) -> dict[str, tuple[frozenset[str], ...]]:
+    """slot -> groups of components declared to compute the same function (same :func:`reference_key`),
+    from the registrations alone. Components alone in their group are omitted."""
+    out: dict[str, dict[str, set[str]]] = {}
+    for (slot, name) in registry.components:
+        key = reference_key(registry, slot, name, cfg)
+        out.setdefault(slot, {}).setdefault(key, set()).add(name)
+    return {slot: tuple(frozenset(g) for g in groups.values() if len(g) > 1) for slot, groups in out.items()}

@@ -1,0 +1,289 @@
+"""Model-level integrity probes: does any output at a real position depend on what it must not see?
+
+Shape letters: B batch, S source length, T target length, V vocabulary.
+
+No reference implementation is needed: each probe changes only what a correct model must ignore
+and requires the logits at real positions to stay put (within ``threshold``):
+
+* **causal** (:func:`probe_causal`): for every cut c, the target after position c is (a) redrawn
+  with other real tokens, (b) replaced by padding (the target gets shorter) and (c) extended where
+  it was padded (the target gets longer); logits at real positions <= c must not move. (b) and (c)
+  catch a component that learns the target's length from its padding, which (a) alone cannot.
+* **masked source keys** (:func:`probe_masked_keys`): the tokens at padded source positions change
+  while the masks made from the original batch are kept.
+* **extra source padding** (:func:`probe_extra_padding`): pad tokens appended to the source (masks
+  made from the ids, as in training); logits at real target positions must not move.
+* **finite** (:func:`probe_finite`): logits at real positions and every parameter's gradient of the
+  loss over real positions are finite on a padded batch (a NaN at a padded row reaches the gradients).
+
+Eval mode runs under ``torch.inference_mode`` (as evaluation does); train mode runs with autograd
+on and the RNG re-seeded before every forward, so dropout drops the same units in both forwards
+(probes that change shapes run in eval mode only). A model that behaves differently when it
+detects a probe must therefore behave differently in training or in evaluation too.
+
+Used by ``harness check`` (with each variant's own rounding threshold) and by every trial of
+``harness run`` before and after training (:func:`integrity_reasons`, the ``invalid`` status).
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from ..config import ModelConfig
+from .inputs import autocast, describe_exception, fmt_size, non_pad, padded_batch
+
+
+@dataclass
+class ProbeResult:
+    """One probe on one variant: the largest change where nothing may change."""
+
+    subject: str
+    probe: str
+    mode: str
+    passed: bool
+    max_change: float
+    threshold: float
+    detail: str = ""
+
+
+@contextlib.contextmanager
+def _seeded(seed: int | None, device: torch.device):
+    if seed is None:
+        yield
+        return
+    devices = [device.index or 0] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        yield
+
+
+def _logits(model, src, tgt, masks, device, dtype, mode: str, seed: int) -> torch.Tensor:
+    """Logits (B, T, V) as float64 on the CPU, in ``mode`` (see the module docstring)."""
+    guard = torch.inference_mode() if mode == "eval" else torch.enable_grad()
+    with guard, autocast(device, dtype), _seeded(seed if mode == "train" else None, device):
+        out = model(src, tgt, *masks) if masks is not None else model(src, tgt)
+    return out.detach().to("cpu", torch.float64)
+
+
+def _other(ids: torch.Tensor, cfg: ModelConfig, g: torch.Generator) -> torch.Tensor:
+    """Non-pad ids that differ from ``ids`` at every position (same shape)."""
+    cand = non_pad(ids.shape, cfg, g).to(ids.device)
+    shifted = (cand + 1) % cfg.vocab
+    shifted = torch.where(shifted == cfg.pad, (shifted + 1) % cfg.vocab, shifted)
+    return torch.where(cand == ids, shifted, cand)
+
+
+def _changed_positions(out: torch.Tensor, base: torch.Tensor, real: torch.Tensor, upto: int) -> torch.Tensor:
+    """max |Δ logit| per target position 0..upto at real rows (upto + 1,)."""
+    d = torch.nan_to_num((out[:, :upto + 1] - base[:, :upto + 1]).abs(), nan=math.inf)  # (B, c+1, V)
+    return d.masked_fill(~real[:, :upto + 1, None], 0.0).amax(dim=(0, 2))
+
+
+def _causal_changes(tgt: torch.Tensor, cfg: ModelConfig, g: torch.Generator, cuts) -> list[tuple[int, str, torch.Tensor]]:
+    """(cut c, kind, changed target (B, T)) for every cut and kind that changes something."""
+    out = []
+    for c in cuts:
+        for kind in _HOW:
+            changed = tgt.clone()
+            after = changed[:, c + 1:]
+            if kind == "redrawn":
+                after.copy_(_other(after, cfg, g))
+            elif kind == "padded":
+                after.fill_(cfg.pad)
+            else:
+                after.copy_(torch.where(after == cfg.pad, _other(after, cfg, g), after))
+            if not torch.equal(changed, tgt):
+                out.append((c, kind, changed))
+    return out
+
+
+_HOW = {"redrawn": "were redrawn", "padded": "were replaced by padding (the target got shorter)",
+        "extended": "replaced the padding (the target got longer)"}
+
+
+def probe_causal(model: nn.Module, batch, cfg: ModelConfig, threshold: float, mode: str = "eval", *,
+                 device: torch.device | str = "cpu", dtype: str = "fp32", seed: int = 0,
+                 name: str = "", cuts: str = "all") -> ProbeResult:
+    """For every cut c in 0..T-2, change the target after c -- other real tokens, padding, or real
+    tokens where it was padded -- and require the logits at real positions <= c to stay within
+    ``threshold``. Masks are made by the model from the changed ids, as in training.
+
+    In eval mode every changed batch is stacked into one forward (rows of a correct model are
+    independent). In train mode each change is its own forward with the RNG re-seeded, so dropout
+    drops the same units as in the unchanged forward; ``cuts="few"`` then limits train mode to the
+    cuts 0 and T // 2 (the run gate's budget: every known leak shows at any cut).
+
+    Args:
+        batch: ``(src (B, S), tgt (B, T), labels)``; position 0 of every target row must be real.
+    """
+    device = torch.device(device)
+    src, tgt = batch[0].to(device), batch[1].to(device)
+    real = batch[1] != cfg.pad  # (B, T)
+    b, t = tgt.shape
+    model.train(mode == "train")
+    base = _logits(model, src, tgt, None, device, dtype, mode, seed)
+    g = torch.Generator().manual_seed(seed + 17)
+    cut_list = range(t - 1) if (cuts == "all" or mode == "eval") else sorted({0, max(0, t // 2 - 1)})
+    changes = _causal_changes(tgt, cfg, g, cut_list)
+    if mode == "eval" and changes:
+        stacked = torch.cat([ch for _, _, ch in changes])  # (B * n, T)
+        outs = []
+        for i in range(0, stacked.size(0), 512):
+            part = stacked[i:i + 512]
+            outs.append(_logits(model, src.repeat(part.size(0) // b, 1), part, None, device, dtype, mode, seed))
+        outs = torch.cat(outs).split(b)
+    else:
+        outs = [_logits(model, src, ch, None, device, dtype, mode, seed) for _, _, ch in changes]
+    worst, leak = 0.0, None
+    for (c, kind, _), out in zip(changes, outs):
+        per_pos = _changed_positions(out, base, real, c)
+        worst = max(worst, float(per_pos.max()))
+        bad = (per_pos > threshold).nonzero().flatten()
+        if bad.numel() and (leak is None or int(bad[0]) < leak[0]):
+            leak = (int(bad[0]), c, float(per_pos[bad[0]]), kind)
+    model.eval()
+    detail = ""
+    if leak:
+        p, c, x, kind = leak
+        what = "target tokens after position" if kind != "extended" else "real tokens after position"
+        detail = (f"decoder position {p} changed (max |Δ logit| {fmt_size(x)}) when the {what} {c} {_HOW[kind]} "
+                  f"({mode} mode): it sees the future"
+                  + (" through the padding (e.g. the target's length)" if kind != "redrawn" else
+                     " (causal mask not applied or shifted)"))
+    return ProbeResult(name, "causal leak", mode, leak is None, worst, threshold, detail)
+
+
+def probe_masked_keys(model: nn.Module, batch, cfg: ModelConfig, threshold: float, mode: str = "eval", *,
+                      device: torch.device | str = "cpu", dtype: str = "fp32", seed: int = 0,
+                      name: str = "") -> ProbeResult:
+    """Change the tokens at padded source positions, keeping the masks made from the original batch;
+    logits at real target positions must not move (encoder self-attention and cross-attention)."""
+    device = torch.device(device)
+    src, tgt = batch[0].to(device), batch[1].to(device)
+    real = batch[1] != cfg.pad
+    model.train(mode == "train")
+    masks = model.make_masks(src, tgt)
+    base = _logits(model, src, tgt, masks, device, dtype, mode, seed)
+    changed = src.clone()
+    padded = src == cfg.pad
+    changed[padded] = _other(src, cfg, torch.Generator().manual_seed(seed + 29))[padded]
+    out = _logits(model, changed, tgt, masks, device, dtype, mode, seed)
+    model.eval()
+    d = torch.nan_to_num((out - base).abs(), nan=math.inf).masked_fill(~real[..., None], 0.0)
+    worst = float(d.max())
+    detail = "" if worst <= threshold else (
+        f"real target positions changed (max |Δ logit| {fmt_size(worst)}) when the tokens at padded source positions "
+        f"changed, masks unchanged ({mode} mode): source padding mask not applied")
+    return ProbeResult(name, "masked source keys", mode, worst <= threshold, worst, threshold, detail)
+
+
+def probe_extra_padding(model: nn.Module, batch, cfg: ModelConfig, threshold: float, *,
+                        device: torch.device | str = "cpu", dtype: str = "fp32", extra: int = 3,
+                        name: str = "") -> ProbeResult:
+    """Append ``extra`` pad tokens to every source row (masks made from the ids); logits at real target
+    positions must not move. Eval mode (the shapes change, so dropout draws would differ)."""
+    device = torch.device(device)
+    src, tgt = batch[0].to(device), batch[1].to(device)
+    real = batch[1] != cfg.pad
+    if src.size(1) + extra > cfg.max_len:
+        extra = max(0, cfg.max_len - src.size(1))
+    model.eval()
+    base = _logits(model, src, tgt, None, device, dtype, "eval", 0)
+    longer = torch.cat([src, torch.full((src.size(0), extra), cfg.pad, dtype=src.dtype, device=device)], dim=1)
+    out = _logits(model, longer, tgt, None, device, dtype, "eval", 0)
+    d = torch.nan_to_num((out - base).abs(), nan=math.inf).masked_fill(~real[..., None], 0.0)
+    worst = float(d.max())
+    detail = "" if worst <= threshold else (
+        f"real target positions changed (max |Δ logit| {fmt_size(worst)}) when {extra} pad tokens were appended to the "
+        f"source (eval mode): padded source keys are attended to (source padding ignored)")
+    return ProbeResult(name, "extra source padding", "eval", worst <= threshold, worst, threshold, detail)
+
+
+def probe_finite(model: nn.Module, batch, cfg: ModelConfig, *, device: torch.device | str = "cpu",
+                 dtype: str = "fp32", name: str = "") -> ProbeResult:
+    """Logits at real target positions and every parameter's gradient of the cross-entropy over real
+    positions must be finite on a padded batch (train mode). Gradients are cleared afterwards."""
+    device = torch.device(device)
+    src, tgt, labels = (t.to(device) for t in batch)
+    real = tgt != cfg.pad
+    model.train()
+    model.zero_grad(set_to_none=True)
+    with torch.enable_grad(), autocast(device, dtype):
+        logits = model(src, tgt)
+        loss = F.cross_entropy(logits[real].float(), labels[real])
+    detail = ""
+    if not torch.isfinite(logits[real]).all():
+        detail = "logits at real target positions are NaN or inf on a padded batch"
+    else:
+        loss.backward()
+        bad = [n for n, p in model.named_parameters() if p.grad is not None and not torch.isfinite(p.grad).all()]
+        if bad:
+            where = "" if torch.isfinite(logits).all() else " (the logits at padded positions are NaN: " \
+                                                            "a fully masked row there reaches the gradients)"
+            detail = f"non-finite gradient in {len(bad)} parameter(s), e.g. {bad[0]}, on a padded batch{where}"
+    model.zero_grad(set_to_none=True)
+    model.eval()
+    return ProbeResult(name, "finite", "train", not detail, 0.0 if not detail else math.inf, 0.0, detail)
+
+
+def run_probes(model: nn.Module, batch, cfg: ModelConfig, threshold: float, *, device="cpu", dtype: str = "fp32",
+               seed: int = 0, name: str = "", cuts: str = "all") -> list[ProbeResult]:
+    """Every probe of this module: finite, then causal and masked source keys in eval and train mode,
+    then extra source padding. ``cuts``: see :func:`probe_causal`."""
+    kw = dict(device=device, dtype=dtype, name=name)
+    out = [probe_finite(model, batch, cfg, **kw)]
+    for mode in ("eval", "train"):
+        out.append(probe_causal(model, batch, cfg, threshold, mode, seed=seed, cuts=cuts, **kw))
+        out.append(probe_masked_keys(model, batch, cfg, threshold, mode, seed=seed, **kw))
+    out.append(probe_extra_padding(model, batch, cfg, threshold, **kw))
+    return out
+
+
+# --------------------------------------------------------------------------- the run gate
+
+GATE_ATOL = 1e-5  #: absolute part of the run gate's threshold (logit units)
+GATE_RTOL = 1e-4  #: relative part, times max |logit| of the probe batch
+
+
+def gate_batch(cfg: ModelConfig, rows: int = 6, src_len: int = 9, tgt_len: int = 10, seed: int = 0):
+    """The run gate's padded batch: ``(src (B, S), tgt (B, T), labels (B, T))``; target rows start
+    with the start symbol 1 when the vocabulary has one, row i ends with min(i, L - 2) pad tokens."""
+    s, t = min(src_len, cfg.max_len - 3), min(tgt_len, cfg.max_len)
+    src, tgt, labels = padded_batch(cfg, rows, s, t, seed=seed)
+    if cfg.vocab > 2 and cfg.pad != 1:
+        tgt[:, 0] = 1
+    return src, tgt, labels
+
+
+def integrity_reasons(model: nn.Module, cfg: ModelConfig, device, *, seed: int = 0, when: str = "") -> list[str]:
+    """The run gate: every probe of :func:`run_probes` on :func:`gate_batch`, in float32; returns one
+    line per failed probe (empty: the model passes). Threshold: ``GATE_ATOL + GATE_RTOL * max |logit|``.
+    The model's training mode is restored, its gradients cleared, its weights and the global RNG
+    state left unchanged."""
+    device = torch.device(device)
+    batch = gate_batch(cfg, seed=seed)
+    was_training = model.training
+    devices = [device.index or 0] if device.type == "cuda" else []
+    try:
+        with torch.random.fork_rng(devices=devices), torch.inference_mode():
+            model.eval()
+            scale = float(torch.nan_to_num(model(batch[0].to(device), batch[1].to(device)).abs().max(), nan=0.0))
+        thr = GATE_ATOL + GATE_RTOL * scale
+        with torch.random.fork_rng(devices=devices):  # the trial's own RNG stream is left as it was
+            results = run_probes(model, batch, cfg, thr, device=device, seed=seed, cuts="few")
+    except Exception as exc:  # noqa: BLE001 - the trial itself will fail with its own message
+        return [f"probes crash{' ' + when if when else ''}: {describe_exception(exc)}"]
+    finally:
+        model.train(was_training)
+    prefix = f"{when}: " if when else ""
+    seen, out = set(), []
+    for r in results:
+        if not r.passed and r.probe not in seen:
+            seen.add(r.probe)
+            out.append(prefix + r.detail)
+    return out

@@ -1,0 +1,306 @@
+"""Rendering a :class:`~harness.checks.suite.CheckReport`: the terminal text ``check`` prints, the
+``checks.csv`` rows and ``checks.md``, one renderer per report section.
+
+Tables are pandas DataFrames rendered by tabulate as GitHub markdown.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+
+from .contracts import SLOT_REFERENCES
+from .inputs import fmt_size
+from .pairs import EQUIVALENT, IDENTICAL, ReferenceResult, TensorDiff
+from .policy import TOLERANCES
+from .suite import CheckReport
+
+LEGEND = ("identical: bitwise equal logits and gradients; ≈ x: equivalent, largest max|Δ| x within its threshold; "
+          "≠ x: differs as declared (x = max|Δ logit| at real target positions); FAIL: does not match the "
+          "declaration (see the pair table).")
+
+
+def matrix_frame(report: CheckReport):
+    """variant x variant table of :meth:`PairResult.cell` texts (pandas DataFrame)."""
+    import pandas as pd
+
+    cells = {(p.a, p.b): p.cell() for p in report.pairs}
+    rows = []
+    for a in report.variants:
+        row = {"variant": a}
+        for b in report.variants:
+            row[b] = "—" if a == b else cells.get((a, b)) or cells.get((b, a), "")
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def results_frame(report: CheckReport):
+    """One row per check result (the ``checks.csv`` layout): section, subject, reference, expected,
+    verdict, ok, sizes (max |Δ|, threshold, reference error, float64 difference) and detail."""
+    import pandas as pd
+
+    rows = []
+
+    def add(section, subject, reference, expected, verdict, ok, main=None, grad=None, detail="", **extra):
+        rows.append({"section": section, "subject": subject, "reference": reference, "expected": expected,
+                     "verdict": verdict, "ok": ok,
+                     "max_abs": main.max_abs if main else None, "threshold": main.threshold if main else None,
+                     "ref_error": main.ref_error if main else None, "float64_diff": main.golden if main else None,
+                     "grad_max_abs": grad.max_abs if grad else None, "grad_name": grad.name if grad else None,
+                     "grad_threshold": grad.threshold if grad else None, "detail": detail, **extra})
+
+    for c in report.components:
+        add("component", f"{c.slot}={c.name}", c.check, c.declared, c.verdict, c.ok or c.buggy,
+            detail="; ".join(x for x in (c.diagnosis, c.detail) if x), max_abs=c.max_abs, threshold=c.threshold,
+            plugin=c.plugin)
+    for p in report.pairs:
+        add("pair", p.a, p.b, p.expected, p.verdict, p.ok, p.logits, p.grad_max,
+            "; ".join(p.declared + p.notes))
+    for p in report.probes:
+        add("probe", p.subject, f"{p.probe} ({p.mode})", "unchanged", "pass" if p.passed else "leak", p.passed,
+            detail=p.detail, max_abs=p.max_change, threshold=p.threshold)
+    for m in report.masks:
+        add("mask component", m.component, "reference masked softmax", "equal",
+            "pass" if m.passed else "fail", m.passed or m.buggy, detail=m.detail, max_abs=m.max_error,
+            fully_masked_row=m.fully_masked_row)
+    for section, items in (("nn.MultiheadAttention", report.mha), ("nn.Transformer", report.transformer),
+                           ("device", report.devices)):
+        for r in items:
+            add(section, r.subject, r.reference, r.expected, r.verdict, r.ok or r.buggy, r.output, r.grad_max,
+                r.detail, padded_rows_max_abs=r.padded_rows)
+    for t in report.ties:
+        add("tied parameters", t.variant, "construction, .to, load_state_dict", "ties preserved",
+            "pass" if t.passed else "fail", t.passed, detail=t.detail or "; ".join(",".join(g) for g in t.groups),
+            params_unique=t.params_unique, params_per_use=t.params_per_use)
+    for b in report.bugs:
+        add("faithful bug", b.variant, "all checks", "flagged", "flagged" if b.flagged else "NOT flagged",
+            b.flagged, detail=" | ".join(b.reasons))
+    df = pd.DataFrame(rows)
+    # pandas would turn the mixed None/float columns into object dtype; keep them numeric
+    for c in ("max_abs", "threshold", "ref_error", "float64_diff", "grad_max_abs", "grad_threshold"):
+        if c in df:
+            df[c] = pd.to_numeric(df[c], errors="coerce")
+    return df
+
+
+def class_summary(report: CheckReport) -> list[dict]:
+    """Per equivalence class (and per PyTorch reference): the largest error seen and the tolerance
+    it was held to (the pair and tensor closest to its threshold)."""
+    out = []
+    for cls in report.classes():
+        if len(cls) < 2:
+            continue
+        members = set(cls)
+        inside = [p for p in report.pairs if p.a in members and p.b in members and p.verdict in (IDENTICAL, EQUIVALENT)]
+        out.append(_summary_row(", ".join(cls), [(f"{p.a} vs {p.b}", p.diffs) for p in inside]))
+    for label, items in (("attention components vs nn.MultiheadAttention", report.mha),
+                         ("stacks vs nn.Transformer", report.transformer),
+                         ("cpu vs cuda", report.devices)):
+        matched = [(f"{r.subject} / {r.reference}", r.diffs) for r in items
+                   if r.verdict in (IDENTICAL, EQUIVALENT) and not r.buggy]
+        if matched:
+            out.append(_summary_row(label, matched))
+    return out
+
+
+def _summary_row(label: str, items: list[tuple[str, list[TensorDiff]]]) -> dict:
+    flat = [(where, d) for where, ds in items for d in ds]
+    biggest = max(flat, key=lambda wd: wd[1].max_abs, default=None)
+    tightest = max(flat, key=lambda wd: wd[1].ratio, default=None)
+    return {"class": label, "comparisons": len(items),
+            "largest max|Δ|": fmt_size(biggest[1].max_abs) if biggest else "—",
+            "where": f"{biggest[0]}: {biggest[1].name}" if biggest else "—",
+            "held to": fmt_size(biggest[1].threshold) if biggest else "—",
+            "closest to its threshold": (f"{fmt_size(tightest[1].max_abs)} / {fmt_size(tightest[1].threshold)} "
+                                         f"({tightest[0]}: {tightest[1].name})") if tightest else "—"}
+
+
+def _md(df) -> str:
+    """``df`` as a GitHub markdown table (tabulate), ``_no rows_`` when empty."""
+    return "_no rows_" if df.empty else df.to_markdown(index=False, tablefmt="github")
+
+
+def render_text(report: CheckReport) -> str:
+    """What ``check`` prints: the matrix, the classes, failures and flagged bugs."""
+    import pandas as pd
+
+    parts = []
+    if report.variants:
+        parts += ["Equivalence matrix (" + f"{report.device}, {report.dtype}; " + LEGEND + ")", "",
+                  _md(matrix_frame(report)), ""]
+        parts += ["Equivalence classes:", ""]
+        parts += [f"  {{{', '.join(c)}}}" for c in report.classes()]
+        parts += ["", _md(pd.DataFrame(class_summary(report))), ""]
+    if report.bugs:
+        parts += ["Faithful-bug variants:", ""]
+        for b in report.bugs:
+            parts.append(f"  {b.variant}: {'flagged' if b.flagged else 'NOT FLAGGED'}")
+            parts += [f"    - {r}" for r in b.reasons[:3]]
+        parts.append("")
+    fails = report.failures()
+    parts.append(f"{len(fails)} result(s) do not match their declaration" + (":" if fails else "."))
+    parts += [f"  - {f}" for f in fails]
+    return "\n".join(parts)
+
+
+# --------------------------------------------------------------------------- checks.md, one renderer per section
+
+def render_markdown(report: CheckReport, meta: dict) -> str:
+    """``checks.md``: environment, config, tolerance table, matrix, classes, every section's table."""
+    sections = (_md_environment(report, meta), _md_config(report), _md_tolerances(report),
+                _md_components(report), _md_variants(report), _md_probes(report), _md_masks(report),
+                _md_mha(report), _md_transformer(report), _md_ties(report), _md_devices(report),
+                _md_bugs(report), _md_result(report))
+    return "\n".join(line for section in sections for line in section) + "\n"
+
+
+def _md_environment(report: CheckReport, meta: dict) -> list[str]:
+    env = meta.get("environment", {})
+    parts = [f"# transformer-harness checks `{meta.get('run_id', '')}`", "",
+             "Command:", "", f"```\n{meta.get('command', '')}\n```", "", "## Environment", ""]
+    parts += [f"- {k}: `{v}`" for k, v in env.items() if v is not None]
+    return parts + [f"- check dtype: `{report.dtype}`, seed: `{report.seed}`",
+                    f"- TF32: {report.tf32}", f"- check wall time: {report.wall_s:.1f} s", ""]
+
+
+def _md_config(report: CheckReport) -> list[str]:
+    return ["## Config", "", f"```json\n{json.dumps(dataclasses.asdict(report.cfg))}\n```", "",
+            "Batch: B=4, S=9, T=10 with right padding (row i ends with i pad tokens); logits compared at real "
+            "target positions, gradients of every canonical parameter (mean cross-entropy against fixed labels). "
+            "Every variant holds one reference canonical state (random LayerNorm gains and biases included).", ""]
+
+
+def _md_tolerances(report: CheckReport) -> list[str]:
+    import pandas as pd
+
+    rows = [{"dtype": d, "device": dev, "atol": t.atol, "fudge": t.fudge, "note": t.note,
+             "used": "◀" if (d, dev) == (report.dtype, report.device) else ""} for (d, dev), t in TOLERANCES.items()]
+    return ["## Tolerances", "",
+            "threshold = max(atol, fudge × ref_error), ref_error = max |run − float64 run of the same variant| "
+            "(PyTorch test_transformers' recipe). The row used here is marked.", "",
+            _md(pd.DataFrame(rows)), ""]
+
+
+def _md_components(report: CheckReport) -> list[str]:
+    import pandas as pd
+
+    if not report.components:
+        return []
+    rows = [{"component": f"{c.slot}={c.name}" + (" [bug]" if c.buggy else ""), "plugin": c.plugin,
+             "held to": c.declared, "check": c.check, "verdict": c.verdict, "max|Δ|": fmt_size(c.max_abs),
+             "threshold": fmt_size(c.threshold), "diagnosis": c.diagnosis or c.detail} for c in report.components]
+    return ["## Components vs their slot's reference", "",
+            "Each component on its own, with the harness's reference siblings (docs/components.md). "
+            "References: " + "; ".join(f"**{k}**: {v}" for k, v in SLOT_REFERENCES.items()), "",
+            _md(pd.DataFrame(rows)), ""]
+
+
+def _md_variants(report: CheckReport) -> list[str]:
+    """Matrix, classes, the pair table and the lossy-load notes (nothing without variants)."""
+    import pandas as pd
+
+    if not report.variants:
+        return []
+    parts = ["## Equivalence matrix", "", LEGEND, "", _md(matrix_frame(report)), "", "## Equivalence classes", ""]
+    parts += [f"- {{{', '.join(c)}}}" for c in report.classes()]
+    parts += ["", "Largest error seen in each class (and per PyTorch reference) and the tolerance it was held to:",
+              "", _md(pd.DataFrame(class_summary(report))), "", "## Pairs", ""]
+    rows = [{"A": p.a, "B": p.b, "expected": p.expected, "verdict": p.verdict,
+             "max|Δ logits|": fmt_size(p.logits.max_abs if p.logits else None),
+             "threshold": fmt_size(p.logits.threshold if p.logits else None),
+             "float64 Δ": fmt_size(p.logits.golden if p.logits else None),
+             "max|Δ grad|": fmt_size(p.grad_max.max_abs if p.grad_max else None),
+             "grad": p.grad_max.name if p.grad_max else "", "declared differences": "; ".join(p.declared),
+             "notes": "; ".join(p.notes)} for p in report.pairs]
+    parts += [_md(pd.DataFrame(rows)), ""]
+    notes = [(name, r.notes) for name, r in report.runs.items() if r.notes]
+    if notes:
+        parts += ["Lossy loads of the reference state (what a variant cannot hold):", ""]
+        parts += [f"- {name}: {'; '.join(n[:3])}{' ...' if len(n) > 3 else ''}" for name, n in notes]
+        parts.append("")
+    return parts
+
+
+def _md_probes(report: CheckReport) -> list[str]:
+    import pandas as pd
+
+    rows = [{"variant": p.subject, "probe": p.probe, "mode": p.mode, "result": "pass" if p.passed else "LEAK",
+             "max change": fmt_size(p.max_change), "threshold": fmt_size(p.threshold), "detail": p.detail}
+            for p in report.probes]
+    return ["## Mask probes", "",
+            "Causal leak: the target tokens after position c change (every c); logits at real positions <= c "
+            "must not. Masked source keys: the tokens at padded source positions change, masks kept; logits at "
+            "real target positions must not. Train mode re-seeds the RNG before each forward (dropout "
+            f"{report.cfg.dropout}), so both forwards drop the same units. Threshold: the variant's own "
+            "threshold for its logits.", "", _md(pd.DataFrame(rows)), ""]
+
+
+def _md_masks(report: CheckReport) -> list[str]:
+    import pandas as pd
+
+    rows = [{"mask": m.component + (" [bug]" if m.buggy else ""), "padding": "ok" if m.padding_ok else "FAIL",
+             "causal": "ok" if m.causal_ok else "FAIL", "max error": fmt_size(m.max_error),
+             "fully masked row": m.fully_masked_row, "detail": m.detail} for m in report.masks]
+    return ["### Mask components", "",
+            "softmax(apply(scores, mask)) vs the reference masked softmax at real query rows; fully masked row: "
+            "a source made only of pad tokens.", "", _md(pd.DataFrame(rows)), ""]
+
+
+def _md_mha(report: CheckReport) -> list[str]:
+    return ["## Attention components vs torch.nn.MultiheadAttention", "",
+            "in_proj_weight = [w_q; w_k; w_v], out_proj = w_o; MHA masks from the ids (bool, True = blocked). "
+            "Output compared at real query rows; `padded rows` = max|Δ| at padded query rows (information only: "
+            "valid_lens is causal-only there).", "", _md(_reference_rows(report.mha, padded=True)), ""]
+
+
+def _md_transformer(report: CheckReport) -> list[str]:
+    return ["## Encoder-decoder stacks vs torch.nn.Transformer", "",
+            "Same embedded inputs (embeddings, scaling and positional encoding are outside nn.Transformer); "
+            "decoder output at real target positions and gradients of every stack parameter.", "",
+            _md(_reference_rows(report.transformer)), ""]
+
+
+def _md_ties(report: CheckReport) -> list[str]:
+    import pandas as pd
+
+    rows = [{"variant": t.variant, "tied groups": " | ".join(", ".join(g) for g in t.groups) or "none",
+             "params (unique)": t.params_unique, "params (per use)": t.params_per_use,
+             "untied counterpart Δ logits / Δ grad": (f"{fmt_size(t.untied_logits)} / {fmt_size(t.untied_grad)}"
+                                                      if t.untied_logits is not None else "—"),
+             "result": "pass" if t.passed else "FAIL", "detail": t.detail} for t in report.ties]
+    return ["## Tied parameters", "", _md(pd.DataFrame(rows)), ""]
+
+
+def _md_devices(report: CheckReport) -> list[str]:
+    return ["## CPU vs CUDA", "", _md(_reference_rows(report.devices)), ""]
+
+
+def _md_bugs(report: CheckReport) -> list[str]:
+    if not report.bugs:
+        return []
+    parts = ["## Faithful-bug variants", "", "Reproduced on purpose from the seed notes; every one must be flagged.", ""]
+    for b in report.bugs:
+        parts.append(f"- **{b.variant}** ({b.summary}): {'flagged' if b.flagged else '**NOT flagged**'}")
+        parts += [f"  - {r}" for r in b.reasons]
+    return parts + [""]
+
+
+def _md_result(report: CheckReport) -> list[str]:
+    fails = report.failures()
+    return ["## Result", "", f"{len(fails)} result(s) do not match their declaration."] + [f"- {f}" for f in fails]
+
+
+def _reference_rows(items: list[ReferenceResult], padded: bool = False):
+    import pandas as pd
+
+    rows = []
+    for r in items:
+        row = {"subject": r.subject + (" [bug]" if r.buggy else ""), "reference": r.reference, "verdict": r.verdict,
+               "max|Δ out|": fmt_size(r.output.max_abs if r.output else None),
+               "threshold": fmt_size(r.output.threshold if r.output else None),
+               "max|Δ grad|": fmt_size(r.grad_max.max_abs if r.grad_max else None),
+               "grad": r.grad_max.name if r.grad_max else ""}
+        if padded:
+            row["padded rows"] = fmt_size(r.padded_rows)
+        row["detail"] = r.detail
+        rows.append(row)
+    return pd.DataFrame(rows)

@@ -1,0 +1,199 @@
+"""Whole encoder-decoder stacks against ``torch.nn.Transformer(norm_first=False/True)``, given the
+same embedded inputs (the embeddings, scaling, positional encoding and generator live outside
+``nn.Transformer``), as far as the structures match.
+
+Shape letters: B batch, S source length, T target length, D = d_model.
+"""
+from __future__ import annotations
+
+import re
+import warnings
+
+import torch
+from torch import nn
+
+from ..config import ModelConfig
+from ..model import canonical_state_dict
+from ..registry import Registry, Variant
+from .contracts import reference_key
+from .inputs import autocast, describe_exception, padded_batch
+from .pairs import CRASHES, NOT_COMPARABLE, ReferenceResult, reference_verdict, tensor_diff
+from .policy import get_tolerance, held_to_reference, registry_groups
+from .runs import canonical_grads, load_variant
+
+_TORCH_NAME_PATTERNS = [
+    (re.compile(r"(self_attn|src_attn)\.w_([qkv])\.(weight|bias)"),
+     lambda m: (f"{'self_attn' if m[1] == 'self_attn' else 'multihead_attn'}.in_proj_{m[3]}", "qkv".index(m[2]))),
+    (re.compile(r"(self_attn|src_attn)\.w_o\.(weight|bias)"),
+     lambda m: (f"{'self_attn' if m[1] == 'self_attn' else 'multihead_attn'}.out_proj.{m[2]}", None)),
+    (re.compile(r"feed_forward\.w_([12])\.(weight|bias)"), lambda m: (f"linear{m[1]}.{m[2]}", None)),
+    (re.compile(r"sublayer\.(\d)\.norm\.(weight|bias)"), lambda m: (f"norm{int(m[1]) + 1}.{m[2]}", None)),
+]
+
+
+def nn_transformer_name(name: str) -> tuple[str, int | None]:
+    """Canonical stack parameter -> (``nn.Transformer`` parameter, block of ``in_proj`` or None).
+
+    ``encoder.layers.0.self_attn.w_k.weight`` -> (``encoder.layers.0.self_attn.in_proj_weight``, 1);
+    ``decoder.layers.1.sublayer.2.norm.bias`` -> (``decoder.layers.1.norm3.bias``, None).
+
+    Raises:
+        KeyError: no counterpart in ``nn.Transformer``.
+    """
+    if re.fullmatch(r"(encoder|decoder)\.norm\.(weight|bias)", name):
+        return name, None
+    m = re.fullmatch(r"(encoder|decoder)\.layers\.(\d+)\.(.+)", name)
+    if m:
+        for pat, fn in _TORCH_NAME_PATTERNS:
+            mm = pat.fullmatch(m[3])
+            if mm:
+                tname, block = fn(mm)
+                return f"{m[1]}.layers.{m[2]}.{tname}", block
+    raise KeyError(f"no nn.Transformer counterpart for canonical parameter {name!r}")
+
+
+def make_nn_transformer(cfg: ModelConfig, norm_first: bool, final_norm: bool = True, bias: bool = True) -> nn.Transformer:
+    """``nn.Transformer`` with the check config, batch_first; ``final_norm=False`` builds it with
+    ``custom_encoder``/``custom_decoder`` whose ``norm=None`` (no LayerNorm after the stacks);
+    ``bias=False`` drops the biases of every Linear and LayerNorm (PyTorch's ``bias`` argument)."""
+    d, h, n, ff, p = cfg.d_model, cfg.h, cfg.N, cfg.d_ff, cfg.dropout
+    kw = dict(batch_first=True, norm_first=norm_first, bias=bias)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # enable_nested_tensor warning for norm_first=True
+        if final_norm:
+            return nn.Transformer(d, h, n, n, ff, p, **kw)
+        enc = nn.TransformerEncoder(nn.TransformerEncoderLayer(d, h, ff, p, **kw), n, norm=None,
+                                    enable_nested_tensor=False)
+        dec = nn.TransformerDecoder(nn.TransformerDecoderLayer(d, h, ff, p, **kw), n, norm=None)
+        return nn.Transformer(d, h, n, n, ff, p, custom_encoder=enc, custom_decoder=dec, **kw)
+
+
+_STACK_LN_BIAS = re.compile(r"(encoder|decoder)\.(.+\.)?norm\.bias")
+
+
+def nn_transformer_structure(variant: Variant, groups=None, registry: Registry | None = None,
+                             bias: bool | None = None) -> list[tuple[str, bool, bool, bool, str]]:
+    """How ``variant``'s encoder-decoder stack relates to ``nn.Transformer``.
+
+    Returns:
+        rows ``(reference label, norm_first, final_norm, bias, reason)``; ``reason`` is empty when the
+        structures match and the comparison can run, else it says why it cannot. ``bias=False``
+        (projections without biases: no ``self_attn.w_q.bias`` in the canonical state) is compared with
+        ``nn.Transformer(bias=False)``, which has no LayerNorm biases either: the variant's LayerNorm
+        biases are held at 0 for that comparison (their gradients are not compared).
+    """
+    registry = registry or Registry.from_plugins()
+    groups = registry_groups(registry) if groups is None else groups
+    r = variant.resolved()
+    reasons = []
+    norm_key = reference_key(registry, "norm", r["norm"])
+    if norm_key not in ("reference:post", "reference:pre"):
+        reasons.append(f"norm={r['norm']} declares a difference from post-norm and pre-norm (the only two "
+                       f"nn.Transformer offers, norm_first)")
+    if not held_to_reference(registry, "layer_norm", r["layer_norm"], groups):
+        reasons.append(f"layer_norm={r['layer_norm']} declares a difference from nn.LayerNorm "
+                       f"(biased variance, eps 1e-5 inside the square root)")
+    if not held_to_reference(registry, "projections", r["projections"], groups):
+        reasons.append(f"projections={r['projections']} declares a difference from nn.Linear")
+    if not held_to_reference(registry, "attention", r["attention"], groups):
+        reasons.append(f"attention={r['attention']} is not declared equivalent to nn.MultiheadAttention")
+    if not held_to_reference(registry, "mask", r["mask"], groups):
+        reasons.append(f"mask={r['mask']} is not declared equivalent to nn.Transformer's masks")
+    first = norm_key == "reference:pre"
+    bias = True if bias is None else bias
+    label = f"nn.Transformer(norm_first={first}{'' if bias else ', bias=False'})"
+    if reasons:
+        return [(label, first, True, bias, "; ".join(reasons))]
+    if first:
+        return [(label, True, True, bias, "")]
+    return [(label, False, True, bias,
+             "nn.Transformer always appends a final LayerNorm after the encoder and after the decoder "
+             "(encoder.norm, decoder.norm); post-norm has none, so the stock module computes a different function "
+             "(compared below with norm=None instead)"),
+            (f"{label}, encoder/decoder norm=None", False, False, bias, "")]
+
+
+def compare_with_nn_transformer(registry: Registry, variant: Variant, cfg: ModelConfig,
+                                state: dict[str, torch.Tensor], *, device: torch.device | str = "cpu",
+                                dtype: str = "fp32", seed: int = 0, groups=None) -> list[ReferenceResult]:
+    """``variant``'s encoder and decoder stacks vs ``nn.Transformer`` as far as the structures match.
+
+    Both get the same embedded inputs (the variant's embedding + positional output, eval mode), masks
+    from the ids (nn.Transformer: ``tgt_mask`` (T, T) True = blocked, ``*_key_padding_mask`` (B, L));
+    decoder output (B, T, D) is compared at real target positions and the gradient of every canonical
+    stack parameter against its mapped ``nn.Transformer`` gradient.
+    """
+    device = torch.device(device)
+    tol = get_tolerance(dtype, device.type)
+    out = []
+    probe, _ = load_variant(registry, variant, cfg, state)
+    has_bias = any(k.endswith("self_attn.w_q.bias") for k in canonical_state_dict(probe))
+    for label, first, final, bias, reason in nn_transformer_structure(variant, groups, registry, has_bias):
+        if reason:
+            out.append(ReferenceResult(variant.name, label, NOT_COMPARABLE, NOT_COMPARABLE, True, detail=reason,
+                                       buggy=variant.buggy))
+            continue
+        try:
+            lp = _stack_pair(registry, variant, cfg, state, first, final, bias, device, dtype, seed)
+            hp = _stack_pair(registry, variant, cfg, state, first, final, bias, device, "fp64", seed)
+        except Exception as exc:  # noqa: BLE001
+            out.append(ReferenceResult(variant.name, label, "equivalent", CRASHES, False,
+                                       detail=f"crashes: {describe_exception(exc)}", buggy=variant.buggy))
+            continue
+        keep = padded_batch(cfg, seed=seed)[1] != cfg.pad
+        o = tensor_diff("decoder output", lp[0], lp[2], hp[0], hp[2], tol, keep)
+        grads = [tensor_diff(n, lp[1][n], lp[3][n], hp[1][n], hp[3][n], tol) for n in sorted(lp[1])]
+        note = "" if bias else ("LayerNorm biases held at 0 (nn.Transformer(bias=False) has none); "
+                                "their gradients not compared")
+        out.append(reference_verdict(variant.name, label, "equivalent", o, grads, variant.buggy, detail=note))
+    return out
+
+
+def _stack_pair(registry, variant, cfg, state, norm_first, final_norm, bias, device, dtype, seed):
+    wdtype = torch.float64 if dtype == "fp64" else torch.float32
+    if not bias:
+        state = {k: (torch.zeros_like(v) if _STACK_LN_BIAS.fullmatch(k) else v) for k, v in state.items()}
+    model, _ = load_variant(registry, variant, cfg, state)
+    model = model.to(device, wdtype).eval()
+    canon = {k: v for k, v in canonical_state_dict(model).items()
+             if k.startswith(("encoder.", "decoder.")) and (bias or not _STACK_LN_BIAS.fullmatch(k))}
+    ref = make_nn_transformer(cfg, norm_first, final_norm, bias)
+    blocks: dict[str, dict[int, torch.Tensor]] = {}
+    tstate = {}
+    for name, t in canon.items():
+        tname, block = nn_transformer_name(name)
+        if block is None:
+            tstate[tname] = t.detach()
+        else:
+            blocks.setdefault(tname, {})[block] = t.detach()
+    tstate.update({k: torch.cat([v[i] for i in range(3)]) for k, v in blocks.items()})
+    ref.load_state_dict(tstate, strict=True)
+    ref = ref.to(device, wdtype).eval()
+    src, tgt, _ = padded_batch(cfg, seed=seed)
+    src, tgt = src.to(device), tgt.to(device)
+    with torch.no_grad():
+        x_src = model.src_pos(model.embed.src(src))
+        x_tgt = model.tgt_pos(model.embed.tgt(tgt))
+    r = torch.randn(*tgt.shape, cfg.d_model, generator=torch.Generator().manual_seed(seed + 61))
+    weight = r.to(device, wdtype) * (tgt != cfg.pad)[..., None].to(wdtype)
+    src_mask, tgt_mask = model.make_masks(src, tgt)
+    with autocast(device, dtype):
+        ours = model.decoder(x_tgt, model.encoder(x_src, src_mask), src_mask, tgt_mask)
+    (ours.to(wdtype) * weight).sum().backward()
+    ours_grads = canonical_grads(model)
+    ours_grads = {k: v for k, v in ours_grads.items() if k in canon}
+    causal_block = ~torch.ones(tgt.size(1), tgt.size(1), dtype=torch.bool, device=device).tril()
+    with autocast(device, dtype), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs = ref(x_src, x_tgt, tgt_mask=causal_block, src_key_padding_mask=src == cfg.pad,
+                     tgt_key_padding_mask=tgt == cfg.pad, memory_key_padding_mask=src == cfg.pad)
+    (theirs.to(wdtype) * weight).sum().backward()
+    params = dict(ref.named_parameters())
+    d = cfg.d_model
+    their_grads = {}
+    for name in ours_grads:
+        tname, block = nn_transformer_name(name)
+        gr = params[tname].grad
+        their_grads[name] = (gr if block is None else gr[block * d:(block + 1) * d]).detach().cpu().clone()
+    return ours.detach().cpu(), ours_grads, theirs.detach().cpu(), their_grads
+
