@@ -60,7 +60,7 @@ The package, one module per seam (each imports only the ones above it):
 * :mod:`~harness.checks.pairs` -- comparing tensors, pairs and verdicts
 * :mod:`~harness.checks.masks`, :mod:`~harness.checks.mha`, :mod:`~harness.checks.transformer`,
   :mod:`~harness.checks.ties` -- the report's sections (mask components, PyTorch references, tied embeddings)
-* :mod:`~harness.checks.suite` -- the whole check (:func:`run_checks`); :mod:`~harness.checks.render` -- its report
+* :mod:`~harness.checks.whole` -- the whole check (:func:`run_checks`); :mod:`~harness.checks.render` -- its report
 """
 from __future__ import annotations
 
@@ -75,7 +75,7 @@ from .probes import ProbeResult, probe_causal, probe_extra_padding, probe_finite
 from .render import LEGEND, class_summary, matrix_frame, render_markdown, render_text, results_frame
 from .runs import (CheckSession, VariantRun, canonical_grads, forward_backward, load_variant, reference_state,
                    run_variant, tf32_disabled)
-from .suite import BugResult, CheckReport, bug_reasons, probe_variant, run_checks
+from .whole import BugResult, CheckReport, bug_reasons, probe_variant, run_checks
 from .ties import TieResult, check_ties, tie_groups
 from .transformer import compare_with_nn_transformer, make_nn_transformer, nn_transformer_name, nn_transformer_structure
 

@@ -1,4 +1,4 @@
-"""Rendering a :class:`~harness.checks.suite.CheckReport`: the terminal text ``check`` prints, the
+"""Rendering a :class:`~harness.checks.whole.CheckReport`: the terminal text ``check`` prints, the
 ``checks.csv`` rows and ``checks.md``, one renderer per report section.
 
 Tables are pandas DataFrames rendered by tabulate as GitHub markdown.
@@ -12,7 +12,7 @@ from .contracts import SLOT_REFERENCES
 from .inputs import fmt_size
 from .pairs import EQUIVALENT, IDENTICAL, ReferenceResult, TensorDiff
 from .policy import TOLERANCES
-from .suite import CheckReport
+from .whole import CheckReport
 
 LEGEND = ("identical: bitwise equal logits and gradients; ≈ x: equivalent, largest max|Δ| x within its threshold; "
           "≠ x: differs as declared (x = max|Δ logit| at real target positions); FAIL: does not match the "
