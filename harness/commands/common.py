@@ -8,6 +8,7 @@ import sys
 
 from ..config import PRESETS, PRESET_NOTES, RunConfig, get_preset
 from ..errors import ConfigError
+from ..plugins import plugin_spec
 from ..registry import Registry
 
 
@@ -98,8 +99,6 @@ def resolve_config(args) -> RunConfig:
 
 
 def load_registry(args) -> Registry:
-    from ..cli import plugin_spec
-
     reg = Registry.from_plugins(plugin_spec(args))
     for w in reg.warnings:
         print(f"harness: warning: {w}", file=sys.stderr)

@@ -20,6 +20,7 @@ import time
 
 from ..config import RunConfig
 from ..errors import ConfigError, HarnessError, StoreError
+from ..plugins import plugin_spec
 from ..report import summary_table, to_markdown, trials_frame, write_report
 from ..runner import ExecutionOptions, Plan, TrialSpec, check_plan_size, execute, make_specs
 from ..store import RunStore, config_hash
@@ -210,8 +211,6 @@ def main(args) -> int:
     variants, seeds, cfg = plan.variants, plan.seeds, plan.config
     device = device_name(args.device, options)
     options = options.resolved(len(variants) * len(seeds) * len(plan.points), device)
-    from ..cli import plugin_spec
-
     plugins = plugin_spec(args).to_dict()
     specs = make_specs(variants, seeds, cfg, device, args.dtype, plugins, points=plan.points,
                        threads=options.trial_threads())
@@ -303,8 +302,6 @@ def check_requested(args, given: set[str], meta: dict, reg, specs: list[TrialSpe
     """
     if not given & (CONFIG_OPTIONS | TRIAL_OPTIONS | {"device", "dtype", "plugins"}):
         return
-    from ..cli import plugin_spec
-
     refuse = f"cannot resume {where!r} with other options than it was started with"
     again = "leave the options out to resume as stored, or start a new run"
     if "plugins" in given:
