@@ -15,6 +15,7 @@ import importlib.util
 import sys
 import warnings
 
+from .commands.common import check_output
 from .errors import HarnessError, HarnessWarning
 from .plugins import add_plugin_options, plugin_spec  # noqa: F401 - plugin_spec: the commands' import path
 
@@ -130,14 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         warnings.simplefilter("always", HarnessWarning)
         warnings.showwarning = show_warning
         try:
-            if getattr(args, "run_id", None) is not None:
-                from .store import check_name
-
-                check_name(args.run_id)
-            if getattr(args, "results_dir", None) == "":
-                from .errors import ConfigError
-
-                raise ConfigError("--results-dir must not be empty (give a folder, e.g. --results-dir results)")
+            check_output(args)
             return int(args.func(args) or 0)
         except HarnessError as exc:
             print(f"harness: error: {_one_line(exc)}", file=sys.stderr)

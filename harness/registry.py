@@ -10,10 +10,13 @@ import dataclasses
 import fnmatch
 import itertools
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from .errors import DuplicateNameError, HarnessError, PluginError, UnknownNameError
-from .tasks.base import Task
+from .plugins import PluginSpec, builtin_plugin_manager, get_plugin_manager
+
+if TYPE_CHECKING:
+    from .tasks.base import Task
 
 #: slot -> what the slot decides. Every variant gets a component for every slot; a slot a
 #: variant leaves out takes the slot's default component, the one that declares
@@ -162,8 +165,6 @@ def default_components() -> dict[str, str]:
         PluginError: as :func:`declared_defaults`.
     """
     if not _BUILTIN_DEFAULTS:
-        from .plugins import builtin_plugin_manager
-
         comps = [c for c, _ in _call_hook(builtin_plugin_manager(), "harness_add_components", Component, True, [])]
         _BUILTIN_DEFAULTS.update(declared_defaults(comps))
     return dict(_BUILTIN_DEFAULTS)
@@ -269,7 +270,7 @@ class Registry:
             PluginError, DuplicateNameError: broken plugin (strict) or duplicate names.
             HarnessError: a variant naming a slot or component that nobody offers.
         """
-        from .plugins import PluginSpec, get_plugin_manager
+        from .tasks.base import Task  # here: importing the registry imports no torch
 
         spec = spec or PluginSpec()
         warnings: list[str] = []

@@ -58,11 +58,30 @@ def add_config(p: argparse.ArgumentParser) -> None:
                    help="fp32, or bf16 mixed precision through torch.autocast (loss in float32)")
 
 
-def add_output(p: argparse.ArgumentParser, prefix: str) -> None:
-    """``--results-dir``, ``--run-id`` (default ``<prefix>-<timestamp>``) and ``--quiet``."""
-    p.add_argument("--results-dir", default="results", metavar="DIR", help="where results are stored (default results)")
-    p.add_argument("--run-id", default=None, help=f"name of the results folder (default: {prefix}-<timestamp>)")
-    p.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
+def add_output(p: argparse.ArgumentParser, prefix: str, what: str = "results", default_id: str | None = None,
+               quiet_help: str = "no progress lines on stderr") -> None:
+    """``--results-dir``, ``--run-id`` (default ``<prefix>-<timestamp>``, or as ``default_id``
+    says) and ``--quiet``; ``what``: what the folder holds, for the help ("results", "run")."""
+    stored = "results" if what == "results" else f"{what}s"
+    p.add_argument("--results-dir", default="results", metavar="DIR", help=f"where {stored} are stored (default results)")
+    p.add_argument("--run-id", default=None,
+                   help=f"name of the {what} folder (default: {default_id or prefix + '-<timestamp>'})")
+    p.add_argument("--quiet", "-q", action="store_true", help=quiet_help)
+
+
+def check_output(args) -> None:
+    """``--run-id`` is a valid folder name and ``--results-dir`` is not empty (checked before
+    anything runs).
+
+    Raises:
+        ConfigError: naming the option.
+    """
+    if getattr(args, "run_id", None) is not None:
+        from ..store import check_name
+
+        check_name(args.run_id)
+    if getattr(args, "results_dir", None) == "":
+        raise ConfigError("--results-dir must not be empty (give a folder, e.g. --results-dir results)")
 
 
 def output_run_id(args, prefix: str) -> str:
@@ -113,4 +132,4 @@ def select_variants(reg: Registry, args):
     return reg.select(patterns)
 
 
-__all__ = ["add_selection", "add_config", "add_task", "check_task", "add_output", "output_run_id", "command_line", "resolve_config", "load_registry", "select_variants", "PRESETS"]
+__all__ = ["add_selection", "add_config", "add_task", "check_task", "add_output", "check_output", "output_run_id", "command_line", "resolve_config", "load_registry", "select_variants", "PRESETS"]
