@@ -91,9 +91,11 @@ def output_run_id(args, prefix: str) -> str:
     return args.run_id or f"{prefix}-{dt.datetime.now():%Y%m%d-%H%M%S}"
 
 
-def command_line() -> str:
-    """The command as the user typed it, for reports."""
-    return "python -m harness " + shlex.join(sys.argv[1:])
+def command_line(args=None) -> str:
+    """The command as the user typed it, for reports; for a call of the Python API
+    (:mod:`harness.api`), the equivalent command line (``args.argv``)."""
+    argv = getattr(args, "argv", None)
+    return "python -m harness " + shlex.join(sys.argv[1:] if argv is None else argv)
 
 
 def parse_overrides(items: list[str]) -> dict:

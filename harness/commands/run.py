@@ -228,7 +228,7 @@ def run_meta(args, reg, plan: Plan, specs: list[TrialSpec], device: str, options
     """The new run's ``config.json`` (the run metadata) before any trial ran."""
     cfg, seeds = plan.config, plan.seeds
     return {
-        "command": command_line(), "preset": plan.preset, "experiment": plan.name, "config": cfg.to_dict(),
+        "command": command_line(args), "preset": plan.preset, "experiment": plan.name, "config": cfg.to_dict(),
         "points": {name: c.to_dict() for name, c in plan.points if name},
         "config_hash": config_hash(cfg.to_dict()), "variants": [v.name for v in plan.variants], "seeds": seeds,
         "device": device, "dtype": args.dtype, "plugins": plugins,
