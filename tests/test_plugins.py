@@ -145,12 +145,12 @@ def test_p_no_name_disables_one_plugin(tmp_path):
 
 
 def test_p_no_name_on_the_command_line():
+    import os
     import subprocess
-    import sys
 
     from .conftest import ROOT
 
-    env = {**__import__("os").environ, "HARNESS_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "HARNESS_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONPATH": str(ROOT)}
     r = subprocess.run([sys.executable, "-m", "harness", "-p", "no:variants.bugs", "list", "--buggy"],
                        capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
     assert r.returncode == 0, r.stderr
@@ -227,7 +227,8 @@ def test_harness_trace_writes_pluggy_trace_to_stderr(monkeypatch, capsys):
 
 def test_a_raising_hook_is_named_and_skipped(tmp_path):
     f = tmp_path / "raising_plugin.py"
-    f.write_text("from harness import hookimpl\n\n@hookimpl\ndef harness_add_variants():\n    raise RuntimeError('boom')\n")
+    f.write_text("from harness import hookimpl\n\n@hookimpl\n"
+                 "def harness_add_variants():\n    raise RuntimeError('boom')\n")
     reg = Registry.from_plugins(PluginSpec(files=[str(f)]))
     assert any("raising_plugin" in w and "RuntimeError: boom" in w for w in reg.warnings)
     assert "baseline" in reg.variants

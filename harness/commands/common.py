@@ -63,7 +63,8 @@ def add_output(p: argparse.ArgumentParser, prefix: str, what: str = "results", d
     """``--results-dir``, ``--run-id`` (default ``<prefix>-<timestamp>``, or as ``default_id``
     says) and ``--quiet``; ``what``: what the folder holds, for the help ("results", "run")."""
     stored = "results" if what == "results" else f"{what}s"
-    p.add_argument("--results-dir", default="results", metavar="DIR", help=f"where {stored} are stored (default results)")
+    p.add_argument("--results-dir", default="results", metavar="DIR",
+                   help=f"where {stored} are stored (default results)")
     p.add_argument("--run-id", default=None,
                    help=f"name of the {what} folder (default: {default_id or prefix + '-<timestamp>'})")
     p.add_argument("--quiet", "-q", action="store_true", help=quiet_help)

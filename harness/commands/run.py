@@ -161,7 +161,8 @@ def executor_session(options: ExecutionOptions, plugins: dict, quiet: bool):
         return contextlib.nullcontext()
     from ..executors import ray_session
 
-    return ray_session(options.address, list(plugins.get("modules") or []), log_function(quiet))
+    modules = PluginSpec.from_dict(plugins).module_names()  # the -p modules to ship, not -p no:NAME
+    return ray_session(options.address, modules, log_function(quiet))
 
 
 def device_name(name: str, options: ExecutionOptions) -> str:

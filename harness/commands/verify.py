@@ -151,26 +151,6 @@ def _check_planned(store: RunStore, meta: dict, keys: list[str], stored: set[str
         problems.append(f"trials/{k}.json: missing (planned in config.json"
                         f"{'; the run finished' if status == 'complete' else ''}; run it again with: "
                         f"python -m harness run --resume {root})")
-    keys = [t["key"] for t in planned]
-    stored = {t["key"] for t in valid}
-    missing = [k for k in keys if k not in stored and k not in corrupt]  # a corrupt file is named above
-    extra = sorted(stored - set(keys))
-    for k in extra:
-        problems.append(f"trials/{k}.json: not a trial planned in config.json")
-    status = meta.get("status")
-    if missing:
-        interrupted = status in ("interrupted", "running")
-        if interrupted:
-            how = ("was interrupted" if status == "interrupted" else
-                   "is being written by another process" if store.is_locked() else "was killed")
-            notes.append(f"the run {how}: {len(keys) - len(missing)} of {len(keys)} planned trial(s) stored; "
-                         f"finish it with: python -m harness run --resume {root}")
-        else:
-            for k in missing:
-                problems.append(f"trials/{k}.json: missing (planned in config.json"
-                                f"{'; the run finished' if status == 'complete' else ''}; run it again with: "
-                                f"python -m harness run --resume {root})")
-    return problems, notes
 
 
 def _table_difference(have: str, want: str) -> str:
