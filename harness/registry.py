@@ -196,18 +196,26 @@ def _call_hook(pm, hookname: str, kind: type, strict: bool, warnings: list[str])
     The hook is called once through ``pm.hook`` (pluggy's tracing and hook wrappers apply). When
     that call raises or some plugin returns no list, each plugin is called on its own (a
     ``subset_hook_caller``) to name the one at fault: its error is raised (``strict``) or becomes a
-    warning and its items are skipped.
+    warning and its items are skipped. A hook wrapper that raises is reported the same way (its
+    plugin unnamed) and the results are taken without the wrappers.
     """
     caller = getattr(pm.hook, hookname)
     impls = [i for i in caller.get_hookimpls() if not (i.hookwrapper or i.wrapper)]
+    error: Exception | None = None
     try:
         results = caller()
-    except Exception:  # noqa: BLE001 - called again plugin by plugin below, to name the plugin
-        results = None
+    except Exception as exc:  # noqa: BLE001 - called again plugin by plugin below, to name the plugin
+        results, error = None, exc
     if results is not None and len(results) == len(impls):
         per_plugin = list(zip(reversed(results), (i.plugin_name for i in impls)))  # pluggy calls LIFO
     else:
+        n_warnings = len(warnings)
         per_plugin = _call_each(pm, hookname, impls, strict, warnings)
+        if error is not None and len(warnings) == n_warnings:  # no implementation raised: a hook wrapper did
+            msg = f"{hookname}(): a hook wrapper raised {type(error).__name__}: {error} (results taken without it)"
+            if strict:
+                raise PluginError(msg) from error
+            warnings.append(msg)
     out = []
     for items, plugin_name in per_plugin:
         if not isinstance(items, (list, tuple)) or not all(isinstance(i, kind) for i in items):

@@ -234,3 +234,13 @@ def test_a_raising_hook_is_named_and_skipped(tmp_path):
     assert "baseline" in reg.variants
     with pytest.raises(PluginError, match="raising_plugin.*boom"):
         Registry.from_plugins(PluginSpec(files=[str(f)], strict=True))
+
+
+def test_a_raising_hook_wrapper_is_reported(tmp_path):
+    f = tmp_path / "bad_wrapper.py"
+    f.write_text("from harness import hookimpl\n\n@hookimpl(wrapper=True)\n"
+                 "def harness_add_variants():\n    yield\n    raise RuntimeError('wrapped')\n")
+    reg = Registry.from_plugins(PluginSpec(files=[str(f)]))
+    assert any("hook wrapper raised RuntimeError: wrapped" in w for w in reg.warnings) and "baseline" in reg.variants
+    with pytest.raises(PluginError, match="wrapped"):
+        Registry.from_plugins(PluginSpec(files=[str(f)], strict=True))
