@@ -7,19 +7,52 @@ Public API for plugin authors::
     @hookimpl
     def harness_add_variants():
         return [Variant("my_variant", {"norm": "pre"}, summary="...", source="...")]
+
+and for users in Python (a notebook, a script), mirroring the command line
+(see the README's "Python API")::
+
+    import harness
+
+    run_dir = harness.run(variants=["baseline", "pre_norm"], seeds=2, preset="tiny")
+    result = harness.load_run(run_dir)          # .trials, .curves, .summary (pandas)
+    model = harness.build_model("baseline")     # the nn.Module only
+
+Every name that needs torch or pandas is imported on first use (PEP 562 ``__getattr__``),
+so ``import harness`` and ``python -m harness --help`` stay fast.
 """
 from __future__ import annotations
 
+import importlib
+
 import pluggy
 
-from .config import ModelConfig, RunConfig, TrainConfig
 from .errors import HarnessError
-from .registry import Component, Variant
-from .tasks.base import Batch, Task
 
 __version__ = "0.1.0"
 
 hookimpl = pluggy.HookimplMarker("harness")
 
+#: public name -> the submodule that defines it, imported on first access.
+_LAZY = {
+    "Component": "registry", "Variant": "registry",
+    "Task": "tasks.base", "Batch": "tasks.base",
+    "ModelConfig": "config", "TrainConfig": "config", "RunConfig": "config",
+    "run": "api", "check": "api", "load_run": "api", "build_model": "api", "LoadedRun": "api",
+}
+
 __all__ = ["hookimpl", "Component", "Variant", "Task", "Batch", "ModelConfig", "TrainConfig", "RunConfig",
-           "HarnessError", "__version__"]
+           "HarnessError", "__version__", "run", "check", "load_run", "build_model", "LoadedRun"]
+
+
+def __getattr__(name: str):
+    """Import the submodule defining ``name`` on first access and cache the attribute here."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'harness' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -2,19 +2,36 @@
 
 Each sub-command lives in ``harness/commands/<name>.py`` and exposes
 ``register(subparsers, parents)``; the parser sets ``func`` to the handler, which returns the
-exit code. Exit codes: 0 success, 1 a trial failed or a check/compare found a problem,
+exit code. Only the module of the command being run is imported (the one-line help of the
+others comes from :data:`COMMANDS`, as pip's command table does), so ``--help`` imports neither
+torch nor pandas. Exit codes: 0 success, 1 a trial failed or a check/compare found a problem,
 2 bad input (one line on stderr, no traceback), 130 interrupted.
 """
 from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import sys
 import warnings
 
+from .commands.common import check_output
 from .errors import HarnessError, HarnessWarning
+from .plugins import add_plugin_options, plugin_spec  # noqa: F401 - plugin_spec: the commands' import path
 
-COMMANDS = ("run", "list", "check", "bench", "profile", "report", "compare", "experiments", "verify")
+#: command -> its one-line help (the same text its module's ``register`` gives; a test holds
+#: them equal), in the order ``--help`` lists them.
+COMMANDS = {
+    "run": "train variants on a task (default copy) and write a report",
+    "list": "show components by slot, variants and tasks with their plugins",
+    "check": "equivalence matrix, PyTorch references, mask probes, bugs",
+    "bench": "training speed of variants vs torch.nn.Transformer",
+    "profile": "the harness's own overhead in a trial (phase clock, optional torch.profiler)",
+    "report": "re-render a run's report from stored data",
+    "compare": "compare two runs per variant; exit 1 on a regression",
+    "experiments": "list the declarative experiments",
+    "verify": "check a stored run's files, checksums and tables",
+}
 
 EPILOG = """examples:
   python -m harness run --variants all            train every built-in variant (quick preset)
@@ -35,21 +52,23 @@ class HarnessArgumentParser(argparse.ArgumentParser):
 
 
 def plugin_parent(suppress: bool) -> argparse.ArgumentParser:
-    """Plugin options, accepted before or after the sub-command."""
+    """Plugin options (:func:`harness.plugins.add_plugin_options`), accepted before or after the
+    sub-command."""
     p = argparse.ArgumentParser(add_help=False)
-    default = argparse.SUPPRESS if suppress else None
-    g = p.add_argument_group("plugins")
-    g.add_argument("-p", dest="plugin_modules", action="append", metavar="MODULE", default=default,
-                   help="load a plugin module by import path (repeatable)")
-    g.add_argument("--plugin", dest="plugin_files", action="append", metavar="FILE.py", default=default,
-                   help="load a plugin from a Python file (repeatable)")
-    g.add_argument("--strict-plugins", action="store_true", default=argparse.SUPPRESS if suppress else False,
-                   help="abort when an installed plugin fails to import or a hook raises "
-                        "(default: warn and skip it)")
+    add_plugin_options(p, suppress)
     return p
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _available(name: str) -> bool:
+    """Whether ``harness/commands/<name>.py`` exists (found without importing it)."""
+    return importlib.util.find_spec(f"harness.commands.{name}") is not None
+
+
+def build_parser(commands=None) -> argparse.ArgumentParser:
+    """The full parser. ``commands``: the sub-commands whose modules are imported and registered
+    (default: all); the others get a placeholder with their one-line help that takes any
+    arguments when parsed with ``parse_known_args`` (enough for ``--help`` and for choosing the
+    command)."""
     parser = HarnessArgumentParser(
         prog="python -m harness", parents=[plugin_parent(False)],
         description="Train, check and compare interchangeable Transformer implementations.",
@@ -59,23 +78,23 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"transformer-harness {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     parents = [plugin_parent(True)]
-    for name in COMMANDS:
-        try:
-            module = importlib.import_module(f"harness.commands.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name == f"harness.commands.{name}":
-                continue
-            raise
-        module.register(sub, parents)
+    for name, help_line in COMMANDS.items():
+        if not _available(name):
+            continue
+        if commands is None or name in commands:
+            importlib.import_module(f"harness.commands.{name}").register(sub, parents)
+        else:
+            sub.add_parser(name, help=help_line, add_help=False)
     return parser
 
 
-def plugin_spec(args):
-    from .plugins import PluginSpec
-
-    return PluginSpec(modules=list(getattr(args, "plugin_modules", None) or []),
-                      files=list(getattr(args, "plugin_files", None) or []),
-                      strict=bool(getattr(args, "strict_plugins", False)))
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """Parse in two passes: the first, with every command a placeholder, finds the command (and
+    answers ``--help``/``--version`` and top-level errors); the second parses with that
+    command's module imported. Raises SystemExit as argparse does."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = build_parser(commands=()).parse_known_args(argv)[0].command
+    return build_parser(commands=(command,)).parse_args(argv)
 
 
 def _one_line(text) -> str:
@@ -96,10 +115,9 @@ def main(argv: list[str] | None = None) -> int:
         SystemExit: from argparse for ``--help``, ``--version`` and malformed options (exit 2,
             one line).
     """
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parse_args(argv)
     if not getattr(args, "func", None):
-        parser.print_help()
+        build_parser(commands=()).print_help()
         return 2
     show = warnings.showwarning
 
@@ -113,14 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         warnings.simplefilter("always", HarnessWarning)
         warnings.showwarning = show_warning
         try:
-            if getattr(args, "run_id", None) is not None:
-                from .store import check_name
-
-                check_name(args.run_id)
-            if getattr(args, "results_dir", None) == "":
-                from .errors import ConfigError
-
-                raise ConfigError("--results-dir must not be empty (give a folder, e.g. --results-dir results)")
+            check_output(args)
             return int(args.func(args) or 0)
         except HarnessError as exc:
             print(f"harness: error: {_one_line(exc)}", file=sys.stderr)

@@ -40,7 +40,8 @@ def harness_add_variants():
 
     How results combine: concatenated and sorted by name; a name offered twice is an
     error naming both plugins. Slots a variant leaves out take the default component of
-    the slot (see :data:`harness.registry.SLOTS`). Every component a variant names must be
+    the slot (the one declaring ``Component(..., default=True)``, see
+    :func:`harness.registry.default_components`). Every component a variant names must be
     offered by some plugin.
 
     Returns:

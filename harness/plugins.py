@@ -12,11 +12,20 @@ duplicates are errors):
    in the order given;
 4. ``pm.check_pending()``: a hookimpl whose name matches no hookspec is an error.
 
+``-p no:NAME`` (as pytest) blocks the plugin registered under ``NAME`` at any of the steps
+above: a built-in module (``-p no:variants.bugs``), an entry point's name, a ``-p`` module or a
+``--plugin`` file's path as given. Blocking a plugin that offers a slot's default component
+leaves that slot without a default, which is an error unless another plugin declares one.
+
+Hooks are called through ``pm.hook.<name>()``, so pluggy's hook wrappers and tracing work;
+``HARNESS_TRACE=1`` in the environment writes pluggy's trace of every hook call to stderr.
+
 A fresh :class:`pluggy.PluginManager` is made per call, so tests and worker processes never
 share state.
 """
 from __future__ import annotations
 
+import argparse
 import importlib
 import importlib.metadata
 import importlib.util
@@ -27,8 +36,13 @@ from pathlib import Path
 
 import pluggy
 
-from . import hookspecs
+import harness.hookspecs as hookspecs  # (not "from . import": this module needs the specs, not the package)
 from .errors import PluginError
+
+#: ``-p no:NAME`` blocks the plugin registered as NAME.
+BLOCK_PREFIX = "no:"
+#: Set (non-empty) to write pluggy's trace of every hook call to stderr.
+TRACE_ENV = "HARNESS_TRACE"
 
 BUILTIN_MODULES = (
     "variants.norm",
@@ -51,7 +65,7 @@ class PluginSpec:
     """What to load beyond the built-ins: plain data, so it can be sent to worker processes.
 
     Args:
-        modules: importable module paths (``-p``).
+        modules: importable module paths (``-p``); ``no:NAME`` blocks the plugin NAME instead.
         files: paths of Python files (``--plugin``).
         strict: abort on a broken entry-point plugin or a raising hook instead of warning.
     """
@@ -68,6 +82,45 @@ class PluginSpec:
     def from_dict(cls, d: dict | None) -> "PluginSpec":
         d = d or {}
         return cls(list(d.get("modules", [])), list(d.get("files", [])), bool(d.get("strict", False)))
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> "PluginSpec":
+        """The spec of parsed command-line options (:func:`add_plugin_options`)."""
+        return cls(modules=list(getattr(args, "plugin_modules", None) or []),
+                   files=list(getattr(args, "plugin_files", None) or []),
+                   strict=bool(getattr(args, "strict_plugins", False)))
+
+    def blocked(self) -> list[str]:
+        """Names given as ``-p no:NAME``."""
+        return [m[len(BLOCK_PREFIX):] for m in self.modules if m.startswith(BLOCK_PREFIX)]
+
+    def module_names(self) -> list[str]:
+        """Module paths to load (``-p`` values other than ``no:NAME``)."""
+        return [m for m in self.modules if not m.startswith(BLOCK_PREFIX)]
+
+
+def plugin_spec(args: argparse.Namespace) -> PluginSpec:
+    """:meth:`PluginSpec.from_args` (the name the commands import)."""
+    return PluginSpec.from_args(args)
+
+
+def add_plugin_options(p: argparse.ArgumentParser, suppress: bool) -> None:
+    """``-p MODULE`` / ``-p no:NAME``, ``--plugin FILE.py`` and ``--strict-plugins`` on ``p``.
+
+    Args:
+        suppress: leave unset options out of the namespace (for the sub-command parsers, so that
+            options given before the sub-command are not reset by it).
+    """
+    default = argparse.SUPPRESS if suppress else None
+    g = p.add_argument_group("plugins")
+    g.add_argument("-p", dest="plugin_modules", action="append", metavar="MODULE", default=default,
+                   help="load a plugin module by import path (repeatable); -p no:NAME disables the plugin "
+                        "registered as NAME (e.g. -p no:variants.bugs)")
+    g.add_argument("--plugin", dest="plugin_files", action="append", metavar="FILE.py", default=default,
+                   help="load a plugin from a Python file (repeatable)")
+    g.add_argument("--strict-plugins", action="store_true", default=argparse.SUPPRESS if suppress else False,
+                   help="abort when an installed plugin fails to import or a hook raises "
+                        "(default: warn and skip it)")
 
 
 def _same_file(module, target: Path) -> bool:
@@ -133,10 +186,39 @@ def get_plugin_manager(spec: PluginSpec | None = None, warnings: list[str] | Non
     warnings = warnings if warnings is not None else []
     pm = pluggy.PluginManager("harness")
     pm.add_hookspecs(hookspecs)
+    if os.environ.get(TRACE_ENV):
+        pm.trace.root.setwriter(sys.stderr.write)
+        pm.enable_tracing()
+    for name in spec.blocked():
+        pm.set_blocked(name)
+    for name in BUILTIN_MODULES:
+        if not pm.is_blocked(name):
+            pm.register(importlib.import_module(name), name=name)
+    _register_entry_points(pm, spec, warnings)
+    _register_requested(pm, spec)
+    try:
+        pm.check_pending()
+    except pluggy.PluginValidationError as exc:
+        raise PluginError(f"plugin {exc.plugin_name!r}: {exc}") from exc
+    return pm
+
+
+def builtin_plugin_manager() -> pluggy.PluginManager:
+    """A plugin manager with the built-ins only (step 1 of the loading order), for what the
+    built-ins declare whatever else is installed (:func:`harness.registry.default_components`)."""
+    pm = pluggy.PluginManager("harness")
+    pm.add_hookspecs(hookspecs)
     for name in BUILTIN_MODULES:
         pm.register(importlib.import_module(name), name=name)
+    return pm
+
+
+def _register_entry_points(pm: pluggy.PluginManager, spec: PluginSpec, warnings: list[str]) -> None:
+    """Step 2 of the loading order (unless ``HARNESS_DISABLE_PLUGIN_AUTOLOAD``)."""
     if not os.environ.get("HARNESS_DISABLE_PLUGIN_AUTOLOAD"):
         for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+            if pm.is_blocked(ep.name):
+                continue
             label = f"entry point {ep.name!r} ({ep.value})"
             try:
                 obj = ep.load()
@@ -149,19 +231,22 @@ def get_plugin_manager(spec: PluginSpec | None = None, warnings: list[str] | Non
             if pm.is_registered(obj) or pm.get_plugin(ep.name) is not None:
                 continue
             pm.register(obj, name=ep.name)
-    for name in spec.modules:
+
+
+def _register_requested(pm: pluggy.PluginManager, spec: PluginSpec) -> None:
+    """Step 3: ``-p`` modules and ``--plugin`` files, in the order given; blocked names are skipped."""
+    for name in spec.module_names():
+        if pm.is_blocked(name):
+            continue
         module = _import_module(name)
         if (not pm.is_registered(module) and not _registered_from(pm, getattr(module, "__file__", None))
                 and pm.get_plugin(name) is None):
             pm.register(module, name=name)
     for path in spec.files:
+        if pm.is_blocked(str(path)):
+            continue
         if _registered_from(pm, path) or pm.get_plugin(str(path)) is not None:  # named twice: load it once
             continue
         module = _import_file(path)
         if not pm.is_registered(module):
             pm.register(module, name=str(path))
-    try:
-        pm.check_pending()
-    except pluggy.PluginValidationError as exc:
-        raise PluginError(f"plugin {exc.plugin_name!r}: {exc}") from exc
-    return pm

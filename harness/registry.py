@@ -10,21 +10,25 @@ import dataclasses
 import fnmatch
 import itertools
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from .errors import DuplicateNameError, HarnessError, PluginError, UnknownNameError
-from .tasks.base import Task
+from .plugins import PluginSpec, builtin_plugin_manager, get_plugin_manager
 
-#: slot -> (default component, what the slot decides). Every variant gets a component for
-#: every slot; a slot a variant leaves out takes the default, which is the paper's choice.
-SLOTS: dict[str, tuple[str, str]] = {
-    "norm": ("post", "where LayerNorm sits around each sub-layer (post-norm / pre-norm)"),
-    "embedding": ("separate", "source/target embeddings and generator: separate or one shared matrix"),
-    "attention": ("annotated", "how multi-head attention is written (heads split, matmul vs bmm, SDPA)"),
-    "mask": ("bool", "how masks are made and applied to attention scores (bool keep-mask / additive)"),
-    "layer_norm": ("torch", "the LayerNorm formula (nn.LayerNorm / the notes' unbiased std + eps)"),
-    "positional": ("scaled", "embedding scale and positional encoding (x*sqrt(d_model)+PE / +PE then LayerNorm)"),
-    "projections": ("biased", "whether attention and FFN projections carry a bias"),
+if TYPE_CHECKING:
+    from .tasks.base import Task
+
+#: slot -> what the slot decides. Every variant gets a component for every slot; a slot a
+#: variant leaves out takes the slot's default component, the one that declares
+#: ``Component(..., default=True)`` (for the built-ins: the paper's choice).
+SLOT_DOCS: dict[str, str] = {
+    "norm": "where LayerNorm sits around each sub-layer (post-norm / pre-norm)",
+    "embedding": "source/target embeddings and generator: separate or one shared matrix",
+    "attention": "how multi-head attention is written (heads split, matmul vs bmm, SDPA)",
+    "mask": "how masks are made and applied to attention scores (bool keep-mask / additive)",
+    "layer_norm": "the LayerNorm formula (nn.LayerNorm / the notes' unbiased std + eps)",
+    "positional": "embedding scale and positional encoding (x*sqrt(d_model)+PE / +PE then LayerNorm)",
+    "projections": "whether attention and FFN projections carry a bias",
 }
 #: The slots the built-in single-change variants and ``--grid`` vary.
 MAIN_SLOTS = ("norm", "embedding", "attention", "mask")
@@ -36,11 +40,14 @@ class Component:
 
     Args:
         name: component name, unique within its slot (e.g. ``"pre"``).
-        slot: one of :data:`SLOTS`.
+        slot: one of :data:`SLOT_DOCS`.
         factory: ``factory(ctx: harness.model.BuildContext)`` returning what the slot's
             protocol asks for (documented per slot in ``harness/model.py``).
         summary: one line for ``list`` and reports.
         source: where it comes from (paper section, seed note, d2l section).
+        default: the slot's default component, taken by every variant that leaves the slot out.
+            Exactly one component per slot declares it (the built-ins in ``variants/`` do, for
+            the paper's choice); none or two is an error naming the plugins.
         buggy: a faithful reproduction of a bug from a note; never chosen by default. The checks
             must flag it; ``run`` marks its trials ``invalid`` like any leaking variant.
         differs: a declared, deliberate difference from the slot's reference (what and why, with
@@ -59,8 +66,9 @@ class Component:
 
     Raises (when registered):
         UnknownNameError: unknown slot, or ``equivalent_to`` naming no component of the slot.
-        PluginError: ``fully_masked_row`` not in :data:`FULLY_MASKED_ROW`, or both ``differs``
-            and ``equivalent_to`` given.
+        PluginError: ``fully_masked_row`` not in :data:`FULLY_MASKED_ROW`, both ``differs``
+            and ``equivalent_to`` given, ``default`` on a ``buggy`` component, or a slot with no
+            or two defaults.
     """
 
     name: str
@@ -72,6 +80,7 @@ class Component:
     differs: str = ""
     equivalent_to: str = ""
     fully_masked_row: str = "finite"
+    default: bool = False
     plugin: str = field(default="", compare=False)
 
     def declaration(self) -> str:
@@ -95,7 +104,8 @@ class Variant:
 
     Args:
         name: unique variant name (``baseline``, ``pre_norm``, ``seed_001`` ...).
-        slots: slot -> component name; missing slots take :data:`SLOTS` defaults.
+        slots: slot -> component name; missing slots take the slot's default component
+            (:func:`default_components`).
         summary: one line: what it changes (and, for seed presets, what was fixed).
         source: paper section or seed note.
         buggy: reproduces a bug on purpose; excluded from ``all`` and globs, selectable by name.
@@ -108,31 +118,133 @@ class Variant:
     buggy: bool = False
     plugin: str = field(default="", compare=False)
 
-    def resolved(self) -> dict[str, str]:
-        """slot -> component for every slot, defaults filled in."""
-        return {slot: self.slots.get(slot, default) for slot, (default, _) in SLOTS.items()}
+    def resolved(self, defaults: dict[str, str] | None = None) -> dict[str, str]:
+        """slot -> component for every slot, defaults filled in.
+
+        Args:
+            defaults: slot -> default component (:attr:`Registry.defaults`); default: the ones
+                the built-ins declare (:func:`default_components`).
+        """
+        defaults = default_components() if defaults is None else defaults
+        return {slot: self.slots.get(slot, defaults[slot]) for slot in SLOT_DOCS}
+
+
+def declared_defaults(components: Iterable[Component]) -> dict[str, str]:
+    """slot -> the one component of ``components`` declaring ``default=True``.
+
+    Raises:
+        PluginError: a slot with no default, or with two (naming the components' plugins), or a
+            ``buggy`` component declaring it.
+    """
+    by_slot: dict[str, list[Component]] = {slot: [] for slot in SLOT_DOCS}
+    for comp in components:
+        if comp.default:
+            if comp.buggy:
+                raise PluginError(f"component {comp.slot}={comp.name} from plugin {comp.plugin!r}: a buggy "
+                                  f"component cannot be the slot's default")
+            by_slot.setdefault(comp.slot, []).append(comp)
+    for slot, comps in by_slot.items():
+        if not comps:
+            raise PluginError(f"slot {slot!r} has no default component: exactly one component must declare "
+                              f"Component(..., default=True) (was the plugin that offers it disabled?)")
+        if len(comps) > 1:
+            named = " and ".join(f"{c.name} from plugin {c.plugin!r}" for c in comps)
+            raise PluginError(f"slot {slot!r} has two default components: {named}; exactly one may declare "
+                              f"default=True")
+    return {slot: comps[0].name for slot, comps in by_slot.items()}
+
+
+_BUILTIN_DEFAULTS: dict[str, str] = {}
+
+
+def default_components() -> dict[str, str]:
+    """slot -> default component as the built-in plugins declare it (computed once per process
+    from a plugin manager with the built-ins only, through the same hook as every plugin).
+
+    Raises:
+        PluginError: as :func:`declared_defaults`.
+    """
+    if not _BUILTIN_DEFAULTS:
+        comps = [c for c, _ in _call_hook(builtin_plugin_manager(), "harness_add_components", Component, True, [])]
+        _BUILTIN_DEFAULTS.update(declared_defaults(comps))
+    return dict(_BUILTIN_DEFAULTS)
+
+
+def default_component(slot: str) -> str:
+    """The default component of ``slot`` (see :func:`default_components`).
+
+    Raises:
+        UnknownNameError: no such slot.
+    """
+    if slot not in SLOT_DOCS:
+        raise UnknownNameError("slot", slot, SLOT_DOCS)
+    return default_components()[slot]
+
+
+def __getattr__(name: str):
+    """``SLOTS``: the former table ``slot -> (default component, what it decides)``, now a view
+    computed from the components' declarations (kept for callers that read it)."""
+    if name == "SLOTS":
+        defaults = default_components()
+        return {slot: (defaults[slot], what) for slot, what in SLOT_DOCS.items()}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _call_hook(pm, hookname: str, kind: type, strict: bool, warnings: list[str]) -> list[tuple[Any, str]]:
+    """``[(item, plugin name)]`` from ``pm.hook.<hookname>()``, in the plugins' registration order.
+
+    The hook is called once through ``pm.hook`` (pluggy's tracing and hook wrappers apply). When
+    that call raises or some plugin returns no list, each plugin is called on its own (a
+    ``subset_hook_caller``) to name the one at fault: its error is raised (``strict``) or becomes a
+    warning and its items are skipped. A hook wrapper that raises is reported the same way (its
+    plugin unnamed) and the results are taken without the wrappers.
+    """
+    caller = getattr(pm.hook, hookname)
+    impls = [i for i in caller.get_hookimpls() if not (i.hookwrapper or i.wrapper)]
+    error: Exception | None = None
+    try:
+        results = caller()
+    except Exception as exc:  # noqa: BLE001 - called again plugin by plugin below, to name the plugin
+        results, error = None, exc
+    if results is not None and len(results) == len(impls):
+        per_plugin = list(zip(reversed(results), (i.plugin_name for i in impls)))  # pluggy calls LIFO
+    else:
+        n_warnings = len(warnings)
+        per_plugin = _call_each(pm, hookname, impls, strict, warnings)
+        if error is not None and len(warnings) == n_warnings:  # no implementation raised: a hook wrapper did
+            msg = f"{hookname}(): a hook wrapper raised {type(error).__name__}: {error} (results taken without it)"
+            if strict:
+                raise PluginError(msg) from error
+            warnings.append(msg)
     out = []
-    for impl in getattr(pm.hook, hookname).get_hookimpls():
+    for items, plugin_name in per_plugin:
+        if not isinstance(items, (list, tuple)) or not all(isinstance(i, kind) for i in items):
+            got = type(items).__name__ if not isinstance(items, (list, tuple)) else \
+                ", ".join(sorted({type(i).__name__ for i in items}))
+            msg = f"plugin {plugin_name!r}: {hookname}() must return a list of {kind.__name__}, got {got}"
+            if strict:
+                raise PluginError(msg)
+            warnings.append(msg)
+            continue
+        out.extend((item, plugin_name) for item in items)
+    return out
+
+
+def _call_each(pm, hookname: str, impls, strict: bool, warnings: list[str]) -> list[tuple[Any, str]]:
+    """``[(result, plugin name)]``, calling ``hookname`` of one plugin at a time; a plugin whose
+    hook raises is left out with a warning (or raises :class:`PluginError` when ``strict``)."""
+    out = []
+    for impl in impls:
+        others = [p for p in pm.get_plugins() if p is not impl.plugin]
         try:
-            items = impl.function()
+            results = pm.subset_hook_caller(hookname, remove_plugins=others)()
         except Exception as exc:  # noqa: BLE001 - attributed to the plugin
             msg = f"plugin {impl.plugin_name!r}: {hookname}() raised {type(exc).__name__}: {exc}"
             if strict:
                 raise PluginError(msg) from exc
             warnings.append(msg)
             continue
-        if not isinstance(items, (list, tuple)) or not all(isinstance(i, kind) for i in items):
-            got = type(items).__name__ if not isinstance(items, (list, tuple)) else \
-                ", ".join(sorted({type(i).__name__ for i in items}))
-            msg = f"plugin {impl.plugin_name!r}: {hookname}() must return a list of {kind.__name__}, got {got}"
-            if strict:
-                raise PluginError(msg)
-            warnings.append(msg)
-            continue
-        out.extend((item, impl.plugin_name) for item in items)
+        out.append((results[0] if results else None, impl.plugin_name))
     return out
 
 
@@ -148,6 +260,8 @@ class Registry:
         self.components: dict[tuple[str, str], Component] = {}
         self.variants: dict[str, Variant] = {}
         self.tasks: dict[str, Task] = {}
+        #: slot -> default component, as declared by this registry's components (``default=True``).
+        self.defaults: dict[str, str] = {}
         self.warnings = warnings if warnings is not None else []
         for c in components:
             self.add_component(c)
@@ -164,7 +278,7 @@ class Registry:
             PluginError, DuplicateNameError: broken plugin (strict) or duplicate names.
             HarnessError: a variant naming a slot or component that nobody offers.
         """
-        from .plugins import PluginSpec, get_plugin_manager
+        from .tasks.base import Task  # here: importing the registry imports no torch
 
         spec = spec or PluginSpec()
         warnings: list[str] = []
@@ -185,6 +299,7 @@ class Registry:
             reg.validate_component(comp)
         for var in reg.variants.values():
             reg.validate_variant(var)
+        reg.defaults = declared_defaults(reg.components.values())
         return reg
 
     def validate_component(self, comp: Component) -> None:
@@ -202,8 +317,8 @@ class Registry:
                                        f"equivalent_to= of {where}")
 
     def add_component(self, comp: Component) -> None:
-        if comp.slot not in SLOTS:
-            raise UnknownNameError("slot", comp.slot, SLOTS, f"component {comp.name!r} from plugin {comp.plugin!r}")
+        if comp.slot not in SLOT_DOCS:
+            raise UnknownNameError("slot", comp.slot, SLOT_DOCS, f"component {comp.name!r} from plugin {comp.plugin!r}")
         key = (comp.slot, comp.name)
         if key in self.components:
             other = self.components[key]
@@ -236,8 +351,8 @@ class Registry:
 
     def validate_variant(self, var: Variant) -> None:
         for slot, comp in var.slots.items():
-            if slot not in SLOTS:
-                raise UnknownNameError("slot", slot, SLOTS, f"in variant {var.name!r} from plugin {var.plugin!r}")
+            if slot not in SLOT_DOCS:
+                raise UnknownNameError("slot", slot, SLOT_DOCS, f"in variant {var.name!r} from plugin {var.plugin!r}")
             if (slot, comp) not in self.components:
                 raise UnknownNameError(f"{slot} component", comp, self.slot_components(slot, True),
                                        f"in variant {var.name!r} from plugin {var.plugin!r}")
@@ -246,8 +361,8 @@ class Registry:
         return [n for (s, n), c in self.components.items() if s == slot and (include_buggy or not c.buggy)]
 
     def component(self, slot: str, name: str) -> Component:
-        if slot not in SLOTS:
-            raise UnknownNameError("slot", slot, SLOTS)
+        if slot not in SLOT_DOCS:
+            raise UnknownNameError("slot", slot, SLOT_DOCS)
         if (slot, name) not in self.components:
             raise UnknownNameError(f"{slot} component", name, self.slot_components(slot, True))
         return self.components[(slot, name)]

@@ -83,3 +83,31 @@ def test_bad_input_one_line_exit_2(args, needle, tmp_path):
     assert needle in r.stderr
     assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert not any(tmp_path.iterdir()), "bad input must not create a run"
+
+
+def test_help_imports_neither_torch_nor_pandas():
+    """``python -m harness --help`` imports only the CLI (not a timed test: -X importtime lists
+    every module imported)."""
+    env = {**os.environ, "HARNESS_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONPATH": str(ROOT)}
+    r = subprocess.run([sys.executable, "-X", "importtime", "-m", "harness", "--help"], capture_output=True,
+                       text=True, cwd=ROOT, env=env, timeout=120)
+    assert r.returncode == 0 and "COMMAND" in r.stdout, r.stderr[-2000:]
+    imported = {line.split("|")[-1].strip().split(".")[0] for line in r.stderr.splitlines()
+                if line.startswith("import time:")}
+    assert "harness" in imported
+    assert not imported & {"torch", "pandas", "numpy", "matplotlib", "scipy"}, sorted(imported)
+
+
+def test_command_table_help_is_each_commands_own():
+    """cli.COMMANDS (the --help listing, without importing the commands) says what each command's
+    own register() says, and the lazily built parser lists the same commands."""
+    from harness import cli
+
+    def choices(parser):
+        sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
+        return {a.dest: a.help for a in sub._choices_actions}
+
+    full = choices(cli.build_parser())
+    assert full == dict(cli.COMMANDS)
+    assert choices(cli.build_parser(commands=())) == full
+    assert cli.build_parser().format_help() == cli.build_parser(commands=()).format_help()

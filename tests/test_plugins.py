@@ -129,3 +129,118 @@ def test_kit_loads_a_plugin_that_is_also_installed(monkeypatch):
         assert reg.variants["example_rmsnorm"].plugin == "example"
         results = check_components(reg, "example_rmsnorm")
         assert any(r.verdict == "differs as declared" for r in results if r.slot == "layer_norm")
+
+
+# ------------------------------------------------------------- pm.hook, -p no:NAME, defaults
+
+def test_p_no_name_disables_one_plugin(tmp_path):
+    reg = Registry.from_plugins(PluginSpec(modules=["no:variants.bugs"]))
+    assert "variants.bugs" not in {v.plugin for v in reg.variants.values()}
+    assert not any(n.startswith("bug_") for n in reg.variants) and "baseline" in reg.variants
+    f = tmp_path / "dup_plugin.py"  # a plugin file is blocked by its path as given
+    f.write_text("from harness import Variant, hookimpl\n\n@hookimpl\n"
+                 "def harness_add_variants():\n    return [Variant('baseline', {})]\n")
+    assert Registry.from_plugins(PluginSpec(modules=[f"no:{f}"], files=[str(f)])).variants["baseline"].plugin \
+        == "variants.presets"
+
+
+def test_p_no_name_on_the_command_line():
+    import os
+    import subprocess
+
+    from .conftest import ROOT
+
+    env = {**os.environ, "HARNESS_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONPATH": str(ROOT)}
+    r = subprocess.run([sys.executable, "-m", "harness", "-p", "no:variants.bugs", "list", "--buggy"],
+                       capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "bug_001_discarded_mask" not in r.stdout and "baseline" in r.stdout
+
+
+def test_slot_defaults_are_declared_by_components(registry):
+    from harness.registry import SLOT_DOCS, SLOTS, default_component, default_components
+
+    assert set(registry.defaults) == set(SLOT_DOCS) == set(SLOTS)
+    for slot, name in registry.defaults.items():
+        assert registry.component(slot, name).default and default_component(slot) == name == SLOTS[slot][0]
+        assert sum(c.default for (s, _), c in registry.components.items() if s == slot) == 1
+    assert default_components() == registry.defaults
+    assert registry.variants["baseline"].resolved() == registry.defaults
+
+
+def _projections_plugin(path, **defaults):
+    comps = ", ".join(f"Component({name!r}, 'projections', lambda ctx: nn.Linear, default={d})"
+                      for name, d in defaults.items())
+    path.write_text("import torch.nn as nn\nfrom harness import Component, hookimpl\n\n@hookimpl\n"
+                    f"def harness_add_components():\n    return [{comps}]\n")
+    return str(path)
+
+
+def test_slot_without_or_with_two_defaults_is_an_error(tmp_path):
+    second = _projections_plugin(tmp_path / "second_default.py", mine=True)
+    with pytest.raises(PluginError, match="two default components") as exc:
+        Registry.from_plugins(PluginSpec(files=[second]))
+    assert "biased from plugin 'variants.projections'" in str(exc.value) and second in str(exc.value)
+    none = _projections_plugin(tmp_path / "no_default.py", bias_free=False)
+    with pytest.raises(PluginError, match="slot 'projections' has no default component"):
+        Registry.from_plugins(PluginSpec(modules=["no:variants.projections"], files=[none]))
+    # a plugin may declare the default when the built-in that declares it is disabled
+    takeover = _projections_plugin(tmp_path / "takeover.py", bias_free=False, mine=True)
+    reg = Registry.from_plugins(PluginSpec(modules=["no:variants.projections"], files=[takeover]))
+    assert reg.defaults["projections"] == "mine"
+
+
+def test_registry_names_no_builtin_component():
+    """The core knows slots, not the built-ins: registry.py holds no component name as a string."""
+    import ast
+
+    from .conftest import ROOT
+
+    builtin = {name for (_, name) in Registry.from_plugins().components}
+    tree = ast.parse((ROOT / "harness" / "registry.py").read_text())
+    literals = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+    assert not literals & builtin
+
+
+def test_hooks_are_called_through_pm_hook_wrappers_apply(tmp_path):
+    """A plugin's hook wrapper sees (and may change) the combined results: the host calls
+    ``pm.hook.<name>()``, not the implementations one by one."""
+    f = tmp_path / "wrapper_plugin.py"
+    f.write_text("from harness import hookimpl\n\n"
+                 "@hookimpl(wrapper=True)\n"
+                 "def harness_add_variants():\n"
+                 "    results = yield\n"
+                 "    return [[v for v in r if not v.name.startswith('seed_')] for r in results]\n")
+    reg = Registry.from_plugins(PluginSpec(files=[str(f)]))
+    assert "baseline" in reg.variants and not any(n.startswith("seed_") for n in reg.variants)
+
+
+def test_harness_trace_writes_pluggy_trace_to_stderr(monkeypatch, capsys):
+    monkeypatch.setenv("HARNESS_TRACE", "1")
+    Registry.from_plugins()
+    err = capsys.readouterr().err
+    assert "harness_add_components" in err and "harness_add_variants" in err
+    monkeypatch.delenv("HARNESS_TRACE")
+    Registry.from_plugins()
+    assert capsys.readouterr().err == ""
+
+
+def test_a_raising_hook_is_named_and_skipped(tmp_path):
+    f = tmp_path / "raising_plugin.py"
+    f.write_text("from harness import hookimpl\n\n@hookimpl\n"
+                 "def harness_add_variants():\n    raise RuntimeError('boom')\n")
+    reg = Registry.from_plugins(PluginSpec(files=[str(f)]))
+    assert any("raising_plugin" in w and "RuntimeError: boom" in w for w in reg.warnings)
+    assert "baseline" in reg.variants
+    with pytest.raises(PluginError, match="raising_plugin.*boom"):
+        Registry.from_plugins(PluginSpec(files=[str(f)], strict=True))
+
+
+def test_a_raising_hook_wrapper_is_reported(tmp_path):
+    f = tmp_path / "bad_wrapper.py"
+    f.write_text("from harness import hookimpl\n\n@hookimpl(wrapper=True)\n"
+                 "def harness_add_variants():\n    yield\n    raise RuntimeError('wrapped')\n")
+    reg = Registry.from_plugins(PluginSpec(files=[str(f)]))
+    assert any("hook wrapper raised RuntimeError: wrapped" in w for w in reg.warnings) and "baseline" in reg.variants
+    with pytest.raises(PluginError, match="wrapped"):
+        Registry.from_plugins(PluginSpec(files=[str(f)], strict=True))

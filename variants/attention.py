@@ -203,7 +203,8 @@ class HappyLLMAttention(_Projected):
 def harness_add_components():
     return [
         Component("annotated", "attention", AnnotatedAttention,
-                  "four cloned Linears, heads (B, h, L, d_k), matmul", "Annotated Transformer (seed 000)"),
+                  "four cloned Linears, heads (B, h, L, d_k), matmul", "Annotated Transformer (seed 000)",
+                  default=True),
         Component("d2l", "attention", D2LAttention,
                   "W_q/W_k/W_v/W_o, heads folded into batch (B*h, L, d_k), bmm", "d2l §10.5 (seeds 001, 003)"),
         Component("torch", "attention", TorchSDPAttention,

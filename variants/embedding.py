@@ -94,7 +94,7 @@ def harness_add_components():
     return [
         Component("separate", "embedding", SeparateEmbeddings,
                   "source table, target table and generator each with their own weight",
-                  "Annotated Transformer make_model; all seed notes"),
+                  "Annotated Transformer make_model; all seed notes", default=True),
         Component("shared", "embedding", SharedEmbeddings,
                   "one (V, D) matrix for source, target and generator (2*V*D fewer parameters)",
                   "Vaswani et al. 2017 §3.4; Press & Wolf 2017"),

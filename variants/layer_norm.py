@@ -55,7 +55,8 @@ class UnbiasedVarLayerNorm(AnnotatedLayerNorm):
 def harness_add_components():
     return [
         Component("torch", "layer_norm", lambda ctx: nn.LayerNorm(ctx.cfg.d_model),
-                  "nn.LayerNorm: biased variance, eps=1e-5 inside sqrt", "Ba et al. 2016; d2l §10.7; seed 004"),
+                  "nn.LayerNorm: biased variance, eps=1e-5 inside sqrt", "Ba et al. 2016; d2l §10.7; seed 004",
+                  default=True),
         Component("annotated", "layer_norm", lambda ctx: AnnotatedLayerNorm(ctx.cfg.d_model),
                   "unbiased std, eps=1e-6 added outside sqrt", "Annotated Transformer LayerNorm; seeds 000, 002",
                   differs="unbiased std (n - 1) with eps = 1e-6 added outside the square root, as the Annotated "

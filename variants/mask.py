@@ -86,7 +86,7 @@ def harness_add_components():
     return [
         Component("bool", "mask", lambda ctx: BoolMask(),
                   "bool keep-mask, masked_fill(mask == 0, -1e9); fully masked row -> uniform",
-                  "Annotated Transformer (seeds 000, 004)", fully_masked_row="uniform"),
+                  "Annotated Transformer (seeds 000, 004)", fully_masked_row="uniform", default=True),
         Component("additive", "mask", lambda ctx: AdditiveMask(),
                   "float 0/-inf added to scores; fully masked row -> NaN", "happy-llm (seed 002)",
                   fully_masked_row="nan"),

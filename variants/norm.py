@@ -52,7 +52,7 @@ class PreNormResidual(nn.Module):
 def harness_add_components():
     return [
         Component("post", "norm", PostNormResidual, "LayerNorm(x + dropout(sublayer(x))), no final norm",
-                  "Vaswani et al. 2017 §3.1; d2l §10.7 AddNorm (seed 003)"),
+                  "Vaswani et al. 2017 §3.1; d2l §10.7 AddNorm (seed 003)", default=True),
         Component("pre", "norm", PreNormResidual,
                   "x + dropout(sublayer(LayerNorm(x))), final LayerNorm in encoder and decoder",
                   "Annotated Transformer SublayerConnection (seeds 000, 002, 004); Xiong et al. 2020"),

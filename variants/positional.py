@@ -72,7 +72,7 @@ class ScaledInputLayerNormPositional(ScaledPositional):
 def harness_add_components():
     return [
         Component("scaled", "positional", ScaledPositional, "x*sqrt(d_model) + sinusoidal PE, dropout",
-                  "Vaswani et al. 2017 §3.4-3.5; Annotated Embeddings/PositionalEncoding"),
+                  "Vaswani et al. 2017 §3.4-3.5; Annotated Embeddings/PositionalEncoding", default=True),
         Component("unscaled_ln", "positional", UnscaledLayerNormPositional,
                   "x + sinusoidal PE, then LayerNorm, dropout (no sqrt(d_model))", "seed 004 (BERT-style)",
                   differs="no sqrt(d_model) scaling and a LayerNorm after adding PE (seed 004's BERT-style "

@@ -17,7 +17,7 @@ from harness import Component, hookimpl
 def harness_add_components():
     return [
         Component("biased", "projections", lambda ctx: nn.Linear, "nn.Linear with bias",
-                  "Vaswani et al. 2017; Annotated Transformer"),
+                  "Vaswani et al. 2017; Annotated Transformer", default=True),
         Component("bias_free", "projections", lambda ctx: partial(nn.Linear, bias=False),
                   "nn.Linear(bias=False)", "happy-llm (seed 002); d2l §10.5 (seed 003); seed 001"),
     ]

@@ -8,6 +8,7 @@ import sys
 
 from ..config import PRESETS, PRESET_NOTES, RunConfig, get_preset
 from ..errors import ConfigError
+from ..plugins import plugin_spec
 from ..registry import Registry
 
 
@@ -57,11 +58,31 @@ def add_config(p: argparse.ArgumentParser) -> None:
                    help="fp32, or bf16 mixed precision through torch.autocast (loss in float32)")
 
 
-def add_output(p: argparse.ArgumentParser, prefix: str) -> None:
-    """``--results-dir``, ``--run-id`` (default ``<prefix>-<timestamp>``) and ``--quiet``."""
-    p.add_argument("--results-dir", default="results", metavar="DIR", help="where results are stored (default results)")
-    p.add_argument("--run-id", default=None, help=f"name of the results folder (default: {prefix}-<timestamp>)")
-    p.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
+def add_output(p: argparse.ArgumentParser, prefix: str, what: str = "results", default_id: str | None = None,
+               quiet_help: str = "no progress lines on stderr") -> None:
+    """``--results-dir``, ``--run-id`` (default ``<prefix>-<timestamp>``, or as ``default_id``
+    says) and ``--quiet``; ``what``: what the folder holds, for the help ("results", "run")."""
+    stored = "results" if what == "results" else f"{what}s"
+    p.add_argument("--results-dir", default="results", metavar="DIR",
+                   help=f"where {stored} are stored (default results)")
+    p.add_argument("--run-id", default=None,
+                   help=f"name of the {what} folder (default: {default_id or prefix + '-<timestamp>'})")
+    p.add_argument("--quiet", "-q", action="store_true", help=quiet_help)
+
+
+def check_output(args) -> None:
+    """``--run-id`` is a valid folder name and ``--results-dir`` is not empty (checked before
+    anything runs).
+
+    Raises:
+        ConfigError: naming the option.
+    """
+    if getattr(args, "run_id", None) is not None:
+        from ..store import check_name
+
+        check_name(args.run_id)
+    if getattr(args, "results_dir", None) == "":
+        raise ConfigError("--results-dir must not be empty (give a folder, e.g. --results-dir results)")
 
 
 def output_run_id(args, prefix: str) -> str:
@@ -71,9 +92,11 @@ def output_run_id(args, prefix: str) -> str:
     return args.run_id or f"{prefix}-{dt.datetime.now():%Y%m%d-%H%M%S}"
 
 
-def command_line() -> str:
-    """The command as the user typed it, for reports."""
-    return "python -m harness " + shlex.join(sys.argv[1:])
+def command_line(args=None) -> str:
+    """The command as the user typed it, for reports; for a call of the Python API
+    (:mod:`harness.api`), the equivalent command line (``args.argv``)."""
+    argv = getattr(args, "argv", None)
+    return "python -m harness " + shlex.join(sys.argv[1:] if argv is None else argv)
 
 
 def parse_overrides(items: list[str]) -> dict:
@@ -98,8 +121,6 @@ def resolve_config(args) -> RunConfig:
 
 
 def load_registry(args) -> Registry:
-    from ..cli import plugin_spec
-
     reg = Registry.from_plugins(plugin_spec(args))
     for w in reg.warnings:
         print(f"harness: warning: {w}", file=sys.stderr)
@@ -114,4 +135,4 @@ def select_variants(reg: Registry, args):
     return reg.select(patterns)
 
 
-__all__ = ["add_selection", "add_config", "add_task", "check_task", "add_output", "output_run_id", "command_line", "resolve_config", "load_registry", "select_variants", "PRESETS"]
+__all__ = ["add_selection", "add_config", "add_task", "check_task", "add_output", "check_output", "output_run_id", "command_line", "resolve_config", "load_registry", "select_variants", "PRESETS"]

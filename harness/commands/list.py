@@ -1,10 +1,8 @@
 """``python -m harness list``: every component by slot, every variant and every task, with its plugin."""
 from __future__ import annotations
 
-import pandas as pd
-
 from ..config import TrainConfig
-from ..registry import SLOTS
+from ..registry import SLOT_DOCS
 from .common import load_registry
 
 
@@ -20,16 +18,18 @@ def register(sub, parents):
 
 
 def main(args) -> int:
+    import pandas as pd  # here, not at the top: python -m harness --help imports no pandas
+
     reg = load_registry(args)
     rows = []
-    for (slot, name), c in sorted(reg.components.items(), key=lambda kv: (list(SLOTS).index(kv[0][0]), kv[0][1])):
+    for (slot, name), c in sorted(reg.components.items(), key=lambda kv: (list(SLOT_DOCS).index(kv[0][0]), kv[0][1])):
         if c.buggy and not args.buggy:
             continue
-        default = SLOTS[slot][0] == name
+        default = reg.defaults[slot] == name
         rows.append({"slot": slot, "component": name + (" (default)" if default else "") + (" [bug]" if c.buggy else ""),
                      "held to": c.declaration(), "summary": c.summary, "source": c.source, "plugin": c.plugin})
     print("Components (slot: what it decides)\n")
-    for slot, (_, what) in SLOTS.items():
+    for slot, what in SLOT_DOCS.items():
         print(f"  {slot}: {what}")
     print()
     print(pd.DataFrame(rows).to_markdown(index=False, tablefmt="github", maxcolwidths=[None, None, 45, 45, 40, None]))
@@ -39,8 +39,8 @@ def main(args) -> int:
     for v in reg.variants.values():
         if v.buggy and not args.buggy:
             continue
-        r = v.resolved()
-        changed = ", ".join(f"{s}={c}" for s, c in r.items() if c != SLOTS[s][0]) or "(all defaults)"
+        r = v.resolved(reg.defaults)
+        changed = ", ".join(f"{s}={c}" for s, c in r.items() if c != reg.defaults[s]) or "(all defaults)"
         vrows.append({"variant": v.name + (" [bug]" if v.buggy else ""), "slots (non-default)": changed,
                       "summary": v.summary, "source": v.source, "plugin": v.plugin})
     print("\nVariants\n")

@@ -18,15 +18,19 @@ import sys
 import threading
 import time
 
-from ..config import RunConfig
-from ..errors import ConfigError, HarnessError, StoreError
+from ..errors import ConfigError
+from ..experiments import plan_from_experiment
 from ..experiments import write_run_report as write_report  # a run's report with its experiment's sections
+from ..plugins import PluginSpec, plugin_spec
+from ..registry import Registry
 from ..report import summary_table, to_markdown, trials_frame
 from ..runner import ExecutionOptions, Plan, TrialSpec, check_plan_size, execute, make_specs
+from ..resume import (check_code_config, check_components, check_plugins, check_points, check_setting, check_trials,
+                      stored_specs)
 from ..store import RunStore, config_hash
 from ..tasks.base import heldout_note
 from ..train import environment, resolve_device
-from .common import (add_config, add_selection, check_task, command_line, load_registry, resolve_config,
+from .common import (add_config, add_output, add_selection, check_task, command_line, load_registry, resolve_config,
                      select_variants)
 
 DESCRIPTION = """Train every selected variant on a task (--task, default copy) with one shared loop, store each
@@ -64,10 +68,8 @@ def register(sub, parents):
                         "on every task it names with paired seeds, one report with verdicts (suite.md)")
     p.add_argument("--seeds", type=int, metavar="N", help="seeds per variant: 0..N-1 (default 1)")
     p.add_argument("--seed-start", type=int, metavar="S", help="first seed (default 0)")
-    p.add_argument("--results-dir", default="results", metavar="DIR", help="where runs are stored (default results)")
-    p.add_argument("--run-id", default=None, help="name of the run folder (default: a timestamp)")
-    p.add_argument("--quiet", "-q", action="store_true",
-                   help="no progress bars or per-trial log lines (bars are off anyway when stderr is not a terminal)")
+    add_output(p, "run", what="run", default_id="a timestamp",
+               quiet_help="no progress bars or per-trial log lines (bars are off anyway when stderr is not a terminal)")
     g = p.add_argument_group("resume and execution")
     g.add_argument("--resume", metavar="RUN_DIR", default=None,
                    help="continue the run stored in RUN_DIR (results/<run-id>): run only its missing trials; "
@@ -142,11 +144,6 @@ def check_seeds(seeds: int, seed_start: int) -> None:
 def plan_from_args(args, reg) -> Plan:
     """The run's plan from --experiment, or from --variants/--grid, --preset/--set and --seeds."""
     if args.experiment:
-        try:
-            from ..experiments import plan_from_experiment
-        except ImportError as exc:
-            raise HarnessError(f"--experiment {args.experiment}: experiment files are not supported by this "
-                               f"installation (harness.experiments is missing); use --variants/--preset/--set") from exc
         return plan_from_experiment(args.experiment, reg, args)
     cfg = resolve_config(args)
     check_seeds(args.seeds, args.seed_start)
@@ -168,7 +165,8 @@ def executor_session(options: ExecutionOptions, plugins: dict, quiet: bool):
         return contextlib.nullcontext()
     from ..executors import ray_session
 
-    return ray_session(options.address, list(plugins.get("modules") or []), log_function(quiet))
+    modules = PluginSpec.from_dict(plugins).module_names()  # the -p modules to ship, not -p no:NAME
+    return ray_session(options.address, modules, log_function(quiet))
 
 
 def device_name(name: str, options: ExecutionOptions) -> str:
@@ -196,7 +194,10 @@ def check_experiment_options(given: set[str]) -> None:
         raise ConfigError("--seed-start with --experiment needs --seeds N (without it the file's seeds are used)")
 
 
-def main(args) -> int:
+def main(args, finish=None) -> int:
+    """``python -m harness run``: plan, store and execute the trials (or resume a run), write the
+    report; ``finish`` (default :func:`print_outcome`) turns the outcome into the return value
+    (:func:`harness.api.run` passes one that returns the run folder)."""
     given = given_options(args)
     if args.suite is not None:
         from .run_suite import main as suite_main
@@ -208,25 +209,37 @@ def main(args) -> int:
     fill_defaults(args)
     options = execution_options(args)
     if args.resume:
-        return resume(args, given, options)
+        return resume(args, given, options, finish)
     reg = load_registry(args)
     plan = plan_from_args(args, reg)
     for _, point in plan.points:
         check_task(reg, point)
     if plan.measure is not None:
         return plan.measure(args, plan)
-    variants, seeds, cfg = plan.variants, plan.seeds, plan.config
     device = device_name(args.device, options)
-    options = options.resolved(len(variants) * len(seeds) * len(plan.points), device)
-    from ..cli import plugin_spec
-
+    options = options.resolved(len(plan.variants) * len(plan.seeds) * len(plan.points), device)
     plugins = plugin_spec(args).to_dict()
-    specs = make_specs(variants, seeds, cfg, device, args.dtype, plugins, points=plan.points,
+    specs = make_specs(plan.variants, plan.seeds, plan.config, device, args.dtype, plugins, points=plan.points,
                        threads=options.trial_threads())
-    meta = {
-        "command": command_line(), "preset": plan.preset, "experiment": plan.name, "config": cfg.to_dict(),
+    meta = run_meta(args, reg, plan, specs, device, options, plugins)
+    with executor_session(options, plugins, args.quiet):  # a Ray cluster that cannot be reached stores nothing
+        store = RunStore.create(args.results_dir, meta, args.run_id)
+        meta["run_id"] = store.root.name
+        with store.lock():
+            return execute_and_report(store, specs, meta, options, args.quiet,
+                                      f"run {store.root}: {len(plan.variants)} variant(s) x {len(plan.seeds)} seed(s) "
+                                      f"x {len(plan.points)} config(s) = {len(specs)} trial(s) on {device}, "
+                                      f"{options.describe()}", finish=finish)
+
+
+def run_meta(args, reg, plan: Plan, specs: list[TrialSpec], device: str, options: ExecutionOptions,
+             plugins: dict) -> dict:
+    """The new run's ``config.json`` (the run metadata) before any trial ran."""
+    cfg, seeds = plan.config, plan.seeds
+    return {
+        "command": command_line(args), "preset": plan.preset, "experiment": plan.name, "config": cfg.to_dict(),
         "points": {name: c.to_dict() for name, c in plan.points if name},
-        "config_hash": config_hash(cfg.to_dict()), "variants": [v.name for v in variants], "seeds": seeds,
+        "config_hash": config_hash(cfg.to_dict()), "variants": [v.name for v in plan.variants], "seeds": seeds,
         "device": device, "dtype": args.dtype, "plugins": plugins,
         "environment": {**environment(device, trial_settings_applied=True), "threads": options.trial_threads()},
         "execution": options.to_dict(), "status": "running",
@@ -234,101 +247,40 @@ def main(args) -> int:
         "heldout": heldout_note(reg.task(cfg.train.task), cfg, seeds[0]),
         **plan.meta,
     }
-    with executor_session(options, plugins, args.quiet):  # a Ray cluster that cannot be reached stores nothing
-        store = RunStore.create(args.results_dir, meta, args.run_id)
-        meta["run_id"] = store.root.name
-        with store.lock():
-            return execute_and_report(store, specs, meta, options, args.quiet,
-                                      f"run {store.root}: {len(variants)} variant(s) x {len(seeds)} seed(s) x "
-                                      f"{len(plan.points)} config(s) = {len(specs)} trial(s) on {device}, "
-                                      f"{options.describe()}")
 
 
 # ------------------------------------------------------------------------------------- resume
 
-def _flat(d, prefix: str = "") -> dict:
-    out = {}
-    for k, v in (d or {}).items():
-        if isinstance(v, dict):
-            out.update(_flat(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
-
-
-def _first_difference(stored: dict, requested: dict) -> str:
-    a, b = _flat(stored), _flat(requested)
-    for key in sorted(set(a) | set(b)):
-        if a.get(key, "<unset>") != b.get(key, "<unset>"):
-            return f"{key}: stored {a.get(key, '<unset>')!r}, requested {b.get(key, '<unset>')!r}"
-    return "no field differs"
-
-
-def _stored_specs(store: RunStore, meta: dict) -> list[TrialSpec]:
-    trials = meta.get("trials")
-    ok = (isinstance(trials, list) and isinstance(meta.get("config_hash"), str) and isinstance(meta.get("config"), dict)
-          and all(isinstance(t, dict) and isinstance(t.get("key"), str) and isinstance(t.get("spec"), dict)
-                  for t in trials))
-    if not ok:
-        raise StoreError(f"{str(store.root)!r} is not a resumable run: its config.json has no trial list and "
-                         f"config hash (it was not written by 'python -m harness run')")
-    return [TrialSpec(t["key"], t["spec"]) for t in trials]
-
-
-def check_code_config(store: RunStore, meta: dict, specs: list[TrialSpec]) -> None:
-    """Refuse a run whose stored configs this code reads differently (its config fields or
-    defaults changed): the config hash this code computes must equal the stored one.
-
-    Raises:
-        StoreError: the hashes or a trial's config round trip differ.
-    """
-    where = str(store.root)
-    try:
-        code_hash = config_hash(RunConfig.from_dict(meta["config"]).to_dict())
-    except HarnessError as exc:
-        raise StoreError(f"cannot resume {where!r}: this version of the harness cannot read its config ({exc}); "
-                         f"start a new run") from exc
-    if code_hash != meta["config_hash"]:
-        raise StoreError(f"cannot resume {where!r}: config hash mismatch (stored {meta['config_hash']}, this code "
-                         f"computes {code_hash}; the harness's config changed since the run began); start a new run")
-    for ts in specs:
-        try:
-            again = RunConfig.from_dict(ts.spec["config"]).to_dict()
-        except (HarnessError, KeyError, TypeError) as exc:
-            raise StoreError(f"cannot resume {where!r}: trial {ts.key} has a config this version of the harness "
-                             f"cannot read ({exc}); start a new run") from exc
-        if again != ts.spec["config"]:
-            raise StoreError(f"cannot resume {where!r}: trial {ts.key}'s config reads differently with this code "
-                             f"({_first_difference(ts.spec['config'], again)}); start a new run")
-
-
 def check_requested(args, given: set[str], meta: dict, reg, specs: list[TrialSpec], where: str) -> None:
-    """Refuse when options given with ``--resume`` ask for another config or other trials than
-    the stored run. Options not given take the stored values.
+    """Refuse when options given with ``--resume`` ask for other plugins, device, dtype, config or
+    trials than the stored run (the comparisons are in :mod:`harness.resume`). Options not given
+    take the stored values.
 
     Raises:
         StoreError: naming the first difference.
     """
     if not given & (CONFIG_OPTIONS | TRIAL_OPTIONS | {"device", "dtype", "plugins"}):
         return
-    from ..cli import plugin_spec
-
-    refuse = f"cannot resume {where!r} with other options than it was started with"
-    again = "leave the options out to resume as stored, or start a new run"
     if "plugins" in given:
-        want = plugin_spec(args).to_dict()
-        have = meta.get("plugins") or {}
-        for k in ("modules", "files"):
-            if list(want.get(k, [])) != list(have.get(k, [])):
-                raise StoreError(f"{refuse}: plugin {k} stored {have.get(k, [])}, requested {want.get(k, [])} "
-                                 f"(leave out -p/--plugin to use the stored ones)")
-    for name in ("device", "dtype"):
-        if name in given:
-            want = device_name(args.device, ExecutionOptions()) if name == "device" else args.dtype
-            if want != meta.get(name):
-                raise StoreError(f"{refuse}: --{name} stored {meta.get(name)!r}, requested {want!r} "
-                                 f"(leave out --{name} to use the stored one)")
-    stored_by_key = {ts.key: ts.spec for ts in specs}
+        check_plugins(plugin_spec(args).to_dict(), meta, where)
+    if "device" in given:
+        check_setting("device", device_name(args.device, ExecutionOptions()), meta, where)
+    if "dtype" in given:
+        check_setting("dtype", args.dtype, meta, where)
+    variants, seeds, points = requested_plan(args, given, meta, reg)
+    if given & CONFIG_OPTIONS:
+        check_points(points, meta, where)
+    if given & TRIAL_OPTIONS:
+        check_trials(variants, seeds, points, specs, where)
+
+
+def requested_plan(args, given: set[str], meta: dict, reg) -> tuple[list[str], list[int], list]:
+    """``(variant names, seeds, [(point name, RunConfig)])`` that the options given with
+    ``--resume`` ask for; what was not given is taken from the stored run (``meta``).
+
+    Raises:
+        HarnessError: the given options themselves are bad (unknown variant, bad ``--set``, ...).
+    """
     ns = argparse.Namespace(**vars(args))
     experiment = args.experiment if "experiment" in given else (meta.get("experiment") or None)
     if experiment:
@@ -338,68 +290,28 @@ def check_requested(args, given: set[str], meta: dict, reg, specs: list[TrialSpe
     if experiment:
         ns.experiment = experiment
         plan = plan_from_args(ns, reg)
-        points, seeds, variants = plan.points, plan.seeds, [v.name for v in plan.variants]
+        return [v.name for v in plan.variants], plan.seeds, plan.points
+    ns.experiment = None
+    points = [("", resolve_config(ns))]
+    variants = ([v.name for v in select_variants(reg, ns)] if given & {"variants", "grid"}
+                else list(meta["variants"]))
+    if given & {"seeds", "seed_start"}:
+        check_seeds(ns.seeds, ns.seed_start)
+        check_plan_size(len(variants), ns.seeds)
+        seeds = list(range(ns.seed_start, ns.seed_start + ns.seeds))
     else:
-        ns.experiment = None
-        points = [("", resolve_config(ns))]
-        variants = ([v.name for v in select_variants(reg, ns)] if given & {"variants", "grid"}
-                    else list(meta["variants"]))
-        if given & {"seeds", "seed_start"}:
-            check_seeds(ns.seeds, ns.seed_start)
-            check_plan_size(len(variants), ns.seeds)
-            seeds = list(range(ns.seed_start, ns.seed_start + ns.seeds))
-        else:
-            seeds = list(meta.get("seeds") or [])
-    if given & CONFIG_OPTIONS:
-        stored_points = {name: cfg for name, cfg in
-                         ([("", meta["config"])] if not meta.get("points") else list(meta["points"].items()))}
-        requested = {name: cfg.to_dict() for name, cfg in points}
-        if set(stored_points) != set(requested):
-            raise StoreError(f"{refuse}: sweep points stored {sorted(stored_points)}, requested {sorted(requested)} "
-                             f"({again})")
-        for name, cfg in requested.items():
-            if config_hash(cfg) != config_hash(stored_points[name]):
-                label = f" (point {name})" if name else ""
-                raise StoreError(f"{refuse}: requested config{label} hash {config_hash(cfg)} != stored "
-                                 f"{config_hash(stored_points[name])}; {_first_difference(stored_points[name], cfg)} "
-                                 f"({again})")
-    if given & TRIAL_OPTIONS:
-        class _V:  # make_specs needs .name and .slots only for the keys
-            def __init__(self, name):
-                self.name, self.slots = name, {}
-
-        keys = {ts.key for ts in make_specs([_V(n) for n in variants], seeds, points[0][1], "cpu", "fp32", {},
-                                            points=points)}
-        if keys != set(stored_by_key):
-            extra, lost = sorted(keys - set(stored_by_key)), sorted(set(stored_by_key) - keys)
-            raise StoreError(f"{refuse}: requested trials differ from the stored ones ("
-                             f"{len(extra)} not in the run{': ' + ', '.join(extra[:3]) if extra else ''}; "
-                             f"{len(lost)} left out{': ' + ', '.join(lost[:3]) if lost else ''}; {again})")
+        seeds = list(meta.get("seeds") or [])
+    return variants, seeds, points
 
 
-def check_components(reg, specs: list[TrialSpec], where: str) -> None:
-    """Every stored trial's components must be registered (same plugins loaded)."""
-    from ..registry import Variant
-
-    for ts in specs:
-        for slot, comp in Variant(ts.spec["variant"], dict(ts.spec.get("slots") or {})).resolved().items():
-            try:
-                reg.component(slot, comp)
-            except HarnessError as exc:
-                raise StoreError(f"cannot resume {where!r}: trial {ts.key} needs {exc} (load the plugins the "
-                                 f"run was started with)") from exc
-
-
-def resume(args, given: set[str], options: ExecutionOptions) -> int:
-    """``run --resume RUN_DIR``: run the stored run's missing trials, then re-render its report."""
-    from ..plugins import PluginSpec
-    from ..registry import Registry
-
+def resume(args, given: set[str], options: ExecutionOptions, finish=None) -> int:
+    """``run --resume RUN_DIR``: run the stored run's missing trials, then re-render its report
+    (validation: :mod:`harness.resume`)."""
     if args.run_id:
         raise ConfigError("--run-id cannot be combined with --resume (a resumed run keeps its folder)")
     store = RunStore.open(args.resume)
     meta = store.meta()
-    specs = _stored_specs(store, meta)
+    specs = stored_specs(store, meta)
     where = str(store.root)
     check_code_config(store, meta, specs)
     reg = Registry.from_plugins(PluginSpec.from_dict(meta.get("plugins")))
@@ -420,7 +332,7 @@ def resume(args, given: set[str], options: ExecutionOptions) -> int:
         return execute_and_report(store, todo, meta, options, args.quiet,
                                   f"resume {store.root}: {len(specs) - len(todo)} of {len(specs)} trial(s) stored, "
                                   f"running the {len(todo)} missing on {meta.get('device', 'cpu')}, "
-                                  f"{options.describe()}", total=len(specs))
+                                  f"{options.describe()}", total=len(specs), finish=finish)
 
 
 # ----------------------------------------------------------------------------- execute + report
@@ -434,9 +346,21 @@ def _on_sigterm(signum, frame):
 
 
 def execute_and_report(store: RunStore, specs: list[TrialSpec], meta: dict, options: ExecutionOptions,
-                       quiet: bool, headline: str, total: int | None = None) -> int:
-    """Execute ``specs`` into ``store``, re-render the report and return the exit code."""
+                       quiet: bool, headline: str, total: int | None = None, finish=None) -> int:
+    """Execute ``specs`` into ``store``, re-render the report and return
+    ``finish(store, meta, report, interrupted, total)`` (default :func:`print_outcome`: the exit code)."""
     total = len(specs) if total is None else total
+    interrupted = execute_trials(store, specs, meta, options, quiet, headline)
+    report = write_report(store)
+    if not specs and interrupted is None and not quiet:
+        log_function(quiet)(f"nothing to run: all {total} trial(s) of {store.root} are stored")
+    return (finish or print_outcome)(store, meta, report, interrupted, total)
+
+
+def execute_trials(store: RunStore, specs: list[TrialSpec], meta: dict, options: ExecutionOptions, quiet: bool,
+                   headline: str) -> KeyboardInterrupt | None:
+    """Execute ``specs`` into ``store`` (SIGTERM stops it as Ctrl-C does) and store the run's
+    wall time and status in its metadata. Returns the interrupt, if one stopped it."""
     log = log_function(quiet)
     if log:
         log(headline)
@@ -455,15 +379,18 @@ def execute_and_report(store: RunStore, specs: list[TrialSpec], meta: dict, opti
     meta["run_wall_s"] = float(meta.get("run_wall_s") or 0.0) + time.perf_counter() - t0
     meta["status"] = "interrupted" if interrupted is not None else "complete"  # read by harness verify
     store.write_meta(meta)
-    report = write_report(store)
+    return interrupted
+
+
+def print_outcome(store: RunStore, meta: dict, report, interrupted: KeyboardInterrupt | None, total: int) -> int:
+    """The command line's ending: the summary table and report path on stdout, failures and how
+    to resume on stderr. Returns the exit code (0 ok, 1 a trial not ok, 130 interrupted)."""
     done = len(store.done_keys() & {t["key"] for t in meta["trials"]})
     if interrupted is not None:
         what = "terminated (SIGTERM)" if isinstance(interrupted, Terminated) else "interrupted"
         print(f"harness: {what}; {done} of {total} trial(s) are stored in {store.root}; "
               f"resume with: python -m harness run --resume {store.root}", file=sys.stderr)
         return 130
-    if not specs and log:
-        log(f"nothing to run: all {total} trial(s) of {store.root} are stored")
     print(to_markdown(summary_table(trials_frame(store))))
     print(f"\nreport: {report}  ({meta['run_wall_s']:.1f} s)")
     bad = [t["row"] for t in store.load_trials() if t["row"].get("status") != "ok"]

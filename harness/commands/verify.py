@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
 from ..store import CorruptTrialError, RunStore, read_trial_file, tables_text
 
@@ -47,37 +46,53 @@ def verify_run(store: RunStore) -> tuple[list[str], list[str]]:
     relative to the run folder. A damaged run never raises: every defect is a problem line."""
     problems: list[str] = []
     notes: list[str] = []
-    root = store.root
+    meta = _read_meta(store, problems)
+    planned = meta.get("trials") if meta else None
+    is_run = isinstance(planned, list) and all(isinstance(t, dict) and isinstance(t.get("key"), str) for t in planned)
+    if is_run and planned and not store.trials_dir.is_dir():
+        problems.append("trials/: missing")
+    valid, corrupt = _read_trials(store, problems, notes)
+    _check_tables(store, valid, is_run, problems)
+    # planned trials (config.json of 'python -m harness run') against stored ones
+    if not is_run:
+        if meta is not None:
+            notes.append("config.json lists no planned trials (not written by 'python -m harness run'); "
+                         "the planned-trials check is skipped")
+        return problems, notes
+    _check_planned(store, meta, [t["key"] for t in planned], {t["key"] for t in valid}, corrupt, problems, notes)
+    return problems, notes
 
-    def rel(p: Path) -> str:
-        return str(p.relative_to(root))
 
+def _read_meta(store: RunStore, problems: list[str]) -> dict | None:
+    """``config.json`` as a dict, or None (with a problem line) when it is not one."""
     meta: dict | None
     try:
-        meta = json.loads((root / "config.json").read_text(encoding="utf-8"))
+        meta = json.loads((store.root / "config.json").read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         problems.append(f"config.json: cannot be read as JSON ({str(exc)[:120]})")
         meta = None
     if meta is not None and not isinstance(meta, dict):
         problems.append(f"config.json: holds a JSON {type(meta).__name__}, not a run's config object")
         meta = None
+    return meta
 
-    planned = meta.get("trials") if meta else None
-    is_run = isinstance(planned, list) and all(isinstance(t, dict) and isinstance(t.get("key"), str) for t in planned)
+
+def _read_trials(store: RunStore, problems: list[str], notes: list[str]) -> tuple[list[dict], set[str]]:
+    """``(valid trial results with their key, keys of corrupt files)``; corrupt files are problem
+    lines, legacy (checksum-less) files, quarantined files and other files in trials/ notes."""
+    root = store.root
     valid: list[dict] = []
     corrupt: set[str] = set()
     legacy: list[str] = []
-    if is_run and planned and not store.trials_dir.is_dir():
-        problems.append("trials/: missing")
     for path in store.trial_files():
         try:
             result = read_trial_file(path)
         except CorruptTrialError as exc:
-            problems.append(f"{rel(path)}: {exc.reason}")
+            problems.append(f"{path.relative_to(root)}: {exc.reason}")
             corrupt.add(path.stem)
             continue
         if "checksum" not in result:
-            legacy.append(rel(path))
+            legacy.append(str(path.relative_to(root)))
         result["key"] = path.stem
         valid.append(result)
     if legacy:
@@ -92,8 +107,12 @@ def verify_run(store: RunStore) -> tuple[list[str], list[str]]:
             notes.append(f"trials/: {len(leftovers)} other file(s) ({', '.join(leftovers[:3])}"
                          f"{' ...' if len(leftovers) > 3 else ''}), e.g. temporary files of a killed write; "
                          f"harmless, never read")
+    return valid, corrupt
 
-    # trials.csv / curves.csv must be what the valid trial files render to
+
+def _check_tables(store: RunStore, valid: list[dict], is_run: bool, problems: list[str]) -> None:
+    """trials.csv / curves.csv must be what the valid trial files render to."""
+    root = store.root
     want_trials, want_curves = tables_text(valid)
     for name, want in (("trials.csv", want_trials), ("curves.csv", want_curves)):
         path = root / name
@@ -110,32 +129,28 @@ def verify_run(store: RunStore) -> tuple[list[str], list[str]]:
             problems.append(f"{name}: does not match the trial files ({_table_difference(have, want)}; "
                             f"re-render with: python -m harness report {root})")
 
-    # planned trials (config.json of 'python -m harness run') against stored ones
-    if not is_run:
-        if meta is not None:
-            notes.append("config.json lists no planned trials (not written by 'python -m harness run'); "
-                         "the planned-trials check is skipped")
-        return problems, notes
-    keys = [t["key"] for t in planned]
-    stored = {t["key"] for t in valid}
+
+def _check_planned(store: RunStore, meta: dict, keys: list[str], stored: set[str], corrupt: set[str],
+                   problems: list[str], notes: list[str]) -> None:
+    """Planned trial ``keys`` against the ``stored`` ones: extra files are problems; missing ones
+    are problems of a finished run and a note (how to resume) of an interrupted one."""
+    root = store.root
     missing = [k for k in keys if k not in stored and k not in corrupt]  # a corrupt file is named above
-    extra = sorted(stored - set(keys))
-    for k in extra:
+    for k in sorted(stored - set(keys)):
         problems.append(f"trials/{k}.json: not a trial planned in config.json")
     status = meta.get("status")
-    if missing:
-        interrupted = status in ("interrupted", "running")
-        if interrupted:
-            how = ("was interrupted" if status == "interrupted" else
-                   "is being written by another process" if store.is_locked() else "was killed")
-            notes.append(f"the run {how}: {len(keys) - len(missing)} of {len(keys)} planned trial(s) stored; "
-                         f"finish it with: python -m harness run --resume {root}")
-        else:
-            for k in missing:
-                problems.append(f"trials/{k}.json: missing (planned in config.json"
-                                f"{'; the run finished' if status == 'complete' else ''}; run it again with: "
-                                f"python -m harness run --resume {root})")
-    return problems, notes
+    if not missing:
+        return
+    if status in ("interrupted", "running"):
+        how = ("was interrupted" if status == "interrupted" else
+               "is being written by another process" if store.is_locked() else "was killed")
+        notes.append(f"the run {how}: {len(keys) - len(missing)} of {len(keys)} planned trial(s) stored; "
+                     f"finish it with: python -m harness run --resume {root}")
+        return
+    for k in missing:
+        problems.append(f"trials/{k}.json: missing (planned in config.json"
+                        f"{'; the run finished' if status == 'complete' else ''}; run it again with: "
+                        f"python -m harness run --resume {root})")
 
 
 def _table_difference(have: str, want: str) -> str:

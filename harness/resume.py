@@ -1,0 +1,177 @@
+"""Resume validation: may a stored run be continued with this code, these plugins and these options?
+
+``python -m harness run --resume results/<run-id>`` runs only a run's missing trials. Before
+anything runs, the stored ``config.json`` is checked here, in this order:
+
+1. :func:`stored_specs`: it holds a trial list and a config hash (written by ``run``);
+2. :func:`check_code_config`: this code reads the stored configs as they were written (same
+   config hash, every trial's config round-trips);
+3. :func:`check_components`: every stored trial's components are registered (the same plugins);
+4. the options given with ``--resume`` ask for nothing else than the stored run:
+   :func:`check_plugins`, :func:`check_setting` (device, dtype), :func:`check_points` (config
+   and sweep points) and :func:`check_trials` (variants x seeds x points).
+
+Every refusal is a :class:`harness.errors.StoreError` naming the first difference; nothing
+stored is touched. The command (:mod:`harness.commands.run`) turns the options into the
+requested plan; this module only compares.
+"""
+from __future__ import annotations
+
+from .config import RunConfig
+from .errors import HarnessError, StoreError
+from .registry import Variant
+from .runner import TrialSpec, make_specs
+from .store import RunStore, config_hash
+
+#: Added to every refusal of other options: what to do instead.
+AGAIN = "leave the options out to resume as stored, or start a new run"
+
+
+def refusal(where: str) -> str:
+    """The start of every "other options" refusal for the run folder ``where``."""
+    return f"cannot resume {where!r} with other options than it was started with"
+
+
+def _flat(d, prefix: str = "") -> dict:
+    out = {}
+    for k, v in (d or {}).items():
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def first_difference(stored: dict, requested: dict) -> str:
+    """``"key: stored X, requested Y"`` for the first (dotted, sorted) key whose values differ."""
+    a, b = _flat(stored), _flat(requested)
+    for key in sorted(set(a) | set(b)):
+        if a.get(key, "<unset>") != b.get(key, "<unset>"):
+            return f"{key}: stored {a.get(key, '<unset>')!r}, requested {b.get(key, '<unset>')!r}"
+    return "no field differs"
+
+
+def stored_specs(store: RunStore, meta: dict) -> list[TrialSpec]:
+    """The run's planned trials from its ``config.json`` (``meta``).
+
+    Raises:
+        StoreError: ``meta`` has no trial list and config hash (not written by ``run``).
+    """
+    trials = meta.get("trials")
+    ok = (isinstance(trials, list) and isinstance(meta.get("config_hash"), str) and isinstance(meta.get("config"), dict)
+          and all(isinstance(t, dict) and isinstance(t.get("key"), str) and isinstance(t.get("spec"), dict)
+                  for t in trials))
+    if not ok:
+        raise StoreError(f"{str(store.root)!r} is not a resumable run: its config.json has no trial list and "
+                         f"config hash (it was not written by 'python -m harness run')")
+    return [TrialSpec(t["key"], t["spec"]) for t in trials]
+
+
+def check_code_config(store: RunStore, meta: dict, specs: list[TrialSpec]) -> None:
+    """Refuse a run whose stored configs this code reads differently (its config fields or
+    defaults changed): the config hash this code computes must equal the stored one.
+
+    Raises:
+        StoreError: the hashes or a trial's config round trip differ.
+    """
+    where = str(store.root)
+    try:
+        code_hash = config_hash(RunConfig.from_dict(meta["config"]).to_dict())
+    except HarnessError as exc:
+        raise StoreError(f"cannot resume {where!r}: this version of the harness cannot read its config ({exc}); "
+                         f"start a new run") from exc
+    if code_hash != meta["config_hash"]:
+        raise StoreError(f"cannot resume {where!r}: config hash mismatch (stored {meta['config_hash']}, this code "
+                         f"computes {code_hash}; the harness's config changed since the run began); start a new run")
+    for ts in specs:
+        try:
+            again = RunConfig.from_dict(ts.spec["config"]).to_dict()
+        except (HarnessError, KeyError, TypeError) as exc:
+            raise StoreError(f"cannot resume {where!r}: trial {ts.key} has a config this version of the harness "
+                             f"cannot read ({exc}); start a new run") from exc
+        if again != ts.spec["config"]:
+            raise StoreError(f"cannot resume {where!r}: trial {ts.key}'s config reads differently with this code "
+                             f"({first_difference(ts.spec['config'], again)}); start a new run")
+
+
+def check_components(reg, specs: list[TrialSpec], where: str) -> None:
+    """Every stored trial's components must be registered in ``reg`` (same plugins loaded).
+
+    Raises:
+        StoreError: naming the trial and the missing component.
+    """
+    for ts in specs:
+        for slot, comp in Variant(ts.spec["variant"], dict(ts.spec.get("slots") or {})).resolved(reg.defaults).items():
+            try:
+                reg.component(slot, comp)
+            except HarnessError as exc:
+                raise StoreError(f"cannot resume {where!r}: trial {ts.key} needs {exc} (load the plugins the "
+                                 f"run was started with)") from exc
+
+
+def check_plugins(requested: dict, meta: dict, where: str) -> None:
+    """The ``-p``/``--plugin`` plugins given with ``--resume`` (a ``PluginSpec.to_dict()``) are
+    the stored ones.
+
+    Raises:
+        StoreError: naming the stored and the requested list.
+    """
+    have = meta.get("plugins") or {}
+    for k in ("modules", "files"):
+        if list(requested.get(k, [])) != list(have.get(k, [])):
+            raise StoreError(f"{refusal(where)}: plugin {k} stored {have.get(k, [])}, requested "
+                             f"{requested.get(k, [])} (leave out -p/--plugin to use the stored ones)")
+
+
+def check_setting(name: str, requested: str, meta: dict, where: str) -> None:
+    """A run-wide setting given with ``--resume`` (``device``, ``dtype``) equals the stored one.
+
+    Raises:
+        StoreError: naming the option, the stored and the requested value.
+    """
+    if requested != meta.get(name):
+        raise StoreError(f"{refusal(where)}: --{name} stored {meta.get(name)!r}, requested {requested!r} "
+                         f"(leave out --{name} to use the stored one)")
+
+
+def check_points(points: list[tuple[str, RunConfig]], meta: dict, where: str) -> None:
+    """The requested configs (``[(point name, config)]``; one unnamed point without a sweep) are
+    the stored ones: same sweep point names, same config hash per point.
+
+    Raises:
+        StoreError: naming the point and the first differing config field.
+    """
+    stored = dict([("", meta["config"])] if not meta.get("points") else list(meta["points"].items()))
+    requested = {name: cfg.to_dict() for name, cfg in points}
+    if set(stored) != set(requested):
+        raise StoreError(f"{refusal(where)}: sweep points stored {sorted(stored)}, requested {sorted(requested)} "
+                         f"({AGAIN})")
+    for name, cfg in requested.items():
+        if config_hash(cfg) != config_hash(stored[name]):
+            label = f" (point {name})" if name else ""
+            raise StoreError(f"{refusal(where)}: requested config{label} hash {config_hash(cfg)} != stored "
+                             f"{config_hash(stored[name])}; {first_difference(stored[name], cfg)} ({AGAIN})")
+
+
+class _Named:
+    """What :func:`harness.runner.make_specs` reads of a variant to make trial keys: its name."""
+
+    def __init__(self, name: str):
+        self.name, self.slots = name, {}
+
+
+def check_trials(variants: list[str], seeds: list[int], points: list[tuple[str, RunConfig]],
+                 specs: list[TrialSpec], where: str) -> None:
+    """The requested trials (variant names x seeds x points) are exactly the stored ones.
+
+    Raises:
+        StoreError: with the count (and the first three keys) of trials not in the run and left out.
+    """
+    keys = {ts.key for ts in make_specs([_Named(n) for n in variants], seeds, points[0][1], "cpu", "fp32", {},
+                                        points=points)}
+    stored = {ts.key for ts in specs}
+    if keys != stored:
+        extra, lost = sorted(keys - stored), sorted(stored - keys)
+        raise StoreError(f"{refusal(where)}: requested trials differ from the stored ones ("
+                         f"{len(extra)} not in the run{': ' + ', '.join(extra[:3]) if extra else ''}; "
+                         f"{len(lost)} left out{': ' + ', '.join(lost[:3]) if lost else ''}; {AGAIN})")
