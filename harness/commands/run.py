@@ -63,6 +63,9 @@ def register(sub, parents):
     add_config(p)
     p.add_argument("--experiment", metavar="NAME", default=None,
                    help="run a declarative experiment from experiments/NAME.toml (see: python -m harness experiments)")
+    p.add_argument("--no-check", dest="check", action="store_false",
+                   help="skip recording check's equivalence classes of the variants (a few seconds before training; "
+                        "the report opens with them)")
     p.add_argument("--suite", nargs="?", const="default", default=None, metavar="NAME",
                    help="run the suite experiments/suites/NAME.toml (default: default): every variant it names "
                         "on every task it names with paired seeds, one report with verdicts (suite.md)")
@@ -222,6 +225,8 @@ def main(args, finish=None) -> int:
     specs = make_specs(plan.variants, plan.seeds, plan.config, device, args.dtype, plugins, points=plan.points,
                        threads=options.trial_threads())
     meta = run_meta(args, reg, plan, specs, device, options, plugins)
+    if args.check and len([v for v in plan.variants if not v.buggy]) > 1:
+        meta["check"] = record_check(reg, plan.variants, args.quiet)
     with executor_session(options, plugins, args.quiet):  # a Ray cluster that cannot be reached stores nothing
         store = RunStore.create(args.results_dir, meta, args.run_id)
         meta["run_id"] = store.root.name
@@ -247,6 +252,21 @@ def run_meta(args, reg, plan: Plan, specs: list[TrialSpec], device: str, options
         "heldout": heldout_note(reg.task(cfg.train.task), cfg, seeds[0]),
         **plan.meta,
     }
+
+
+def record_check(reg, variants, quiet: bool) -> dict:
+    """check's equivalence classes of ``variants`` (:func:`harness.overview.check_classes`), with one
+    log line naming the classes that hold more than one variant."""
+    from ..overview import check_classes
+
+    result = check_classes(reg, variants)
+    log = log_function(quiet)
+    if log:
+        multi = ["{" + ", ".join(c) + "}" for c in result["classes"] if len(c) > 1]
+        what = (f"check could not group them: {result['error']}" if result.get("error") else
+                f"{len(result['classes'])} class(es); same function: {'; '.join(multi) or 'none'}")
+        log(f"check: {len(variants)} variant(s), {what} ({result['wall_s']:.1f} s)")
+    return result
 
 
 # ------------------------------------------------------------------------------------- resume
