@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 from scipy.stats import binom
 
 from . import stats
 from .overview import classes_section
-from .suite import SuiteSpec
+
+if TYPE_CHECKING:  # harness.suite imports this module at run time, never the reverse
+    from .suite import SuiteSpec
 
 METRIC_TEXT = {"heldout_ce": "held-out cross-entropy (nats/token, lower is better)",
                "exact_match": "held-out exact match (fraction of sequences, higher is better)"}

@@ -1,0 +1,150 @@
+"""The shape of ``harness/`` (issue 11): no module over 500 lines, no function over 60 lines, no
+import cycle between harness modules (function-level imports count; ``if TYPE_CHECKING:`` imports
+do not, they never run), and no built-in component name as a string in the core — the built-ins
+declare themselves in ``variants/`` like any plugin."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from harness.registry import Registry
+
+from .conftest import ROOT
+
+CORE = ROOT / "harness"
+MAX_MODULE_LINES = 500
+MAX_FUNCTION_LINES = 60
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for p in sorted(CORE.rglob("*.py")):
+        name = ".".join(p.relative_to(ROOT).with_suffix("").parts)
+        out[name.removesuffix(".__init__")] = p
+    return out
+
+
+def _type_checking_nodes(tree: ast.AST) -> set[int]:
+    skip = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skip |= {id(n) for stmt in node.body for n in ast.walk(stmt)}
+    return skip
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module -> the harness modules it imports (at module or function level)."""
+    mods = modules()
+    graph: dict[str, set[str]] = {m: set() for m in mods}
+    for name, path in mods.items():
+        tree = ast.parse(path.read_text())
+        skip = _type_checking_nodes(tree)
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(tree):
+            if id(node) in skip:
+                continue
+            if isinstance(node, ast.ImportFrom):
+                base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
+                mod = ".".join(base + ([node.module] if node.module else [])) if node.level else node.module
+                targets = [f"{mod}.{a.name}" for a in node.names if f"{mod}.{a.name}" in mods] or [mod]
+            elif isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            else:
+                continue
+            graph[name] |= {t for t in targets if t in mods and t != name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_cycle_finder_finds_a_planted_cycle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_module_over_500_lines():
+    sizes = {name: len(p.read_text().splitlines()) for name, p in modules().items()}
+    assert {n: s for n, s in sizes.items() if s > MAX_MODULE_LINES} == {}
+
+
+def test_no_function_over_60_lines():
+    long = []
+    for name, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1
+                if n > MAX_FUNCTION_LINES:
+                    long.append(f"{name}.{node.name}: {n} lines")
+    assert long == []
+
+
+def test_no_import_cycle_between_harness_modules():
+    graph = import_graph()
+    assert graph["harness.suite"] >= {"harness.suite_report"}  # the graph sees function-level imports too
+    assert cycles(graph) == []
+
+
+def _builtin_component_names() -> set[str]:
+    reg = Registry.from_plugins()
+    return {name for (slot, name) in reg.components}
+
+
+def _string_constants(path: Path) -> list[tuple[int, str]]:
+    """String literals that are not docstrings."""
+    tree = ast.parse(path.read_text())
+    docstrings = {id(n.body[0].value) for n in ast.walk(tree)
+                  if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                  and n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    return [(n.lineno, n.value) for n in ast.walk(tree)
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docstrings]
+
+
+#: Strings equal to a built-in component name that mean something else there: a Python type name in
+#: the config validator, the torch version key of the environment block.
+NOT_A_COMPONENT = {("harness/config.py", "bool"), ("harness/env.py", "torch")}
+
+
+@pytest.mark.parametrize("path", sorted(CORE.rglob("*.py")), ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_builtin_component_name_in_the_core(path):
+    names, rel = _builtin_component_names(), str(path.relative_to(ROOT))
+    found = [f"{rel}:{line}: {value!r}" for line, value in _string_constants(path)
+             if value in names and (rel, value) not in NOT_A_COMPONENT]
+    assert found == []
+
+
+def test_the_name_scan_sees_a_planted_builtin_name(tmp_path):
+    planted = tmp_path / "m.py"
+    planted.write_text('"""docstring naming bool is fine"""\nDEFAULT_MASK = "bool"\n')
+    assert _string_constants(planted) == [(2, "bool")]
