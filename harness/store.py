@@ -311,10 +311,29 @@ class RunStore:
         ``trials/quarantine/`` with a warning (see :meth:`read_trial`) and left out."""
         out = []
         for p in self.trial_files():
-            result = self.read_trial(p, quarantine=quarantine)
+            result = self._cached_trial(p, quarantine)
             if result is not None:
                 out.append(result)
         return out
+
+    def _cached_trial(self, path: Path, quarantine: bool) -> dict | None:
+        """:meth:`read_trial`, once per file version: a file read by this store and unchanged since
+        (same inode, size and mtime; trial files are replaced atomically, never edited) is not read
+        again, so writing the tables, the report and the terminal table of a run reads each trial
+        file once. Callers treat the returned dicts as read-only."""
+        cache = self.__dict__.setdefault("_trial_cache", {})
+        try:
+            st = Path(path).stat()
+        except OSError:
+            return self.read_trial(path, quarantine=quarantine)
+        stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
+        hit = cache.get(Path(path).name)
+        if hit is not None and hit[0] == stamp:
+            return hit[1]
+        result = self.read_trial(path, quarantine=quarantine)
+        if result is not None:
+            cache[Path(path).name] = (stamp, result)
+        return result
 
     def write_tables(self, trials: list[dict] | None = None) -> tuple[Path, Path]:
         """Render ``trials.csv`` and ``curves.csv`` from the stored trials (atomically); pass

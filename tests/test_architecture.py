@@ -148,3 +148,25 @@ def test_the_name_scan_sees_a_planted_builtin_name(tmp_path):
     planted = tmp_path / "m.py"
     planted.write_text('"""docstring naming bool is fine"""\nDEFAULT_MASK = "bool"\n')
     assert _string_constants(planted) == [(2, "bool")]
+
+
+def test_a_run_reads_each_trial_file_once(tmp_path, monkeypatch):
+    """One ``run`` (store, tables, report, terminal table) parses every trial file exactly once."""
+    import collections
+
+    import harness
+    from harness import store as store_mod
+
+    counts = collections.Counter()
+    real = store_mod.read_trial_file
+
+    def counting(path):
+        counts[Path(path).name] += 1
+        return real(path)
+
+    monkeypatch.setattr(store_mod, "read_trial_file", counting)
+    folder = harness.run(variants=["baseline", "pre_norm"], seeds=2, preset="tiny", results_dir=tmp_path,
+                         run_id="r", jobs=1)
+    files = sorted(p.name for p in (folder / "trials").glob("*.json"))
+    assert len(files) == 4 and (folder / "report.md").is_file()
+    assert dict(counts) == {name: 1 for name in files}
