@@ -122,6 +122,9 @@ def faked(template):
         for name in names:  # matplotlib is most of a report's time; plots have tests of their own
             mp.setattr(mod, name, lambda *a, **k: None)
     mp.setattr(grad_norm, "measure_grad_norms", fake_grad_norms)
+    from harness import overview  # check's classes have tests of their own (test_suite.py, test_checks.py)
+
+    mp.setattr(overview, "check_classes", lambda *a, **k: {"classes": [], "failures": [], "wall_s": 0.0})
     yield
     mp.undo()
 
@@ -226,7 +229,7 @@ EXPERIMENT_FILE = st.one_of(
 #: by :func:`test_the_fuzz_draws_every_documented_run_option`)
 RUN_OPTIONS = ["--variants", "--grid", "--preset", "--set", "--task", "--device", "--dtype", "--experiment", "--seeds",
                "--seed-start", "--results-dir", "--run-id", "--resume", "--jobs", "--executor", "--address",
-               "--threads", "-p", "--plugin", "--strict-plugins", "--quiet", "--help"]
+               "--threads", "-p", "--plugin", "--strict-plugins", "--quiet", "--help", "--no-check", "--suite"]
 
 
 @st.composite
@@ -241,8 +244,15 @@ def run_argv(draw):
         argv += ["--run-id", "fz"]  # a valid run id by default, so a folder is looked for where expected
     preset_given = False
     for opt in options:
-        if opt in ("--grid", "--strict-plugins", "--quiet", "--help", "--junk-option"):
+        if opt in ("--grid", "--strict-plugins", "--quiet", "--help", "--junk-option", "--no-check"):
             argv.append(opt)
+        elif opt == "--suite":
+            # bad suite names and files; a good one only with an option the suite file owns (exit 2):
+            # whole suites run in tests/test_suite.py, not 800 times here
+            name = draw(st.one_of(st.sampled_from(["default", "", "nope", "../default", "experiments/bad.toml"]),
+                                  JUNK, SURROGATE))
+            files["bad.toml"] = draw(st.sampled_from([b"seeds = 0", b"\xff\xfe", b"tasks = [", b""]))
+            argv += ["--suite", name, "--seeds", "2"] if name in ("default", "") else ["--suite", name]
         elif opt == "positional":
             argv.append(draw(JUNK))
         elif opt == "--variants":

@@ -225,11 +225,12 @@ def main(args, finish=None) -> int:
     specs = make_specs(plan.variants, plan.seeds, plan.config, device, args.dtype, plugins, points=plan.points,
                        threads=options.trial_threads())
     meta = run_meta(args, reg, plan, specs, device, options, plugins)
-    if args.check and len([v for v in plan.variants if not v.buggy]) > 1:
-        meta["check"] = record_check(reg, plan.variants, args.quiet)
     with executor_session(options, plugins, args.quiet):  # a Ray cluster that cannot be reached stores nothing
         store = RunStore.create(args.results_dir, meta, args.run_id)
         meta["run_id"] = store.root.name
+        if args.check and len([v for v in plan.variants if not v.buggy]) > 1:  # after bad input is refused
+            meta["check"] = record_check(reg, plan.variants, args.quiet)
+            store.write_meta(meta)
         with store.lock():
             return execute_and_report(store, specs, meta, options, args.quiet,
                                       f"run {store.root}: {len(plan.variants)} variant(s) x {len(plan.seeds)} seed(s) "
