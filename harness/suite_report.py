@@ -156,7 +156,10 @@ def plot_verdicts(df: pd.DataFrame, spec: SuiteSpec, path: Path) -> Path | None:
         for j, t in enumerate(table.columns):
             m = marks.get((v, t), "")
             text = {"better": "+", "worse": "-", "INVALID": "X"}.get(m, "ref" if v == spec.reference else "")
-            ax.text(j, i, text, ha="center", va="center", fontsize=11, fontweight="bold")
+            p = table.iat[i, j]
+            dark = p == p and abs(p - 0.5) > 0.3  # white on the saturated ends of the colour map
+            ax.text(j, i, text, ha="center", va="center", fontsize=12, fontweight="bold",
+                    color="white" if dark else "black")
     ax.set_xticks(range(table.shape[1]), table.columns)
     ax.set_yticks(range(table.shape[0]), table.index)
     ax.set_title(f"P(variant beats {spec.reference}) on {spec.metric}; + better, - worse")
