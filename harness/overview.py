@@ -7,29 +7,40 @@ of its variants in ``config.json`` (key ``check``) and its report opens with the
 """
 from __future__ import annotations
 
+import time
+
 from .errors import HarnessError
 from .report import Section
 from .stats import MIN_PAIRS_SIGN_TEST
 
 
-def check_classes(registry, variants) -> dict:
+def check_classes(registry, variants, full: bool = False) -> dict:
     """Equivalence classes of ``variants`` from ``check`` (CPU, fp32, the check config).
 
-    A check that cannot run (a plugin's variant that does not build, say) is recorded, never raised:
-    the classes are context for the training numbers, not a gate (the run's own integrity gate is).
+    ``full``: the whole check (:func:`harness.checks.run_checks`, with its failures; what the suite
+    records); else only its pair comparisons (:func:`harness.checks.equivalence_classes`: the same
+    classes in a fraction of the time; what ``run`` records). A check that cannot run (a plugin's
+    variant that does not build, say) is recorded, never raised: the classes are context for the
+    training numbers, not a gate (the run's own integrity gate is).
 
     Returns:
-        ``{"classes": [[names]], "failures": [lines], "wall_s": seconds}``; on an error
-        ``{"classes": [], "failures": [], "error": "one line", "wall_s": 0.0}``.
+        ``{"classes": [[names]], "failures": [lines], "scope": "full"|"pairs", "wall_s": seconds}``;
+        on an error ``{"classes": [], "failures": [], "error": "one line", "wall_s": 0.0}``.
     """
-    from .checks import run_checks
+    from .checks import equivalence_classes, run_checks
 
+    t0 = time.perf_counter()
     try:
-        report = run_checks(registry, [v for v in variants if not v.buggy], device="cpu", dtype="fp32")
+        if full:
+            report = run_checks(registry, [v for v in variants if not v.buggy], device="cpu", dtype="fp32")
+            classes, failures = report.classes(), report.failures()
+        else:
+            classes, failures = equivalence_classes(registry, variants, device="cpu", dtype="fp32"), []
     except (HarnessError, RuntimeError, ValueError) as exc:
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         return {"classes": [], "failures": [], "error": reason, "wall_s": 0.0}
-    return {"classes": report.classes(), "failures": report.failures(), "wall_s": round(report.wall_s, 2)}
+    return {"classes": classes, "failures": failures, "scope": "full" if full else "pairs",
+            "wall_s": round(time.perf_counter() - t0, 2)}
 
 
 def class_of(classes: list[list[str]], name: str) -> list[str]:
@@ -45,7 +56,8 @@ def classes_section(check: dict, heading: str = "## Which variants compute the s
     classes = check.get("classes", [])
     multi = [c for c in classes if len(c) > 1]
     single = [c[0] for c in classes if len(c) == 1]
-    out += [f"`python -m harness check` on these variants (CPU, fp32, {check.get('wall_s', 0):.1f} s): variants in "
+    what = "check's pair comparisons" if check.get("scope") == "pairs" else "`python -m harness check`"
+    out += [f"{what} on these variants (CPU, fp32, {check.get('wall_s', 0):.1f} s): variants in "
             "one class give the same outputs and gradients from the same weights, so their training differs only "
             "by floating-point rounding; every other pair computes a different function.", ""]
     out += [f"- class {i}: {', '.join(c)}" for i, c in enumerate(multi, 1)]

@@ -269,7 +269,7 @@ def run_suite(spec: SuiteSpec, folder: Path, registry, variants, run: Callable[[
     t0 = time.perf_counter()
     if not info.get("check"):
         log(f"suite {spec.name}: check on {len(names)} variant(s) ...")
-        info["check"] = check_classes(registry, variants)
+        info["check"] = check_classes(registry, variants, full=True)
         _write_json(folder / SUITE_FILE, info)
     try:
         codes = run_tasks(spec, folder, run, quiet, log)

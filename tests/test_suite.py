@@ -162,3 +162,14 @@ def test_heldout_auc_is_the_mean_heldout_loss_over_training(tmp_path):
     auc = heldout_auc(tmp_path)
     # trapezoids: 50 * 1.5 + 100 * 1.0 = 175 over 150 steps
     assert auc.iloc[0]["heldout_auc"] == pytest.approx(175 / 150)
+
+
+def test_run_records_the_same_classes_as_the_whole_check(registry):
+    """``run`` records check's classes from the pair comparisons only; they equal the whole check's."""
+    from harness.overview import check_classes
+
+    variants = registry.select(["all"])
+    quick, full = check_classes(registry, variants), check_classes(registry, variants, full=True)
+    assert quick["scope"] == "pairs" and full["scope"] == "full"
+    assert quick["classes"] == full["classes"]
+    assert ["additive_mask", "baseline", "d2l_attention", "torch_attention"] in quick["classes"]

@@ -87,21 +87,46 @@ class CheckReport:
 
     def classes(self) -> list[list[str]]:
         """Equivalence classes of the (non-buggy) variants: connected by identical/equivalent pairs."""
-        parent = {v: v for v in self.variants}
+        return classes_of(self.variants, self.pairs)
 
-        def find(x):
-            while parent[x] != x:
-                parent[x] = parent[parent[x]]
-                x = parent[x]
-            return x
 
-        for p in self.pairs:
-            if p.verdict in (IDENTICAL, EQUIVALENT):
-                parent[find(p.a)] = find(p.b)
-        groups: dict[str, list[str]] = {}
-        for v in self.variants:
-            groups.setdefault(find(v), []).append(v)
-        return sorted((sorted(g) for g in groups.values()), key=lambda g: (-len(g), g))
+def classes_of(names: list[str], pairs: list[PairResult]) -> list[list[str]]:
+    """Connected components of ``names`` under the identical/equivalent ``pairs``, largest first."""
+    parent = {v: v for v in names}
+
+    def find(x):
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for p in pairs:
+        if p.verdict in (IDENTICAL, EQUIVALENT):
+            parent[find(p.a)] = find(p.b)
+    groups: dict[str, list[str]] = {}
+    for v in names:
+        groups.setdefault(find(v), []).append(v)
+    return sorted((sorted(g) for g in groups.values()), key=lambda g: (-len(g), g))
+
+
+def equivalence_classes(registry: Registry, variants: list[Variant], cfg: ModelConfig | None = None, *,
+                        device: torch.device | str = "cpu", dtype: str = "fp32", seed: int = 0) -> list[list[str]]:
+    """Only the pair comparisons of :func:`run_checks` (same session, tolerances and verdicts), so
+    the same classes as ``run_checks(...).classes()`` without the contracts, probes and PyTorch
+    references: what ``run`` records before training (its integrity gate holds each trial to the
+    contracts and probes anyway). Buggy variants are left out.
+
+    Raises:
+        ConfigError: bad config/dtype/device.  HarnessError: inconsistent canonical layouts.
+    """
+    s = CheckSession.create(registry, cfg, device=device, dtype=dtype, seed=seed)
+    clean = [v for v in variants if not v.buggy]
+    with s.tf32_off():
+        s.load_state(clean)
+        for v in clean:
+            s.run(v)
+        pairs = _pairs(s, clean)
+    return classes_of([v.name for v in clean], pairs)
 
 
 def run_checks(registry: Registry, variants: list[Variant], cfg: ModelConfig | None = None, *,
