@@ -14,6 +14,7 @@ Presets (``--preset``):
 """
 from __future__ import annotations
 
+import ast
 import dataclasses
 import math
 from dataclasses import dataclass, field, fields
@@ -272,3 +273,23 @@ def get_preset(name: str) -> RunConfig:
     if name not in PRESETS:
         raise UnknownNameError("preset", name, PRESETS)
     return PRESETS[name]
+
+
+def parse_overrides(items: list[str]) -> dict[str, Any]:
+    """``["train.steps=200", "model.d_model=128"]`` (``--set KEY=VALUE``) -> ``{"train.steps": 200, ...}``;
+    values are Python literals where they parse (``ast.literal_eval``), else the raw string.
+
+    Raises:
+        ConfigError: an item without ``=`` or without a key.
+    """
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--set expects KEY=VALUE (e.g. train.steps=200), got {item!r}")
+        try:
+            value = ast.literal_eval(raw)
+        except (ValueError, SyntaxError):
+            value = raw
+        out[key.strip()] = value
+    return out

@@ -2,11 +2,10 @@
 from __future__ import annotations
 
 import argparse
-import ast
 import shlex
 import sys
 
-from ..config import PRESETS, PRESET_NOTES, RunConfig, get_preset
+from ..config import PRESETS, PRESET_NOTES, RunConfig, get_preset, parse_overrides  # noqa: F401 - parse_overrides re-exported
 from ..errors import ConfigError
 from ..plugins import plugin_spec
 from ..registry import Registry
@@ -97,20 +96,6 @@ def command_line(args=None) -> str:
     (:mod:`harness.api`), the equivalent command line (``args.argv``)."""
     argv = getattr(args, "argv", None)
     return "python -m harness " + shlex.join(sys.argv[1:] if argv is None else argv)
-
-
-def parse_overrides(items: list[str]) -> dict:
-    out = {}
-    for item in items:
-        key, sep, raw = item.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"--set expects KEY=VALUE (e.g. train.steps=200), got {item!r}")
-        try:
-            value = ast.literal_eval(raw)
-        except (ValueError, SyntaxError):
-            value = raw
-        out[key.strip()] = value
-    return out
 
 
 def resolve_config(args) -> RunConfig:

@@ -1,11 +1,11 @@
 """Planning a run from an experiment file: :func:`plan_from_experiment` -> :class:`harness.runner.Plan`."""
 from __future__ import annotations
 
-import ast
 import dataclasses
 import functools
 from typing import Any
 
+from ..config import parse_overrides
 from ..errors import ConfigError, HarnessError, UnknownNameError
 from ..runner import Plan, check_plan_size
 from .grad_norm import run_grad_norm
@@ -13,27 +13,7 @@ from .parse import find_experiment, load_experiment
 from .spec import Experiment, ExperimentError, _bad, _config_key, _validate_configs
 
 
-def parse_set_items(items: list[str]) -> dict[str, Any]:
-    """``["KEY=VALUE", ...]`` (``--set``) -> ``{KEY: value}``; a value is a Python literal when it
-    parses as one, else the string.
-
-    The same contract as ``harness.commands.common.parse_overrides``, kept here so the core does
-    not import the command layer (to be one function once it lives in :mod:`harness.config`).
-
-    Raises:
-        ConfigError: an item without ``=`` or without a key.
-    """
-    out = {}
-    for item in items:
-        key, sep, raw = item.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"--set expects KEY=VALUE (e.g. train.steps=200), got {item!r}")
-        try:
-            value = ast.literal_eval(raw)
-        except (ValueError, SyntaxError):
-            value = raw
-        out[key.strip()] = value
-    return out
+parse_set_items = parse_overrides  # the one parser of --set items (harness.config)
 
 
 def plan_from_experiment(name: str, registry, args):
