@@ -36,9 +36,9 @@ from typing import Callable
 
 import pandas as pd
 
-from . import stats
 from .errors import ConfigError
 from .overview import check_classes, class_of
+from .store import atomic_write_text
 
 SUITES_DIR = Path(__file__).resolve().parent.parent / "experiments" / "suites"
 SUITE_METRICS = {"heldout_ce": False, "exact_match": True}  #: name -> higher is better
@@ -169,21 +169,6 @@ def task_frame(folder: Path) -> pd.DataFrame:
     return df
 
 
-def heldout_auc(folder: Path) -> pd.DataFrame:
-    """Per trial, the mean held-out cross-entropy over training (trapezoidal area under the held-out
-    loss curve divided by the steps it spans; nats/token). Lower: learned earlier.
-
-    Returns: columns variant, seed, heldout_auc.
-    """
-    c = pd.read_csv(folder / "curves.csv")
-    c = c[c["split"] == "heldout"].sort_values(["variant", "seed", "step"])
-    rows = []
-    for (variant, seed), g in c.groupby(["variant", "seed"]):
-        auc = stats.curve_mean(g["step"], g["loss"])
-        rows.append({"variant": variant, "seed": seed, "heldout_auc": auc})
-    return pd.DataFrame(rows, columns=["variant", "seed", "heldout_auc"])
-
-
 def _slots(df: pd.DataFrame, variant: str) -> dict[str, str]:
     g = df[df["variant"] == variant]
     return {c.removeprefix("slot_"): str(g.iloc[0][c]) for c in df.columns if c.startswith("slot_")} if len(g) else {}
@@ -206,13 +191,12 @@ def collect(spec: SuiteSpec, suite_dir: Path, classes: list[list[str]]) -> pd.Da
         if not (folder / "trials.csv").is_file():
             continue
         df = task_frame(folder)
-        auc = heldout_auc(folder).groupby("variant")["heldout_auc"].apply(list).to_dict()
         for r in aggregate(df, spec.reference, spec.metric, _read_json(folder / "config.json")):
-            rows.append(_row(spec, task, df, r, classes, auc.get(r["variant"], [])))
+            rows.append(_row(spec, task, df, r, classes))
     return pd.DataFrame(rows)
 
 
-def _row(spec: SuiteSpec, task: str, df: pd.DataFrame, r: dict, classes, auc: list[float]) -> dict:
+def _row(spec: SuiteSpec, task: str, df: pd.DataFrame, r: dict, classes) -> dict:
     v, cmp = r["variant"], r["comparison"]
     same = spec.reference in class_of(classes, v)
     relation = "reference" if v == spec.reference else ("check: same function" if same else "check: different")
@@ -220,7 +204,7 @@ def _row(spec: SuiteSpec, task: str, df: pd.DataFrame, r: dict, classes, auc: li
     out = {"task": task, "variant": v, "relation": relation, "n": r["n"], "n_ok": r["n_ok"],
            "invalid": "; ".join(r["invalid"]), "changed": ", ".join(changed_slots(df, v, spec.reference)),
            "ce": ce[0], "ce_low": ce[1], "ce_high": ce[2], "em": em[0], "em_low": em[1], "em_high": em[2],
-           "auc": stats.iqm(auc) if auc else math.nan, "verdict": "", "reason": "", "p": math.nan,
+           "auc": r["heldout_auc"][0], "verdict": "", "reason": "", "p": math.nan,
            "p_low": math.nan, "p_high": math.nan, "wins": 0, "losses": 0, "ties": 0}
     if r["invalid"]:
         out["verdict"] = "INVALID"
@@ -284,9 +268,7 @@ def run_suite(spec: SuiteSpec, folder: Path, registry, variants, run: Callable[[
 
 
 def _write_json(path: Path, data: dict) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=1, default=str))
-    tmp.replace(path)
+    atomic_write_text(path, json.dumps(data, indent=1, default=str))
 
 
 def write_suite_report(folder: Path, spec: SuiteSpec, info: dict) -> Path:

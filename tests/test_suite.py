@@ -4,15 +4,16 @@ suite is INVALID and never ranked; a finished suite resumes without training aga
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 
 import pandas as pd
 import pytest
 
-from harness import suite_report
+from harness import stats, suite_report
 from harness.errors import ConfigError
-from harness.suite import SuiteSpec, heldout_auc, load_suite
+from harness.suite import SuiteSpec, load_suite
 
 from .conftest import ROOT
 
@@ -152,16 +153,11 @@ def test_null_verdict_rate_is_the_sign_tests_size():
     assert suite_report.null_verdict_rate(5) == 0.0
 
 
-def test_heldout_auc_is_the_mean_heldout_loss_over_training(tmp_path):
-    pd.DataFrame([
-        {"variant": "a", "seed": 0, "split": "train", "step": 1, "loss": 9.0},
-        {"variant": "a", "seed": 0, "split": "heldout", "step": 50, "loss": 2.0},
-        {"variant": "a", "seed": 0, "split": "heldout", "step": 100, "loss": 1.0},
-        {"variant": "a", "seed": 0, "split": "heldout", "step": 200, "loss": 1.0},
-    ]).to_csv(tmp_path / "curves.csv", index=False)
-    auc = heldout_auc(tmp_path)
-    # trapezoids: 50 * 1.5 + 100 * 1.0 = 175 over 150 steps
-    assert auc.iloc[0]["heldout_auc"] == pytest.approx(175 / 150)
+def test_heldout_auc_is_the_mean_heldout_loss_over_training():
+    # held-out losses 2, 1, 1 at steps 50, 100, 200: trapezoids 50 * 1.5 + 100 * 1.0 = 175 over 150 steps
+    assert stats.curve_mean([50, 100, 200], [2.0, 1.0, 1.0]) == pytest.approx(175 / 150)
+    assert math.isnan(stats.curve_mean([200], [1.0]))
+
 
 
 def test_run_records_the_same_classes_as_the_whole_check(registry):
