@@ -265,8 +265,8 @@ def build_model(variant, config=None, *, seed: int = 0, plugins: _Names = (), pl
 
     Args:
         variant: a variant name (buggy ones too) or a :class:`harness.Variant`.
-        config: a :class:`harness.ModelConfig`, a dict of its fields, or a preset name
-            (default: the ``quick`` preset's model).
+        config: a :class:`harness.ModelConfig`, a dict of its fields, a :class:`harness.RunConfig`
+            (its ``model``) or a preset name (default: the ``quick`` preset's model).
         plugins, plugin_files: plugin modules and files offering the variant or its components.
 
     Returns:
@@ -277,7 +277,7 @@ def build_model(variant, config=None, *, seed: int = 0, plugins: _Names = (), pl
     Raises:
         UnknownNameError: no such variant or preset.  ConfigError: an invalid config.
     """
-    from .config import ModelConfig, get_preset
+    from .config import ConfigError, ModelConfig, RunConfig, get_preset
     from .model import build_model as assemble
     from .plugins import PluginSpec
     from .registry import Registry, Variant
@@ -288,6 +288,10 @@ def build_model(variant, config=None, *, seed: int = 0, plugins: _Names = (), pl
         cfg = get_preset(config or "quick").model
     elif isinstance(config, dict):
         cfg = ModelConfig.from_dict(config)
-    else:
+    elif isinstance(config, RunConfig):
+        cfg = config.model
+    elif isinstance(config, ModelConfig):
         cfg = config
+    else:
+        raise ConfigError(f"config must be a ModelConfig, RunConfig, dict or preset name, got {type(config).__name__}")
     return assemble(reg, v, cfg, seed)

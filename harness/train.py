@@ -10,8 +10,8 @@ Training (identical for every variant): Adam(beta = (0.9, 0.98), eps = 1e-9) (Va
 with the Noam schedule through ``LambdaLR`` (the Annotated Transformer's ``rate``:
 lr * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5), step counted from 1);
 ``F.cross_entropy(..., ignore_index=pad, label_smoothing=eps)`` in float32 (note: PyTorch
-spreads eps over all V classes, the Annotated ``LabelSmoothing`` over V - 2); greedy decoding
-for exact-match. ``dtype="bf16"`` runs the forward pass under
+spreads eps over all V classes, the Annotated ``LabelSmoothing`` over V - 2); held-out
+scores from prefix-only forwards (exact match: the event greedy decoding gets every label right). ``dtype="bf16"`` runs the forward pass under
 ``torch.autocast(device, torch.bfloat16)``: matmuls in bfloat16, parameters, optimizer state,
 the residual stream of every built-in variant and the loss in float32. The loss and the
 held-out scoring belong to the task (:mod:`harness.tasks.base`); the process set-up (devices,
@@ -38,7 +38,7 @@ from .model import build_model, unique_parameter_count
 from .probes import integrity_reasons
 from .registry import Variant
 from .tasks.base import (EVAL_CHUNK_ELEMENTS, Batch, Task, eval_chunk, evaluate,  # noqa: F401 - re-exported
-                         greedy_exact_match, loss_fn)
+                         future_leak, greedy_exact_match, loss_fn)
 from .trial import FAILED, TrialResult, TrialSpec, registry_for
 
 #: Names of the ``torch.profiler.record_function`` ranges that mark a trial's phases (about
@@ -78,6 +78,7 @@ class PhaseClock:
 
 SOLVED = 0.99  #: exact-match threshold for "solved" (time/steps to solve)
 PROBE_SEQUENCES = 200  #: held-out sequences scored at each periodic evaluation
+LEAK_ROWS = 64  #: fresh held-out sequences of each evaluation's future-leak check (:func:`future_leak`)
 
 def noam_lambda(d_model: int, warmup: int, schedule: str = "noam") -> Callable[[int], float]:
     """The multiplier LambdaLR applies to the base lr at scheduler step ``step`` (0-based).
@@ -155,11 +156,10 @@ def train_step(model, batch: Batch, opt, sched, cfg: RunConfig, device: torch.de
     return loss_v, gnorm_v
 
 
-#: How exact-match accuracy was computed (the ``exact_match_method`` column). The final exact match
-#: is always greedy decoding; the periodic evaluations (steps to solve) read it off the teacher-forced
-#: pass when the integrity probes passed at initialisation (see :func:`evaluate`).
-EM_TEACHER_FORCED = "greedy decoding (final); periodic: teacher-forced (probes passed at initialisation)"
-EM_GREEDY = "greedy decoding"
+#: How exact-match accuracy was computed (the ``exact_match_method`` column): every evaluation,
+#: periodic and final, scores prefix-only forwards (:func:`harness.tasks.base.prefix_logits`), whose
+#: exact match is the event that greedy decoding gets every label right, leak or no leak.
+EM_PREFIX = "prefix-only forwards (= greedy decoding)"
 
 #: Trial status of a variant that fails an integrity probe (:func:`harness.probes.integrity_reasons`)
 #: at initialisation or after training: it still trains, its numbers are stored, and no report ranks it.
@@ -183,14 +183,17 @@ def train(model, cfg: RunConfig, seed: int, device: torch.device, dtype: str = "
     with exact-match >= :data:`SOLVED` (a periodic one on :data:`PROBE_SEQUENCES` sequences,
     else the final one on ``eval_sequences``); ``tokens_per_s`` = label tokens / ``train_s``.
 
-    Integrity gate (:func:`harness.probes.integrity_reasons`): before the first step and after the
-    last, the model must pass the probes (causal with the target redrawn, shortened and extended;
-    source padding; finite gradients). A model that fails is trained all the same (its numbers are
-    visible) but gets status :data:`INVALID` with the reasons, so that no report ranks it.
+    Integrity gate: before the first step and after the last, the model must pass the probes
+    (:func:`harness.probes.integrity_reasons`: causal with the target redrawn, shortened and
+    extended; source padding; finite gradients), and at every evaluation its logits with the whole
+    target in the input must equal its prefix-only logits on :data:`LEAK_ROWS` fresh held-out
+    sequences (:func:`harness.tasks.base.future_leak`, real data at the task's lengths). A model
+    that fails is trained all the same (its numbers are visible) but gets status :data:`INVALID`
+    with the reasons, so that no report ranks it.
 
-    Exact match: the final one is always greedy decoding. Periodic evaluations read it off the
-    teacher-forced pass when the probes passed at initialisation (``exact_match_method``), else
-    they decode greedily too.
+    Scores: every held-out number (CE, token accuracy, exact match; periodic and final) comes from
+    prefix-only forwards (:func:`harness.tasks.base.evaluate`), so a leak the gate missed still
+    cannot improve them. Training losses (``early_loss``, ``final_train_loss``) are teacher-forced.
     """
     tc, mc = cfg.train, cfg.model
     if task is None:
@@ -200,24 +203,24 @@ def train(model, cfg: RunConfig, seed: int, device: torch.device, dtype: str = "
     torch.manual_seed(seed)
     with clock("evaluate"):
         invalid = integrity_reasons(model, mc, device, seed=seed, when="at initialisation")
-    loop = _Loop(model, cfg, task, device, dtype, clock, causal=not invalid)
+    loop = _Loop(model, cfg, task, device, dtype, clock)
     loop.run(torch.Generator().manual_seed(seed), progress)
     with clock("final_eval"):
         final = task.evaluate(model, task.eval_set(tc.eval_sequences, tc.seq_len, mc.vocab, tc.eval_seed),
-                              cfg, device, dtype, causal=False)
+                              cfg, device, dtype)
         if loop.status == "ok":
+            loop.check_future(loop.step, final=True)
             invalid += integrity_reasons(model, mc, device, seed=seed + 1, when="after training")
-    return loop.metrics(final, invalid), loop.curve
+    return loop.metrics(final, invalid + loop.leaks), loop.curve
 
 
 class _Loop:
     """The state of one :func:`train` call: the step loop with its periodic evaluations
     (:meth:`run`), then the metrics row (:meth:`metrics`)."""
 
-    def __init__(self, model, cfg: RunConfig, task: Task, device: torch.device, dtype: str, clock: PhaseClock,
-                 causal: bool):
+    def __init__(self, model, cfg: RunConfig, task: Task, device: torch.device, dtype: str, clock: PhaseClock):
         self.model, self.cfg, self.task, self.device, self.dtype, self.clock = model, cfg, task, device, dtype, clock
-        self.causal = causal  # the probes passed at initialisation: periodic exact match off teacher forcing
+        self.leaks: list[str] = []  # the first failed future-leak check (:meth:`check_future`)
         tc = cfg.train
         self.probe = task.eval_set(PROBE_SEQUENCES, tc.seq_len, cfg.model.vocab, tc.eval_seed + 1)
         self.opt, self.sched = make_optimizer(model, cfg)
@@ -273,13 +276,28 @@ class _Loop:
         """A periodic evaluation on the probe set; True when it is the first with exact match
         >= :data:`SOLVED`."""
         with self.clock("evaluate"):
-            m = self.task.evaluate(self.model, self.probe, self.cfg, self.device, self.dtype, causal=self.causal)
+            m = self.task.evaluate(self.model, self.probe, self.cfg, self.device, self.dtype)
+            self.check_future(step)
         self.curve.append({"step": step, "split": "heldout", "loss": m["heldout_ce"],
                            "exact_match": m["exact_match"], "wall_s": self.train_s})
         if self.solved_step is None and m["exact_match"] >= SOLVED:
             self.solved_step, self.solved_s = step, self.train_s
             return True
         return False
+
+    def check_future(self, step: int, final: bool = False) -> None:
+        """:func:`future_leak` on :data:`LEAK_ROWS` held-out sequences drawn afresh for this step
+        (never scored, never shown again); the first failure is kept in ``self.leaks``."""
+        if self.leaks:
+            return
+        tc, mc = self.cfg.train, self.cfg.model
+        data = self.task.eval_set(LEAK_ROWS, tc.seq_len, mc.vocab, tc.eval_seed + 1000 + step + int(final))
+        gap, thr = future_leak(self.model, data, mc.pad, self.device)
+        if gap > thr:
+            when = "after training" if final else f"at step {step}"
+            self.leaks.append(f"{when}: on {LEAK_ROWS} held-out sequences the logits with the whole target in the "
+                              f"decoder input differ from the prefix-only logits by {gap:.3g} (threshold {thr:.2g}): "
+                              "an output depends on a later target token (it sees the future)")
 
     def metrics(self, final: dict[str, float], invalid: list[str]) -> dict[str, Any]:
         """The metrics of the trial after the final evaluation ``final`` (also the curve's last
@@ -307,7 +325,7 @@ class _Loop:
             "heldout_auc": stats.curve_mean([h[0] for h in held], [h[1] for h in held]),
             "train_s": train_s,
             "tokens_per_s": self.tokens / train_s if train_s > 0 else nan,
-            "exact_match_method": EM_TEACHER_FORCED if self.causal else EM_GREEDY,
+            "exact_match_method": EM_PREFIX,
             "status": status,
             "reason": reason,
         }

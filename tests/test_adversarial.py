@@ -143,7 +143,7 @@ def test_a_leak_that_opens_during_training_is_caught_after_training(registry):
     data = eval_set(cfg.train.task, cfg.train.eval_sequences, cfg.train.seq_len, cfg.model.vocab, cfg.train.eval_seed)
     greedy = T.evaluate(model, data, cfg, torch.device("cpu"), "fp32", causal=False)["exact_match"]
     assert metrics["exact_match"] == pytest.approx(greedy)
-    assert metrics["exact_match_method"].startswith("greedy decoding")
+    assert metrics["exact_match_method"] == T.EM_PREFIX
 
 
 def test_compare_gates_an_invalid_candidate(tmp_path):
@@ -190,3 +190,40 @@ def test_declaring_equivalence_to_a_reference_component_does_not_exempt_a_wrong_
     reg = Registry.from_plugins(PluginSpec(files=[str(f)], strict=True))
     report = checks.run_checks(reg, reg.select(["adv_scale_d_model"]))
     assert report.failures() and "divided by d_model instead of sqrt(d_k)" in report.failures()[0]
+
+
+def test_a_mask_that_is_causal_only_under_the_checks_is_caught_by_the_evaluation(tmp_path):
+    """evade_check_stack answers every forward from harness/checks/ honestly (check passes: the
+    limit of input-based probes) and leaks everywhere else; the future-leak check of the held-out
+    evaluation (real data, outside harness/checks/) marks it invalid, and no report ranks it."""
+    reg = _registry("evade_check_stack")
+    assert checks.run_checks(reg, reg.select(["evade_check_stack"])).failures() == []
+    cfg = get_preset("tiny")
+    model = build_model(reg, reg.variants["evade_check_stack"], cfg.model, seed=0)
+    metrics, _ = T.train(model, cfg, seed=0, device=torch.device("cpu"))
+    assert metrics["status"] == T.INVALID
+    assert "differ from the prefix-only logits" in metrics["reason"] and "at step 10" in metrics["reason"]
+    assert "at initialisation" not in metrics["reason"]  # the gate's probes were fooled, as designed
+
+
+def test_a_leak_only_inside_the_training_step_buys_no_score(monkeypatch):
+    """evade_train_step leaks only inside harness.train.train_step: no forward the harness inspects
+    leaks, so it is not detected (the documented limit). Teacher-forced, its leak would score far
+    better than the baseline; its held-out scores are prefix-only, so it scores far worse."""
+    reg = _registry("evade_train_step")
+    cfg = get_preset("quick").override({"train.steps": 200, "train.eval_every": 100})
+    out = {}
+    for name in ("baseline", "evade_train_step"):
+        model = build_model(reg, reg.variants[name], cfg.model, seed=0)
+        out[name], _ = T.train(model, cfg, seed=0, device=torch.device("cpu"))
+    cheat, base = out["evade_train_step"], out["baseline"]
+    assert cheat["status"] == "ok"  # not detected: no inspected forward leaks
+    plugin = sys.modules[next(c.factory.__module__ for c in reg.components.values() if c.name == "evade_train_step")]
+    monkeypatch.setattr(plugin, "_in_training_step", lambda: True)  # the forward it trains with
+    data = eval_set(cfg.train.task, cfg.train.eval_sequences, cfg.train.seq_len, cfg.model.vocab, cfg.train.eval_seed)
+    model.eval()
+    with torch.no_grad():
+        leaky = float(T.loss_fn(model(data.src, data.tgt), data.tgt_y, 0, 0.0))
+    assert leaky < base["heldout_ce"]  # teacher-forced, the leak would rank it first (0.12 vs 0.15)
+    assert cheat["heldout_ce"] > 3 * base["heldout_ce"]  # prefix-only, it is last by far (1.35)
+    assert cheat["exact_match"] <= base["exact_match"]

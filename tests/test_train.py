@@ -104,27 +104,34 @@ def test_decoders_that_see_the_future_or_crash_fail_the_gate(registry, name, fau
 
 
 @pytest.mark.parametrize("name", ["baseline", "seed_001", "seed_002"])
-def test_teacher_forced_exact_match_equals_greedy_on_a_half_trained_model(registry, name):
+def test_prefix_only_scores_equal_teacher_forcing_and_greedy_on_a_half_trained_model(registry, name):
+    """For a causal decoder the prefix-only scores are the teacher-forced CE and greedy decoding's
+    exact match, on a model half-way through learning (both exact-match outcomes occur)."""
     cfg = get_preset("quick").override({"train.steps": 150, "train.eval_every": 0})
     model = build_model(registry, registry.variants[name], cfg.model, seed=0)
     T.train(model, cfg, seed=0, device=torch.device("cpu"))
     data = eval_set(cfg.train.task, 400, cfg.train.seq_len, cfg.model.vocab, seed=9)
-    greedy = T.evaluate(model, data, cfg, torch.device("cpu"), "fp32", causal=False)
-    forced = T.evaluate(model, data, cfg, torch.device("cpu"), "fp32", causal=True)
-    assert 0.05 < greedy["exact_match"] < 0.95  # both outcomes occur, so the test can fail
-    assert forced == greedy
+    got = T.evaluate(model, data, cfg, torch.device("cpu"), "fp32")
+    model.eval()
+    with torch.no_grad():
+        greedy = T.greedy_exact_match(model, data.src, data.tgt_y, PAD).float().mean()
+        forced_ce = T.loss_fn(model(data.src, data.tgt), data.tgt_y, PAD, 0.0)
+    assert 0.05 < got["exact_match"] < 0.95  # both outcomes occur, so the test can fail
+    assert got["exact_match"] == pytest.approx(float(greedy))
+    assert got["heldout_ce"] == pytest.approx(float(forced_ce), rel=1e-5)
 
 
-def test_a_leaky_decoder_is_invalid_and_scored_by_greedy_decoding(registry):
+def test_a_leaky_decoder_is_invalid_and_scored_without_the_future(registry):
     cfg = get_preset("tiny")
     model = build_model(registry, registry.variants["bug_001_discarded_mask"], cfg.model, seed=0)
     metrics, _ = T.train(model, cfg, seed=0, device=torch.device("cpu"))
-    assert metrics["exact_match_method"] == T.EM_GREEDY
+    assert metrics["exact_match_method"] == T.EM_PREFIX
     assert metrics["status"] == T.INVALID and "at initialisation" in metrics["reason"]
+    assert "differ from the prefix-only logits" in metrics["reason"]  # the evaluation's own check too
     assert metrics["steps"] == cfg.train.steps  # it still trained: its numbers are visible
     model = build_model(registry, registry.variants["baseline"], cfg.model, seed=0)
     metrics, _ = T.train(model, cfg, seed=0, device=torch.device("cpu"))
-    assert metrics["exact_match_method"] == T.EM_TEACHER_FORCED and metrics["status"] == "ok"
+    assert metrics["exact_match_method"] == T.EM_PREFIX and metrics["status"] == "ok"
 
 
 def test_train_step_skips_the_update_when_the_loss_is_not_finite(registry):
@@ -237,3 +244,22 @@ def test_time_to_solve_counts_training_time_only(registry, monkeypatch):
     assert metrics["steps_to_solve"] == 6 and metrics["time_to_solve_s"] == 6.0
     assert metrics["train_s"] == 12.0 and len(evals) == 4  # 3 periodic + final
     assert [c["wall_s"] for c in curve if c["split"] == "heldout"] == [3.0, 6.0, 9.0, 12.0]
+
+
+def test_a_leaky_decoder_is_scored_on_prefix_only_forwards(registry):
+    """The held-out scores of a decoder that sees the future are what it predicts without it: equal
+    to CE computed from truncated targets (an independent construction: ``model(src, tgt[:, :t+1])``,
+    last position), and far from the teacher-forced CE the leak would have bought."""
+    cfg = get_preset("quick").override({"train.steps": 100, "train.eval_every": 0})
+    model = build_model(registry, registry.variants["bug_001_discarded_mask"], cfg.model, seed=0)
+    T.train(model, cfg, seed=0, device=torch.device("cpu"))
+    data = eval_set(cfg.train.task, 64, cfg.train.seq_len, cfg.model.vocab, seed=3)
+    got = T.evaluate(model, data, cfg, torch.device("cpu"), "fp32", chunk=16)
+    model.eval()
+    with torch.no_grad():
+        cut = torch.stack([model(data.src, data.tgt[:, :t + 1])[:, -1] for t in range(data.tgt.size(1))], 1)
+        leaky = float(T.loss_fn(model(data.src, data.tgt), data.tgt_y, PAD, 0.0))
+    assert got["heldout_ce"] == pytest.approx(float(T.loss_fn(cut, data.tgt_y, PAD, 0.0)), rel=1e-5)
+    assert leaky < 0.7 * got["heldout_ce"]  # the leak is real and large (0.88 vs 1.76): the test can fail
+    gap, thr = T.future_leak(model, data, PAD, torch.device("cpu"))
+    assert gap > 100 * thr

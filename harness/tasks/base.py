@@ -3,9 +3,10 @@
 A *task* draws training batches, provides a held-out evaluation set that never overlaps the
 training stream, and is scored by the exact match of greedy decoding (the metric that defines
 "solved", see :data:`harness.train.SOLVED`). The scoring every task shares lives here, behind
-:meth:`Task.evaluate`: the loss (:func:`loss_fn`), held-out cross-entropy and token accuracy
-under teacher forcing, and exact match by greedy decoding (:func:`greedy_exact_match`) or off
-the teacher-forced pass (:func:`evaluate`). Built-in tasks are registered by ``variants/tasks.py``
+:meth:`Task.evaluate`: the loss (:func:`loss_fn`) and the held-out cross-entropy, token accuracy
+and exact match (:func:`evaluate`), all from prefix-only forwards (:func:`prefix_logits`): the
+logits at a target position never come from a forward that holds a later target token, so a
+decoder that leaks cannot score better than it predicts (:func:`future_leak` detects the leak). Built-in tasks are registered by ``variants/tasks.py``
 through the ``harness_add_tasks`` hook, exactly like a plugin's (see ``docs/tasks.md``).
 
 Batch convention (every task): token ids with 0 = pad, 1 = start, 2 = end; ``src`` (B, S)
@@ -279,18 +280,26 @@ def eval_chunk(cfg: RunConfig, positions: int | None = None) -> int:
 @torch.inference_mode()
 def evaluate(model, data: Batch, cfg: RunConfig, device, dtype: str, chunk: int | None = None,
              causal: bool = False) -> dict[str, float]:
-    """Held-out metrics on ``data``: unsmoothed cross-entropy (nats/token), token accuracy
-    (teacher forcing) and exact-match accuracy of greedy decoding (fraction of sequences), in
-    chunks of ``chunk`` sequences (default :func:`eval_chunk`).
+    """Held-out metrics on ``data``, leak-proof by construction: unsmoothed cross-entropy
+    (nats/token), token accuracy and exact-match accuracy (fraction of sequences), all from
+    :func:`prefix_logits` -- the logits at target position t come from a forward whose decoder
+    input holds only the target's first t + 1 tokens, so no component can see a token it is asked
+    to predict, however it is written. Chunks of ``chunk`` sequences (default :func:`eval_chunk`).
+
+    For a causal decoder these are the teacher-forced numbers (up to float rounding, the forwards
+    have other shapes: ``tests/test_train.py``), and the exact match is the event that greedy
+    decoding gets every label right (:func:`greedy_exact_match`): greedy decoding feeds the gold
+    prefix for as long as every earlier token was right. For a decoder that leaks it is what the
+    model predicts without the future, so a leak cannot buy a better score (a leak is also caught
+    and the trial marked invalid: :func:`future_leak`).
+
+    Args:
+        causal: ignored (kept for task plugins that pass it; every evaluation is prefix-only).
 
     Returns:
         ``{"heldout_ce", "heldout_token_acc", "exact_match"}`` as Python floats.
-
-    Exact match: with ``causal=True`` (the caller ran :func:`harness.probes.integrity_reasons`) it is read off the
-    teacher-forced pass (every non-pad label position's argmax right), which for a causal decoder is
-    the same event as greedy decoding getting every label right (up to float rounding at argmax
-    near-ties: the two paths multiply matrices of different shapes); otherwise by greedy decoding
-    (:func:`greedy_exact_match`)."""
+    """
+    del causal
     chunk = chunk or eval_chunk(cfg, max(data.src.size(1), data.tgt.size(1) + 1))
     was_training = model.training
     model.eval()
@@ -300,15 +309,10 @@ def evaluate(model, data: Batch, cfg: RunConfig, device, dtype: str, chunk: int 
     for i in range(0, n, chunk):
         b = Batch(data.src[i:i + chunk], data.tgt[i:i + chunk], data.tgt_y[i:i + chunk]).to(device)
         keep = b.tgt_y != pad
-        with autocast(device, dtype):  # model(src, tgt), keeping the memory for greedy decoding
-            src_mask, tgt_mask = model.make_masks(b.src, b.tgt)
-            memory = model.encode(b.src, src_mask)  # (B, S, D)
-            logits = model.embed.logits(model.decode(memory, src_mask, b.tgt, tgt_mask))  # (B, T, V)
+        with autocast(device, dtype):
+            logits = prefix_logits(model, b.src, b.tgt, keep, pad)  # (B, T, V)
             right = logits.argmax(-1) == b.tgt_y  # (B, T)
-            if causal:
-                exact = (right | ~keep).all(dim=1)  # (B,)
-            else:
-                exact = greedy_exact_match(model, b.src, b.tgt_y, pad, memory=memory)
+            exact = (right | ~keep).all(dim=1)  # (B,)
         ntok = int(keep.sum())
         tot_loss += float(loss_fn(logits, b.tgt_y, pad, 0.0)) * ntok
         tot_tok += ntok
@@ -317,3 +321,72 @@ def evaluate(model, data: Batch, cfg: RunConfig, device, dtype: str, chunk: int 
     model.train(was_training)
     return {"heldout_ce": tot_loss / tot_tok, "heldout_token_acc": tot_correct / tot_tok,
             "exact_match": tot_exact / n}
+
+
+def prefix_logits(model, src: torch.Tensor, tgt: torch.Tensor, keep: torch.Tensor, pad: int) -> torch.Tensor:
+    """Logits at every scored target position, each from a forward that holds only the prefix.
+
+    Row b's logits at position t are ``model.embed.logits(decode(memory, ..., tgt[b, :t + 1])[-1])``:
+    the decoder input ends at the token before the label ``tgt_y[b, t]``, so the logits cannot
+    depend on any later target token, whatever the components do (the encoder sees the source
+    only). Only the rows with ``keep[:, t]`` run at step t (as in :func:`greedy_exact_match`, rows
+    are independent in a correctly masked model); positions with ``keep`` False hold zeros.
+    Cost: one decoder forward per target position, about the cost of greedy decoding.
+
+    Shape:
+        src (B, S), tgt (B, T), keep (B, T) bool -> (B, T, V).
+    """
+    style = model.mask_style
+    src_mask = style.src_mask(src, pad)
+    memory = model.encode(src, src_mask)  # (B, S, D)
+    b, t_max = tgt.shape
+    out: torch.Tensor | None = None
+    for t in range(t_max):
+        rows = torch.nonzero(keep[:, t]).flatten()  # (B',)
+        if rows.numel() == 0:
+            continue
+        ys, src_r = tgt[rows, :t + 1], src[rows]  # (B', t + 1), (B', S)
+        h = model.decode(memory[rows], style.src_mask(src_r, pad), ys, style.tgt_mask(ys, pad))  # (B', t+1, D)
+        lg = model.embed.logits(h[:, -1])  # (B', V)
+        if out is None:
+            out = lg.new_zeros(b, t_max, lg.size(-1))
+        out[rows, t] = lg.to(out.dtype)
+    if out is None:
+        raise ValueError("prefix_logits: no scored position (keep is all False)")
+    return out
+
+
+#: Tolerance of :func:`future_leak`: absolute part (logit units) and relative part (x max |logit|);
+#: the run gate's values (:data:`harness.checks.probes.GATE_ATOL`), float32 on both sides.
+LEAK_ATOL, LEAK_RTOL = 1e-5, 1e-4
+
+
+@torch.inference_mode()
+def future_leak(model, data: Batch, pad: int, device) -> tuple[float, float]:
+    """How far the logits with the whole target in the decoder input are from the prefix-only
+    ones (:func:`prefix_logits`) on real held-out data, in eval mode and float32; the prefix-only
+    forwards run first, before the whole target has been shown to the model.
+
+    Returns:
+        ``(max |delta logit|, threshold)`` over the scored positions (``tgt_y != pad``); the
+        threshold is ``LEAK_ATOL + LEAK_RTOL * max |logit|``. A causal decoder differs only by
+        float rounding; a gap above the threshold means an output depends on a later target token.
+        ``(nan, threshold)`` when a logit is not finite (divergence is judged elsewhere).
+
+    Shape:
+        data: ``src`` (B, S), ``tgt`` (B, T), ``tgt_y`` (B, T).
+    """
+    was_training = model.training
+    model.eval()
+    try:
+        b = data.to(device)
+        keep = b.tgt_y != pad
+        prefix = prefix_logits(model, b.src, b.tgt, keep, pad).float()
+        whole = model(b.src, b.tgt).float()  # (B, T, V)
+    finally:
+        model.train(was_training)
+    p, w = prefix[keep], whole[keep]
+    thr = LEAK_ATOL + LEAK_RTOL * float(w.abs().max()) if w.numel() else LEAK_ATOL
+    if not (torch.isfinite(p).all() and torch.isfinite(w).all()):
+        return float("nan"), thr
+    return float((p - w).abs().max()) if p.numel() else 0.0, thr
