@@ -286,17 +286,21 @@ class _Loop:
         return False
 
     def check_future(self, step: int, final: bool = False) -> None:
-        """:func:`future_leak` on :data:`LEAK_ROWS` held-out sequences drawn afresh for this step
-        (never scored, never shown again); the first failure is kept in ``self.leaks``."""
+        """:func:`future_leak` (future and state) on :data:`LEAK_ROWS` held-out sequences drawn afresh
+        for this step (never scored); the first failure is kept in ``self.leaks``."""
         if self.leaks:
             return
         tc, mc = self.cfg.train, self.cfg.model
         data = self.task.eval_set(LEAK_ROWS, tc.seq_len, mc.vocab, tc.eval_seed + 1000 + step + int(final))
-        gap, thr = future_leak(self.model, data, mc.pad, self.device)
-        if gap > thr:
-            when = "after training" if final else f"at step {step}"
+        future, state, thr = future_leak(self.model, data, mc.pad, self.device)
+        when = "after training" if final else f"at step {step}"
+        if state > thr:  # checked first: a stateful model can fail the future check through its memory
+            self.leaks.append(f"{when}: the prefix-only logits of {LEAK_ROWS} held-out sequences moved by {state:.3g} "
+                              f"(threshold {thr:.2g}) when repeated after the whole targets were shown: the model keeps "
+                              "state between forwards (it can memorise the held-out answers)")
+        elif future > thr:
             self.leaks.append(f"{when}: on {LEAK_ROWS} held-out sequences the logits with the whole target in the "
-                              f"decoder input differ from the prefix-only logits by {gap:.3g} (threshold {thr:.2g}): "
+                              f"decoder input differ from the prefix-only logits by {future:.3g} (threshold {thr:.2g}): "
                               "an output depends on a later target token (it sees the future)")
 
     def metrics(self, final: dict[str, float], invalid: list[str]) -> dict[str, Any]:

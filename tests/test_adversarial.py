@@ -227,3 +227,16 @@ def test_a_leak_only_inside_the_training_step_buys_no_score(monkeypatch):
     assert leaky < base["heldout_ce"]  # teacher-forced, the leak would rank it first (0.12 vs 0.15)
     assert cheat["heldout_ce"] > 3 * base["heldout_ce"]  # prefix-only, it is last by far (1.35)
     assert cheat["exact_match"] <= base["exact_match"]
+
+
+def test_an_embedding_that_memorises_answers_between_forwards_is_caught():
+    """evade_memorise is causal and honest in every single forward but answers a sequence it has
+    been shown before from a Python dict; check passes, the state half of the evaluation's
+    future-leak check (the prefix-only pass repeated) marks it invalid."""
+    reg = _registry("evade_memorise")
+    assert checks.run_checks(reg, reg.select(["evade_memorise"])).failures() == []
+    cfg = get_preset("tiny")
+    model = build_model(reg, reg.variants["evade_memorise"], cfg.model, seed=0)
+    metrics, _ = T.train(model, cfg, seed=0, device=torch.device("cpu"))
+    assert metrics["status"] == T.INVALID, metrics["reason"]
+    assert "keeps state between forwards" in metrics["reason"] and "at step 10" in metrics["reason"]

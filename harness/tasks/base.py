@@ -6,7 +6,8 @@ training stream, and is scored by the exact match of greedy decoding (the metric
 :meth:`Task.evaluate`: the loss (:func:`loss_fn`) and the held-out cross-entropy, token accuracy
 and exact match (:func:`evaluate`), all from prefix-only forwards (:func:`prefix_logits`): the
 logits at a target position never come from a forward that holds a later target token, so a
-decoder that leaks cannot score better than it predicts (:func:`future_leak` detects the leak). Built-in tasks are registered by ``variants/tasks.py``
+decoder that leaks cannot score better than it predicts (:func:`future_leak` detects the leak).
+Built-in tasks are registered by ``variants/tasks.py``
 through the ``harness_add_tasks`` hook, exactly like a plugin's (see ``docs/tasks.md``).
 
 Batch convention (every task): token ids with 0 = pad, 1 = start, 2 = end; ``src`` (B, S)
@@ -362,16 +363,18 @@ LEAK_ATOL, LEAK_RTOL = 1e-5, 1e-4
 
 
 @torch.inference_mode()
-def future_leak(model, data: Batch, pad: int, device) -> tuple[float, float]:
-    """How far the logits with the whole target in the decoder input are from the prefix-only
-    ones (:func:`prefix_logits`) on real held-out data, in eval mode and float32; the prefix-only
-    forwards run first, before the whole target has been shown to the model.
+def future_leak(model, data: Batch, pad: int, device) -> tuple[float, float, float]:
+    """Two checks on real held-out data, in eval mode and float32. **Future**: how far the logits
+    with the whole target in the decoder input are from the prefix-only ones
+    (:func:`prefix_logits`), which run first, before the whole target has been shown. **State**:
+    the prefix-only pass is repeated after the whole-target one; a model whose outputs depend on
+    what earlier forwards showed it (a component memorising targets between calls) moves.
 
     Returns:
-        ``(max |delta logit|, threshold)`` over the scored positions (``tgt_y != pad``); the
-        threshold is ``LEAK_ATOL + LEAK_RTOL * max |logit|``. A causal decoder differs only by
-        float rounding; a gap above the threshold means an output depends on a later target token.
-        ``(nan, threshold)`` when a logit is not finite (divergence is judged elsewhere).
+        ``(future gap, state gap, threshold)``: max |delta logit| over the scored positions
+        (``tgt_y != pad``); threshold ``LEAK_ATOL + LEAK_RTOL * max |logit|``. A causal, stateless
+        decoder differs only by float rounding (the state gap is 0 on a deterministic device).
+        Gaps are nan when a logit is not finite (divergence is judged elsewhere).
 
     Shape:
         data: ``src`` (B, S), ``tgt`` (B, T), ``tgt_y`` (B, T).
@@ -381,12 +384,14 @@ def future_leak(model, data: Batch, pad: int, device) -> tuple[float, float]:
     try:
         b = data.to(device)
         keep = b.tgt_y != pad
-        prefix = prefix_logits(model, b.src, b.tgt, keep, pad).float()
-        whole = model(b.src, b.tgt).float()  # (B, T, V)
+        prefix = prefix_logits(model, b.src, b.tgt, keep, pad).float()[keep]
+        whole = model(b.src, b.tgt).float()[keep]  # (positions, V)
+        again = prefix_logits(model, b.src, b.tgt, keep, pad).float()[keep]
     finally:
         model.train(was_training)
-    p, w = prefix[keep], whole[keep]
-    thr = LEAK_ATOL + LEAK_RTOL * float(w.abs().max()) if w.numel() else LEAK_ATOL
-    if not (torch.isfinite(p).all() and torch.isfinite(w).all()):
-        return float("nan"), thr
-    return float((p - w).abs().max()) if p.numel() else 0.0, thr
+    thr = LEAK_ATOL + LEAK_RTOL * float(whole.abs().max()) if whole.numel() else LEAK_ATOL
+    if not all(bool(torch.isfinite(x).all()) for x in (prefix, whole, again)):
+        return float("nan"), float("nan"), thr
+    if not prefix.numel():
+        return 0.0, 0.0, thr
+    return float((prefix - whole).abs().max()), float((prefix - again).abs().max()), thr
