@@ -23,6 +23,37 @@ from typing import Any
 from .errors import ConfigError, UnknownNameError
 
 
+#: Config keys read under an old name too: section -> {old name: name}. A run's config hash is
+#: computed with the old names (:func:`hash_view`), so a rename does not change it.
+RENAMED: dict[str, dict[str, str]] = {"train": {"lr": "noam_factor"}}
+
+
+def renamed(data: Any, section: str, where: str) -> Any:
+    """``data`` (a section's table) with old key names replaced by the new ones.
+
+    Raises:
+        ConfigError: a key given under both names."""
+    if not isinstance(data, dict):
+        return data
+    out = dict(data)
+    for old, new in RENAMED.get(section, {}).items():
+        if old in out:
+            if new in out:
+                raise ConfigError(f"{where}: give {new} or its old name {old}, not both")
+            out[new] = out.pop(old)
+    return out
+
+
+def hash_view(config: dict) -> dict:
+    """A config dict (``RunConfig.to_dict()`` or a stored one) as its hash sees it: every renamed
+    key under its old name (:data:`RENAMED`), so runs stored before a rename keep their hash."""
+    out = {}
+    for section, table in config.items():
+        back = {new: old for old, new in RENAMED.get(section, {}).items()}
+        out[section] = {back.get(k, k): v for k, v in table.items()} if isinstance(table, dict) else table
+    return out
+
+
 def _check_fields(cls, data: dict, where: str) -> dict:
     """Validate keys and primitive types of ``data`` against dataclass ``cls``."""
     if not isinstance(data, dict):
@@ -119,10 +150,11 @@ class TrainConfig:
             ``sort``, longest training length of ``copy_length``, row length of ``copy_fixed``.
         batch: sequences per optimiser step.
         steps: optimiser steps.
-        lr: base learning rate, multiplied by the Noam rate (Annotated ``rate(factor=lr)``).
-        warmup: Noam warm-up steps (>= 1); lr(t) = lr * d_model^-0.5 *
-            min(t^-0.5, t * warmup^-1.5) (Vaswani et al. 2017, §5.3).
-        schedule: ``noam`` or ``constant`` (lr * d_model^-0.5 from step 1, no warm-up).
+        noam_factor: the Noam schedule's factor (Annotated ``rate(factor=...)``; read under its old
+            name ``lr`` too, in stored configs, experiment files and ``--set train.lr``).
+        warmup: Noam warm-up steps (>= 1); the Adam step size at step t is noam_factor *
+            d_model^-0.5 * min(t^-0.5, t * warmup^-1.5) (Vaswani et al. 2017, §5.3).
+        schedule: ``noam`` or ``constant`` (noam_factor * d_model^-0.5 from step 1, no warm-up).
         label_smoothing: epsilon in [0, 1) for ``cross_entropy(label_smoothing=...)``.
         eval_every: steps between held-out evaluations (0 = only at the end).
         eval_sequences: sequences for the final greedy exact-match (from ``eval_seed``).
@@ -135,7 +167,7 @@ class TrainConfig:
     seq_len: int = 10
     batch: int = 64
     steps: int = 600
-    lr: float = 1.0
+    noam_factor: float = 1.0
     warmup: int = 100
     schedule: str = "noam"
     label_smoothing: float = 0.1
@@ -155,17 +187,24 @@ class TrainConfig:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.eval_every < 0:
             raise ConfigError(f"eval_every must be >= 0, got {self.eval_every}")
-        if not self.lr > 0:
-            raise ConfigError(f"lr must be > 0, got {self.lr}")
+        if not self.noam_factor > 0:
+            raise ConfigError(f"noam_factor must be > 0, got {self.noam_factor}")
         if not 0.0 <= self.label_smoothing < 1.0:
             raise ConfigError(f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
         if self.grad_clip < 0:
             raise ConfigError(f"grad_clip must be >= 0, got {self.grad_clip}")
         return self
 
+    @property
+    def lr(self) -> float:
+        """The old name of :attr:`noam_factor` (read-only)."""
+        return self.noam_factor
+
     @classmethod
     def from_dict(cls, data: dict, where: str = "train") -> "TrainConfig":
-        return cls(**_check_fields(cls, data, where)).validate()
+        """Raises: ConfigError / UnknownNameError: a bad key or value, or a key given under both
+        its name and its old name (:data:`RENAMED`)."""
+        return cls(**_check_fields(cls, renamed(data, "train", where), where)).validate()
 
 
 @dataclass(frozen=True)
@@ -206,7 +245,8 @@ class RunConfig:
                    TrainConfig.from_dict(data.get("train", {}))).validate()
 
     def override(self, overrides: dict[str, Any]) -> "RunConfig":
-        """Return a copy with dotted keys replaced, e.g. ``{"train.lr": 0.5, "model.N": 4}``.
+        """Return a copy with dotted keys replaced, e.g. ``{"train.noam_factor": 0.5, "model.N": 4}``
+        (old key names work too: :data:`RENAMED`).
 
         Raises:
             ConfigError / UnknownNameError: on an unknown key or a bad value.
@@ -216,7 +256,7 @@ class RunConfig:
             section, _, name = key.partition(".")
             if section not in d or not name:
                 raise ConfigError(f"config key {key!r} must look like model.<name> or train.<name>")
-            d[section][name] = value
+            d[section][RENAMED.get(section, {}).get(name, name)] = value
         return RunConfig.from_dict(d)
 
 
@@ -237,23 +277,23 @@ class RunConfig:
 PRESETS: dict[str, RunConfig] = {
     "quick": RunConfig(
         ModelConfig(N=1, d_model=64, h=4, d_ff=256, dropout=0.0),
-        TrainConfig(task="copy", batch=128, steps=400, lr=0.15, warmup=100, label_smoothing=0.1,
+        TrainConfig(task="copy", batch=128, steps=400, noam_factor=0.15, warmup=100, label_smoothing=0.1,
                     eval_every=50)),
     "paper": RunConfig(
         ModelConfig(N=2, d_model=512, h=8, d_ff=2048, dropout=0.1),
-        TrainConfig(task="copy_fixed", batch=80, steps=400, lr=0.5, warmup=400,
+        TrainConfig(task="copy_fixed", batch=80, steps=400, noam_factor=0.5, warmup=400,
                     label_smoothing=0.0, eval_every=20)),
     "suite": RunConfig(
         ModelConfig(N=1, d_model=64, h=4, d_ff=256, dropout=0.0),
-        TrainConfig(task="copy", batch=64, steps=200, lr=0.15, warmup=50, label_smoothing=0.1,
+        TrainConfig(task="copy", batch=64, steps=200, noam_factor=0.15, warmup=50, label_smoothing=0.1,
                     eval_every=50, eval_sequences=500)),
     "deep": RunConfig(
         ModelConfig(N=6, d_model=64, h=4, d_ff=256, dropout=0.0),
-        TrainConfig(task="copy", batch=64, steps=300, lr=0.15, warmup=100, label_smoothing=0.1,
+        TrainConfig(task="copy", batch=64, steps=300, noam_factor=0.15, warmup=100, label_smoothing=0.1,
                     eval_every=50, eval_sequences=500)),
     "tiny": RunConfig(
         ModelConfig(N=1, d_model=16, h=2, d_ff=32, dropout=0.0, max_len=16),
-        TrainConfig(task="copy", seq_len=6, batch=16, steps=20, lr=1.0, warmup=10,
+        TrainConfig(task="copy", seq_len=6, batch=16, steps=20, noam_factor=1.0, warmup=10,
                     eval_every=10, eval_sequences=64)),
 }
 

@@ -300,6 +300,8 @@ class Registry:
         for var in reg.variants.values():
             reg.validate_variant(var)
         reg.defaults = declared_defaults(reg.components.values())
+        for name, var in list(reg.variants.items()):  # every slot explicit: no later caller can fall back
+            reg.variants[name] = dataclasses.replace(var, slots=var.resolved(reg.defaults))  # to other defaults
         return reg
 
     def validate_component(self, comp: Component) -> None:
@@ -374,7 +376,7 @@ class Registry:
         out = []
         for combo in itertools.product(*choices):
             name = "grid-" + "-".join(combo)
-            out.append(Variant(name, dict(zip(MAIN_SLOTS, combo)),
+            out.append(Variant(name, Variant(name, dict(zip(MAIN_SLOTS, combo))).resolved(self.defaults or None),
                                summary=", ".join(f"{s}={c}" for s, c in zip(MAIN_SLOTS, combo)),
                                source="full factorial (--grid)", plugin="harness.registry"))
         return out

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+from .config import hash_view
 from .errors import HarnessWarning, StoreError
 from .trial import (CorruptTrialError, canonical_json, read_trial_file, trial_checksum,  # noqa: F401 - re-exported
                     trial_key)
@@ -104,7 +105,11 @@ def check_name(value: Any, what: str = "run id", error: type[Exception] = StoreE
 
 
 def config_hash(payload: Any) -> str:
-    """Short stable hash of a JSON-able payload (the resolved config of a run)."""
+    """Short stable hash of a JSON-able payload (the resolved config of a run). A run config
+    (``{"model": ..., "train": ...}``) is hashed with renamed keys under their old names
+    (:func:`harness.config.hash_view`), so a rename keeps stored runs resumable."""
+    if isinstance(payload, dict) and payload and set(payload) <= {"model", "train"}:
+        payload = hash_view(payload)
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 

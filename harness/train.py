@@ -106,7 +106,7 @@ def make_optimizer(model: torch.nn.Module, cfg: RunConfig):
         ``(optimizer, scheduler)``.
     """
     tc = cfg.train
-    kwargs = dict(lr=tc.lr, betas=(0.9, 0.98), eps=1e-9)
+    kwargs = dict(lr=tc.noam_factor, betas=(0.9, 0.98), eps=1e-9)  # LambdaLR multiplies it by the Noam rate
     params = list(model.parameters())
     try:
         opt = torch.optim.Adam(params, fused=True, **kwargs)
@@ -354,6 +354,40 @@ def contract_reasons(registry, variant: Variant, model_cfg) -> list[str]:
     return out
 
 
+def twin_reasons(registry, variant: Variant, model_cfg, seed: int, model, device) -> list[str]:
+    """A second build of ``variant`` from the same seed must be the same model as ``model``: the
+    same module tree (names and classes, the mask style's class included), the same weights and
+    the same eval-mode logits on the run gate's batch (within the gate's threshold). A component
+    factory that returns something else on another call -- an honest object to the contract check,
+    another one to the trial -- fails; one line per difference found first (empty: the same)."""
+    from .probes import GATE_ATOL, GATE_RTOL, gate_batch
+
+    twin = build_model(registry, variant, model_cfg, seed=seed).to(device)
+
+    def tree(m):
+        return [(n, type(x).__module__, type(x).__qualname__) for n, x in m.named_modules()] + \
+            [("mask_style", type(m.mask_style).__module__, type(m.mask_style).__qualname__)]
+
+    what = "two builds of the variant from seed %d differ in their %%s: a component's factory does not " \
+           "return the same thing on every call" % seed
+    if tree(model) != tree(twin):
+        return [f"build: {what % 'module tree (names, classes)'}"]
+    mine, theirs = model.state_dict(), twin.state_dict()
+    if mine.keys() != theirs.keys() or any(not torch.equal(mine[k], theirs[k]) for k in mine):
+        return [f"build: {what % 'weights'}"]
+    src, tgt, _ = gate_batch(model_cfg, seed=seed)
+    was_training = model.training
+    devices = [device.index or 0] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices), torch.inference_mode():
+        model.eval()
+        twin.eval()
+        a, b = model(src.to(device), tgt.to(device)).float(), twin(src.to(device), tgt.to(device)).float()
+    model.train(was_training)
+    if not torch.allclose(a, b, rtol=GATE_RTOL, atol=GATE_ATOL, equal_nan=True):
+        return [f"build: {what % 'outputs (eval mode, same weights, same batch)'}"]
+    return []
+
+
 def run_trial(spec: TrialSpec | dict[str, Any], progress: Callable[[int, float], None] | None = None,
               clock: PhaseClock | None = None) -> dict[str, Any]:
     """Run one trial; never raises for a failing trial.
@@ -397,7 +431,8 @@ def run_trial(spec: TrialSpec | dict[str, Any], progress: Callable[[int, float],
 
 
 def _run(spec: TrialSpec, result: TrialResult, progress, clock: PhaseClock) -> None:
-    """The body of :func:`run_trial`: build, check the contracts, train; fills ``result``."""
+    """The body of :func:`run_trial`: build (twice: :func:`twin_reasons`), check the contracts,
+    train; fills ``result``."""
     cfg = RunConfig.from_dict(spec.config)
     row = result.row
     device = trial_device(spec.device)
@@ -408,7 +443,8 @@ def _run(spec: TrialSpec, result: TrialResult, progress, clock: PhaseClock) -> N
     row.update({f"slot_{k}": v for k, v in variant.resolved().items()})
     with clock("build"):  # the model, and its components held to their slots' contracts
         model = build_model(registry, variant, cfg.model, seed=spec.seed).to(device)
-        broken = contract_reasons(registry, variant, cfg.model)
+        broken = twin_reasons(registry, variant, cfg.model, spec.seed, model, device)
+        broken += contract_reasons(registry, variant, cfg.model)
     row["params"] = unique_parameter_count(model)
     reset_peak_mem(device)
     metrics, result.curve = train(model, cfg, spec.seed, device, spec.dtype, progress, clock, task)

@@ -240,3 +240,18 @@ def test_an_embedding_that_memorises_answers_between_forwards_is_caught():
     metrics, _ = T.train(model, cfg, seed=0, device=torch.device("cpu"))
     assert metrics["status"] == T.INVALID, metrics["reason"]
     assert "keeps state between forwards" in metrics["reason"] and "at step 10" in metrics["reason"]
+
+
+def test_a_factory_that_hands_out_two_different_components_is_caught_at_build():
+    """evade_two_faces gives every other model build a wrong attention (one class, a per-instance
+    flag): a trial builds the variant twice from its seed and the two models disagree."""
+    reg = _registry("evade_two_faces")
+    cfg = get_preset("tiny")
+    spec = {"variant": "evade_two_faces", "slots": dict(reg.variants["evade_two_faces"].slots),
+            "config": cfg.to_dict(), "seed": 0, "device": "cpu", "dtype": "fp32",
+            "plugins": PluginSpec(files=[str(PLUGINS / "evade_two_faces.py")], strict=True).to_dict()}
+    row = T.run_trial(spec)["row"]
+    assert row["status"] == T.INVALID
+    assert "two builds of the variant from seed 0 differ in their outputs" in row["reason"]
+    base = build_model(reg, reg.variants["baseline"], cfg.model, seed=0)  # an honest variant passes
+    assert T.twin_reasons(reg, reg.variants["baseline"], cfg.model, 0, base, torch.device("cpu")) == []

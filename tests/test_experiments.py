@@ -242,10 +242,13 @@ def test_seeds_1_given_with_an_experiment_is_honoured(registry, tmp_path):
     assert ex.plan_from_experiment(str(p), registry, args(seeds=1, seeds_given=False)).seeds == [0, 1]
 
 
-def test_a_failure_line_never_raises_on_an_empty_message():
-    assert ex.failure_line(RuntimeError("")) == "RuntimeError: "
-    assert ex.failure_line(ValueError("first\nsecond")) == "ValueError: first"
-    assert ex.failure_line(KeyError("x" * 400)).startswith("KeyError: 'xxx") and len(ex.failure_line(KeyError("x" * 400))) == 310
+def test_experiments_name_failures_with_the_one_helper_and_it_never_raises():
+    from harness.errors import failure_reason
+
+    assert ex.failure_line is failure_reason  # one helper for every trial's reason
+    assert failure_reason(RuntimeError("")) == "RuntimeError"
+    assert failure_reason(ValueError("first\nsecond")) == "ValueError: first"
+    assert failure_reason(KeyError("x" * 400)).startswith("KeyError: 'xxx") and len(failure_reason(KeyError("x" * 400))) == 310
 
 
 def test_theory_slope_is_data_of_the_experiment_file(tmp_path):

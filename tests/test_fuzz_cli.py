@@ -49,7 +49,7 @@ MAX_EXAMPLES = int(os.environ.get("HARNESS_FUZZ_EXAMPLES", "800"))
 MIN_EXAMPLES = min(MAX_EXAMPLES, 600)  # fewer means Hypothesis rejected too much: the strategies are wrong
 
 MODEL_KEYS = ["N", "d_model", "h", "d_ff", "dropout", "vocab", "pad", "max_len"]
-TRAIN_KEYS = ["task", "seq_len", "batch", "steps", "lr", "warmup", "schedule", "label_smoothing", "eval_every",
+TRAIN_KEYS = ["task", "seq_len", "batch", "steps", "lr", "noam_factor", "warmup", "schedule", "label_smoothing", "eval_every",
               "eval_sequences", "eval_seed", "grad_clip", "stop_at_solved"]
 
 

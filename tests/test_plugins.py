@@ -188,6 +188,13 @@ def test_slot_without_or_with_two_defaults_is_an_error(tmp_path):
     takeover = _projections_plugin(tmp_path / "takeover.py", bias_free=False, mine=True)
     reg = Registry.from_plugins(PluginSpec(modules=["no:variants.projections"], files=[takeover]))
     assert reg.defaults["projections"] == "mine"
+    # ... and every variant that names no projections gets it, wherever it is resolved or built
+    from harness.config import get_preset
+    from harness.model import build_model
+
+    assert reg.variants["baseline"].resolved()["projections"] == "mine" == reg.variants["baseline"].slots["projections"]
+    assert build_model(reg, reg.variants["baseline"], get_preset("tiny").model).slots["projections"] == "mine"
+    assert all(v.slots["projections"] == "mine" for v in reg.grid())
 
 
 def test_registry_names_no_builtin_component():

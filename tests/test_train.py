@@ -154,7 +154,7 @@ def test_train_step_phases_and_optimizer(registry):
     model = build_model(registry, registry.variants["baseline"], cfg.model, seed=0)
     opt, sched = T.make_optimizer(model, cfg)
     assert opt.defaults["fused"] is True and opt.defaults["betas"] == (0.9, 0.98) and opt.defaults["eps"] == 1e-9
-    assert opt.param_groups[0]["lr"] == pytest.approx(cfg.train.lr * T.noam_lambda(cfg.model.d_model, cfg.train.warmup)(0))
+    assert opt.param_groups[0]["lr"] == pytest.approx(cfg.train.noam_factor * T.noam_lambda(cfg.model.d_model, cfg.train.warmup)(0))
     phases = []
     batch = make_batch(cfg.train.task, 4, cfg.train.seq_len, cfg.model.vocab, torch.Generator().manual_seed(0))
     w = model.embed.generator.weight.detach().clone()
@@ -263,3 +263,22 @@ def test_a_leaky_decoder_is_scored_on_prefix_only_forwards(registry):
     assert leaky < 0.7 * got["heldout_ce"]  # the leak is real and large (0.88 vs 1.76): the test can fail
     gap, state, thr = T.future_leak(model, data, PAD, torch.device("cpu"))
     assert gap > 100 * thr and state <= thr
+
+
+def test_the_noam_factor_is_read_under_its_old_name_lr_and_keeps_the_config_hash():
+    """``TrainConfig.lr`` was renamed ``noam_factor`` (it is the Noam schedule's factor, not a learning
+    rate): stored configs, experiment files and ``--set train.lr`` still work, and a run stored
+    before the rename keeps its config hash (so it can be resumed)."""
+    from harness.config import RunConfig
+    from harness.errors import ConfigError
+    from harness.store import config_hash
+
+    new = get_preset("quick")
+    old = new.to_dict()
+    old["train"]["lr"] = old["train"].pop("noam_factor")
+    assert RunConfig.from_dict(old) == new and new.train.lr == new.train.noam_factor == 0.15
+    assert config_hash(old) == config_hash(new.to_dict()) == "df61d0adfdf1"  # results/reference/main-job
+    assert new.override({"train.lr": 0.3}).train.noam_factor == 0.3 == new.override({"train.noam_factor": 0.3}).train.lr
+    both = {**old, "train": {**old["train"], "noam_factor": 0.2}}
+    with pytest.raises(ConfigError, match="give noam_factor or its old name lr, not both"):
+        RunConfig.from_dict(both)

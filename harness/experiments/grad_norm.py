@@ -26,7 +26,8 @@ from ..report import environment_block, to_markdown, trials_frame
 from ..store import RunStore, atomic_write_text, trial_key
 from .parse import spec_from_meta
 from .render import claim_sections, departure_sections, intro_sections
-from .spec import Experiment, ExperimentError, failure_line
+from ..errors import failure_reason
+from .spec import Experiment, ExperimentError
 
 
 def measure_grad_norms(model, cfg: RunConfig, seed: int, batches: int, parameter: str, device,
@@ -150,7 +151,7 @@ def measure_trial(v, seed: int, point: str, cfg: RunConfig, exp: Experiment, reg
     except ExperimentError:
         raise
     except Exception as exc:  # noqa: BLE001 - one failed measurement must not end the run
-        row.update({"status": "failed", "reason": failure_line(exc)})
+        row.update({"status": "failed", "reason": failure_reason(exc)})
     row["wall_s"] = time.perf_counter() - t1
     return row, curve
 

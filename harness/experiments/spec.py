@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..config import ModelConfig, RunConfig, TrainConfig, get_preset
-from ..errors import ConfigError, HarnessError
+from ..config import RENAMED, ModelConfig, RunConfig, TrainConfig, get_preset
+from ..errors import ConfigError, HarnessError, failure_reason
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 KINDS = ("train", "grad_norm_at_init")
@@ -27,18 +27,16 @@ CHECKS: dict[str, tuple[str, ...]] = {
     "ratio_greater": ("a", "b", "N", "min_fraction"),
 }
 MODEL_FIELDS = {f.name for f in dataclasses.fields(ModelConfig)}
-TRAIN_FIELDS = {f.name for f in dataclasses.fields(TrainConfig)}
+TRAIN_FIELDS = {f.name for f in dataclasses.fields(TrainConfig)} | set(RENAMED["train"])  # old names read too
 
 
 class ExperimentError(ConfigError):
     """An experiment file is missing, unreadable or malformed (exit code 2)."""
 
 
-def failure_line(exc: BaseException) -> str:
-    """``"TypeName: first line of the message"`` (at most 300 characters of it) for a failed
-    trial's ``reason``; an empty message gives ``"TypeName: "`` (never raises)."""
-    lines = str(exc).splitlines()
-    return f"{type(exc).__name__}: {(lines[0] if lines else '')[:300]}"
+#: A failed trial's ``reason``: the one helper every trial uses (:func:`harness.errors.failure_reason`);
+#: the old name is kept for callers of earlier versions.
+failure_line = failure_reason
 
 
 def _bad(where: str, key: str, expected: str, got: Any) -> ExperimentError:

@@ -189,12 +189,12 @@ def environment_block(meta: dict) -> str:
 def lr_max(cfg: dict) -> float:
     """Largest learning rate the schedule reaches in the run (Adam step size).
 
-    noam: lr * d_model^-0.5 * min(s^-0.5, s * warmup^-1.5) maximised over s <= steps;
-    constant: lr * d_model^-0.5.
+    noam: noam_factor * d_model^-0.5 * min(s^-0.5, s * warmup^-1.5) maximised over s <= steps;
+    constant: noam_factor * d_model^-0.5 (stored configs from before the rename: ``lr``).
     """
     m, t = cfg.get("model", {}), cfg.get("train", {})
     try:
-        base = float(t["lr"]) * float(m["d_model"]) ** -0.5
+        base = float(t.get("noam_factor", t.get("lr"))) * float(m["d_model"]) ** -0.5
         if t.get("schedule", "noam") == "constant":
             return base
         s = min(int(t["steps"]), int(t["warmup"]))
@@ -214,7 +214,7 @@ def caption(meta: dict, df: pd.DataFrame, baseline: str | None, metric: str) -> 
         f"Budget: {t.get('steps')} optimiser steps x {t.get('batch')} sequences (task `{t.get('task')}`, "
         f"content length <= {t.get('seq_len')}); schedule `{t.get('schedule')}`, "
         f"{'no warmup' if t.get('schedule') == 'constant' else 'warmup ' + str(t.get('warmup'))}, "
-        f"base lr {t.get('lr')} -> lr_max = {lr_max(cfg):.3g}; label smoothing {t.get('label_smoothing')}; "
+        f"Noam factor {t.get('noam_factor', t.get('lr'))} -> lr_max = {lr_max(cfg):.3g}; label smoothing {t.get('label_smoothing')}; "
         f"grad clip {t.get('grad_clip') or 'off'}; model N={m.get('N')}, d_model={m.get('d_model')}, h={m.get('h')}, "
         f"d_ff={m.get('d_ff')}, dropout={m.get('dropout')}, V={m.get('vocab')}.",
     ]
