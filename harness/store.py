@@ -118,6 +118,9 @@ class RunStore:
 
     def __init__(self, root: Path):
         self.root = Path(root)
+        #: the main table of the last report rendered through this object (set by
+        #: :func:`harness.report.write_report`), so the command line prints it without aggregating again
+        self.summary: "Any | None" = None
 
     @property
     def trials_dir(self) -> Path:

@@ -170,3 +170,26 @@ def test_a_run_reads_each_trial_file_once(tmp_path, monkeypatch):
     files = sorted(p.name for p in (folder / "trials").glob("*.json"))
     assert len(files) == 4 and (folder / "report.md").is_file()
     assert dict(counts) == {name: 1 for name in files}
+
+
+def test_a_run_from_the_command_line_aggregates_once(tmp_path, monkeypatch, capsys):
+    """report.md's table and the table printed on the terminal are one aggregation, not two."""
+    from harness import cli
+    from harness.report import tables, writer
+
+    calls = []
+    real = tables.aggregate
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tables, "aggregate", counting)
+    monkeypatch.setattr(writer, "aggregate", counting)
+    code = cli.main(["run", "--variants", "baseline", "pre_norm", "--preset", "tiny", "--seeds", "2", "--jobs", "1",
+                     "-q", "--results-dir", str(tmp_path), "--run-id", "r"])
+    out = capsys.readouterr().out
+    assert code == 0 and "| pre_norm " in out  # the terminal table was printed ...
+    assert len(calls) == 1  # ... from the report's one aggregation
+    table = [line for line in (tmp_path / "r" / "report.md").read_text().splitlines() if line.startswith("| pre_norm ")]
+    assert table and table[-1] in out  # the results row (the last one), character for character

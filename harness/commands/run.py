@@ -27,7 +27,7 @@ from ..report import summary_table, to_markdown, trials_frame
 from ..runner import ExecutionOptions, Plan, TrialSpec, check_plan_size, execute, make_specs
 from ..resume import (check_code_config, check_components, check_plugins, check_points, check_setting, check_trials,
                       stored_specs)
-from ..store import RunStore, config_hash
+from ..store import RunMeta, RunStore, config_hash
 from ..tasks.base import heldout_note
 from ..train import environment, resolve_device
 from .common import (add_config, add_output, add_selection, check_task, command_line, load_registry, resolve_config,
@@ -240,19 +240,18 @@ def main(args, finish=None) -> int:
 
 def run_meta(args, reg, plan: Plan, specs: list[TrialSpec], device: str, options: ExecutionOptions,
              plugins: dict) -> dict:
-    """The new run's ``config.json`` (the run metadata) before any trial ran."""
+    """The new run's ``config.json`` (the run metadata, a :class:`harness.store.RunMeta`) before any
+    trial ran, as the dict the run updates and the store writes."""
     cfg, seeds = plan.config, plan.seeds
-    return {
-        "command": command_line(args), "preset": plan.preset, "experiment": plan.name, "config": cfg.to_dict(),
-        "points": {name: c.to_dict() for name, c in plan.points if name},
-        "config_hash": config_hash(cfg.to_dict()), "variants": [v.name for v in plan.variants], "seeds": seeds,
-        "device": device, "dtype": args.dtype, "plugins": plugins,
-        "environment": {**environment(device, trial_settings_applied=True), "threads": options.trial_threads()},
-        "execution": options.to_dict(), "status": "running",
-        "trials": [{"key": s.key, "spec": s.spec} for s in specs],
-        "heldout": heldout_note(reg.task(cfg.train.task), cfg, seeds[0]),
-        **plan.meta,
-    }
+    return RunMeta(
+        kind="train", command=command_line(args), preset=plan.preset, config=cfg.to_dict(),
+        variants=[v.name for v in plan.variants], seeds=seeds, device=device, dtype=args.dtype, plugins=plugins,
+        environment={**environment(device, trial_settings_applied=True), "threads": options.trial_threads()},
+        extra={"experiment": plan.name, "points": {name: c.to_dict() for name, c in plan.points if name},
+               "config_hash": config_hash(cfg.to_dict()), "execution": options.to_dict(), "status": "running",
+               "trials": [{"key": s.key, "spec": s.spec} for s in specs],
+               "heldout": heldout_note(reg.task(cfg.train.task), cfg, seeds[0]), **plan.meta},
+    ).to_dict()
 
 
 def record_check(reg, variants, quiet: bool) -> dict:
@@ -412,7 +411,8 @@ def print_outcome(store: RunStore, meta: dict, report, interrupted: KeyboardInte
         print(f"harness: {what}; {done} of {total} trial(s) are stored in {store.root}; "
               f"resume with: python -m harness run --resume {store.root}", file=sys.stderr)
         return 130
-    print(to_markdown(summary_table(trials_frame(store))))
+    table = store.summary if store.summary is not None else summary_table(trials_frame(store))  # aggregated once
+    print(to_markdown(table))
     print(f"\nreport: {report}  ({meta['run_wall_s']:.1f} s)")
     bad = [t["row"] for t in store.load_trials() if t["row"].get("status") != "ok"]
     if bad:

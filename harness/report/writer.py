@@ -159,9 +159,10 @@ def _result_lines(ctx: ReportContext) -> list[str]:
     meta, df, baseline, metric = ctx.meta, ctx.df, ctx.baseline, ctx.metric
     held = meta.get("heldout") or ("evaluation set: overlap with the training stream not recorded (a run "
                                     "made before the evaluation set was drawn disjoint from training)")
+    ctx.store.summary = summary_table(df, baseline, metric, meta, ctx.rows)  # the terminal prints this one
     parts = ["## Results", "", caption(meta, df, baseline, metric) if len(df) else "", "",
              f"_{held[0].upper() + held[1:]}._", "",
-             to_markdown(summary_table(df, baseline, metric, meta, ctx.rows)), ""]
+             to_markdown(ctx.store.summary), ""]
     if len(df) and "status" in df:
         bad = df[~df["status"].isin(TRAINED)]
         if not bad.empty:
