@@ -34,6 +34,7 @@ from .config import RunConfig
 from .env import (TRIAL_SETTINGS, autocast, deterministic_cuda, environment, peak_mem_mb,  # noqa: F401 - re-exported
                   pin_threads, reset_peak_mem, resolve_device, trial_device, trial_settings)
 from .errors import failure_reason
+from .measure import measure
 from .model import build_model, unique_parameter_count
 from .probes import integrity_reasons
 from .registry import Variant
@@ -424,7 +425,7 @@ def run_trial(spec: TrialSpec | dict[str, Any], progress: Callable[[int, float],
         result.row["traceback"] = traceback.format_exc(limit=5)
     row = result.row
     row["wall_s"] = time.perf_counter() - t_start
-    if row.get("status") != FAILED and row["wall_s"] > 0:
+    if row.get("status") != FAILED and row["wall_s"] > 0 and spec.measure is None:
         row["overhead_share"] = 1.0 - clock.seconds["step"] / row["wall_s"]
     result.phases = clock.to_dict()
     return result.to_dict()
@@ -441,6 +442,12 @@ def _run(spec: TrialSpec, result: TrialResult, progress, clock: PhaseClock) -> N
     task = registry.task(cfg.train.task)
     variant = Variant(spec.variant, dict(spec.slots))
     row.update({f"slot_{k}": v for k, v in variant.resolved().items()})
+    if spec.measure is not None:  # a measurement at initialisation instead of training
+        model = build_model(registry, variant, cfg.model, seed=spec.seed).to(device)
+        row["params"] = unique_parameter_count(model)
+        values, result.curve = measure(model, cfg, spec.seed, spec.measure, device, task)
+        row.update({**values, "status": "ok", "reason": ""})
+        return
     with clock("build"):  # the model, and its components held to their slots' contracts
         model = build_model(registry, variant, cfg.model, seed=spec.seed).to(device)
         broken = twin_reasons(registry, variant, cfg.model, spec.seed, model, device)

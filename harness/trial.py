@@ -51,6 +51,8 @@ class TrialSpec:
         plugins: ``PluginSpec.to_dict()`` (the worker loads the same plugins), or None.
         threads: intra-op threads the trial pins (recorded in its row), or None (unchanged).
         point: the sweep point's name (``""`` when nothing is swept).
+        measure: None for a training trial; for a measurement at initialisation, what to measure
+            (:func:`harness.measure.measure`: ``{"kind", ...}``) instead of training.
     """
 
     variant: str
@@ -62,6 +64,7 @@ class TrialSpec:
     plugins: dict[str, Any] | None = None
     threads: int | None = None
     point: str = ""
+    measure: dict[str, Any] | None = None
 
     @property
     def key(self) -> str:
@@ -75,10 +78,12 @@ class TrialSpec:
 
     def to_dict(self) -> dict[str, Any]:
         """The plain dict of earlier versions (key order included): ``{"variant", "slots",
-        "config", "seed", "device", "dtype", "plugins", "threads", "point"}``."""
-        return {"variant": self.variant, "slots": dict(self.slots), "config": self.config, "seed": self.seed,
-                "device": self.device, "dtype": self.dtype, "plugins": self.plugins, "threads": self.threads,
-                "point": self.point}
+        "config", "seed", "device", "dtype", "plugins", "threads", "point"}``, then ``measure``
+        for a measurement."""
+        out = {"variant": self.variant, "slots": dict(self.slots), "config": self.config, "seed": self.seed,
+               "device": self.device, "dtype": self.dtype, "plugins": self.plugins, "threads": self.threads,
+               "point": self.point}
+        return out | ({"measure": dict(self.measure)} if self.measure is not None else {})
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "TrialSpec":
@@ -89,7 +94,7 @@ class TrialSpec:
         """
         return cls(variant=d["variant"], seed=d["seed"], config=d["config"], slots=dict(d.get("slots") or {}),
                    device=d.get("device", "auto"), dtype=d.get("dtype", "fp32"), plugins=d.get("plugins"),
-                   threads=d.get("threads"), point=d.get("point", ""))
+                   threads=d.get("threads"), point=d.get("point", ""), measure=d.get("measure"))
 
     def identity_row(self, device: str, threads: int | None) -> dict[str, Any]:
         """The first columns of the trial's row: variant, its planned slots (``slot_<name>``,

@@ -65,6 +65,16 @@ def template(tmp_path_factory):
 
 
 def _fake_result(template: dict, spec: dict) -> dict:
+    if spec.get("measure"):  # a measurement at initialisation (grad_norm_at_init)
+        n = spec["config"]["model"]["N"]
+        row = {"variant": spec["variant"], "seed": spec["seed"], "point": spec.get("point", ""), "N": n,
+               **{f"slot_{k}": v for k, v in sorted((spec.get("slots") or {}).items())}, "status": "ok", "reason": ""}
+        for stack, base in (("enc", 1.0), ("dec", 2.0)):
+            row.update({f"{stack}_first": base, f"{stack}_last": base + n - 1, f"{stack}_last_over_first": (base + n - 1) / base})
+        row.update({"loss_at_init": 2.3, "wall_s": 0.01})
+        curve = [{"stack": s, "layer": i, "grad_norm": b + i} for s, b in (("encoder", 1.0), ("decoder", 2.0))
+                 for i in range(n)]
+        return {"row": row, "curve": curve}
     result = copy.deepcopy(template)
     result.pop("checksum", None)
     row = {k: v for k, v in result["row"].items() if not k.startswith("slot_")}
@@ -81,7 +91,7 @@ def _fake_result(template: dict, spec: dict) -> dict:
 def faked(template):
     """Patch the numerical work (see the module docstring) for one test."""
     from harness import executors, model
-    from harness.experiments import figures, grad_norm
+    from harness.experiments import figures
 
     real_build = model.build_model
     tiny = RunConfig.from_dict({"model": {"N": 1, "d_model": 8, "h": 2, "d_ff": 8, "max_len": 16},
@@ -101,13 +111,6 @@ def faked(template):
     def fake_build(registry, variant, cfg, seed=0):
         return real_build(registry, variant, tiny, seed=seed)
 
-    def fake_grad_norms(model_, cfg, seed, batches, parameter, device):
-        names = {n.split(".", 3)[3] for n, _ in model_.named_parameters() if n.startswith("decoder.layers.0.")}
-        enc = {n.split(".", 3)[3] for n, _ in model_.named_parameters() if n.startswith("encoder.layers.0.")}
-        if parameter not in names or parameter not in enc:
-            raise grad_norm.ExperimentError(f"measure.parameter {parameter!r} is not a layer parameter")
-        n = cfg.model.N
-        return {"encoder": [1.0 + i for i in range(n)], "decoder": [2.0 + i for i in range(n)], "loss": 2.3}
 
     mp = pytest.MonkeyPatch()
     mp.setattr(executors, "run_sequential", fake_sequential)
@@ -121,7 +124,6 @@ def faked(template):
                        (figures, ("plot_grad_norm_depth", "plot_grad_norm_layers", "plot_failures"))):
         for name in names:  # matplotlib is most of a report's time; plots have tests of their own
             mp.setattr(mod, name, lambda *a, **k: None)
-    mp.setattr(grad_norm, "measure_grad_norms", fake_grad_norms)
     from harness import overview  # check's classes have tests of their own (test_suite.py, test_checks.py)
 
     mp.setattr(overview, "check_classes", lambda *a, **k: {"classes": [], "failures": [], "wall_s": 0.0})

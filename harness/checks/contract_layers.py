@@ -181,7 +181,9 @@ def check_projections(comp: Component, cfg: ModelConfig, seed: int = 0) -> list[
     try:
         linear = comp.factory(sibling_context(cfg, reference_components(projections=comp)))
         d_in, d_out = cfg.d_model, 2 * cfg.d_model
-        lin = linear(d_in, d_out).double()
+        with torch.random.fork_rng(devices=[]):  # its initial weights from the check's seed: the same verdict
+            torch.manual_seed(seed + 101)  # and threshold in every process, the caller's RNG untouched
+            lin = linear(d_in, d_out).double()
         w, b = getattr(lin, "weight", None), getattr(lin, "bias", None)
         if not isinstance(w, torch.Tensor) or tuple(w.shape) != (d_out, d_in):
             return [(component_result(comp, label, VIOLATES, False, detail=(

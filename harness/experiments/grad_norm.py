@@ -3,8 +3,8 @@
 :func:`run_grad_norm` measures every (variant, seed, depth), stores each measurement as one
 trial and renders its own report (:func:`write_measurement_report`); the predicted log-log
 slopes are data of the experiment file (``[measure] theory_slope``, variant -> slope), read
-by the slope table, the figure and the departures. It runs its own loop, not
-:func:`harness.runner.execute` (a measurement is not a training trial).
+by the slope table, the figure and the departures. Each measurement is a trial whose spec carries
+``measure`` (:mod:`harness.measure`), executed by :func:`harness.runner.execute` like every trial.
 """
 from __future__ import annotations
 
@@ -23,53 +23,28 @@ import harness.experiments.figures as figures
 from .. import stats
 from ..config import RunConfig
 from ..report import environment_block, to_markdown, trials_frame
-from ..store import RunStore, atomic_write_text, trial_key
+from ..store import RunStore, atomic_write_text
 from .parse import spec_from_meta
 from .render import claim_sections, departure_sections, intro_sections
-from ..errors import failure_reason
 from .spec import Experiment, ExperimentError
 
 
 def measure_grad_norms(model, cfg: RunConfig, seed: int, batches: int, parameter: str, device,
                        registry=None) -> dict[str, Any]:
-    """Gradient norms at initialisation of ``parameter`` in every encoder and decoder layer.
-
-    The loss is the training loss (label-smoothed cross-entropy, ``harness.train.loss_fn``)
-    on ``batches`` mini-batches of the task ``cfg.train.task`` (looked up in ``registry``, default:
-    the built-ins and installed plugins) drawn from ``seed`` (the same stream the trial of
-    that seed trains on); the gradient is averaged over the mini-batches (the expected
-    gradient, Xiong et al. 2020 §3.4) and its Frobenius norm taken per layer.
-
-    Returns:
-        ``{"encoder": [norm per layer], "decoder": [norm per layer], "loss": mean loss}``.
+    """:func:`harness.measure.measure_grad_norms` on the task ``cfg.train.task`` looked up in
+    ``registry`` (default: the built-ins and installed plugins).
 
     Raises:
         ExperimentError: ``parameter`` is not a parameter of the layers.
     """
-    import torch
-
+    from ..errors import ConfigError
+    from ..measure import measure_grad_norms as measure
     from ..tasks import get_task
-    from ..train import loss_fn
 
-    tc, mc = cfg.train, cfg.model
-    params = dict(model.named_parameters())
-    names = {stack: [f"{stack}.layers.{i}.{parameter}" for i in range(mc.N)] for stack in ("encoder", "decoder")}
-    missing = [n for ns in names.values() for n in ns if n not in params]
-    if missing:
-        layer = [n.split(".", 3)[3] for n in params if n.startswith("decoder.layers.0.")]
-        raise ExperimentError(f"measure.parameter {parameter!r} is not a layer parameter of this variant; "
-                              f"expected one of {', '.join(layer)}")
-    model.train()
-    model.zero_grad(set_to_none=True)
-    task = get_task(tc.task, registry)
-    gen = torch.Generator().manual_seed(seed)
-    total = 0.0
-    for _ in range(batches):
-        b = task.make_batch(tc.batch, tc.seq_len, mc.vocab, gen).to(device)
-        loss = loss_fn(model(b.src, b.tgt), b.tgt_y, mc.pad, tc.label_smoothing) / batches
-        loss.backward()
-        total += float(loss.detach())
-    return {stack: [float(params[n].grad.norm()) for n in ns] for stack, ns in names.items()} | {"loss": total}
+    try:
+        return measure(model, cfg, seed, batches, parameter, device, get_task(cfg.train.task, registry))
+    except ConfigError as exc:
+        raise ExperimentError(str(exc)) from exc
 
 
 def run_grad_norm(args, plan, exp: Experiment, registry) -> int:
@@ -82,31 +57,30 @@ def run_grad_norm(args, plan, exp: Experiment, registry) -> int:
         ExperimentError: ``measure.parameter`` is not a layer parameter of a variant (before a
         run folder exists).
     """
-    from ..runner import progress_bar
+    from ..plugins import plugin_spec
+    from ..runner import ExecutionOptions, PlannedTrial, execute, make_specs
     from ..train import environment, resolve_device
 
     device = resolve_device(args.device)
     _check_parameter(plan, exp, registry)
+    plugins = plugin_spec(args).to_dict()
     meta = {
         "command": "python -m harness " + shlex.join(sys.argv[1:]), "preset": exp.preset, "experiment": exp.name,
         "kind": exp.kind, "config": plan.config.to_dict(), "points": {n: c.to_dict() for n, c in plan.points if n},
         "variants": [v.name for v in plan.variants], "seeds": plan.seeds, "device": device.type,
-        "dtype": "fp32", "environment": environment(device), **plan.meta,
+        "dtype": "fp32", "plugins": plugins, "environment": environment(device), **plan.meta,
     }
     store = RunStore.create(args.results_dir, meta, args.run_id)
-    jobs = [(seed, point, cfg, v) for seed in plan.seeds for point, cfg in plan.points for v in plan.variants]
-    if not args.quiet:
-        print(f"measure {store.root}: {len(plan.variants)} variant(s) x {len(plan.seeds)} seed(s) x "
-              f"{len(plan.points)} depth(s) = {len(jobs)} measurement(s) on {device.type}", file=sys.stderr)
+    how = {"kind": exp.kind, "batches": exp.measure["batches"], "parameter": exp.measure["parameter"]}
+    specs = [PlannedTrial(ts.key, {**ts.spec, "measure": how})
+             for ts in make_specs(plan.variants, plan.seeds, plan.config, device.type, "fp32", plugins,
+                                  points=plan.points)]
+    log = None if args.quiet else (lambda line: print(line, file=sys.stderr))
+    if log:
+        log(f"measure {store.root}: {len(plan.variants)} variant(s) x {len(plan.seeds)} seed(s) x "
+            f"{len(plan.points)} depth(s) = {len(specs)} measurement(s) on {device.type}")
     t0 = time.perf_counter()
-    bar = progress_bar(len(jobs), "measurements", args.quiet)
-    try:
-        for seed, point, cfg, v in jobs:
-            row, curve = measure_trial(v, seed, point, cfg, exp, registry, device)
-            store.write_trial(trial_key(v.name, seed, point), {"row": row, "curve": curve})
-            bar.update(1)
-    finally:
-        bar.close()
+    execute(specs, store, ExecutionOptions(jobs=1), quiet=args.quiet)  # the runner, as every trial
     meta["run_wall_s"] = time.perf_counter() - t0
     store.write_meta(meta)
     report = write_measurement_run_report(store)
@@ -126,34 +100,6 @@ def _check_parameter(plan, exp: Experiment, registry) -> None:
         if parameter not in layers:
             raise ExperimentError(f"{exp.path}: key 'measure.parameter': {parameter!r} is not a layer parameter of "
                                   f"variant {v.name!r}; expected one of {', '.join(sorted(layers))}")
-
-
-def measure_trial(v, seed: int, point: str, cfg: RunConfig, exp: Experiment, registry, device
-                  ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """One measurement as a stored trial: ``(row, curve)``; a failure other than bad input is a
-    ``failed`` row (never raises, except :class:`ExperimentError`)."""
-    from ..model import build_model, unique_parameter_count
-
-    t1 = time.perf_counter()
-    row = {"variant": v.name, **{f"slot_{k}": c for k, c in v.resolved().items()}, "seed": seed,
-           "point": point, "N": cfg.model.N}
-    curve = []
-    try:
-        model = build_model(registry, v, cfg.model, seed=seed).to(device)
-        row["params"] = unique_parameter_count(model)
-        g = measure_grad_norms(model, cfg, seed, exp.measure["batches"], exp.measure["parameter"], device, registry)
-        for stack in ("encoder", "decoder"):
-            s = stack[:3]
-            row[f"{s}_last"], row[f"{s}_first"] = g[stack][-1], g[stack][0]
-            row[f"{s}_last_over_first"] = g[stack][-1] / g[stack][0] if g[stack][0] > 0 else float("nan")
-            curve += [{"stack": stack, "layer": i, "grad_norm": x} for i, x in enumerate(g[stack])]
-        row.update({"loss_at_init": g["loss"], "status": "ok", "reason": ""})
-    except ExperimentError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - one failed measurement must not end the run
-        row.update({"status": "failed", "reason": failure_reason(exc)})
-    row["wall_s"] = time.perf_counter() - t1
-    return row, curve
 
 
 def slope_table(df, exp: Experiment):
