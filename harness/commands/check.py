@@ -14,7 +14,7 @@ from ..checks import (CHECK_MODEL, TOLERANCES, parse_equivalent, registry_groups
 from ..cli import plugin_spec
 from ..config import ModelConfig, get_preset
 from ..errors import ConfigError
-from ..store import RunStore, atomic_write_text
+from ..store import RunMeta, RunStore, atomic_write_text
 from ..train import environment, resolve_device
 from .common import (add_output, add_selection, command_line, load_registry, output_run_id, parse_overrides,
                      select_variants)
@@ -98,11 +98,11 @@ def main(args) -> int:
     log = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     report = run_checks(reg, variants, cfg, device=device, dtype=args.dtype, seed=args.seed, groups=groups, log=log,
                         all_components=args.all_components)
-    meta = {"kind": "check", "command": command_line(), "config": {"model": dataclasses.asdict(cfg)},
-            "variants": [v.name for v in variants], "seeds": [args.seed], "device": device.type, "dtype": args.dtype,
-            "equivalent": {s: sorted(sorted(g) for g in gs) for s, gs in groups.items()},
-            "plugins": plugin_spec(args).to_dict(), "environment": environment(device), "tf32": report.tf32,
-            "check_wall_s": report.wall_s, "ok": report.ok}
+    meta = RunMeta("check", command_line(), "", {"model": dataclasses.asdict(cfg)}, [v.name for v in variants],
+                   device.type, environment(device), seeds=[args.seed], dtype=args.dtype,
+                   plugins=plugin_spec(args).to_dict(),
+                   extra={"equivalent": {s: sorted(sorted(g) for g in gs) for s, gs in groups.items()},
+                          "tf32": report.tf32, "check_wall_s": report.wall_s, "ok": report.ok}).to_dict()
     store = RunStore.create(args.results_dir, meta, output_run_id(args, "check"))
     meta["run_id"] = store.root.name
     csv_path, md_path = store.root / "checks.csv", store.root / "checks.md"

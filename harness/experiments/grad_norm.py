@@ -23,7 +23,7 @@ import harness.experiments.figures as figures
 from .. import stats
 from ..config import RunConfig
 from ..report import environment_block, to_markdown, trials_frame
-from ..store import RunStore, atomic_write_text
+from ..store import RunMeta, RunStore, atomic_write_text
 from .parse import spec_from_meta
 from .render import claim_sections, departure_sections, intro_sections
 from .spec import Experiment, ExperimentError
@@ -64,12 +64,11 @@ def run_grad_norm(args, plan, exp: Experiment, registry) -> int:
     device = resolve_device(args.device)
     _check_parameter(plan, exp, registry)
     plugins = plugin_spec(args).to_dict()
-    meta = {
-        "command": "python -m harness " + shlex.join(sys.argv[1:]), "preset": exp.preset, "experiment": exp.name,
-        "kind": exp.kind, "config": plan.config.to_dict(), "points": {n: c.to_dict() for n, c in plan.points if n},
-        "variants": [v.name for v in plan.variants], "seeds": plan.seeds, "device": device.type,
-        "dtype": "fp32", "plugins": plugins, "environment": environment(device), **plan.meta,
-    }
+    meta = RunMeta(exp.kind, "python -m harness " + shlex.join(sys.argv[1:]), exp.preset, plan.config.to_dict(),
+                   [v.name for v in plan.variants], device.type, environment(device), seeds=plan.seeds, dtype="fp32",
+                   plugins=plugins, extra={"experiment": exp.name,
+                                           "points": {n: c.to_dict() for n, c in plan.points if n}, **plan.meta},
+                   ).to_dict()
     store = RunStore.create(args.results_dir, meta, args.run_id)
     how = {"kind": exp.kind, "batches": exp.measure["batches"], "parameter": exp.measure["parameter"]}
     specs = [PlannedTrial(ts.key, {**ts.spec, "measure": how})
