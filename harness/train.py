@@ -8,10 +8,11 @@ trial's metrics row and its loss curve.
 Training (identical for every variant): Adam(beta = (0.9, 0.98), eps = 1e-9) (Vaswani et al.
 2017 §5.3; PyTorch's fused implementation where the device supports it, same update rule)
 with the Noam schedule through ``LambdaLR`` (the Annotated Transformer's ``rate``:
-lr * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5), step counted from 1);
+noam_factor * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5), step counted from 1);
 ``F.cross_entropy(..., ignore_index=pad, label_smoothing=eps)`` in float32 (note: PyTorch
 spreads eps over all V classes, the Annotated ``LabelSmoothing`` over V - 2); held-out
-scores from prefix-only forwards (exact match: the event greedy decoding gets every label right). ``dtype="bf16"`` runs the forward pass under
+scores from prefix-only forwards (exact match: the event that greedy decoding gets every label
+right). ``dtype="bf16"`` runs the forward pass under
 ``torch.autocast(device, torch.bfloat16)``: matmuls in bfloat16, parameters, optimizer state,
 the residual stream of every built-in variant and the loss in float32. The loss and the
 held-out scoring belong to the task (:mod:`harness.tasks.base`); the process set-up (devices,
