@@ -238,24 +238,31 @@ def load_run(path: str | Path, results_dir: str | Path = "results") -> LoadedRun
                      baseline=baseline, metric=metric)
 
 
-def summary_frame(rows: list[dict]):
-    """:func:`harness.report.aggregate`'s rows as one flat numeric DataFrame (see :class:`LoadedRun`)."""
+def summary_frame(rows: list):
+    """:func:`harness.report.aggregate`'s rows (:class:`harness.report.SummaryRow`) as one flat numeric
+    DataFrame (columns: see :class:`LoadedRun`). ``same_function``: check proves the variant computes
+    the baseline's function; its ``verdict`` is then "same function" and ``p_better`` (with
+    ``_low``/``_high``) is NaN, since its paired outcomes are rounding (``n_pairs`` still counts them)."""
     import pandas as pd
 
     nan = float("nan")
     out = []
     for r in rows:
-        c = r["comparison"]
-        line = {k: r[k] for k in ("variant", "point", "n", "n_ok", "n_failed", "params", "step_ms", "tokens_per_s")}
-        line["early_loss_mean"], line["early_loss_std"] = r["early_loss"]
+        c = r.comparison
+        shown = c if c is not None and not r.same_function else None
+        line = {"variant": r.variant, "point": r.point, "n": r.n, "n_ok": r.n_ok, "n_failed": r.n_failed,
+                "params": r.params, "step_ms": r.step_ms, "tokens_per_s": r.tokens_per_s,
+                "early_loss_mean": r.early_loss.mean, "early_loss_std": r.early_loss.std}
         for metric in ("heldout_ce", "exact_match", "token_acc"):
-            line[metric], line[f"{metric}_low"], line[f"{metric}_high"] = r[metric]
-        line.update(zip(("steps_to_solve_median", "steps_to_solve_q1", "steps_to_solve_q3"), r["steps_to_solve"]))
-        line.update({"time_to_solve_s": r["time_to_solve_s"], "solved": r["solved"], "diverged": r["diverged"][0],
-                     "diverged_low": r["diverged"][2], "diverged_high": r["diverged"][3],
-                     "p_better": c.p if c else nan, "p_better_low": c.low if c else nan,
-                     "p_better_high": c.high if c else nan, "n_pairs": c.n_pairs if c else 0,
-                     "verdict": c.verdict if c else None, "invalid": bool(r["invalid"])})
+            iv = getattr(r, metric)
+            line[metric], line[f"{metric}_low"], line[f"{metric}_high"] = iv.value, iv.low, iv.high
+        s = r.steps_to_solve
+        line.update({"steps_to_solve_median": s.median, "steps_to_solve_q1": s.q1, "steps_to_solve_q3": s.q3,
+                     "time_to_solve_s": r.time_to_solve_s, "solved": r.solved, "diverged": r.diverged.k,
+                     "diverged_low": r.diverged.low, "diverged_high": r.diverged.high,
+                     "p_better": shown.p if shown else nan, "p_better_low": shown.low if shown else nan,
+                     "p_better_high": shown.high if shown else nan, "n_pairs": c.n_pairs if c else 0,
+                     "verdict": r.verdict, "same_function": bool(r.same_function), "invalid": bool(r.invalid)})
         out.append(line)
     return pd.DataFrame(out)
 

@@ -16,8 +16,9 @@ Each task is an ordinary run stored in ``results/<suite-id>/<task>/`` (its own r
 and checksums; ``run --suite NAME --resume results/<suite-id>`` runs only what is missing). Before
 training, ``check`` (CPU, fp32, seconds) groups the variants into equivalence classes: variants in
 one class compute the same function from the same weights, so any training difference between
-them is floating-point rounding, not the implementation choice. They are the suite's negative
-control: a verdict between two of them would be a false positive, and the report says so.
+them is floating-point rounding, not the implementation choice. The report shows such a variant
+as "same function" (``=``), never with a verdict; it is the suite's negative control: the report
+counts how often the sign test alone would have given a verdict to one of them (a false positive).
 
 The suite report (``suite.md``, ``suite.csv``, ``suite_verdicts.png``) has per task and variant
 the held-out metric's IQM with its 95 % bootstrap CI, the paired comparison with the reference
@@ -37,7 +38,7 @@ from typing import Callable
 import pandas as pd
 
 from .errors import ConfigError
-from .overview import check_classes, class_of
+from .overview import check_classes
 from .store import atomic_write_text
 
 SUITES_DIR = Path(__file__).resolve().parent.parent / "experiments" / "suites"
@@ -164,7 +165,7 @@ def _read_json(path: Path) -> dict:
 
 def task_frame(folder: Path) -> pd.DataFrame:
     """The stored trials of one task run (``trials.csv``), ``point`` as "" when absent."""
-    df = pd.read_csv(folder / "trials.csv", keep_default_na=True)
+    df = pd.read_csv(folder / "trials.csv", keep_default_na=True, dtype={"point": object})  # "" reads as NaN
     df["point"] = df["point"].fillna("") if "point" in df else ""
     return df
 
@@ -182,7 +183,12 @@ def changed_slots(df: pd.DataFrame, variant: str, reference: str) -> list[str]:
 
 def collect(spec: SuiteSpec, suite_dir: Path, classes: list[list[str]]) -> pd.DataFrame:
     """One row per (task, variant): the metric's IQM [CI], exact match, the paired comparison with the
-    reference and its check relation. Tasks with no stored trials are skipped."""
+    reference and its check relation. Tasks with no stored trials are skipped.
+
+    A variant in the reference's check class (``classes``) gets the verdict "same function" (its
+    paired outcomes are rounding); ``test_verdict`` keeps what the sign test alone says for every
+    compared row, the negative control's raw material (:func:`harness.suite_report.negative_control`).
+    """
     from .report import aggregate
 
     rows = []
@@ -191,26 +197,27 @@ def collect(spec: SuiteSpec, suite_dir: Path, classes: list[list[str]]) -> pd.Da
         if not (folder / "trials.csv").is_file():
             continue
         df = task_frame(folder)
-        for r in aggregate(df, spec.reference, spec.metric, _read_json(folder / "config.json")):
-            rows.append(_row(spec, task, df, r, classes))
+        for r in aggregate(df, spec.reference, spec.metric, _read_json(folder / "config.json"), classes=classes):
+            rows.append(_row(spec, task, df, r))
     return pd.DataFrame(rows)
 
 
-def _row(spec: SuiteSpec, task: str, df: pd.DataFrame, r: dict, classes) -> dict:
-    v, cmp = r["variant"], r["comparison"]
-    same = spec.reference in class_of(classes, v)
-    relation = "reference" if v == spec.reference else ("check: same function" if same else "check: different")
-    ce, em = r["heldout_ce"], r["exact_match"]
-    out = {"task": task, "variant": v, "relation": relation, "n": r["n"], "n_ok": r["n_ok"],
-           "invalid": "; ".join(r["invalid"]), "changed": ", ".join(changed_slots(df, v, spec.reference)),
-           "ce": ce[0], "ce_low": ce[1], "ce_high": ce[2], "em": em[0], "em_low": em[1], "em_high": em[2],
-           "auc": r["heldout_auc"][0], "verdict": "", "reason": "", "p": math.nan,
-           "p_low": math.nan, "p_high": math.nan, "wins": 0, "losses": 0, "ties": 0}
-    if r["invalid"]:
+def _row(spec: SuiteSpec, task: str, df: pd.DataFrame, r) -> dict:
+    """The suite frame's row of one :class:`harness.report.SummaryRow` (``suite.csv``'s columns)."""
+    v, cmp = r.variant, r.comparison
+    relation = ("reference" if v == spec.reference else
+                "check: same function" if r.same_function else "check: different")
+    ce, em = r.heldout_ce, r.exact_match
+    out = {"task": task, "variant": v, "relation": relation, "n": r.n, "n_ok": r.n_ok,
+           "invalid": "; ".join(r.invalid), "changed": ", ".join(changed_slots(df, v, spec.reference)),
+           "ce": ce.value, "ce_low": ce.low, "ce_high": ce.high, "em": em.value, "em_low": em.low,
+           "em_high": em.high, "auc": r.heldout_auc.value, "verdict": "", "reason": "", "p": math.nan,
+           "p_low": math.nan, "p_high": math.nan, "wins": 0, "losses": 0, "ties": 0, "test_verdict": ""}
+    if r.invalid:
         out["verdict"] = "INVALID"
     elif cmp is not None:
-        out.update(verdict=cmp.verdict, reason=cmp.reason, p=cmp.p, p_low=cmp.low, p_high=cmp.high,
-                   wins=cmp.wins, losses=cmp.losses, ties=cmp.ties)
+        out.update(verdict=r.verdict, reason=cmp.reason, p=cmp.p, p_low=cmp.low, p_high=cmp.high,
+                   wins=cmp.wins, losses=cmp.losses, ties=cmp.ties, test_verdict=cmp.verdict)
     return out
 
 

@@ -30,15 +30,30 @@ def null_verdict_rate(n: int, alpha: float = stats.ALPHA) -> float:
     return float(sum(binom.pmf(k, n, 0.5) for k in range(n + 1) if stats.sign_test_p(k, n - k) < alpha))
 
 
+SAME = "check: same function"  #: the relation of a variant in the reference's check class
+
+
+def _counts(r: pd.Series) -> str:
+    return f"{int(r['wins'])}-{int(r['losses'])}" + (f"-{int(r['ties'])}t" if r["ties"] else "")
+
+
 def _cell(r: pd.Series) -> str:
     if r["verdict"] == "INVALID":
         return "INVALID"
     if r["relation"] == "reference":
         return "(reference)"
+    if r["relation"] == SAME:
+        return f"= same function ({_counts(r)})" if r["verdict"] else "= same function"
     if not r["verdict"]:
         return "—"
-    counts = f"{int(r['wins'])}-{int(r['losses'])}" + (f"-{int(r['ties'])}t" if r["ties"] else "")
+    counts = _counts(r)
     return f"**{r['verdict']}** {counts}" if r["verdict"] in ("better", "worse") else f"{r['verdict']} {counts}"
+
+
+def _p_cell(r: pd.Series) -> str:
+    if r["relation"] == "reference" or math.isnan(r["p"]):
+        return ""
+    return "=" if r["relation"] == SAME else _ci(r["p"], r["p_low"], r["p_high"], 2)
 
 
 def _ci(point: float, low: float, high: float, digits: int = 3) -> str:
@@ -67,11 +82,12 @@ def verdict_sections(df: pd.DataFrame, spec: SuiteSpec) -> list[str]:
     return [f"## Verdicts vs `{spec.reference}` ({METRIC_TEXT[spec.metric]})", "",
             "Cell: verdict and paired outcomes wins-losses(-ties) over the seeds; **bold** = a claim. "
             "The `check` column says whether check proves the variant computes the same function as the "
-            "reference.", "",
+            "reference; such a variant shows `= same function` and never gets a verdict or a probability: its "
+            "paired outcomes are floating-point rounding (the negative control below counts what the sign test "
+            "alone would have said).", "",
             _md(_pivot(df, spec, _cell)), "", "![P(A > B) per variant and task](suite_verdicts.png)", "",
             "## P(variant beats the reference) [95 % Wilson interval]", "",
-            _md(_pivot(df, spec, lambda r: "" if r["relation"] == "reference" or math.isnan(r["p"])
-                       else _ci(r["p"], r["p_low"], r["p_high"], 2))), "",
+            _md(_pivot(df, spec, _p_cell)), "",
             "## Held-out cross-entropy, IQM [95 % bootstrap CI] (nats/token)", "",
             _md(_pivot(df, spec, lambda r: _ci(r["ce"], r["ce_low"], r["ce_high"]))), "",
             "## Held-out exact match, IQM [95 % bootstrap CI] (greedy decoding)", "",
@@ -81,29 +97,37 @@ def verdict_sections(df: pd.DataFrame, spec: SuiteSpec) -> list[str]:
 
 
 def negative_control(df: pd.DataFrame, spec: SuiteSpec) -> list[str]:
-    """Markdown lines: the comparisons between variants check proves to compute the same function."""
-    same = df[df["relation"] == "check: same function"]
+    """Markdown lines: the comparisons between variants check proves to compute the same function.
+
+    They are reported as "same function", never as verdicts; this section counts how often the sign
+    test alone (``test_verdict``; ``verdict`` in a frame without it) would have claimed a difference.
+    """
+    same = df[df["relation"] == SAME]
     n_pairs = int(same[["wins", "losses", "ties"]].sum(axis=1).max()) if len(same) else 0
     rate = null_verdict_rate(n_pairs) if n_pairs else 0.0
-    claims = same[same["verdict"].isin(["better", "worse"])]
+    raw = same["test_verdict"].fillna("") if "test_verdict" in same else same["verdict"]
+    claims = same[raw.isin(["better", "worse"])]
     out = ["## Negative control: same function, different code", ""]
     if not len(same):
         return out + ["No variant shares the reference's check class: no negative control in this suite.", ""]
     out += [f"{len(same)} comparison(s) of `{spec.reference}` with variants that compute the same function "
-            f"({', '.join(sorted(set(same['variant'])))}). With {n_pairs} pairs, none tied, the sign test gives a "
-            f"verdict to such a pair with probability {rate:.4f} (tied pairs lower it), so at most about "
-            f"{len(same) * rate:.2f} false verdict(s) are expected here. Observed: **{len(claims)}**.", ""]
+            f"({', '.join(sorted(set(same['variant'])))}); the tables show them as `= same function`, never as "
+            f"verdicts. With {n_pairs} pairs, none tied, the sign test alone would give such a pair a verdict "
+            f"with probability {rate:.4f} (tied pairs lower it), so about {len(same) * rate:.2f} false "
+            f"verdict(s) are expected here. Observed: **{len(claims)}**.", ""]
     for _, r in claims.iterrows():
-        out.append(f"- FALSE POSITIVE: {r['variant']} on {r['task']}: {r['verdict']} ({r['reason']})")
+        out.append(f"- FALSE POSITIVE of the sign test alone (not reported as a verdict): {r['variant']} on "
+                   f"{r['task']}: {raw[r.name]} ({r['reason']})")
     return out + ([""] if len(claims) else [])
 
 
 def findings(df: pd.DataFrame, spec: SuiteSpec) -> list[str]:
     """Markdown lines generated from the verdicts: per task which slot changes mattered, and where
-    nothing did."""
+    nothing did (variants that compute the reference's function are listed apart, never ranked)."""
     out = ["## Findings", "", "Generated from the verdicts above (slot changes relative to "
            f"`{spec.reference}`; variants that change several slots cannot say which of them mattered).", ""]
-    cmp = df[(df["relation"] != "reference") & (df["verdict"] != "INVALID")]
+    cmp = df[(df["relation"] == "check: different") & (df["verdict"] != "INVALID")]
+    same = df[(df["relation"] == SAME) & (df["verdict"] != "INVALID")]
     for task in [t for t in spec.tasks if t in set(df["task"])]:
         g = cmp[cmp["task"] == task]
         parts = []
@@ -115,6 +139,9 @@ def findings(df: pd.DataFrame, spec: SuiteSpec) -> list[str]:
         none = g[~g["verdict"].isin(["better", "worse"])]
         if len(none):
             parts.append(f"no claim: {', '.join(none['variant'])}")
+        twins = same[same["task"] == task]
+        if len(twins):
+            parts.append(f"same function (check): {', '.join(twins['variant'])}")
         out.append(f"- **{task}**: " + (" — ".join(parts) if parts else "nothing compared"))
     slots = _slot_tally(cmp)
     if slots:
@@ -146,7 +173,8 @@ def plot_verdicts(df: pd.DataFrame, spec: SuiteSpec, path: Path) -> Path | None:
     plt = _plt()
     if plt is None or df.empty:
         return None
-    table = df.pivot_table(index="variant", columns="task", values="p", aggfunc="first", dropna=False)
+    shown = df.assign(p=df["p"].where(df["relation"] != SAME))  # same function: no probability, "="
+    table = shown.pivot_table(index="variant", columns="task", values="p", aggfunc="first", dropna=False)
     table = table.reindex(index=list(dict.fromkeys(df["variant"])),
                           columns=[t for t in spec.tasks if t in set(df["task"])])
     fig, ax = plt.subplots(figsize=(1.6 + 1.3 * table.shape[1], 0.8 + 0.42 * table.shape[0]))
@@ -155,14 +183,16 @@ def plot_verdicts(df: pd.DataFrame, spec: SuiteSpec, path: Path) -> Path | None:
     for i, v in enumerate(table.index):
         for j, t in enumerate(table.columns):
             m = marks.get((v, t), "")
-            text = {"better": "+", "worse": "-", "INVALID": "X"}.get(m, "ref" if v == spec.reference else "")
+            text = {"better": "+", "worse": "-", "INVALID": "X", "same function": "="}.get(
+                m, "ref" if v == spec.reference else "")
             p = table.iat[i, j]
             dark = p == p and abs(p - 0.5) > 0.3  # white on the saturated ends of the colour map
             ax.text(j, i, text, ha="center", va="center", fontsize=12, fontweight="bold",
                     color="white" if dark else "black")
     ax.set_xticks(range(table.shape[1]), table.columns)
     ax.set_yticks(range(table.shape[0]), table.index)
-    ax.set_title(f"P(variant beats {spec.reference}) on {spec.metric}; + better, - worse")
+    ax.set_title(f"P(variant beats {spec.reference}) on {spec.metric}; + better, - worse,\n"
+                 f"= same function as {spec.reference} (check: differences are rounding)", fontsize=10)
     fig.colorbar(im, ax=ax, fraction=0.04)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -174,7 +204,7 @@ def render(df: pd.DataFrame, spec: SuiteSpec, info: dict, env_meta: dict) -> str
     """The whole ``suite.md``. ``info``: command, wall_s, codes, check (see :mod:`harness.suite`)."""
     from .report import environment_block
 
-    comparisons = int((df["relation"] != "reference").sum()) if len(df) else 0
+    comparisons = int((df["relation"] == "check: different").sum()) if len(df) else 0
     head = [f"# transformer-harness suite `{spec.name}`", "", spec.description, "", "Command:", "", "```",
             info.get("command", ""), "```", "",
             f"Suite wall time: {info.get('wall_s', 0):.0f} s ({info.get('wall_s', 0) / 60:.1f} min) for "
@@ -184,7 +214,8 @@ def render(df: pd.DataFrame, spec: SuiteSpec, info: dict, env_meta: dict) -> str
     if env_meta:
         head += [environment_block(env_meta), ""]
     rule = ["## How the verdicts are made", "", stats.RULE_TEXT, "",
-            f"This report makes {comparisons} comparisons with `{spec.reference}`. The sign test's false-verdict "
+            f"This report makes {comparisons} comparisons with `{spec.reference}` (variants that compute its "
+            "function are not compared: `= same function`). The sign test's false-verdict "
             f"rate per comparison of two equal variants is {null_verdict_rate(spec.seeds):.4f} at {spec.seeds} "
             "pairs, with no correction for the number of comparisons: read a single verdict as evidence, a pattern "
             "across tasks as stronger evidence, and the negative control as the check on both.", ""]

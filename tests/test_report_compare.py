@@ -12,18 +12,22 @@ CFG = {"model": {"N": 1, "d_model": 16, "h": 2, "d_ff": 32, "dropout": 0.0, "voc
                  "stop_at_solved": False}}
 
 
-def make_run(root, run_id, arms, seeds=6, rng_seed=0, jitter=0.005, spread=0.02, failed=None, jitter_seed=None):
+def make_run(root, run_id, arms, seeds=6, rng_seed=0, jitter=0.005, spread=0.02, failed=None, jitter_seed=None,
+             check=None):
     """A fabricated run: ``arms`` maps variant -> (mean held-out CE, exact-match, diverged seeds).
 
     ``spread``: std of the per-seed effect shared by every variant (and by another run made with
     the same ``rng_seed``); ``jitter``: std of each trial's own noise (drawn from ``jitter_seed``,
     default ``rng_seed``: a run made again with the same seeds is bit-identical); ``failed``: variant -> seeds
-    whose trial raised (stored as the executor stores a crashed trial: status ``failed``, no metrics).
+    whose trial raised (stored as the executor stores a crashed trial: status ``failed``, no metrics);
+    ``check``: check's equivalence classes as ``run`` records them in config.json (key ``check``).
     """
     rng = np.random.default_rng(rng_seed)
     trial_rng = np.random.default_rng([rng_seed if jitter_seed is None else jitter_seed, 1])
     meta = {"command": "fabricated", "preset": "tiny", "config": CFG, "variants": sorted(arms),
             "seeds": list(range(seeds)), "environment": {"torch": "x"}}
+    if check is not None:
+        meta["check"] = {"classes": check, "failures": [], "scope": "pairs", "wall_s": 0.1}
     store = RunStore.create(root, meta, run_id)
     noise = rng.normal(0, spread, seeds)  # shared per seed: paired seeds move together
     for variant, (ce, em, diverged) in arms.items():
@@ -78,9 +82,10 @@ def test_report_has_every_column_a_verdict_and_the_plots(tmp_path):
 def test_diverged_run_counts_as_worst_in_the_comparison(tmp_path):
     store = make_run(tmp_path, "a", {"baseline": (0.5, 0.99, ()), "bad": (0.5, 0.99, (0, 1, 2, 3, 4, 5))})
     rows = aggregate(trials_frame(store), "baseline")
-    bad = next(r for r in rows if r["variant"] == "bad")
-    assert bad["comparison"].p == 0.0 and bad["comparison"].verdict == "worse"
-    assert bad["diverged"][:2] == (6, 6)
+    bad = next(r for r in rows if r.variant == "bad")
+    assert bad.comparison.p == 0.0 and bad.comparison.verdict == "worse" and bad.verdict == "worse"
+    assert (bad.diverged.k, bad.diverged.n) == (6, 6) and not bad.same_function
+    assert bad.diverged.high > bad.diverged.low and bad.solved == 0  # a Wilson interval; no diverged seed solved
 
 
 def test_five_seeds_verdicts_state_their_test(tmp_path):
@@ -272,3 +277,74 @@ def test_extra_sections_land_at_their_positions_and_report_imports_no_experiment
         for f in Path(path).glob("*.py"):
             mods = {n.module or "" for n in ast.walk(ast.parse(f.read_text())) if isinstance(n, ast.ImportFrom)}
             assert not any("experiments" in m or "commands" in m for m in mods), f
+
+
+# ------------------------------------------------------------------------- same function (check)
+
+TWIN_ARMS = {"baseline": (0.5, 0.99, ()), "twin": (0.499, 0.99, ()), "pre_norm": (0.499, 0.99, ())}
+
+
+def test_a_variant_check_puts_in_the_baselines_class_is_same_function_never_a_verdict(tmp_path):
+    """twin and pre_norm both "win" every seed by 0.001 nats (rounding-sized); check recorded twin in the
+    baseline's class, so only pre_norm gets a verdict and a probability."""
+    from harness.api import summary_frame
+
+    store = make_run(tmp_path, "a", TWIN_ARMS, jitter=0.0, check=[["baseline", "twin"], ["pre_norm"]])
+    df = trials_frame(store)
+    rows = {r.variant: r for r in aggregate(df, "baseline", meta=store.meta())}
+    twin, pre = rows["twin"], rows["pre_norm"]
+    assert twin.comparison.wins == 6 and twin.comparison.p == 1.0  # the raw test: a clean sweep ...
+    assert twin.same_function and twin.verdict == "same function"  # ... reported as the same function
+    assert not pre.same_function and pre.verdict == "better" and not rows["baseline"].same_function
+    table = summary_table(df, "baseline", meta=store.meta(), rows=list(rows.values())).set_index("variant")
+    assert table.loc["twin", "P(> baseline) [95% CI]"] == "= (same function)"
+    assert table.loc["twin", "verdict"].startswith("same function") and "1.00" not in table.loc["twin"].to_string()
+    assert table.loc["pre_norm", "P(> baseline) [95% CI]"] == "1.00 [0.61, 1.00] n=6"
+    assert table.loc["pre_norm", "verdict"] == "**better** (sign test 6-0, p = 0.031)"
+    frame = summary_frame(list(rows.values())).set_index("variant")
+    assert frame["same_function"].to_dict() == {"baseline": False, "pre_norm": False, "twin": True}
+    assert frame.loc["twin", "verdict"] == "same function" and np.isnan(frame.loc["twin", "p_better"])
+    assert frame.loc["pre_norm", "p_better"] == 1.0 and frame.loc["twin", "n_pairs"] == 6
+    text = write_report(store).read_text()
+    assert "**same function**: `check`" in text and "Here: twin." in text  # the legend says what it means
+    assert "Hatched rows marked `= baseline (check)` (twin)" in text
+    results = text.split("## Results", 1)[1].split("## Plots", 1)[0]
+    assert not [ln for ln in results.splitlines() if ln.startswith("| twin ") and "1.00 [" in ln]
+
+
+def test_same_function_needs_the_recorded_class_and_the_baseline(tmp_path):
+    """Without recorded classes (``--no-check``) the same trials give twin an ordinary verdict; against
+    another baseline, twin is not in that baseline's class."""
+    plain = make_run(tmp_path, "plain", TWIN_ARMS, jitter=0.0)
+    verdicts = dict(zip(*summary_table(trials_frame(plain)).loc[:, ["variant", "verdict"]].T.values))
+    assert verdicts["twin"] == "**better** (sign test 6-0, p = 0.031)"
+    store = make_run(tmp_path, "a", TWIN_ARMS, jitter=0.0, check=[["baseline", "twin"], ["pre_norm"]])
+    rows = {r.variant: r for r in aggregate(trials_frame(store), "pre_norm", meta=store.meta())}
+    assert not rows["twin"].same_function and rows["twin"].verdict == "no claim"  # all 6 tied with pre_norm
+    rows = {r.variant: r for r in aggregate(trials_frame(store), "baseline", meta=store.meta(), classes=[])}
+    assert not rows["twin"].same_function  # explicit classes (the suite's) replace the recorded ones
+
+
+def test_final_metrics_axis_is_never_narrower_than_the_floor(tmp_path, monkeypatch):
+    """CE values 0.499-0.5 (a 0.001 spread): matplotlib alone would stretch them across the axis."""
+    from harness.report import plots
+
+    assert plots.min_span_limits(0.499, 0.5) == pytest.approx((0.4495, 0.5495))  # 20 % of 0.5 = 0.1 wide
+    assert plots.min_span_limits(0.001, 0.002) == (0.0, 0.01)  # the floor, kept non-negative
+    assert plots.min_span_limits(0.1, 0.9) == (0.1, 0.9)  # wide enough already: unchanged
+    store = make_run(tmp_path, "a", TWIN_ARMS, spread=0.0, jitter=0.0, check=[["baseline", "twin"], ["pre_norm"]])
+    df = trials_frame(store)
+    rows = aggregate(df, "baseline", meta=store.meta())
+    plt, figs = plots._plt(), []
+    monkeypatch.setattr(plt, "close", lambda fig=None: figs.append(fig))
+    assert plots.plot_final_metrics(df, rows, tmp_path / "f.png") and plots.plot_steps_to_solve(
+        df, rows, tmp_path / "s.png", 100)
+    ce_axis, steps_axis = figs[0].axes[0], figs[1].axes[0]
+    lo, hi = ce_axis.get_xlim()
+    assert hi - lo >= plots.MIN_SPAN_FRACTION * 0.5 - 1e-12 and lo <= 0.499 and hi >= 0.5
+    y_twin = len(rows) - 1 - [r.variant for r in rows].index("twin")  # rows are drawn top-down
+    for ax in (ce_axis, figs[0].axes[1], steps_axis):  # twin is marked, the others are not
+        marks = [t for t in ax.texts if t.get_text() == plots.SAME_FUNCTION_MARK]
+        assert len(marks) == 1 and marks[0].xy[1] == pytest.approx(y_twin + 0.24)
+    for fig in figs:
+        fig.clf()

@@ -90,7 +90,9 @@ def test_suite_end_to_end_then_resume_trains_nothing(tmp_path):
     assert text.index("## Which variants compute the same function") < text.index("## Verdicts vs `baseline`")
     assert "- class 1: additive_mask, baseline" in text
     cells = pd.read_csv(folder / "suite.csv")["verdict"].fillna("")
-    assert set(cells) <= {"", "no claim"}  # 2 pairs can never give a verdict
+    assert set(cells) <= {"", "no claim", "same function"}  # 2 pairs can never give a verdict
+    assert set(table[table["variant"] == "additive_mask"]["verdict"]) == {"same function"}  # check: never compared
+    assert "| additive_mask | check: same function | = same function (0-0-2t)" in text
     assert "**better** " not in text.split("## How the verdicts are made")[0]
     assert (folder / "suite_verdicts.png").stat().st_size > 1000
     before = {p: p.stat().st_mtime_ns for p in (folder / "copy" / "trials").iterdir()}
@@ -117,7 +119,8 @@ def test_a_leaking_plugin_in_a_suite_is_invalid_and_never_ranked(tmp_path):
 
 def _frame(rows):
     base = {"n": 8, "n_ok": 8, "invalid": "", "ce": 0.4, "ce_low": 0.3, "ce_high": 0.5, "em": 0.5, "em_low": 0.4,
-            "em_high": 0.6, "auc": 0.9, "reason": "", "p": 0.5, "p_low": 0.2, "p_high": 0.8, "ties": 0}
+            "em_high": 0.6, "auc": 0.9, "reason": "", "p": 0.5, "p_low": 0.2, "p_high": 0.8, "ties": 0,
+            "test_verdict": ""}
     return pd.DataFrame([{**base, **r} for r in rows])
 
 
@@ -131,18 +134,50 @@ def test_findings_and_negative_control_come_from_the_verdicts():
          "verdict": "better", "wins": 8, "losses": 0, "reason": "sign test 8-0, p = 0.008"},
         {"task": "sort", "variant": "pre_norm", "relation": "check: different", "changed": "norm=pre",
          "verdict": "no claim", "wins": 5, "losses": 3},
-        # a same-function variant that got a verdict must be reported as a false positive
+        # a same-function variant is never a verdict; where the sign test alone would have given one, the
+        # negative control counts it as a false positive
         {"task": "sort", "variant": "twin", "relation": "check: same function", "changed": "mask=additive",
-         "verdict": "worse", "wins": 0, "losses": 8, "reason": "sign test 0-8, p = 0.008"},
+         "verdict": "same function", "test_verdict": "worse", "wins": 0, "losses": 8, "p": 0.0, "p_low": 0.0,
+         "p_high": 0.32, "reason": "sign test 0-8, p = 0.008"},
         {"task": "reverse", "variant": "twin", "relation": "check: same function", "changed": "mask=additive",
-         "verdict": "no claim", "wins": 4, "losses": 4}])
+         "verdict": "same function", "test_verdict": "no claim", "wins": 4, "losses": 4}])
     lines = "\n".join(suite_report.findings(df, spec))
-    assert "- **reverse**: better: pre_norm (norm=pre, 8-0) — no claim: twin" in lines
-    assert "`norm=pre` alone: better on reverse; no claim on sort" in lines
+    assert "- **reverse**: better: pre_norm (norm=pre, 8-0) — same function (check): twin" in lines
+    assert "- **sort**: no claim: pre_norm — same function (check): twin" in lines
+    assert "`norm=pre` alone: better on reverse; no claim on sort" in lines and "mask=additive" not in lines
     control = "\n".join(suite_report.negative_control(df, spec))
-    assert "Observed: **1**" in control and "FALSE POSITIVE: twin on sort: worse" in control
-    table = suite_report.verdict_sections(df, spec)[4]
+    assert "Observed: **1**" in control and "FALSE POSITIVE of the sign test alone (not reported as a verdict): " \
+        "twin on sort: worse" in control
+    sections = suite_report.verdict_sections(df, spec)
+    table, p_table = sections[4], sections[10]
     assert "**better** 8-0" in table and "no claim 5-3" in table
+    assert "= same function (0-8)" in table and "**worse**" not in table  # never a verdict ...
+    twin_p = [ln for ln in p_table.splitlines() if ln.startswith("| twin")]
+    assert twin_p and "0.00" not in twin_p[0] and "| =" in twin_p[0]  # ... nor a probability
+
+
+def test_collect_marks_the_references_check_class_same_function(tmp_path):
+    """The suite's typed rows: a variant in the reference's class that wins every seed by rounding-sized
+    margins is "same function" with its raw test kept; one outside the class gets its verdict."""
+    from harness.suite import collect
+
+    from .test_report_compare import TWIN_ARMS, make_run
+
+    store = make_run(tmp_path, "copy", TWIN_ARMS, jitter=0.0)
+    store.write_tables()
+    spec = SuiteSpec(name="x", preset="tiny", tasks=["copy"], variants=["all"], seeds=6, reference="baseline")
+    df = collect(spec, tmp_path, [["baseline", "twin"], ["pre_norm"]]).set_index("variant")
+    assert df.loc["twin", "relation"] == "check: same function" and df.loc["twin", "verdict"] == "same function"
+    assert df.loc["twin", "test_verdict"] == "better" and df.loc["twin", "wins"] == 6  # the negative control's input
+    assert df.loc["pre_norm", "relation"] == "check: different" and df.loc["pre_norm", "verdict"] == "better"
+    assert df.loc["twin", "ce"] == pytest.approx(store.meta() and trials_ce(tmp_path / "copy", "twin"))
+    control = "\n".join(suite_report.negative_control(df.reset_index(), spec))
+    assert "Observed: **1**" in control and "twin on copy: better" in control
+
+
+def trials_ce(folder, variant):
+    t = pd.read_csv(folder / "trials.csv")
+    return stats.iqm(t[t["variant"] == variant]["heldout_ce"].to_numpy())
 
 
 def test_null_verdict_rate_is_the_sign_tests_size():

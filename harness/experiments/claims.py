@@ -112,7 +112,7 @@ def departures(exp: Experiment, df, rows, baseline, metric, meta) -> list[str]:
                     where = f" at {point}" if point else ""
                     out.append(f"{c['b']} also failed to converge{where} ({k}/{len(g)} seeds): its advantage over "
                                f"{c['a']} does not hold there.")
-    if rows and all(r["solved"] == 0 for r in rows):
+    if rows and all(r.solved == 0 for r in rows):
         steps = meta.get("config", {}).get("train", {}).get("steps")
         out.append(f"No run reached held-out exact-match >= 0.99 within {steps} steps, so quality is compared "
                    f"before the task is solved.")
@@ -151,18 +151,22 @@ def _params_difference(c: dict, exp: Experiment, df, rows, baseline, metric, met
 
 def _verdict(c: dict, exp: Experiment, df, rows, baseline, metric, meta) -> tuple[str, str]:
     want = c["expected"]
-    invalid = [r for r in rows if r["variant"] in (c["variant"], baseline) and r.get("invalid")]
+    invalid = [r for r in rows if r.variant in (c["variant"], baseline) and r.invalid]
     if invalid:
-        return "inconclusive", (f"{invalid[0]['variant']} is invalid (it failed an integrity probe: "
-                                f"{invalid[0]['invalid'][0]}); no verdict is drawn from it")
-    found = [r for r in rows if r["variant"] == c["variant"] and r["comparison"] is not None
-             and (c.get("point") is None or r["point"] == c.get("point"))]
+        return "inconclusive", (f"{invalid[0].variant} is invalid (it failed an integrity probe: "
+                                f"{invalid[0].invalid[0]}); no verdict is drawn from it")
+    found = [r for r in rows if r.variant == c["variant"] and r.comparison is not None
+             and (c.get("point") is None or r.point == c.get("point"))]
     if not found:
         return "inconclusive", f"no paired comparison of {c['variant']} with {baseline} in this run"
+    if all(r.same_function for r in found):  # check proves the same function: the outcomes are rounding
+        return ("reproduced" if want == "equivalent" else "not reproduced",
+                f"check proves {c['variant']} computes the same function as {baseline}: their differences are "
+                f"floating-point rounding (expected: {want}).")
     parts, statuses = [], []
     for r in found:
-        cmp_ = r["comparison"]
-        where = f" at {r['point']}" if r["point"] else ""
+        cmp_ = r.comparison
+        where = f" at {r.point}" if r.point else ""
         parts.append(f"P({c['variant']} > {baseline}){where} on {metric} = "
                      f"{stats.fmt_ci(cmp_.p, cmp_.low, cmp_.high, 2)} (Wilson 95%) over {cmp_.n_pairs} paired seeds -> "
                      f"{cmp_.label()}")

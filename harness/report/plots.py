@@ -201,31 +201,76 @@ def plot_curves_grid(curves: pd.DataFrame, path: Path, series: list[tuple[str, s
     return path
 
 
-def plot_final_metrics(df: pd.DataFrame, rows: list[dict], path: Path) -> Path | None:
+#: The metric axis of the final-metrics figure (linear scale) spans at least this fraction of the
+#: largest value shown, and at least :data:`MIN_SPAN_FLOOR` (in the metric's unit): a rounding-level
+#: difference (0.001 nats on a CE of 0.1) then takes at most ~5 % of the axis instead of filling it.
+MIN_SPAN_FRACTION = 0.2
+MIN_SPAN_FLOOR = 0.01
+SAME_FUNCTION_MARK = "= baseline (check)"  #: the annotation of a variant in the baseline's check class
+
+
+def min_span_limits(lo: float, hi: float, fraction: float = MIN_SPAN_FRACTION,
+                    floor: float = MIN_SPAN_FLOOR) -> tuple[float, float]:
+    """``(lo, hi)`` widened about its centre to span at least ``max(fraction * max(|lo|, |hi|), floor)``.
+
+    A non-negative range stays non-negative (shifted up from 0 when widening would cross it).
+    Non-finite bounds are returned as given.
+    """
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return lo, hi
+    need = max(fraction * max(abs(lo), abs(hi)), floor)
+    if hi - lo >= need:
+        return lo, hi
+    mid = (lo + hi) / 2
+    new_lo, new_hi = mid - need / 2, mid + need / 2
+    if lo >= 0 > new_lo:
+        new_lo, new_hi = 0.0, need
+    return new_lo, new_hi
+
+
+def _mark_same_function(ax, rows: list, y_of) -> None:
+    """A hatched band and the note :data:`SAME_FUNCTION_MARK` on the rows that check proves compute
+    the baseline's function (their differences from it are rounding)."""
+    for i, r in enumerate(rows):
+        if getattr(r, "same_function", False) and not r.invalid:
+            y = y_of(i)
+            ax.axhspan(y - 0.4, y + 0.4, facecolor="none", edgecolor="0.82", hatch="//", lw=0, zorder=0)
+            ax.annotate(SAME_FUNCTION_MARK, xy=(0.99, y + 0.24), xycoords=("axes fraction", "data"), ha="right",
+                        va="center", fontsize=8, color="0.25", zorder=5,
+                        bbox={"boxstyle": "square,pad=0.1", "fc": "white", "ec": "none"})
+
+
+def plot_final_metrics(df: pd.DataFrame, rows: list, path: Path) -> Path | None:
     """Per variant (x point): held-out CE and exact-match, every seed as a grey dot and the IQM
-    with its 95 % bootstrap CI as a coloured bar. Returns the path, or None without data."""
+    with its 95 % bootstrap CI as a coloured bar; variants in the baseline's check class hatched
+    and marked :data:`SAME_FUNCTION_MARK`. A linear CE axis spans at least
+    :func:`min_span_limits`. Returns the path, or None without data."""
     if not rows:
         return None
     plt = _plt()
-    labels = [_series_label(r["variant"], r["point"]) for r in rows]
+    labels = [_series_label(r.variant, r.point) for r in rows]
     colors = _colors(len(rows))
     h = max(2.6, 0.42 * len(rows) + 1.4)
     fig, axes = plt.subplots(1, 2, figsize=(13, h), sharey=True)
     rng = np.random.default_rng(0)
     ce_scale = _scale(axes[0], _num(df[df["status"] == "ok"], "heldout_ce"), "x")
-    for ax, key, col, title in ((axes[0], "heldout_ce", "heldout_ce", f"Held-out cross-entropy, nats/token ({ce_scale} scale)"),
-                                (axes[1], "exact_match", "exact_match", "Held-out exact-match (fraction)")):
+    floor = (f"; axis >= {MIN_SPAN_FRACTION:.0%} of the value wide" if ce_scale == "linear" else "")
+    for ax, key, title in ((axes[0], "heldout_ce", f"Held-out cross-entropy, nats/token ({ce_scale} scale{floor})"),
+                           (axes[1], "exact_match", "Held-out exact-match (fraction)")):
         for i, (r, color) in enumerate(zip(rows, colors)):
-            g = df[(df["variant"] == r["variant"]) & (df["point"] == r["point"]) & (df["status"] == "ok")]
-            vals = _num(g, col).dropna().to_numpy()
+            g = df[(df["variant"] == r.variant) & (df["point"] == r.point) & (df["status"] == "ok")]
+            vals = _num(g, key).dropna().to_numpy()
             y = len(rows) - 1 - i
             ax.scatter(vals, y + rng.uniform(-0.18, 0.18, vals.size), s=14, color="0.55", zorder=2)
-            point, lo, hi = r[key]
+            point, lo, hi = getattr(r, key)
             if not math.isnan(point):
                 xerr = None if math.isnan(lo) else [[point - lo], [hi - point]]
                 ax.errorbar([point], [y], xerr=xerr, fmt="D", color=color, ms=7, capsize=5, lw=2, zorder=3)
+        _mark_same_function(ax, rows, lambda i: len(rows) - 1 - i)
         ax.set_title(title + "\nIQM (diamond) with 95 % bootstrap CI; grey: seeds", fontsize=10)
         ax.grid(alpha=0.3, axis="x")
+    if ce_scale == "linear":
+        axes[0].set_xlim(*min_span_limits(*axes[0].get_xlim()))
     axes[1].set_xlim(-0.03, 1.03)
     axes[1].axvline(0.99, color="grey", lw=0.8, ls="--")
     axes[0].set_yticks(range(len(rows)))
@@ -236,13 +281,15 @@ def plot_final_metrics(df: pd.DataFrame, rows: list[dict], path: Path) -> Path |
     return path
 
 
-def plot_steps_to_solve(df: pd.DataFrame, rows: list[dict], path: Path, budget: int | None) -> Path | None:
+def plot_steps_to_solve(df: pd.DataFrame, rows: list, path: Path, budget: int | None) -> Path | None:
     """Steps to held-out exact-match >= 0.99: every seed as a dot, unsolved runs as x at the
-    right edge, the median as a black bar and the IQR as a thick line."""
+    right edge, the median as a black bar and the IQR as a thick line; variants in the baseline's
+    check class hatched and marked :data:`SAME_FUNCTION_MARK` (a different step there is rounding
+    crossing an evaluation boundary)."""
     if not rows:
         return None
     plt = _plt()
-    labels = [_series_label(r["variant"], r["point"]) for r in rows]
+    labels = [_series_label(r.variant, r.point) for r in rows]
     colors = _colors(len(rows))
     finite_all = _num(df, "steps_to_solve").dropna()
     right = float(budget or (finite_all.max() if len(finite_all) else 1))
@@ -251,18 +298,19 @@ def plot_steps_to_solve(df: pd.DataFrame, rows: list[dict], path: Path, budget: 
     rng = np.random.default_rng(1)
     for i, (r, color) in enumerate(zip(rows, colors)):
         y = len(rows) - 1 - i
-        g = df[(df["variant"] == r["variant"]) & (df["point"] == r["point"]) & (df["status"] != "failed")]
+        g = df[(df["variant"] == r.variant) & (df["point"] == r.point) & (df["status"] != "failed")]
         s = _num(g, "steps_to_solve").where(g["status"] == "ok")
         solved = s.dropna().to_numpy()
         n_uns = len(g) - solved.size
         ax.scatter(solved, y + rng.uniform(-0.15, 0.15, solved.size), s=18, color=color, zorder=3)
         if n_uns:
             ax.scatter([edge] * n_uns, y + rng.uniform(-0.15, 0.15, n_uns), marker="x", s=30, color=color, zorder=3)
-        med, q1, q3 = r["steps_to_solve"]
+        med, q1, q3 = r.steps_to_solve
         clip = lambda v: edge if math.isinf(v) else v  # noqa: E731
         if not math.isnan(med):
             ax.plot([clip(q1), clip(q3)], [y, y], color="black", lw=4, alpha=0.35, zorder=2)
             ax.plot([clip(med)] * 2, [y - 0.3, y + 0.3], color="black", lw=2, zorder=4)
+    _mark_same_function(ax, rows, lambda i: len(rows) - 1 - i)
     from matplotlib import ticker
 
     ax.axvline(right, color="grey", lw=0.8, ls=":")

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
-
 import numpy as np
 import pandas as pd
 
 from .. import stats
 from .frames import DEFAULT_METRIC, METRICS, SLOT_COLS, TRAINED, _num, invalid_variants, point_order, \
     resolve_baseline, variant_order
+from .rows import SAME_FUNCTION_TEXT, Count, Interval, MeanStd, MedianIQR, SummaryRow, recorded_classes, same_class
 
 # ----------------------------------------------------------------------------- statistics
 
@@ -38,8 +37,20 @@ def paired_values(df: pd.DataFrame, variant: str, baseline: str, point: str, met
 
 
 def aggregate(df: pd.DataFrame, baseline: str | None = None, metric: str = DEFAULT_METRIC,
-              meta: dict | None = None) -> list[dict[str, Any]]:
-    """Per (variant, point) statistics as numbers (see the module docstring for definitions).
+              meta: dict | None = None, classes: list[list[str]] | None = None) -> list[SummaryRow]:
+    """Per (variant, point) statistics as typed rows (definitions: the module docstring of
+    :mod:`harness.report.rows` and ``docs/statistics.md``).
+
+    Args:
+        df: :func:`harness.report.trials_frame` of a run.
+        baseline: the variant every other is compared with (None: no comparisons).
+        metric: the comparison metric, one of :data:`METRICS`.
+        meta: the run's ``config.json`` (order of variants and points; its check classes).
+        classes: check's equivalence classes (default: those ``meta`` recorded under ``check``); a
+            variant in the baseline's class is marked :attr:`SummaryRow.same_function`.
+
+    Returns:
+        One :class:`SummaryRow` per (variant, point) with trials, points outermost, baseline first.
 
     Raises:
         ValueError: unknown ``metric`` (one of :data:`METRICS`).
@@ -48,7 +59,7 @@ def aggregate(df: pd.DataFrame, baseline: str | None = None, metric: str = DEFAU
         raise ValueError(f"unknown metric {metric!r}; expected one of {', '.join(METRICS)}")
     if df.empty:
         return []
-    higher = METRICS[metric][0]
+    classes = recorded_classes(meta) if classes is None else classes
     invalid = invalid_variants(df)
     out = []
     for point in point_order(df, meta):
@@ -56,53 +67,54 @@ def aggregate(df: pd.DataFrame, baseline: str | None = None, metric: str = DEFAU
             g = df[(df["variant"] == variant) & (df["point"] == point)]
             if g.empty:
                 continue
-            status = g["status"] if "status" in g else pd.Series("ok", index=g.index)
-            ran = g[status != "failed"]
-            ok = g[status.isin(TRAINED)]
-            n = len(ran)
-            n_div = int((status == "diverged").sum())
-            steps = _num(ran, "steps").replace(0, np.nan)
-            step_ms = 1000 * _num(ran, "train_s") / steps
-            solve = _num(ran, "steps_to_solve").where(ran["status"].isin(TRAINED)).fillna(np.inf)
-            first = g.iloc[0]
-            row: dict[str, Any] = {
-                "variant": variant, "point": point, "n": n, "n_ok": len(ok), "n_failed": int((status == "failed").sum()),
-                "params": int(first["params"]) if pd.notna(first.get("params", np.nan)) else None,
-                "step_ms": float(np.nanmedian(step_ms)) if step_ms.notna().any() else float("nan"),
-                "tokens_per_s": float(np.nanmedian(_num(ran, "tokens_per_s"))) if _num(ran, "tokens_per_s").notna().any() else float("nan"),
-                "early_loss": stats.mean_std(_num(ran, "early_loss")),
-                "heldout_auc": stats.iqm_ci(_num(ok, "heldout_auc").to_numpy()),
-                "heldout_ce": stats.iqm_ci(_num(ok, "heldout_ce").to_numpy()),
-                "exact_match": stats.iqm_ci(_num(ok, "exact_match").to_numpy()),
-                "token_acc": stats.iqm_ci(_num(ok, "heldout_token_acc").to_numpy()),
-                "steps_to_solve": stats.median_iqr(solve.to_numpy()) if n else (float("nan"),) * 3,
-                "time_to_solve_s": float(np.median(_num(ran, "time_to_solve_s").where(ran["status"].isin(TRAINED))
-                                                   .fillna(np.inf).to_numpy())) if n else float("nan"),
-                "solved": int(np.isfinite(solve).sum()),
-                "diverged": (n_div, n, *stats.wilson_interval(n_div, n)),
-                "slots": {c.removeprefix("slot_"): first.get(c, "") for c in g.columns if c.startswith("slot_")},
-                "comparison": None,
-                "invalid": invalid.get(variant, []),
-                "baseline_invalid": bool(baseline and invalid.get(baseline)),
-            }
-            if row["invalid"] or row["baseline_invalid"]:
-                pass  # never a comparison for a variant whose masks leak, nor against such a baseline
-            elif baseline and variant != baseline and baseline in set(df["variant"]):
+            comparison = None
+            bad, bad_base = invalid.get(variant, []), bool(baseline and invalid.get(baseline))
+            if not bad and not bad_base and baseline and variant != baseline and baseline in set(df["variant"]):
                 a, b, seeds = paired_values(df, variant, baseline, point, metric)
-                if len(seeds):
-                    row["comparison"] = stats.compare_paired(a, b, higher)
-            out.append(row)
+                if len(seeds):  # never a comparison for a leaking variant nor against a leaking baseline
+                    comparison = stats.compare_paired(a, b, METRICS[metric][0])
+            out.append(_stats_row(g, variant, point, comparison=comparison, invalid=bad, baseline_invalid=bad_base,
+                                  same_function=same_class(classes, variant, baseline)))
     return out
 
 
-def _fmt_mean_std(ms: tuple[float, float], digits: int = 3) -> str:
+def _stats_row(g: pd.DataFrame, variant: str, point: str, **extra) -> SummaryRow:
+    """The statistics of one (variant, point)'s trials ``g`` across seeds."""
+    status = g["status"] if "status" in g else pd.Series("ok", index=g.index)
+    ran, ok = g[status != "failed"], g[status.isin(TRAINED)]
+    n, n_div = len(ran), int((status == "diverged").sum())
+    trained = status[ran.index].isin(TRAINED)
+    step_ms = 1000 * _num(ran, "train_s") / _num(ran, "steps").replace(0, np.nan)
+    tokens = _num(ran, "tokens_per_s")
+    solve = _num(ran, "steps_to_solve").where(trained).fillna(np.inf)
+    to_solve = _num(ran, "time_to_solve_s").where(trained).fillna(np.inf).to_numpy()
+    first = g.iloc[0]
+    return SummaryRow(
+        variant=variant, point=point, n=n, n_ok=len(ok), n_failed=int((status == "failed").sum()),
+        params=int(first["params"]) if pd.notna(first.get("params", np.nan)) else None,
+        step_ms=float(np.nanmedian(step_ms)) if step_ms.notna().any() else float("nan"),
+        tokens_per_s=float(np.nanmedian(tokens)) if tokens.notna().any() else float("nan"),
+        early_loss=MeanStd(*stats.mean_std(_num(ran, "early_loss"))),
+        heldout_auc=Interval(*stats.iqm_ci(_num(ok, "heldout_auc").to_numpy())),
+        heldout_ce=Interval(*stats.iqm_ci(_num(ok, "heldout_ce").to_numpy())),
+        exact_match=Interval(*stats.iqm_ci(_num(ok, "exact_match").to_numpy())),
+        token_acc=Interval(*stats.iqm_ci(_num(ok, "heldout_token_acc").to_numpy())),
+        steps_to_solve=MedianIQR(*(stats.median_iqr(solve.to_numpy()) if n else (float("nan"),) * 3)),
+        time_to_solve_s=float(np.median(to_solve)) if n else float("nan"),
+        solved=int(np.isfinite(solve).sum()),
+        diverged=Count(n_div, n, *stats.wilson_interval(n_div, n)),
+        slots={c.removeprefix("slot_"): first.get(c, "") for c in g.columns if c.startswith("slot_")},
+        **extra)
+
+
+def _fmt_mean_std(ms: MeanStd, digits: int = 3) -> str:
     m, s = ms
     if math.isnan(m):
         return "—"
     return f"{m:.{digits}f}" if math.isnan(s) else f"{m:.{digits}f} ± {s:.{digits}f}"
 
 
-def _fmt_median_iqr(t: tuple[float, float, float], solved: int, n: int) -> str:
+def _fmt_median_iqr(t: MedianIQR, solved: int, n: int) -> str:
     med, q1, q3 = t
     if math.isnan(med):
         return "—"
@@ -112,15 +124,36 @@ def _fmt_median_iqr(t: tuple[float, float, float], solved: int, n: int) -> str:
     return f"{f(med)} [{f(q1)}, {f(q3)}] ({solved}/{n} solved)"
 
 
-def _fmt_count(t: tuple) -> str:
+def _fmt_count(t: Count) -> str:
     k, n, lo, hi = t
     if not n:
         return "—"
     return f"{k}/{n} [{lo:.2f}, {hi:.2f}]"
 
 
+def comparison_cells(r: SummaryRow, baseline: str | None) -> tuple[str, str]:
+    """(P(> baseline) cell, verdict cell) of one row of the main table.
+
+    A variant in the baseline's check class (:attr:`SummaryRow.same_function`) shows ``=`` and
+    "same function": its paired outcomes are rounding, never a probability or a verdict.
+    """
+    c = r.comparison
+    if r.invalid:
+        return "—", "**INVALID** (excluded: see Invalid variants)"
+    if r.variant == baseline:
+        return "(baseline)", "—"
+    if r.baseline_invalid:
+        return "—", "no claim (the baseline is invalid)"
+    if r.same_function:
+        return "= (same function)", f"same function (check: = {baseline}; differences are rounding)"
+    if c is None:
+        return "—", "no claim: no seed paired with the baseline"
+    p_s = stats.fmt_ci(c.p, c.low, c.high, 2) + f" n={c.n_pairs}"
+    return p_s, (c.label().replace("better", "**better**", 1) if c.verdict == "better" else c.label())
+
+
 def summary_table(df: pd.DataFrame, baseline: str | None = None, metric: str = DEFAULT_METRIC,
-                  meta: dict | None = None, rows: list[dict] | None = None) -> pd.DataFrame:
+                  meta: dict | None = None, rows: list[SummaryRow] | None = None) -> pd.DataFrame:
     """The report's main table as strings, one row per (variant, sweep point), baseline first.
 
     ``baseline`` defaults to :func:`resolve_baseline`; ``rows`` may pass a precomputed
@@ -130,37 +163,26 @@ def summary_table(df: pd.DataFrame, baseline: str | None = None, metric: str = D
         return pd.DataFrame()
     baseline = baseline or resolve_baseline(df, meta)
     rows = rows if rows is not None else aggregate(df, baseline, metric, meta)
-    has_points = any(r["point"] for r in rows)
+    has_points = any(r.point for r in rows)
     p_col = f"P(> {baseline}) [95% CI]" if baseline else "P(> baseline)"
     out = []
     for r in rows:
-        c = r["comparison"]
-        if r.get("invalid"):
-            p_s, v_s = "—", "**INVALID** (excluded: see Invalid variants)"
-        elif r["variant"] == baseline:
-            p_s, v_s = "(baseline)", "—"
-        elif r.get("baseline_invalid"):
-            p_s, v_s = "—", "no claim (the baseline is invalid)"
-        elif c is None:
-            p_s, v_s = "—", "no claim: no seed paired with the baseline"
-        else:
-            p_s = stats.fmt_ci(c.p, c.low, c.high, 2) + f" n={c.n_pairs}"
-            v_s = c.label().replace("better", "**better**", 1) if c.verdict == "better" else c.label()
-        line = {"variant": r["variant"]}
+        p_s, v_s = comparison_cells(r, baseline)
+        line = {"variant": r.variant}
         if has_points:
-            line["point"] = r["point"]
+            line["point"] = r.point
         line.update({
-            "params": r["params"] if r["params"] is not None else "—",
-            "step ms": f"{r['step_ms']:.1f}" if not math.isnan(r["step_ms"]) else "—",
-            "tokens/s": f"{r['tokens_per_s']:,.0f}" if not math.isnan(r["tokens_per_s"]) else "—",
-            "time to EM≥0.99 s (median)": (f"{r['time_to_solve_s']:.1f}" if math.isfinite(r["time_to_solve_s"])
-                                           else "∞" if r["time_to_solve_s"] == math.inf else "—"),
-            "early loss (mean ± std)": _fmt_mean_std(r["early_loss"]),
-            "mean held-out CE over training IQM [95% CI]": stats.fmt_ci(*r["heldout_auc"]),
-            "held-out CE IQM [95% CI]": stats.fmt_ci(*r["heldout_ce"]),
-            "exact-match IQM [95% CI]": stats.fmt_ci(*r["exact_match"]),
-            "steps to EM≥0.99 median [IQR]": _fmt_median_iqr(r["steps_to_solve"], r["solved"], r["n"]),
-            "diverged x/n [Wilson 95%]": _fmt_count(r["diverged"]),
+            "params": r.params if r.params is not None else "—",
+            "step ms": f"{r.step_ms:.1f}" if not math.isnan(r.step_ms) else "—",
+            "tokens/s": f"{r.tokens_per_s:,.0f}" if not math.isnan(r.tokens_per_s) else "—",
+            "time to EM≥0.99 s (median)": (f"{r.time_to_solve_s:.1f}" if math.isfinite(r.time_to_solve_s)
+                                           else "∞" if r.time_to_solve_s == math.inf else "—"),
+            "early loss (mean ± std)": _fmt_mean_std(r.early_loss),
+            "mean held-out CE over training IQM [95% CI]": stats.fmt_ci(*r.heldout_auc),
+            "held-out CE IQM [95% CI]": stats.fmt_ci(*r.heldout_ce),
+            "exact-match IQM [95% CI]": stats.fmt_ci(*r.exact_match),
+            "steps to EM≥0.99 median [IQR]": _fmt_median_iqr(r.steps_to_solve, r.solved, r.n),
+            "diverged x/n [Wilson 95%]": _fmt_count(r.diverged),
             p_col: p_s,
             "verdict": v_s,
         })
@@ -237,7 +259,18 @@ def caption(meta: dict, df: pd.DataFrame, baseline: str | None, metric: str) -> 
         f"**P(> {baseline})** compares on **{metric}** ({METRICS[metric][1]}; "
         f"{'higher' if METRICS[metric][0] else 'lower'} is better). " + stats.RULE_TEXT,
     ]
+    same = same_function_variants(meta, df, baseline)
+    if same:
+        parts.append(SAME_FUNCTION_TEXT.replace("the baseline's", f"`{baseline}`'s", 1)
+                     + f" Here: {', '.join(same)}.")
     return "\n\n".join(parts)
+
+
+def same_function_variants(meta: dict, df: pd.DataFrame, baseline: str | None) -> list[str]:
+    """The run's variants that the recorded check puts in ``baseline``'s class (the baseline excluded)."""
+    classes = recorded_classes(meta)
+    names = list(dict.fromkeys(df["variant"])) if len(df) else []
+    return [v for v in names if same_class(classes, v, baseline)]
 
 
 def variants_table(df: pd.DataFrame, order: list[str]) -> pd.DataFrame:

@@ -190,6 +190,12 @@ def _plot_lines(ctx: ReportContext) -> list[str]:
     if not figs:
         return []
     parts = ["## Plots", ""]
+    same = [r.variant for r in rows if r.same_function and not r.invalid]
+    if same:
+        parts += [f"Hatched rows marked `{plots.SAME_FUNCTION_MARK}` ({', '.join(dict.fromkeys(same))}): `check` "
+                  f"proves they compute the same function as `{ctx.baseline}` (same outputs and gradients from the "
+                  "same weights, recorded in `config.json` under `check`), so their differences from it are "
+                  "floating-point rounding, not an effect.", ""]
     for name, p in figs:
         parts += [f"### {name}", "", f"![{name}]({p.name})", ""]
     return parts

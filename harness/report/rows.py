@@ -1,0 +1,155 @@
+"""Typed records of the report's statistics: one :class:`SummaryRow` per (variant, sweep point).
+
+:func:`harness.report.aggregate` returns these; the report's tables and plots, the suite
+(:mod:`harness.suite`), the experiments' claims and the Python API's ``summary`` frame read their
+attributes. Each interval-like field is a small frozen record that also unpacks as the tuple it
+replaces (``value, low, high = row.heldout_ce``), so ``stats.fmt_ci(*row.heldout_ce)`` keeps working.
+Nothing here is stored: ``trials.csv``, ``curves.csv`` and ``suite.csv`` are unchanged.
+
+Same function: ``check`` (:mod:`harness.checks`) groups variants into equivalence classes (same
+outputs and gradients from the same canonical weights, CPU fp32); ``run`` records them in
+``config.json`` under ``check`` (:func:`harness.overview.check_classes`). A variant in the
+baseline's class computes the same function as the baseline, so its training differs from the
+baseline's only by floating-point rounding: the report shows it as "same function", never as a
+probability or a verdict (:attr:`SummaryRow.same_function`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterator
+
+from ..stats import Comparison
+
+SAME_FUNCTION = "same function"  #: the verdict of a variant in the baseline's check class
+
+#: The report legend's definition of "same function" (tables, suite and plots say the same).
+SAME_FUNCTION_TEXT = (
+    "**same function**: `check` (CPU, fp32, recorded in `config.json` under `check` before training) puts the "
+    "variant in the baseline's equivalence class: the same outputs and gradients from the same weights. Its "
+    "training differs from the baseline's only by floating-point rounding (operation order), so it gets no "
+    "P(> baseline) and no verdict, whatever the seeds show; `=` stands in the probability column.")
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A point estimate with its 95 % interval (IQM with a stratified-bootstrap CI, Agarwal et al. 2021).
+
+    Args:
+        value: the point estimate, in the metric's unit (nan: no data).
+        low, high: the interval's bounds (nan: too few values for a CI).
+    """
+
+    value: float
+    low: float
+    high: float
+
+    def __iter__(self) -> Iterator[float]:
+        return iter((self.value, self.low, self.high))
+
+
+@dataclass(frozen=True)
+class MeanStd:
+    """Mean ± standard deviation over seeds (early loss, Narang et al. 2021)."""
+
+    mean: float
+    std: float
+
+    def __iter__(self) -> Iterator[float]:
+        return iter((self.mean, self.std))
+
+
+@dataclass(frozen=True)
+class MedianIQR:
+    """Median with the interquartile range over seeds; ``inf`` stands for "not solved"."""
+
+    median: float
+    q1: float
+    q3: float
+
+    def __iter__(self) -> Iterator[float]:
+        return iter((self.median, self.q1, self.q3))
+
+
+@dataclass(frozen=True)
+class Count:
+    """``k`` of ``n`` trials with a 95 % Wilson score interval of the rate ``k / n``."""
+
+    k: int
+    n: int
+    low: float
+    high: float
+
+    def __iter__(self) -> Iterator[float]:
+        return iter((self.k, self.n, self.low, self.high))
+
+
+@dataclass(frozen=True)
+class SummaryRow:
+    """The statistics of one (variant, sweep point) across seeds (definitions: ``docs/statistics.md``).
+
+    Attributes:
+        variant, point: the series (``point`` "" without a sweep).
+        n, n_ok, n_failed: trials that ran (not raised), that trained (``ok``/``diverged``), that raised.
+        params: unique parameters (None when not recorded).
+        step_ms: median wall time of one optimiser step, ms.  tokens_per_s: median label tokens/s.
+        early_loss: mean training loss of the first 10 steps, mean ± std over seeds (nats/token).
+        heldout_auc, heldout_ce: mean held-out CE over training and final held-out CE (nats/token), IQM [CI].
+        exact_match, token_acc: held-out exact-match and token accuracy (fractions), IQM [CI].
+        steps_to_solve: steps to held-out exact-match >= 0.99, median [IQR] (inf: not solved).
+        time_to_solve_s: training seconds to that point, median (inf: not solved by half the seeds).
+        solved: seeds that got there.  diverged: diverged trials of ``n`` with a Wilson interval.
+        slots: slot -> component of the variant.
+        comparison: the paired comparison with the baseline (None: the baseline itself, an invalid
+            variant or baseline, no paired seed). Kept for a same-function variant too, as the
+            negative control's raw test; :attr:`verdict` is what a reader is told.
+        invalid: the integrity probes the variant failed (empty when valid).
+        baseline_invalid: the baseline failed one (no comparison is drawn).
+        same_function: ``check`` proves the variant computes the baseline's function (module docstring).
+    """
+
+    variant: str
+    point: str
+    n: int
+    n_ok: int
+    n_failed: int
+    params: int | None
+    step_ms: float
+    tokens_per_s: float
+    early_loss: MeanStd
+    heldout_auc: Interval
+    heldout_ce: Interval
+    exact_match: Interval
+    token_acc: Interval
+    steps_to_solve: MedianIQR
+    time_to_solve_s: float
+    solved: int
+    diverged: Count
+    slots: dict = field(default_factory=dict)
+    comparison: Comparison | None = None
+    invalid: list = field(default_factory=list)
+    baseline_invalid: bool = False
+    same_function: bool = False
+
+    @property
+    def verdict(self) -> str | None:
+        """``"same function"``, the comparison's verdict, or None (baseline, invalid, nothing paired)."""
+        if self.invalid or self.baseline_invalid:
+            return None
+        if self.same_function:
+            return SAME_FUNCTION
+        return self.comparison.verdict if self.comparison is not None else None
+
+
+def same_class(classes: list[list[str]] | None, a: str, b: str | None) -> bool:
+    """True when ``a`` and ``b`` are distinct and in one of check's equivalence ``classes``."""
+    if not b or a == b or not classes:
+        return False
+    return any(a in c and b in c for c in classes)
+
+
+def recorded_classes(meta: dict | None) -> list[list[str]]:
+    """The check classes a run recorded in ``config.json`` (key ``check``); [] when none (``--no-check``,
+    a check that could not run, a run from before check was recorded)."""
+    check = (meta or {}).get("check") or {}
+    classes = check.get("classes") if isinstance(check, dict) else None
+    return [list(c) for c in classes if isinstance(c, (list, tuple))] if isinstance(classes, list) else []
