@@ -164,9 +164,10 @@ def _residual_fault(mod: nn.Module, x: torch.Tensor, sub) -> tuple[str, float, f
                 "x + a * sublayer(x))"), gap0, thr0
     if not seen:
         return "never calls the sub-layer", math.inf, ATOL
-    if any(output_gap(y, x)[0] > output_gap(y, x)[1] for y in seen):
+    gi, ti = max((output_gap(y, x) for y in seen), key=lambda gt: gt[0] / gt[1])
+    if gi > ti:
         return ("the sub-layer is applied to a transformation of x, not to x (a LayerNorm or a scale before "
-                "it?)"), math.inf, ATOL
+                "it?)"), gi, ti
     r = out - x
     a = (r * s).sum((0, 1)) / (s * s).sum((0, 1)).clamp_min(1e-300)  # (D,) least-squares gain per feature
     gap, thr = output_gap(out, x + a * s)
