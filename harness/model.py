@@ -8,7 +8,9 @@ Slot protocols (what a component's ``factory(ctx)`` must return):
 * ``norm``: a new ``nn.Module`` per call with ``forward(x, sublayer) -> x`` wrapping one
   sub-layer with its residual connection, and a class attribute ``final_norm: bool``
   (True when the encoder and decoder end with a LayerNorm, as pre-norm needs). It owns one
-  LayerNorm child named ``norm`` made with ``ctx.layer_norm()``.
+  LayerNorm child named ``norm`` made with ``ctx.layer_norm()``, unless its registration
+  declares ``has_layer_norm=False`` (ReZero's ``x + alpha * sublayer(x)``): then it makes
+  none and ``final_norm`` is optional (default False: no final LayerNorm).
 * ``layer_norm``: a new ``nn.Module`` normalising the last dimension D, with canonical
   parameters ``weight`` and ``bias`` of shape (D,).
 * ``projections``: a callable ``linear(d_in, d_out) -> nn.Linear`` used by attention and the FFN.

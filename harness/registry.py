@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 #: variant leaves out takes the slot's default component, the one that declares
 #: ``Component(..., default=True)`` (for the built-ins: the paper's choice).
 SLOT_DOCS: dict[str, str] = {
-    "norm": "where LayerNorm sits around each sub-layer (post-norm / pre-norm)",
+    "norm": "where LayerNorm sits around each sub-layer (post-norm / pre-norm), or none (has_layer_norm=False)",
     "embedding": "source/target embeddings and generator: separate or one shared matrix",
     "attention": "how multi-head attention is written (heads split, matmul vs bmm, SDPA)",
     "mask": "how masks are made and applied to attention scores (bool keep-mask / additive)",
@@ -63,12 +63,19 @@ class Component:
             ``"finite"`` (default: any finite distribution), ``"uniform"``, ``"zeros"`` or
             ``"nan"`` (declared: softmax of an all -inf row). Rows of a real batch must be
             finite whatever is declared here.
+        has_layer_norm: norm slot only. ``False`` declares a residual block with no LayerNorm (ReZero's
+            ``x + alpha * sublayer(x)``, Bachlechner et al. 2021; an identity residual ``x + sublayer(x)``):
+            it owns no ``norm`` child and is held to the no-LayerNorm residual contract
+            (``x + a * sublayer(x)``, a gain ``a`` that gradients reach at initialisation) instead of
+            post-norm / pre-norm. Such a block computes neither, so it must also declare ``differs=``
+            (or ``equivalent_to=`` another such block, or ``buggy``).
 
     Raises (when registered):
         UnknownNameError: unknown slot, or ``equivalent_to`` naming no component of the slot.
         PluginError: ``fully_masked_row`` not in :data:`FULLY_MASKED_ROW`, both ``differs``
-            and ``equivalent_to`` given, ``default`` on a ``buggy`` component, or a slot with no
-            or two defaults.
+            and ``equivalent_to`` given, ``default`` on a ``buggy`` component, a slot with no
+            or two defaults, or ``has_layer_norm=False`` outside the norm slot or without ``differs=``
+            / ``equivalent_to=`` / ``buggy``.
     """
 
     name: str
@@ -81,6 +88,7 @@ class Component:
     equivalent_to: str = ""
     fully_masked_row: str = "finite"
     default: bool = False
+    has_layer_norm: bool = True
     plugin: str = field(default="", compare=False)
 
     def declaration(self) -> str:
@@ -312,6 +320,13 @@ class Registry:
                               f"{', '.join(FULLY_MASKED_ROW)}")
         if comp.differs and comp.equivalent_to:
             raise PluginError(f"{where}: declares both differs= and equivalent_to=; give one")
+        if not comp.has_layer_norm:
+            if comp.slot != "norm":
+                raise PluginError(f"{where}: has_layer_norm=False applies to the norm slot only (residual blocks)")
+            if not (comp.differs or comp.equivalent_to or comp.buggy):
+                raise PluginError(f"{where}: has_layer_norm=False computes neither post-norm nor pre-norm; declare "
+                                  f"what it computes with differs=\"...\" (e.g. \"ReZero: x + alpha * sublayer(x), "
+                                  f"no LayerNorm (Bachlechner et al. 2021)\")")
         if comp.equivalent_to:
             if comp.equivalent_to == comp.name or (comp.slot, comp.equivalent_to) not in self.components:
                 raise UnknownNameError(f"{comp.slot} component", comp.equivalent_to,

@@ -12,8 +12,9 @@ Example (a plugin's ``tests/test_my_plugin.py``)::
     REG = load_registry(files=["my_plugin.py"])          # or modules=["harness_my"]
 
     def test_contract():
-        check_variant_contract(REG, "my_variant")           # shapes, gradients, canonical layout,
-                                                             # mask probes, tied weights
+        check_variant_contract(REG, "my_variant")           # everything `check --variants my_variant`
+                                                             # runs: components, gradients, canonical
+                                                             # layout, probes, PyTorch references, ties
     def test_my_attention_is_multi_head_attention():
         assert_matches_multihead_attention(REG, "my_attn")  # vs torch.nn.MultiheadAttention
 
@@ -32,16 +33,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Iterable
 
-import torch
-
 from .checks import (CHECK_MODEL, DECLARED, EQUIVALENT, IDENTICAL, NOT_COMPARABLE, BugResult, MaskComponentResult,
                      PairResult, ProbeResult, ReferenceResult, TieResult, bug_reasons, check_ties,
-                     compare_attention_with_mha, compare_variants, compare_with_nn_transformer, describe_exception,
-                     get_tolerance, padded_batch, registry_groups, probe_mask_component, probe_variant, reference_state)
+                     compare_attention_with_mha, compare_variants, compare_with_nn_transformer, get_tolerance,
+                     padded_batch, probe_mask_component, probe_variant, reference_state, registry_groups, run_checks)
 from .checks.contracts import check_components as _contract_results
 from .checks.contracts import reference_key
 from .config import ModelConfig
-from .model import build_model, canonical_state_dict, load_canonical_state_dict
 from .plugins import PluginSpec
 from .registry import Registry, Variant
 
@@ -108,64 +106,26 @@ def check_components(registry: Registry, variant: str | Variant, cfg: ModelConfi
 
 def contract_failures(registry: Registry, variant: str | Variant, cfg: ModelConfig | None = None, *,
                       seed: int = 0, device: str = "cpu") -> list[str]:
-    """Everything ``variant`` breaks of the harness contract (empty list: conforms). See
-    :func:`check_variant_contract` for the items."""
-    cfg = (cfg or CHECK_MODEL).validate()
-    v = _variant(registry, variant)
-    dev = torch.device(device)
-    src, tgt, labels = (t.to(dev) for t in padded_batch(cfg, seed=seed))
-    out: list[str] = []
-    try:
-        model = build_model(registry, v, cfg, seed).to(dev).eval()
-        logits = model(src, tgt)
-    except Exception as exc:  # noqa: BLE001
-        return [f"forward crashes: {describe_exception(exc)}"]
-    want = (src.size(0), tgt.size(1), cfg.vocab)
-    if tuple(logits.shape) != want:
-        out.append(f"logits have shape {tuple(logits.shape)}, expected (B, T, V) = {want}")
-        return out
-    if not torch.isfinite(logits).all():
-        out.append("logits contain NaN or inf on a padded batch")
-    torch.nn.functional.cross_entropy(logits[tgt != cfg.pad], labels[tgt != cfg.pad]).backward()
-    for name, p in model.named_parameters():
-        if p.grad is None:
-            out.append(f"parameter {name} gets no gradient")
-        elif not torch.isfinite(p.grad).all():
-            out.append(f"parameter {name} has a non-finite gradient")
-        elif not p.grad.any():
-            out.append(f"parameter {name} has an all-zero gradient")
-    state = {k: t.detach().clone() for k, t in canonical_state_dict(model).items()}
-    fresh = build_model(registry, v, cfg, seed + 1).to(dev).eval()
-    try:
-        notes = load_canonical_state_dict(fresh, state)
-    except Exception as exc:  # noqa: BLE001
-        notes = [f"load_canonical_state_dict fails: {describe_exception(exc)}"]
-    out += [f"canonical round trip is lossy: {n}" for n in notes]
-    for k, t in canonical_state_dict(fresh).items():
-        if k not in state or not torch.equal(t, state[k]):
-            out.append(f"canonical parameter {k} does not survive a round trip through the canonical layout")
-    with torch.no_grad():
-        if not torch.equal(fresh(src, tgt), logits.detach()):
-            out.append("a fresh model loaded with the canonical state computes different logits")
-        again = build_model(registry, v, cfg, seed).to(dev).eval()(src, tgt)
-        if not torch.equal(again, logits.detach()):
-            out.append(f"two builds with seed {seed} give different logits (init is not a function of the seed)")
-    out += [p.detail for p in probe_variant(registry, v, cfg, device=device, seed=seed) if not p.passed]
-    state_ref, _ = reference_state(registry, [v], cfg, seed)
-    ties = check_ties(registry, v, cfg, state_ref, device=device, seed=seed)
-    if not ties.passed:
-        out.append(f"tied parameters: {ties.detail}")
-    return out
+    """Everything ``variant`` breaks of the harness contract (empty list: conforms): exactly the
+    failures ``python -m harness check --variants NAME --seed SEED`` reports for it, computed by the
+    same function (:func:`harness.checks.run_checks`). A faithful-bug variant is held like any other
+    here (:func:`assert_flagged` asks the opposite question). See :func:`check_variant_contract`."""
+    v = dataclasses.replace(_variant(registry, variant), buggy=False)
+    return run_checks(registry, [v], cfg, device=device, seed=seed).failures()
 
 
 def check_variant_contract(registry: Registry, variant: str | Variant, cfg: ModelConfig | None = None, *,
                            seed: int = 0, device: str = "cpu") -> None:
-    """Assert that ``variant`` honours the harness contract on a padded batch.
+    """Assert that ``variant`` passes every check ``python -m harness check --variants NAME`` runs on it
+    (one code path: :func:`harness.checks.run_checks`), so the kit and ``check`` cannot disagree.
 
-    Checked: logits of shape (B, T, V), finite; a finite, non-zero gradient on every parameter;
-    the canonical state round-trips exactly into a fresh model (no lossy-load notes, same logits);
-    the same seed builds the same model; the four mask probes (causal leak and masked source keys,
-    eval and train mode); tied parameters survive ``.to`` and ``load_state_dict``.
+    Checked: every component it uses against its slot's contract (or what the component declares);
+    logits of shape (B, T, V), finite; holding the check's random reference state, a finite, non-zero
+    gradient on every parameter (a parameter with none is unused); the canonical state round-trips
+    exactly into a fresh model; the same seed builds the same model; the probes (finite gradients, causal
+    leak and masked source keys in eval and train mode, extra source padding); its attention against
+    ``nn.MultiheadAttention`` and its stacks against ``nn.Transformer`` where comparable; tied parameters
+    survive ``.to`` and ``load_state_dict``; CPU vs CUDA when CUDA is present.
 
     Raises:
         AssertionError: listing every broken item.

@@ -54,7 +54,8 @@ The package, one module per seam (each imports only the ones above it):
 
 * :mod:`~harness.checks.inputs` -- the check config, the padded batch, the reference state's draw, shared helpers
 * :mod:`~harness.checks.contracts` (with ``contract_base``, ``contract_attention``, ``contract_layers``) --
-  every component against its slot's reference; :mod:`~harness.checks.probes` -- the model-level probes
+  every component against its slot's reference; :mod:`~harness.checks.contract_variant` -- a variant's model
+  contract (logits, gradients, canonical round trip, same seed); :mod:`~harness.checks.probes` -- the model-level probes
 * :mod:`~harness.checks.policy` -- tolerances and expectations (declared groups)
 * :mod:`~harness.checks.runs` -- running variants and :class:`CheckSession`, the set-up made once
 * :mod:`~harness.checks.pairs` -- comparing tensors, pairs and verdicts

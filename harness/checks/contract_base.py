@@ -30,7 +30,9 @@ SLOT_REFERENCES: dict[str, str] = {
     "layer_norm": "nn.LayerNorm(d_model): (x - mean) / sqrt(biased variance + eps) * weight + bias over the last "
                   "dimension (Ba et al. 2016)",
     "norm": "final_norm = False: post-norm LayerNorm(x + sublayer(x)); final_norm = True: pre-norm "
-            "x + sublayer(LayerNorm(x)) and a final LayerNorm after each stack (Xiong et al. 2020)",
+            "x + sublayer(LayerNorm(x)) and a final LayerNorm after each stack (Xiong et al. 2020); declared "
+            "has_layer_norm=False: x + a * sublayer(x), a fixed gain that gradients reach at initialisation, "
+            "no LayerNorm (ReZero, Bachlechner et al. 2021)",
     "positional": "x * sqrt(d_model) + PE[:L] with the sinusoidal PE of Vaswani et al. 2017 §3.5, dropout after",
     "embedding": "src(ids) = src.weight[ids] and tgt(ids) = tgt.weight[ids], one lookup per token and nothing "
                  "else; logits(x) = x generator.weight^T + generator.bias (Vaswani et al. 2017 §3.4)",

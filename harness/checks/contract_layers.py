@@ -3,10 +3,12 @@ each component on its own against its formula in float64, with a diagnosis namin
 that reproduces a wrong output.
 
 Shape letters: B batch, L length, D = d_model, V vocabulary.
-Sources: Ba et al. 2016 (LayerNorm); Xiong et al. 2020 (pre-/post-norm); Vaswani et al. 2017 §3.4-3.5.
+Sources: Ba et al. 2016 (LayerNorm); Xiong et al. 2020 (pre-/post-norm); Bachlechner et al. 2021 (ReZero:
+a residual block with no LayerNorm); Vaswani et al. 2017 §3.4-3.5.
 """
 from __future__ import annotations
 
+import copy
 import math
 
 import torch
@@ -14,8 +16,9 @@ from torch import nn
 from torch.nn import functional as F
 
 from ..config import ModelConfig
+from ..model import canonical_init
 from ..registry import Component
-from .contract_base import (ATOL, VIOLATES, ComponentResult, component_result, crash_result, judge,
+from .contract_base import (ATOL, CONFORMS, VIOLATES, ComponentResult, component_result, crash_result, judge,
                             load_random_state, output_gap, reference_components, sibling_context, sinusoidal_pe)
 from .inputs import padded_batch
 
@@ -61,7 +64,11 @@ def check_layer_norm(comp: Component, cfg: ModelConfig, seed: int = 0) -> list[C
 def check_norm(comp: Component, cfg: ModelConfig, seed: int = 0) -> list[ComponentResult]:
     """``norm`` component (residual block) vs the formula its ``final_norm`` claims: post-norm
     LayerNorm(x + f(x)) when False, pre-norm x + f(LayerNorm(x)) when True, with the reference
-    ``nn.LayerNorm`` as its LayerNorm and a fixed random sub-layer f; eval mode, float64."""
+    ``nn.LayerNorm`` as its LayerNorm and a fixed random sub-layer f; eval mode, float64. A component
+    registered with ``has_layer_norm=False`` is held to the residual contract instead
+    (:func:`check_residual`)."""
+    if not comp.has_layer_norm:
+        return check_residual(comp, cfg, seed)
     label = "residual block vs the formula final_norm claims"
     try:
         mod = comp.factory(sibling_context(cfg, reference_components(norm=comp)))
@@ -102,6 +109,123 @@ def check_norm(comp: Component, cfg: ModelConfig, seed: int = 0) -> list[Compone
         else:
             diagnosis = f"matches neither post-norm nor pre-norm (declares {claims})"
     return [judge(comp, label, gap, thr, diagnosis)]
+
+
+def _random_sublayer(cfg: ModelConfig, seed: int):
+    """(x (3, 5, D), a fixed random sub-layer f(y) = tanh(y W^T + b), its Linear), float64."""
+    g = torch.Generator().manual_seed(seed + 89)
+    lin = nn.Linear(cfg.d_model, cfg.d_model).double()
+    with torch.no_grad():
+        lin.weight.copy_(torch.randn(cfg.d_model, cfg.d_model, generator=g) / math.sqrt(cfg.d_model))
+        lin.bias.copy_(torch.randn(cfg.d_model, generator=g))
+    x = (torch.randn(3, 5, cfg.d_model, generator=g) * 2 + 0.5).double()
+    return x, (lambda y: torch.tanh(lin(y))), lin
+
+
+def _gradient_fault(mod: nn.Module, x: torch.Tensor, sub, extra: dict, when: str) -> str:
+    """Backward a fixed random weighting of ``mod(x, sub)``; names the first parameter of ``mod`` (and of
+    ``extra``: the sub-layer's) that gets no, a non-finite or an all-zero gradient ("" when none)."""
+    params = {**dict(mod.named_parameters()), **extra}
+    if not params:
+        return ""
+    for p in params.values():
+        p.grad = None
+    out = mod(x, sub)
+    w = torch.randn(out.shape, generator=torch.Generator().manual_seed(7), dtype=out.dtype)
+    (out * w).sum().backward()
+    for name, p in params.items():
+        what = ("no" if p.grad is None else "a non-finite" if not torch.isfinite(p.grad).all()
+                else "an all-zero" if not p.grad.any() else "")
+        if what:
+            return (f"{name} gets {what} gradient {when}: training "
+                    f"{'could never move it' if name in dict(mod.named_parameters()) else 'would not reach it'}")
+    return ""
+
+
+def _residual_fault(mod: nn.Module, x: torch.Tensor, sub) -> tuple[str, float, float]:
+    """(fault or "", max |out - (x + a * sub(x))|, threshold) of the block ``mod`` on x (B, L, D), with a (D,)
+    the least-squares gain per feature of out - x on sub(x)."""
+    seen = []
+
+    def recording(y):
+        seen.append(y)
+        return sub(y)
+
+    with torch.no_grad():
+        out0 = mod(x, torch.zeros_like)
+        out = mod(x, recording)
+        s = sub(x)
+    gap0, thr0 = output_gap(out0, x)
+    if gap0 > thr0:
+        if float(out0.abs().max()) <= thr0:
+            return ("drops the residual x: with a zero sub-layer the output is 0, so it computes g(x), "
+                    "not x + g(x)"), gap0, thr0
+        return ("with a zero sub-layer the output is not x: the residual path changes x (the contract is "
+                "x + a * sublayer(x))"), gap0, thr0
+    if not seen:
+        return "never calls the sub-layer", math.inf, ATOL
+    gi, ti = max((output_gap(y, x) for y in seen), key=lambda gt: gt[0] / gt[1])
+    if gi > ti:
+        return ("the sub-layer is applied to a transformation of x, not to x (a LayerNorm or a scale before "
+                "it?)"), gi, ti
+    r = out - x
+    a = (r * s).sum((0, 1)) / (s * s).sum((0, 1)).clamp_min(1e-300)  # (D,) least-squares gain per feature
+    gap, thr = output_gap(out, x + a * s)
+    if gap > thr:
+        return ("output - x is not a fixed gain times sublayer(x): the block is not x + a * sublayer(x)",
+                gap, thr)
+    if float(a.abs().max()) <= 1e-12:
+        return ("the sub-layer's output never reaches the block's output (a = 0 holding random parameters): "
+                "the block is the identity"), gap, thr
+    return "", gap, thr
+
+
+def check_residual(comp: Component, cfg: ModelConfig, seed: int = 0) -> list[ComponentResult]:
+    """``norm`` component declared ``has_layer_norm=False`` (ReZero, Bachlechner et al. 2021; an identity
+    residual) vs the residual contract: no LayerNorm made; ``final_norm`` a bool when given (default
+    False: no final LayerNorm); holding random canonical parameters (ReZero's alpha away from 0), a zero
+    sub-layer gives x exactly, the sub-layer sees x itself, the output is x + a * sublayer(x) with a fixed
+    gain a (D,) fitted per feature (a scalar alpha, a per-feature vector, or 1 for the identity residual),
+    a != 0, and gradients reach the block's parameters and the sub-layer; at initialisation every parameter
+    of the block gets a gradient (ReZero's alpha = 0 gets one from the sub-layer's output; the sub-layer
+    itself gets none then, which is allowed). Eval mode, float64, a fixed random sub-layer tanh(Linear).
+
+    Returns:
+        a failing result naming the first fault (whatever ``differs=`` says: a declared difference does not
+        make a non-residual a residual block); else the contract's result and, second, the size of the
+        declared difference from the formula ``final_norm`` claims.
+    """
+    label = "residual block without LayerNorm: x + a * sublayer(x)"
+    made = []
+    counting = Component("_reference", "layer_norm", lambda ctx: made.append(1) or nn.LayerNorm(ctx.cfg.d_model))
+    try:
+        mod = comp.factory(sibling_context(cfg, reference_components(norm=comp, layer_norm=counting)))
+        final = getattr(type(mod), "final_norm", False)
+        if made or not isinstance(final, bool):
+            return [component_result(comp, label, VIOLATES, False, diagnosis=(
+                "declares has_layer_norm=False but makes a LayerNorm with ctx.layer_norm() (drop it, or drop "
+                "has_layer_norm=False)" if made else "final_norm, when given, must be a bool class attribute"))]
+        x, sub, lin = _random_sublayer(cfg, seed)
+        at_init = copy.deepcopy(mod).double().eval()  # as the factory made it (canonical_init below)
+        load_random_state(mod, seed)
+        mod = mod.double().eval()
+        fault, gap, thr = _residual_fault(mod, x, sub)
+        with torch.no_grad():
+            ln = nn.LayerNorm(cfg.d_model).double()
+            claimed = output_gap(mod(x, sub), x + sub(ln(x)) if final else ln(x + sub(x)))
+        if not fault:
+            fault = _gradient_fault(mod, x, sub, {f"sub-layer {k}": p for k, p in lin.named_parameters()},
+                                    "holding random parameters")
+        if not fault:
+            canonical_init(at_init, seed)
+            fault = _gradient_fault(at_init, x, sub, {}, "at initialisation")
+    except Exception as exc:  # noqa: BLE001
+        return [crash_result(comp, label, exc)]
+    if fault:
+        return [component_result(comp, label, VIOLATES, False, gap, thr, diagnosis=fault)]
+    claims = "pre-norm x + sublayer(LayerNorm(x))" if final else "post-norm LayerNorm(x + sublayer(x))"
+    return [component_result(comp, label, CONFORMS, True, gap, thr),
+            judge(comp, f"vs {claims} (final_norm = {final})", *claimed)]
 
 
 # --------------------------------------------------------------------------- positional, embedding, projections

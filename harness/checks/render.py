@@ -226,8 +226,10 @@ def _md_probes(report: CheckReport) -> list[str]:
     rows = [{"variant": p.subject, "probe": p.probe, "mode": p.mode, "result": "pass" if p.passed else "LEAK",
              "max change": fmt_size(p.max_change), "threshold": fmt_size(p.threshold), "detail": p.detail}
             for p in report.probes]
-    return ["## Mask probes", "",
-            "Causal leak: the target tokens after position c change (every c); logits at real positions <= c "
+    return ["## Model-level probes", "",
+            "Model contract (float32, holding the reference state): logits (B, T, V) finite; every parameter "
+            "gets a finite, non-zero gradient; the canonical state round-trips; the same seed builds the same "
+            "model. Causal leak: the target tokens after position c change (every c); logits at real positions <= c "
             "must not. Masked source keys: the tokens at padded source positions change, masks kept; logits at "
             "real target positions must not. Train mode re-seeds the RNG before each forward (dropout "
             f"{report.cfg.dropout}), so both forwards drop the same units. Threshold: the variant's own "

@@ -16,6 +16,7 @@ import torch
 
 from ..config import ModelConfig
 from ..registry import Registry, Variant
+from .contract_variant import variant_contract
 from .contracts import check_components
 from .inputs import describe_exception, fmt_size
 from .masks import MaskComponentResult, mask_result
@@ -136,7 +137,10 @@ def run_checks(registry: Registry, variants: list[Variant], cfg: ModelConfig | N
 
     Scope: the components the variants use (each held to its slot's reference on its own, and every
     attention x mask in use against ``nn.MultiheadAttention``); with ``all_components`` every
-    registered component. Nothing outside the scope can change the result.
+    registered component. Nothing outside the scope can change the result. Each variant's probes
+    come with its model-level contract (:func:`~harness.checks.contract_variant.variant_contract`:
+    logits, gradients, canonical round trip, same seed), in :attr:`CheckReport.probes`. The
+    conformance kit (:mod:`harness.testing`) calls this function: the kit and ``check`` cannot disagree.
 
     Args:
         cfg: model config (default :data:`~harness.checks.inputs.CHECK_MODEL`).
@@ -165,7 +169,8 @@ def run_checks(registry: Registry, variants: list[Variant], cfg: ModelConfig | N
             s.run(v)
         pairs = _pairs(s, clean)
         log(f"check: {len(pairs)} pair(s) compared; probes")
-        probes = [p for v in variants if not s.runs[v.name].error for p in _probe_model(s, v)]
+        probes = [p for v in variants if not s.runs[v.name].error
+                  for p in _probe_model(s, v) + variant_contract(s, v)]
         masks = [mask_result(m, registry.component("mask", m).buggy,
                              [c for c in components if (c.slot, c.name) == ("mask", m)])
                  for (slot, m) in keys if slot == "mask"]  # already measured by the contract check
