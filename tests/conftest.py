@@ -10,7 +10,9 @@ EXAMPLE_PLUGIN = ROOT / "examples" / "harness-example" / "harness_example.py"
 
 # Tests never pick up plugins installed in the environment unless they ask for them.
 os.environ.setdefault("HARNESS_DISABLE_PLUGIN_AUTOLOAD", "1")
-torch.set_num_threads(min(2, torch.get_num_threads()))
+# One intra-op thread per pytest-xdist worker (``-n 2`` on 2 cores: two workers, one core each);
+# up to two in a plain single-process run.
+torch.set_num_threads(1 if os.environ.get("PYTEST_XDIST_WORKER") else min(2, torch.get_num_threads()))
 
 from harness.config import ModelConfig  # noqa: E402
 from harness.registry import Registry  # noqa: E402
