@@ -2,7 +2,9 @@
 
 * SIGKILL after two finished trials, then ``--resume``: every trial stored exactly once, the
   trials stored before the kill untouched (not re-run).
-* Ctrl-C (SIGINT) and SIGTERM: exit 130, one message saying how to resume, no traceback.
+* Ctrl-C (SIGINT) and SIGTERM: exit 130, one message saying how to resume, no traceback. The
+  signal is sent while a trial of :data:`BLOCKING_PLUGIN` holds its first training step (an event
+  the test waits for, not a sleep), so the run can never finish first.
 * A variant that goes NaN, one that raises and one that runs out of memory are recorded with
   status and reason; the other trials are untouched; exit code 1 and the report lists them.
 * ``--jobs 2``: a trial that kills its worker process is recorded as failed, the others finish.
@@ -85,6 +87,48 @@ def harness_add_variants():
 '''
 
 
+BLOCKING_PLUGIN = '''
+"""A variant whose first training step announces itself and then waits (for the test's signal)."""
+import os
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from harness import Component, Variant, hookimpl
+
+
+class BlockingNorm(nn.Module):
+    """Post-norm residual that, in its first training forward, creates ``$BLOCK_DIR/<pid>`` and
+    then sleeps (at most 120 s, so a lost signal fails the test instead of hanging it)."""
+
+    final_norm = False
+
+    def __init__(self, ctx):
+        super().__init__()
+        self.norm = ctx.layer_norm()
+
+    def forward(self, x, sublayer):
+        if self.training and torch.is_grad_enabled():
+            (Path(os.environ["BLOCK_DIR"]) / str(os.getpid())).touch()
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                time.sleep(0.05)
+        return self.norm(x + sublayer(x))
+
+
+@hookimpl
+def harness_add_components():
+    return [Component("blocks", "norm", BlockingNorm, "waits in its first training step")]
+
+
+@hookimpl
+def harness_add_variants():
+    return [Variant("blocks", {"norm": "blocks"})]
+'''
+
+
 def _env() -> dict:
     return {**os.environ, "HARNESS_DISABLE_PLUGIN_AUTOLOAD": "1",
             "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
@@ -95,9 +139,17 @@ def harness_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess
                           timeout=timeout, env=_env(), cwd=ROOT)
 
 
-def start(*args: str) -> subprocess.Popen:
+def _default_sigint() -> None:
+    """In the child before exec: SIGINT back to its default. A shell starts background jobs with
+    SIGINT ignored, children inherit that, and Python then installs no KeyboardInterrupt handler:
+    under ``pytest ... &`` (CI) a Ctrl-C test would otherwise run every trial and exit 0."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def start(*args: str, **env_extra: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "harness", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=_env(), cwd=ROOT)
+                            stderr=subprocess.PIPE, text=True, env={**_env(), **env_extra}, cwd=ROOT,
+                            preexec_fn=_default_sigint)
 
 
 def wait_for_trials(run: Path, n: int, proc: subprocess.Popen, timeout: float = 240) -> None:
@@ -190,18 +242,33 @@ def test_sigkill_then_resume_runs_each_trial_exactly_once(tmp_path):
 @pytest.mark.parametrize("sig, extra", [(signal.SIGINT, []), (signal.SIGTERM, ["--jobs", "2"])],
                          ids=["ctrl-c-sequential", "sigterm-jobs-2"])
 def test_interrupt_stops_cleanly_with_resume_hint(tmp_path, sig, extra):
-    run = tmp_path / "stopped"
-    proc = start("run", "--variants", "all", "--preset", "tiny", "--set", "train.steps=40", "--results-dir",
-                 str(tmp_path), "--run-id", "stopped", *extra)
+    """baseline then ``blocks`` (seed-major; side by side with ``--jobs 2``): the signal is sent once
+    baseline is stored and ``blocks`` waits in its first step, so exactly 1 of 2 trials is stored."""
+    plugin, block_dir, run = tmp_path / "blocking_plugin.py", tmp_path / "block", tmp_path / "stopped"
+    plugin.write_text(textwrap.dedent(BLOCKING_PLUGIN))
+    block_dir.mkdir()
+    proc = start("--plugin", str(plugin), "run", "--variants", "baseline,blocks", "--preset", "tiny", "--set",
+                 "train.steps=40", "--results-dir", str(tmp_path), "--run-id", "stopped", *extra,
+                 BLOCK_DIR=str(block_dir))
     wait_for_trials(run, 1, proc)
+    deadline = time.monotonic() + 240
+    while not any(block_dir.iterdir()):  # the blocking trial is in its first training step
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"the blocking trial never started: {proc.communicate()[1][-2000:]}")
+        time.sleep(0.05)
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
     assert "Traceback" not in err, err
     last = err.strip().splitlines()[-1]
-    n = len(stored(run))
-    assert last.endswith(f"{n} of 11 trial(s) are stored in {run}; resume with: python -m harness run --resume {run}")
-    assert n < 11
+    assert sorted(stored(run)) == ["baseline__s0"]
+    what = "interrupted" if sig == signal.SIGINT else "terminated (SIGTERM)"
+    assert last == f"harness: {what}; 1 of 2 trial(s) are stored in {run}; resume with: python -m harness run " \
+                   f"--resume {run}"
+    assert json.loads((run / "config.json").read_text())["status"] == "interrupted"
+    if extra:  # the pool's workers (the blocked one included) are gone with the run
+        assert not [p for p in block_dir.iterdir() if _state(int(p.name)) not in (None, "Z")]
 
 
 def test_nan_raise_and_oom_trials_are_isolated(tmp_path):
