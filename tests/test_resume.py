@@ -101,7 +101,8 @@ from harness import Component, Variant, hookimpl
 
 class BlockingNorm(nn.Module):
     """Post-norm residual that, in its first training forward, creates ``$BLOCK_DIR/<pid>`` and
-    then sleeps (at most 120 s, so a lost signal fails the test instead of hanging it)."""
+    then sleeps until ``$BLOCK_DIR/release`` exists (at most 120 s, so a lost signal fails the
+    test instead of hanging it)."""
 
     final_norm = False
 
@@ -111,9 +112,10 @@ class BlockingNorm(nn.Module):
 
     def forward(self, x, sublayer):
         if self.training and torch.is_grad_enabled():
-            (Path(os.environ["BLOCK_DIR"]) / str(os.getpid())).touch()
+            block_dir = Path(os.environ["BLOCK_DIR"])
+            (block_dir / str(os.getpid())).touch()
             deadline = time.monotonic() + 120
-            while time.monotonic() < deadline:
+            while not (block_dir / "release").exists() and time.monotonic() < deadline:
                 time.sleep(0.05)
         return self.norm(x + sublayer(x))
 
@@ -134,9 +136,9 @@ def _env() -> dict:
             "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
 
 
-def harness_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+def harness_cli(*args: str, timeout: float = 300, **env_extra: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True,
-                          timeout=timeout, env=_env(), cwd=ROOT)
+                          timeout=timeout, env={**_env(), **env_extra}, cwd=ROOT)
 
 
 def _default_sigint() -> None:
@@ -160,6 +162,27 @@ def wait_for_trials(run: Path, n: int, proc: subprocess.Popen, timeout: float = 
         if time.monotonic() > deadline:
             proc.kill()
             pytest.fail(f"no {n} trials stored after {timeout} s")
+        time.sleep(0.05)
+
+
+def blocking_run(tmp_path: Path, variants: str, *extra: str) -> tuple[subprocess.Popen, Path, Path]:
+    """Start ``run --variants VARIANTS`` with :data:`BLOCKING_PLUGIN` (run id ``stopped``); returns
+    the process, its run folder and the plugin's ``BLOCK_DIR``."""
+    plugin, block_dir = tmp_path / "blocking_plugin.py", tmp_path / "block"
+    plugin.write_text(textwrap.dedent(BLOCKING_PLUGIN))
+    block_dir.mkdir()
+    proc = start("--plugin", str(plugin), "run", "--variants", variants, "--preset", "tiny", "--results-dir",
+                 str(tmp_path), "--run-id", "stopped", *extra, BLOCK_DIR=str(block_dir))
+    return proc, tmp_path / "stopped", block_dir
+
+
+def wait_until_blocked(block_dir: Path, proc: subprocess.Popen, timeout: float = 240) -> None:
+    """Wait until a ``blocks`` trial waits in its first training step."""
+    deadline = time.monotonic() + timeout
+    while not any(p.name != "release" for p in block_dir.iterdir()):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"the blocking trial never started: {proc.communicate()[1][-2000:]}")
         time.sleep(0.05)
 
 
@@ -202,12 +225,11 @@ def descendants(pid: int) -> list[int]:
 
 
 def test_sigkill_then_resume_runs_each_trial_exactly_once(tmp_path):
-    """SIGKILL a ``--jobs 2`` run after two trials: none lost, no worker left running, and
-    ``--resume`` runs exactly the missing ones."""
-    run = tmp_path / "killed"
-    proc = start("run", "--variants", "baseline,seed_*", "--preset", "tiny", "--set", "train.steps=40",
-                 "--results-dir", str(tmp_path), "--run-id", "killed", "--jobs", "2", "-q")
+    """SIGKILL a ``--jobs 2`` run once baseline and seed_001 are stored and ``blocks`` waits in its
+    first step: none lost, no worker left running, and ``--resume`` runs exactly the missing one."""
+    proc, run, block_dir = blocking_run(tmp_path, "baseline,seed_001,blocks", "--jobs", "2", "-q")
     wait_for_trials(run, 2, proc)
+    wait_until_blocked(block_dir, proc)
     has_proc = Path("/proc/self/stat").exists()
     workers = descendants(proc.pid) if has_proc else []
     assert workers or not has_proc
@@ -221,11 +243,12 @@ def test_sigkill_then_resume_runs_each_trial_exactly_once(tmp_path):
     assert not left, f"worker processes outlived the killed run: {left}"
     before = stored(run)
     planned = [t["key"] for t in json.loads((run / "config.json").read_text())["trials"]]
-    assert 2 <= len(before) < len(planned), "the kill must land mid-run"
+    assert len(planned) == 3 and sorted(before) == ["baseline__s0", "seed_001__s0"]  # killed mid-run
     for text in before.values():  # atomic writes: every stored trial is complete
         assert json.loads(text)["row"]["status"] == "ok"
 
-    res = harness_cli("run", "--resume", str(run))
+    (block_dir / "release").touch()  # the resumed blocks trial trains through
+    res = harness_cli("run", "--resume", str(run), BLOCK_DIR=str(block_dir))
     assert res.returncode == 0, res.stderr
     assert f"{len(before)} of {len(planned)} trial(s) stored, running the {len(planned) - len(before)} missing" \
         in res.stderr
@@ -244,19 +267,9 @@ def test_sigkill_then_resume_runs_each_trial_exactly_once(tmp_path):
 def test_interrupt_stops_cleanly_with_resume_hint(tmp_path, sig, extra):
     """baseline then ``blocks`` (seed-major; side by side with ``--jobs 2``): the signal is sent once
     baseline is stored and ``blocks`` waits in its first step, so exactly 1 of 2 trials is stored."""
-    plugin, block_dir, run = tmp_path / "blocking_plugin.py", tmp_path / "block", tmp_path / "stopped"
-    plugin.write_text(textwrap.dedent(BLOCKING_PLUGIN))
-    block_dir.mkdir()
-    proc = start("--plugin", str(plugin), "run", "--variants", "baseline,blocks", "--preset", "tiny", "--set",
-                 "train.steps=40", "--results-dir", str(tmp_path), "--run-id", "stopped", *extra,
-                 BLOCK_DIR=str(block_dir))
+    proc, run, block_dir = blocking_run(tmp_path, "baseline,blocks", *extra)
     wait_for_trials(run, 1, proc)
-    deadline = time.monotonic() + 240
-    while not any(block_dir.iterdir()):  # the blocking trial is in its first training step
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail(f"the blocking trial never started: {proc.communicate()[1][-2000:]}")
-        time.sleep(0.05)
+    wait_until_blocked(block_dir, proc)
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
