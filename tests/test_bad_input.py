@@ -27,6 +27,9 @@ from harness.runner import make_specs
 from harness.registry import Registry
 from harness.store import RunStore, config_hash
 
+# its module-scoped fixture is built once: under ``pytest -n 2 --dist loadgroup`` the module stays on one worker
+pytestmark = pytest.mark.xdist_group("bad_input")
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

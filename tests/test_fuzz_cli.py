@@ -43,9 +43,9 @@ from harness.store import RunStore  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE_PLUGIN = ROOT / "examples" / "harness-example" / "harness_example.py"
-#: 500 examples: about 25 s on the shared 2-core machine (800 took 37-41 s; the suite is kept under 10 min); HARNESS_FUZZ_EXAMPLES=2000
-#: HARNESS_FUZZ_RANDOM=1 hunts with fresh random inputs instead of CI's fixed ones.
-MAX_EXAMPLES = int(os.environ.get("HARNESS_FUZZ_EXAMPLES", "500"))
+#: 250 examples in CI (500 took ~25 s on the shared 2-core machine; the suite is kept under 5 min); hunt with
+#: HARNESS_FUZZ_EXAMPLES=2000. HARNESS_FUZZ_RANDOM=1 hunts with fresh random inputs instead of CI's fixed ones.
+MAX_EXAMPLES = int(os.environ.get("HARNESS_FUZZ_EXAMPLES", "250"))
 MIN_EXAMPLES = min(MAX_EXAMPLES, 600)  # fewer means Hypothesis rejected too much: the strategies are wrong
 
 MODEL_KEYS = ["N", "d_model", "h", "d_ff", "dropout", "vocab", "pad", "max_len"]

@@ -22,6 +22,9 @@ from harness import cli
 from harness.errors import HarnessWarning
 from harness.store import CorruptTrialError, RunStore, read_trial_file, trial_checksum
 
+# its module-scoped fixture is built once: under ``pytest -n 2 --dist loadgroup`` the module stays on one worker
+pytestmark = pytest.mark.xdist_group("integrity")
+
 TIMING = {"wall_s", "train_s", "tokens_per_s", "time_to_solve_s", "peak_mem_mb", "overhead_share"}
 KEYS = ["baseline__s0", "pre_norm__s0"]
 

@@ -2,7 +2,9 @@
 
 * SIGKILL after two finished trials, then ``--resume``: every trial stored exactly once, the
   trials stored before the kill untouched (not re-run).
-* Ctrl-C (SIGINT) and SIGTERM: exit 130, one message saying how to resume, no traceback.
+* Ctrl-C (SIGINT) and SIGTERM: exit 130, one message saying how to resume, no traceback. The
+  signal is sent while a trial of :data:`BLOCKING_PLUGIN` holds its first training step (an event
+  the test waits for, not a sleep), so the run can never finish first.
 * A variant that goes NaN, one that raises and one that runs out of memory are recorded with
   status and reason; the other trials are untouched; exit code 1 and the report lists them.
 * ``--jobs 2``: a trial that kills its worker process is recorded as failed, the others finish.
@@ -85,19 +87,71 @@ def harness_add_variants():
 '''
 
 
+BLOCKING_PLUGIN = '''
+"""A variant whose first training step announces itself and then waits (for the test's signal)."""
+import os
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from harness import Component, Variant, hookimpl
+
+
+class BlockingNorm(nn.Module):
+    """Post-norm residual that, in its first training forward, creates ``$BLOCK_DIR/<pid>`` and
+    then sleeps until ``$BLOCK_DIR/release`` exists (at most 120 s, so a lost signal fails the
+    test instead of hanging it)."""
+
+    final_norm = False
+
+    def __init__(self, ctx):
+        super().__init__()
+        self.norm = ctx.layer_norm()
+
+    def forward(self, x, sublayer):
+        if self.training and torch.is_grad_enabled():
+            block_dir = Path(os.environ["BLOCK_DIR"])
+            (block_dir / str(os.getpid())).touch()
+            deadline = time.monotonic() + 120
+            while not (block_dir / "release").exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+        return self.norm(x + sublayer(x))
+
+
+@hookimpl
+def harness_add_components():
+    return [Component("blocks", "norm", BlockingNorm, "waits in its first training step")]
+
+
+@hookimpl
+def harness_add_variants():
+    return [Variant("blocks", {"norm": "blocks"})]
+'''
+
+
 def _env() -> dict:
     return {**os.environ, "HARNESS_DISABLE_PLUGIN_AUTOLOAD": "1",
             "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
 
 
-def harness_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+def harness_cli(*args: str, timeout: float = 300, **env_extra: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True,
-                          timeout=timeout, env=_env(), cwd=ROOT)
+                          timeout=timeout, env={**_env(), **env_extra}, cwd=ROOT)
 
 
-def start(*args: str) -> subprocess.Popen:
+def _default_sigint() -> None:
+    """In the child before exec: SIGINT back to its default. A shell starts background jobs with
+    SIGINT ignored, children inherit that, and Python then installs no KeyboardInterrupt handler:
+    under ``pytest ... &`` (CI) a Ctrl-C test would otherwise run every trial and exit 0."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def start(*args: str, **env_extra: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "harness", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=_env(), cwd=ROOT)
+                            stderr=subprocess.PIPE, text=True, env={**_env(), **env_extra}, cwd=ROOT,
+                            preexec_fn=_default_sigint)
 
 
 def wait_for_trials(run: Path, n: int, proc: subprocess.Popen, timeout: float = 240) -> None:
@@ -108,6 +162,27 @@ def wait_for_trials(run: Path, n: int, proc: subprocess.Popen, timeout: float = 
         if time.monotonic() > deadline:
             proc.kill()
             pytest.fail(f"no {n} trials stored after {timeout} s")
+        time.sleep(0.05)
+
+
+def blocking_run(tmp_path: Path, variants: str, *extra: str) -> tuple[subprocess.Popen, Path, Path]:
+    """Start ``run --variants VARIANTS`` with :data:`BLOCKING_PLUGIN` (run id ``stopped``); returns
+    the process, its run folder and the plugin's ``BLOCK_DIR``."""
+    plugin, block_dir = tmp_path / "blocking_plugin.py", tmp_path / "block"
+    plugin.write_text(textwrap.dedent(BLOCKING_PLUGIN))
+    block_dir.mkdir()
+    proc = start("--plugin", str(plugin), "run", "--variants", variants, "--preset", "tiny", "--results-dir",
+                 str(tmp_path), "--run-id", "stopped", *extra, BLOCK_DIR=str(block_dir))
+    return proc, tmp_path / "stopped", block_dir
+
+
+def wait_until_blocked(block_dir: Path, proc: subprocess.Popen, timeout: float = 240) -> None:
+    """Wait until a ``blocks`` trial waits in its first training step."""
+    deadline = time.monotonic() + timeout
+    while not any(p.name != "release" for p in block_dir.iterdir()):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"the blocking trial never started: {proc.communicate()[1][-2000:]}")
         time.sleep(0.05)
 
 
@@ -150,12 +225,11 @@ def descendants(pid: int) -> list[int]:
 
 
 def test_sigkill_then_resume_runs_each_trial_exactly_once(tmp_path):
-    """SIGKILL a ``--jobs 2`` run after two trials: none lost, no worker left running, and
-    ``--resume`` runs exactly the missing ones."""
-    run = tmp_path / "killed"
-    proc = start("run", "--variants", "baseline,seed_*", "--preset", "tiny", "--set", "train.steps=40",
-                 "--results-dir", str(tmp_path), "--run-id", "killed", "--jobs", "2", "-q")
+    """SIGKILL a ``--jobs 2`` run once baseline and seed_001 are stored and ``blocks`` waits in its
+    first step: none lost, no worker left running, and ``--resume`` runs exactly the missing one."""
+    proc, run, block_dir = blocking_run(tmp_path, "baseline,seed_001,blocks", "--jobs", "2", "-q")
     wait_for_trials(run, 2, proc)
+    wait_until_blocked(block_dir, proc)
     has_proc = Path("/proc/self/stat").exists()
     workers = descendants(proc.pid) if has_proc else []
     assert workers or not has_proc
@@ -169,11 +243,12 @@ def test_sigkill_then_resume_runs_each_trial_exactly_once(tmp_path):
     assert not left, f"worker processes outlived the killed run: {left}"
     before = stored(run)
     planned = [t["key"] for t in json.loads((run / "config.json").read_text())["trials"]]
-    assert 2 <= len(before) < len(planned), "the kill must land mid-run"
+    assert len(planned) == 3 and sorted(before) == ["baseline__s0", "seed_001__s0"]  # killed mid-run
     for text in before.values():  # atomic writes: every stored trial is complete
         assert json.loads(text)["row"]["status"] == "ok"
 
-    res = harness_cli("run", "--resume", str(run))
+    (block_dir / "release").touch()  # the resumed blocks trial trains through
+    res = harness_cli("run", "--resume", str(run), BLOCK_DIR=str(block_dir))
     assert res.returncode == 0, res.stderr
     assert f"{len(before)} of {len(planned)} trial(s) stored, running the {len(planned) - len(before)} missing" \
         in res.stderr
@@ -190,18 +265,23 @@ def test_sigkill_then_resume_runs_each_trial_exactly_once(tmp_path):
 @pytest.mark.parametrize("sig, extra", [(signal.SIGINT, []), (signal.SIGTERM, ["--jobs", "2"])],
                          ids=["ctrl-c-sequential", "sigterm-jobs-2"])
 def test_interrupt_stops_cleanly_with_resume_hint(tmp_path, sig, extra):
-    run = tmp_path / "stopped"
-    proc = start("run", "--variants", "all", "--preset", "tiny", "--set", "train.steps=40", "--results-dir",
-                 str(tmp_path), "--run-id", "stopped", *extra)
+    """baseline then ``blocks`` (seed-major; side by side with ``--jobs 2``): the signal is sent once
+    baseline is stored and ``blocks`` waits in its first step, so exactly 1 of 2 trials is stored."""
+    proc, run, block_dir = blocking_run(tmp_path, "baseline,blocks", *extra)
     wait_for_trials(run, 1, proc)
+    wait_until_blocked(block_dir, proc)
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
     assert "Traceback" not in err, err
     last = err.strip().splitlines()[-1]
-    n = len(stored(run))
-    assert last.endswith(f"{n} of 11 trial(s) are stored in {run}; resume with: python -m harness run --resume {run}")
-    assert n < 11
+    assert sorted(stored(run)) == ["baseline__s0"]
+    what = "interrupted" if sig == signal.SIGINT else "terminated (SIGTERM)"
+    assert last == f"harness: {what}; 1 of 2 trial(s) are stored in {run}; resume with: python -m harness run " \
+                   f"--resume {run}"
+    assert json.loads((run / "config.json").read_text())["status"] == "interrupted"
+    if extra:  # the pool's workers (the blocked one included) are gone with the run
+        assert not [p for p in block_dir.iterdir() if _state(int(p.name)) not in (None, "Z")]
 
 
 def test_nan_raise_and_oom_trials_are_isolated(tmp_path):
