@@ -248,6 +248,24 @@ class RunStore:
         atomic_write_text(path, json.dumps(payload))
         return path
 
+    @property
+    def retried_dir(self) -> Path:
+        return self.trials_dir / "retried"
+
+    def retire(self, key: str) -> Path:
+        """Move the stored trial ``key`` to ``trials/retried/`` (``<key>.json``, then ``<key>.2.json``,
+        ...), so it counts as missing and ``run --resume --retry-failed`` runs it again; the old file
+        is kept for the record. Returns its new path."""
+        src = self.trials_dir / f"{key}.json"
+        self.retried_dir.mkdir(exist_ok=True)
+        dest, n = self.retried_dir / src.name, 1
+        while dest.exists():
+            n += 1
+            dest = self.retried_dir / f"{key}.{n}.json"
+        os.replace(src, dest)
+        self.__dict__.get("_trial_cache", {}).pop(src.name, None)
+        return dest
+
     def trial_files(self) -> list[Path]:
         """``trials/*.json``, sorted by name (the quarantine folder is not included)."""
         return sorted(p for p in self.trials_dir.glob("*.json") if p.is_file())
