@@ -289,8 +289,8 @@ def write_suite_report(folder: Path, spec: SuiteSpec, info: dict) -> Path:
     df = collect(spec, folder, info.get("check", {}).get("classes", []))
     env_meta = next((m for t in spec.tasks if (m := _read_json(folder / t / "config.json"))), {})
     if len(df):
-        df.to_csv(folder / "suite.csv", index=False)
+        atomic_write_text(folder / "suite.csv", df.to_csv(index=False))
         suite_report.plot_verdicts(df, spec, folder / "suite_verdicts.png")
     path = folder / "suite.md"
-    path.write_text(suite_report.render(df, spec, info, env_meta))
+    atomic_write_text(path, suite_report.render(df, spec, info, env_meta))
     return path

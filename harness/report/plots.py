@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..store import atomic_savefig
 from .frames import _num, point_order, variant_order
 
 # ----------------------------------------------------------------------------- plots
@@ -87,7 +88,7 @@ def plot_curves(curves: pd.DataFrame, path: Path, series: list[tuple[str, str]] 
     fig.legend(handles, labels, loc="lower center", ncol=ncol, fontsize=9, frameon=False)
     rows = math.ceil(len(labels) / ncol) if labels else 1
     fig.tight_layout(rect=(0, 0.05 * rows + 0.02, 1, 1))
-    fig.savefig(path, dpi=110)
+    atomic_savefig(fig, path, dpi=110)
     plt.close(fig)
     return path
 
@@ -196,7 +197,7 @@ def plot_curves_grid(curves: pd.DataFrame, path: Path, series: list[tuple[str, s
     fig.suptitle("Training loss (solid, 10-step mean) and held-out cross-entropy (dashed): median over seeds, "
                  "IQR bands; grey: the baseline", fontsize=11)
     fig.tight_layout(rect=(0, 0.04, 1, 0.97))
-    fig.savefig(path, dpi=100)
+    atomic_savefig(fig, path, dpi=100)
     plt.close(fig)
     return path
 
@@ -231,7 +232,7 @@ def plot_final_metrics(df: pd.DataFrame, rows: list[dict], path: Path) -> Path |
     axes[0].set_yticks(range(len(rows)))
     axes[0].set_yticklabels(labels[::-1])
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    atomic_savefig(fig, path, dpi=110)
     plt.close(fig)
     return path
 
@@ -278,7 +279,7 @@ def plot_steps_to_solve(df: pd.DataFrame, rows: list[dict], path: Path, budget: 
                  fontsize=10)
     ax.grid(alpha=0.3, axis="x")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    atomic_savefig(fig, path, dpi=110)
     plt.close(fig)
     return path
 
