@@ -77,16 +77,6 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         raise
 
 
-def atomic_savefig(fig, path: Path, **kwargs) -> None:
-    """``fig.savefig(path, **kwargs)`` written atomically (:func:`atomic_write_bytes`); the format
-    is taken from ``path``'s suffix."""
-    import io
-
-    buf = io.BytesIO()
-    fig.savefig(buf, format=Path(path).suffix.lstrip(".") or "png", **kwargs)
-    atomic_write_bytes(path, buf.getvalue())
-
-
 #: Characters of a run id or experiment name (the trial-key alphabet); the first is a letter or digit.
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.=+-]*")
 NAME_MAX = 100

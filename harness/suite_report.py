@@ -15,7 +15,7 @@ from scipy.stats import binom
 
 from . import stats
 from .overview import classes_section
-from .store import atomic_savefig
+from .report.plots import atomic_savefig
 
 if TYPE_CHECKING:  # harness.suite imports this module at run time, never the reverse
     from .suite import SuiteSpec

@@ -107,7 +107,7 @@ def main(args) -> int:
     if args.suite is not None:
         from .run_suite import main as suite_main
 
-        return suite_main(args, request)
+        return suite_main(args, request, on_task=print_outcome)
     return print_outcome(start_run(request))
 
 

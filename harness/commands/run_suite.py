@@ -23,12 +23,12 @@ def check_options(given: set[str]) -> None:
                           "file (experiments/suites/NAME.toml); drop the option or write a suite file")
 
 
-def main(args, request: RunRequest) -> int:
+def main(args, request: RunRequest, on_task) -> int:
     """Run the suite named by ``args.suite`` (see :mod:`harness.suite`) with the options of
-    ``request`` that the suite does not own. Returns the exit code."""
+    ``request`` that the suite does not own; ``on_task(outcome)`` shows each task's outcome and
+    returns its exit code (the command line's ``print_outcome``). Returns the exit code."""
     from ..launch import load_registry
     from ..suite import load_suite, run_suite, suite_folder
-    from .run import print_outcome
 
     check_options(request.given())
     request.validate()
@@ -42,4 +42,4 @@ def main(args, request: RunRequest) -> int:
     def log(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
-    return run_suite(spec, folder, reg, variants, request, on_task=print_outcome, log=log)
+    return run_suite(spec, folder, reg, variants, request, on_task=on_task, log=log)

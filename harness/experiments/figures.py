@@ -8,8 +8,7 @@ import numpy as np
 import pandas as pd
 
 from .. import stats
-from ..report.plots import _colors, _plt, log_axis
-from ..store import atomic_savefig
+from ..report.plots import _colors, _plt, atomic_savefig, log_axis
 
 
 def plot_grad_norm_depth(ok, path: Path, param: str, theory: dict | None = None) -> Path | None:

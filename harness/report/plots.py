@@ -10,8 +10,19 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..store import atomic_savefig
+from ..store import atomic_write_bytes
 from .frames import _num, point_order, variant_order
+
+
+def atomic_savefig(fig, path: Path, **kwargs) -> None:
+    """``fig.savefig(path, **kwargs)`` written atomically (:func:`atomic_write_bytes`); the format
+    is taken from ``path``'s suffix."""
+    import io
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format=Path(path).suffix.lstrip(".") or "png", **kwargs)
+    atomic_write_bytes(path, buf.getvalue())
+
 
 # ----------------------------------------------------------------------------- plots
 
