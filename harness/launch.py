@@ -30,7 +30,7 @@ from .registry import Registry
 from .request import CONFIG_OPTIONS, TRIAL_OPTIONS, CheckRequest, RunOutcome, RunRequest, Terminated
 from .resume import (check_code_config, check_components, check_plugins, check_points, check_setting, check_trials,
                      stored_specs)
-from .runner import ExecutionOptions, Plan, PlannedTrial, check_plan_size, execute, make_specs
+from .runner import ExecutionOptions, Plan, PlannedTrial, execute, make_specs
 from .store import RunMeta, RunStore, config_hash
 from .tasks.base import heldout_note
 from .env import environment, resolve_device
@@ -104,9 +104,8 @@ def plan_run(req: RunRequest, reg: Registry) -> Plan:
         return plan_from_experiment(req.experiment, reg, req)
     preset = req.preset or "quick"
     cfg = resolve_config(preset, req.overrides)
-    seeds = req.seed_list()
     variants = reg.grid() if req.grid else reg.select(req.patterns())
-    check_plan_size(len(variants), len(seeds))
+    seeds = req.seed_list(len(variants))
     return Plan(variants, seeds, [("", cfg)], preset=preset)
 
 
@@ -308,8 +307,7 @@ def requested_plan(req: RunRequest, given: set[str], meta: dict, reg) -> tuple[l
     else:
         variants = list(meta["variants"])
     if given & {"seeds", "seed_start"}:
-        seeds = req.seed_list()
-        check_plan_size(len(variants), len(seeds))
+        seeds = req.seed_list(len(variants))
     else:
         seeds = list(meta.get("seeds") or [])
     return variants, seeds, points

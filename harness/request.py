@@ -17,7 +17,7 @@ from typing import Any, Iterable, Mapping
 
 from .errors import ConfigError
 from .plugins import PluginSpec
-from .runner import ExecutionOptions
+from .runner import ExecutionOptions, check_plan_size
 from .store import RunStore
 
 #: Defaults of the options that ``--resume`` must tell apart from "not given". name -> default.
@@ -140,14 +140,16 @@ class RunRequest:
         Raises:
             ConfigError / UnknownNameError: a bad value.
         """
-        return ExecutionOptions(self.executor or EXEC_DEFAULTS["executor"], self.jobs or EXEC_DEFAULTS["jobs"],
+        return ExecutionOptions(EXEC_DEFAULTS["executor"] if self.executor is None else self.executor,
+                                EXEC_DEFAULTS["jobs"] if self.jobs is None else self.jobs,
                                 self.threads, self.address).validate()
 
-    def seed_list(self) -> list[int]:
-        """``[seed_start, ..., seed_start + seeds - 1]`` (defaults filled).
+    def seed_list(self, n_variants: int = 1) -> list[int]:
+        """``[seed_start, ..., seed_start + seeds - 1]`` (defaults filled), refused before it is built
+        when ``n_variants`` x seeds is more than a run may plan (:func:`harness.runner.check_plan_size`).
 
         Raises:
-            ConfigError: ``seeds < 1`` or ``seed_start < 0``.
+            ConfigError: ``seeds < 1``, ``seed_start < 0`` or too many trials.
         """
         seeds = PLAN_DEFAULTS["seeds"] if self.seeds is None else self.seeds
         start = PLAN_DEFAULTS["seed_start"] if self.seed_start is None else self.seed_start
@@ -155,6 +157,7 @@ class RunRequest:
             raise ConfigError(f"--seeds must be >= 1, got {seeds}")
         if start < 0:
             raise ConfigError(f"--seed-start must be >= 0, got {start}")
+        check_plan_size(n_variants, seeds)
         return list(range(start, start + seeds))
 
     def patterns(self) -> list[str]:
