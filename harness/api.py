@@ -2,7 +2,8 @@
 
 Re-exported lazily from :mod:`harness` (``harness.run``, ``harness.check``, ``harness.load_run``,
 ``harness.build_model``). ``run`` and ``check`` take the command line's options as keyword
-arguments and go through the same parser, defaults and validation as ``python -m harness``;
+arguments and build the same typed request as ``python -m harness`` (:mod:`harness.request`),
+started by the same function (:mod:`harness.launch`); no command line is built or parsed;
 errors are raised (:class:`harness.HarnessError` subclasses), never printed, and nothing is
 printed unless ``quiet=False`` asks for the progress lines on stderr.
 
@@ -17,18 +18,22 @@ Example (a notebook)::
 """
 from __future__ import annotations
 
-import argparse
-import contextlib
-import io
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from .cli import build_parser
-from .commands.common import check_output
-from .errors import ConfigError
+from .errors import HarnessError
+from .plugins import PluginSpec
+from .request import CheckRequest, RunRequest, names, override_items
 
 _Names = "str | Iterable[str]"
+
+
+class RunFailedError(HarnessError):
+    """A run none of whose trials finished ok (every one failed, diverged or is invalid); the run
+    folder keeps each failure with its reason. Exit code 1, as a run with a failed trial."""
+
+    exit_code = 1
 
 
 @dataclass
@@ -64,76 +69,24 @@ class LoadedRun:
     metric: str
 
 
-def _names(value: _Names) -> list[str]:
-    return [value] if isinstance(value, str) else [str(v) for v in value]
-
-
-def _set_options(overrides: dict | None) -> list[str]:
-    """``{"train.steps": 50}`` -> ``["--set", "train.steps=50"]`` (values as Python literals)."""
-    out: list[str] = []
-    for key, value in (overrides or {}).items():
-        out += ["--set", f"{key}={value!r}"]
-    return out
-
-
-def _plugin_options(plugins: _Names, plugin_files: _Names) -> list[str]:
-    out: list[str] = []
-    for m in _names(plugins):
-        out += ["-p", m]
-    for f in _names(plugin_files):
-        out += ["--plugin", str(f)]
-    return out
-
-
-def _options(**values) -> list[str]:
-    """``--name value`` for every value given (not None); ``True`` is a bare flag."""
-    out: list[str] = []
-    for name, value in values.items():
-        flag = "--" + name.replace("_", "-")
-        if value is True:
-            out.append(flag)
-        elif value is not None and value is not False:
-            out += [flag, str(value)]
-    return out
-
-
-def parse_command(argv: list[str]) -> argparse.Namespace:
-    """``argv`` (a command and its options) parsed as ``python -m harness`` parses it, with the
-    output options checked; ``args.argv`` keeps ``argv`` for the reports' command line.
-
-    Raises:
-        ConfigError: what argparse would print as ``harness: error: ...`` (exit 2).
-    """
-    err = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(err):
-            args = build_parser(commands=(argv[0],)).parse_args(argv)
-    except SystemExit as exc:
-        raise ConfigError(err.getvalue().strip().removeprefix("harness: error: ") or f"bad options: {argv}") from exc
-    args.argv = list(argv)
-    check_output(args)
-    return args
-
-
-def _run_folder(store, meta, report, interrupted, total) -> Path:
-    """:func:`run`'s ending: the run folder, or the interrupt raised again."""
-    if interrupted is not None:
-        raise interrupted
-    return store.root.resolve()
-
-
 def run(variants: _Names = "all", seeds: int | None = None, preset: str | None = None,
         overrides: dict | None = None, task: str | None = None, results_dir: str | Path = "results",
         run_id: str | None = None, *, seed_start: int | None = None, device: str | None = None,
         dtype: str | None = None, jobs: int | str | None = None, threads: int | None = None,
-        plugins: _Names = (), plugin_files: _Names = (), quiet: bool = True, load: bool = False):
+        plugins: _Names = (), plugin_files: _Names = (), quiet: bool = True, load: bool = False,
+        check: bool = True):
     """Train ``variants`` x ``seeds`` on a task and write the run's report, as
-    ``python -m harness run`` does (the same options; left out: the command line's default).
+    ``python -m harness run`` does (the same options and defaults, through the same
+    :class:`harness.request.RunRequest` and :func:`harness.launch.start_run`).
+
+    Works the same from a notebook, a plain script (no ``if __name__ == "__main__":`` guard needed:
+    worker processes never re-run the calling script) and ``python -c``.
 
     Args:
         variants: ``"all"``, names and globs (a string or a list), as ``--variants``.
         seeds: seeds per variant (``--seeds``, default 1); ``seed_start`` the first one.
-        preset: ``"quick"`` (default), ``"paper"`` or ``"tiny"``.
+        preset: ``"quick"`` (default), ``"paper"``, ``"suite"``, ``"deep"`` or ``"tiny"``
+            (``python -m harness list`` describes them; :data:`harness.config.PRESETS`).
         overrides: ``{"train.steps": 200, "model.d_model": 128}``, as ``--set KEY=VALUE``.
         task: the task (``--task``; default the preset's).
         results_dir, run_id: where the run folder is made (``results/<run-id>``; default id: a
@@ -143,24 +96,42 @@ def run(variants: _Names = "all", seeds: int | None = None, preset: str | None =
         plugins, plugin_files: plugin modules (``-p``) and files (``--plugin``) to load.
         quiet: no progress lines on stderr (default).
         load: return :func:`load_run` of the run instead of its folder.
+        check: record check's equivalence classes before training (``--no-check``: False).
 
     Returns:
         Path | LoadedRun: the run folder (absolute; report.md, trials.csv, ...), or the loaded run. Trials
-        that fail or diverge are in it (``trials.status``); they do not raise.
+        that fail or diverge are in it (``trials.status``); they do not raise unless none finished ok.
 
     Raises:
         HarnessError: bad input, as the command line's exit 2 (nothing is stored).
+        RunFailedError: no trial of the run finished ok (the folder keeps every failure and its reason).
         KeyboardInterrupt: interrupted; the finished trials are stored (resume with
             ``python -m harness run --resume <folder>``).
     """
-    from .commands import run as run_command
+    from .launch import start_run
 
-    argv = ["run", "--variants", *_names(variants), *_set_options(overrides), "--results-dir", str(results_dir)]
-    argv += _options(task=task, preset=preset, seeds=seeds, seed_start=seed_start, run_id=run_id, device=device,
-                     dtype=dtype, jobs=jobs, threads=threads, quiet=quiet)
-    args = parse_command(argv + _plugin_options(plugins, plugin_files))
-    path = run_command.main(args, finish=_run_folder)
+    overrides = dict(overrides or {})
+    if task is not None:
+        overrides["train.task"] = task
+    request = RunRequest(
+        variants=names(variants), preset=preset, overrides=override_items(overrides), seeds=seeds,
+        seed_start=seed_start, check=check, device=device, dtype=dtype, jobs=jobs, threads=threads,
+        plugins=_plugin_spec(plugins, plugin_files), results_dir=str(results_dir), run_id=run_id, quiet=quiet)
+    outcome = start_run(request)
+    if outcome.interrupted is not None:
+        raise outcome.interrupted
+    rows = [t["row"] for t in outcome.store.load_trials()]
+    if rows and not any(r.get("status") == "ok" for r in rows):
+        first = rows[0]
+        raise RunFailedError(f"none of the {len(rows)} trial(s) finished ok (first: {first.get('variant')} "
+                             f"s{first.get('seed')} {first.get('status')}: {str(first.get('reason', ''))[:200]}); "
+                             f"every failure is stored in {outcome.store.root}")
+    path = outcome.store.root.resolve()
     return load_run(path) if load else path
+
+
+def _plugin_spec(plugins: _Names, plugin_files: _Names) -> PluginSpec:
+    return PluginSpec(modules=list(names(plugins) or ()), files=[str(f) for f in (names(plugin_files) or ())])
 
 
 def check(variants: _Names = "all", *, preset: str | None = None, overrides: dict | None = None,
@@ -180,33 +151,18 @@ def check(variants: _Names = "all", *, preset: str | None = None, overrides: dic
 
     Returns:
         harness.checks.CheckReport: ``.ok`` (every result matches its declaration), the pairs,
-        probes and references; ``harness.checks.render_text(report)`` prints it as the command does.
+        probes and references; ``harness.checks.render_text(report)`` prints it as the command does
+        (docs/python.md).
 
     Raises:
         HarnessError: bad input (unknown variant, bad config, unknown slot in ``equivalent``).
     """
-    from .checks import parse_equivalent, registry_groups, run_checks
-    from .commands.check import model_config
-    from .commands.common import load_registry, select_variants
-    from .commands.run import log_function
-    from .train import resolve_device
+    from .launch import start_check
 
-    argv = ["check", "--variants", *_names(variants), *_set_options(overrides), "--device", device,
-            "--dtype", dtype, "--seed", str(seed)]
-    argv += [a for e in equivalent for a in ("--equivalent", e)]
-    argv += _options(preset=preset, all_components=all_components, quiet=quiet)
-    args = parse_command(argv + _plugin_options(plugins, plugin_files))
-    reg = load_registry(args)
-    extra = parse_equivalent(args.equivalent)
-    for slot, groups in extra.items():
-        for group in groups:
-            for name in group:
-                reg.component(slot, name)  # UnknownNameError for a typo
-    cfg = model_config(args)
-    log = log_function(args.quiet)
-    return run_checks(reg, select_variants(reg, args), cfg, device=resolve_device(args.device), dtype=args.dtype,
-                      seed=args.seed, groups=registry_groups(reg, extra, cfg), log=log,
-                      all_components=args.all_components)
+    request = CheckRequest(variants=names(variants), preset=preset, overrides=override_items(overrides),
+                           device=device, dtype=dtype, seed=seed, equivalent=tuple(equivalent),
+                           all_components=all_components, plugins=_plugin_spec(plugins, plugin_files), quiet=quiet)
+    return start_check(request)[0]
 
 
 def load_run(path: str | Path, results_dir: str | Path = "results") -> LoadedRun:
@@ -267,6 +223,52 @@ def summary_frame(rows: list):
     return pd.DataFrame(out)
 
 
+def list_variants(*, buggy: bool = False, plugins: _Names = (), plugin_files: _Names = ()):
+    """The registered variants, as ``python -m harness list`` shows them.
+
+    Args:
+        buggy: include the faithful-bug variants (``bug_*``).
+        plugins, plugin_files: plugin modules and files to load first.
+
+    Returns:
+        pandas.DataFrame: one row per variant: ``variant``, one column per slot (its component),
+        ``changed`` (the slots that differ from the defaults, ``"norm=pre"``), ``summary``, ``source``,
+        ``plugin``, ``buggy``.
+    """
+    import pandas as pd
+
+    from .registry import Registry
+
+    reg = Registry.from_plugins(_plugin_spec(plugins, plugin_files))
+    rows = []
+    for v in reg.variants.values():
+        if v.buggy and not buggy:
+            continue
+        slots = v.resolved(reg.defaults)
+        rows.append({"variant": v.name, **slots,
+                     "changed": ", ".join(f"{k}={c}" for k, c in slots.items() if c != reg.defaults[k]),
+                     "summary": v.summary, "source": v.source, "plugin": v.plugin, "buggy": bool(v.buggy)})
+    return pd.DataFrame(rows)
+
+
+def list_tasks(*, plugins: _Names = (), plugin_files: _Names = ()):
+    """The registered tasks (``--task NAME``): a DataFrame with ``task``, ``summary``, ``source``, ``plugin``."""
+    import pandas as pd
+
+    from .registry import Registry
+
+    reg = Registry.from_plugins(_plugin_spec(plugins, plugin_files))
+    return pd.DataFrame([{"task": t.name, "summary": t.summary, "source": t.source, "plugin": t.plugin}
+                         for t in reg.tasks.values()], columns=["task", "summary", "source", "plugin"])
+
+
+def list_presets() -> dict[str, str]:
+    """Preset name -> what it is (``preset=`` of :func:`run`); the configs are ``harness.config.PRESETS``."""
+    from .config import PRESET_NOTES
+
+    return dict(PRESET_NOTES)
+
+
 def build_model(variant, config=None, *, seed: int = 0, plugins: _Names = (), plugin_files: _Names = ()):
     """The model of ``variant`` alone, initialised from ``seed`` (as ``timm.create_model``).
 
@@ -286,10 +288,9 @@ def build_model(variant, config=None, *, seed: int = 0, plugins: _Names = (), pl
     """
     from .config import ConfigError, ModelConfig, RunConfig, get_preset
     from .model import build_model as assemble
-    from .plugins import PluginSpec
     from .registry import Registry, Variant
 
-    reg = Registry.from_plugins(PluginSpec(modules=_names(plugins), files=[str(f) for f in _names(plugin_files)]))
+    reg = Registry.from_plugins(_plugin_spec(plugins, plugin_files))
     v = variant if isinstance(variant, Variant) else reg.select([str(variant)])[0]
     if config is None or isinstance(config, str):
         cfg = get_preset(config or "quick").model

@@ -246,7 +246,7 @@ def memory_probe(name: str, slots: dict | None, cfg: RunConfig, device: str, dty
                           "plugins": plugins, "steps": steps, "threads": torch.get_num_threads()})
     root = str(Path(__file__).resolve().parents[1])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)}
-    proc = subprocess.run([sys.executable, "-m", "harness.bench", payload], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "harness.bench"], input=payload, capture_output=True, text=True,
                           env=env, timeout=timeout_s)
     if proc.returncode != 0 or not proc.stdout.strip():
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
@@ -255,7 +255,7 @@ def memory_probe(name: str, slots: dict | None, cfg: RunConfig, device: str, dty
 
 
 def _probe_main(payload: str) -> None:
-    """Body of the memory-probe process (``python -m harness.bench JSON``)."""
+    """Body of the memory-probe process (``python -m harness.bench``, the spec as JSON on stdin)."""
     spec = json.loads(payload)
     torch.set_num_threads(int(spec["threads"]))
     trial_settings()
@@ -467,5 +467,5 @@ def bench_meta(command: str, preset: str, cfg: RunConfig, device: torch.device, 
                    extra={"dtypes": dtypes, "steps": steps, "warmup_steps": warmup, "reference": REFERENCE})
 
 
-if __name__ == "__main__":  # memory probe: python -m harness.bench '<json>'
-    _probe_main(sys.argv[1])
+if __name__ == "__main__":  # memory probe: python -m harness.bench < spec.json
+    _probe_main(sys.stdin.read())

@@ -15,9 +15,8 @@ import importlib.util
 import sys
 import warnings
 
-from .commands.common import check_output
+from .commands.common import add_plugin_options, check_output
 from .errors import HarnessError, HarnessWarning
-from .plugins import add_plugin_options, plugin_spec  # noqa: F401 - plugin_spec: the commands' import path
 
 #: command -> its one-line help (the same text its module's ``register`` gives; a test holds
 #: them equal), in the order ``--help`` lists them.
@@ -52,7 +51,7 @@ class HarnessArgumentParser(argparse.ArgumentParser):
 
 
 def plugin_parent(suppress: bool) -> argparse.ArgumentParser:
-    """Plugin options (:func:`harness.plugins.add_plugin_options`), accepted before or after the
+    """Plugin options (:func:`harness.commands.common.add_plugin_options`), accepted before or after the
     sub-command."""
     p = argparse.ArgumentParser(add_help=False)
     add_plugin_options(p, suppress)

@@ -30,8 +30,10 @@ import contextlib
 import multiprocessing
 import os
 import signal
+import sys
 import threading
 import time
+import types
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Callable, Iterable
@@ -181,6 +183,22 @@ def _sigint_ignored():
         signal.signal(signal.SIGINT, old)
 
 
+@contextlib.contextmanager
+def _main_module_hidden():
+    """While worker processes start, show them a bare ``__main__``: ``multiprocessing`` (``spawn``
+    and ``forkserver``) otherwise re-runs the caller's script in every worker, so a plain script
+    calling :func:`harness.run` without an ``if __name__ == "__main__":`` guard would start a run
+    per worker. The workers need nothing from ``__main__`` (trial specs are plain data and plugins
+    load by module path or file)."""
+    real = sys.modules.get("__main__")
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        if real is not None:
+            sys.modules["__main__"] = real
+
+
 def _terminate(pool: ProcessPoolExecutor) -> None:
     """Stop a pool now: cancel what has not started and terminate the workers.
 
@@ -222,7 +240,7 @@ def _pool_round(todo: list, jobs: int, threads: int, on_done: OnDone, bars: Tria
     seen_running: set = set()
     lost: list = []
     try:
-        with _sigint_ignored():
+        with _sigint_ignored(), _main_module_hidden():
             for ts in todo:
                 fut = pool.submit(run_trial, ts.spec, QueueProgress(ts.key) if queue is not None else None)
                 futures[fut] = ts

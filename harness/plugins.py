@@ -25,7 +25,6 @@ share state.
 """
 from __future__ import annotations
 
-import argparse
 import importlib
 import importlib.metadata
 import importlib.util
@@ -83,13 +82,6 @@ class PluginSpec:
         d = d or {}
         return cls(list(d.get("modules", [])), list(d.get("files", [])), bool(d.get("strict", False)))
 
-    @classmethod
-    def from_args(cls, args: argparse.Namespace) -> "PluginSpec":
-        """The spec of parsed command-line options (:func:`add_plugin_options`)."""
-        return cls(modules=list(getattr(args, "plugin_modules", None) or []),
-                   files=list(getattr(args, "plugin_files", None) or []),
-                   strict=bool(getattr(args, "strict_plugins", False)))
-
     def blocked(self) -> list[str]:
         """Names given as ``-p no:NAME``."""
         return [m[len(BLOCK_PREFIX):] for m in self.modules if m.startswith(BLOCK_PREFIX)]
@@ -97,30 +89,6 @@ class PluginSpec:
     def module_names(self) -> list[str]:
         """Module paths to load (``-p`` values other than ``no:NAME``)."""
         return [m for m in self.modules if not m.startswith(BLOCK_PREFIX)]
-
-
-def plugin_spec(args: argparse.Namespace) -> PluginSpec:
-    """:meth:`PluginSpec.from_args` (the name the commands import)."""
-    return PluginSpec.from_args(args)
-
-
-def add_plugin_options(p: argparse.ArgumentParser, suppress: bool) -> None:
-    """``-p MODULE`` / ``-p no:NAME``, ``--plugin FILE.py`` and ``--strict-plugins`` on ``p``.
-
-    Args:
-        suppress: leave unset options out of the namespace (for the sub-command parsers, so that
-            options given before the sub-command are not reset by it).
-    """
-    default = argparse.SUPPRESS if suppress else None
-    g = p.add_argument_group("plugins")
-    g.add_argument("-p", dest="plugin_modules", action="append", metavar="MODULE", default=default,
-                   help="load a plugin module by import path (repeatable); -p no:NAME disables the plugin "
-                        "registered as NAME (e.g. -p no:variants.bugs)")
-    g.add_argument("--plugin", dest="plugin_files", action="append", metavar="FILE.py", default=default,
-                   help="load a plugin from a Python file (repeatable)")
-    g.add_argument("--strict-plugins", action="store_true", default=argparse.SUPPRESS if suppress else False,
-                   help="abort when an installed plugin fails to import or a hook raises "
-                        "(default: warn and skip it)")
 
 
 def _same_file(module, target: Path) -> bool:

@@ -54,12 +54,18 @@ os.umask(_UMASK)
 
 def atomic_write_text(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` atomically (temp file in the same folder, fsync, rename)."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (temp file in the same folder, fsync, rename): a reader,
+    or a run interrupted mid-write, sees the old file or the new one, never half of one."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes 0600; results are meant to be shared
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -247,6 +253,24 @@ class RunStore:
         payload["checksum"] = trial_checksum(payload)
         atomic_write_text(path, json.dumps(payload))
         return path
+
+    @property
+    def retried_dir(self) -> Path:
+        return self.trials_dir / "retried"
+
+    def retire(self, key: str) -> Path:
+        """Move the stored trial ``key`` to ``trials/retried/`` (``<key>.json``, then ``<key>.2.json``,
+        ...), so it counts as missing and ``run --resume --retry-failed`` runs it again; the old file
+        is kept for the record. Returns its new path."""
+        src = self.trials_dir / f"{key}.json"
+        self.retried_dir.mkdir(exist_ok=True)
+        dest, n = self.retried_dir / src.name, 1
+        while dest.exists():
+            n += 1
+            dest = self.retried_dir / f"{key}.{n}.json"
+        os.replace(src, dest)
+        self.__dict__.get("_trial_cache", {}).pop(src.name, None)
+        return dest
 
     def trial_files(self) -> list[Path]:
         """``trials/*.json``, sorted by name (the quarantine folder is not included)."""

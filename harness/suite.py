@@ -39,6 +39,7 @@ import pandas as pd
 
 from .errors import ConfigError
 from .overview import check_classes
+from .request import RunOutcome, RunRequest
 from .store import atomic_write_text
 
 SUITES_DIR = Path(__file__).resolve().parent.parent / "experiments" / "suites"
@@ -120,25 +121,30 @@ def load_suite(name: str = "default") -> SuiteSpec:
 
 # ------------------------------------------------------------------------------------- running
 
-def task_argv(spec: SuiteSpec, task: str, suite_dir: Path, resume: bool, quiet: bool) -> list[str]:
-    """The ``run`` command line of one task of the suite (a resumed one when its folder exists)."""
+def task_request(spec: SuiteSpec, task: str, suite_dir: Path, base: RunRequest, resume: bool) -> RunRequest:
+    """The run request of one task of the suite (a resumed one when its folder exists): ``base``'s
+    plugins, device, dtype and execution with the suite file's variants, preset, seeds and overrides."""
+    common = dict(plugins=base.plugins, device=base.device, dtype=base.dtype, executor=base.executor,
+                  jobs=base.jobs, threads=base.threads, address=base.address, quiet=base.quiet)
     if resume:
-        argv = ["run", "--resume", str(suite_dir / task)]
-    else:
-        argv = ["run", "--variants", *spec.variants, "--preset", spec.preset, "--seeds", str(spec.seeds),
-                *[a for o in spec.overrides for a in ("--set", o)], "--task", task,
-                "--results-dir", str(suite_dir), "--run-id", task, "--no-check"]  # the suite checked once
-    return argv + (["-q"] if quiet else [])
+        return RunRequest(resume=str(suite_dir / task), **common)
+    return RunRequest(variants=tuple(spec.variants), preset=spec.preset, seeds=spec.seeds,
+                      overrides=(*spec.overrides, f"train.task={task!r}"), results_dir=str(suite_dir), run_id=task,
+                      check=False, **common)  # the suite checked once
 
 
-def run_tasks(spec: SuiteSpec, suite_dir: Path, run: Callable[[list[str]], int], quiet: bool,
+def run_tasks(spec: SuiteSpec, suite_dir: Path, base: RunRequest, on_task: Callable[[RunOutcome], int],
               log: Callable[[str], None]) -> dict[str, int]:
-    """Run every task of ``spec`` through ``run`` (the CLI entry, given the argv of one ``run``).
+    """Run every task of ``spec`` (:func:`harness.launch.start_run` with :func:`task_request`);
+    ``on_task(outcome)`` shows each task's outcome and returns its exit code.
 
     A task whose folder holds a finished run is not run again; one with a partial run is resumed.
     Returns: task -> exit code (0 ok, 1 some trial failed/diverged/invalid, 2 bad input, 130
-    interrupted; the suite stops at 130 and keeps what finished).
+    interrupted; the suite stops at 2 and 130 and keeps what finished).
     """
+    from .errors import HarnessError
+    from .launch import start_run
+
     codes: dict[str, int] = {}
     for i, task in enumerate(spec.tasks, 1):
         folder = suite_dir / task
@@ -148,7 +154,11 @@ def run_tasks(spec: SuiteSpec, suite_dir: Path, run: Callable[[list[str]], int],
             codes[task] = 0 if (task_frame(folder)["status"] == "ok").all() else 1
             continue
         log(f"suite: task {i}/{len(spec.tasks)} {task}: {spec.seeds} seed(s), preset {spec.preset}")
-        codes[task] = run(task_argv(spec, task, suite_dir, bool(meta), quiet))
+        try:
+            codes[task] = on_task(start_run(task_request(spec, task, suite_dir, base, bool(meta))))
+        except HarnessError as exc:
+            log(f"harness: error: {exc}")
+            codes[task] = exc.exit_code
         if codes[task] in (2, 130):
             break
     return codes
@@ -243,8 +253,9 @@ def suite_folder(spec: SuiteSpec, results_dir: str, run_id: str | None, resume: 
     return folder
 
 
-def run_suite(spec: SuiteSpec, folder: Path, registry, variants, run: Callable[[list[str]], int], *,
-              command: str, quiet: bool = False, log: Callable[[str], None] = lambda line: None) -> int:
+def run_suite(spec: SuiteSpec, folder: Path, registry, variants, base: RunRequest, *,
+              on_task: Callable[[RunOutcome], int] = lambda outcome: outcome.exit_code,
+              log: Callable[[str], None] = lambda line: None) -> int:
     """Check, train every task, write the report. Returns the worst task exit code (0 all trials ok;
     1 a trial failed, diverged or is invalid; 2 bad input; 130 interrupted).
 
@@ -256,14 +267,14 @@ def run_suite(spec: SuiteSpec, folder: Path, registry, variants, run: Callable[[
         raise ConfigError(f"suite {spec.name}: reference {spec.reference!r} is not among its variants "
                           f"({', '.join(names)})")
     folder.mkdir(parents=True, exist_ok=True)
-    info = _read_json(folder / SUITE_FILE) or {"spec": asdict(spec), "wall_s": 0.0, "command": command}
+    info = _read_json(folder / SUITE_FILE) or {"spec": asdict(spec), "wall_s": 0.0, "command": base.command_line()}
     t0 = time.perf_counter()
     if not info.get("check"):
         log(f"suite {spec.name}: check on {len(names)} variant(s) ...")
         info["check"] = check_classes(registry, variants, full=True)
         _write_json(folder / SUITE_FILE, info)
     try:
-        codes = run_tasks(spec, folder, run, quiet, log)
+        codes = run_tasks(spec, folder, base, on_task, log)
     finally:
         info["wall_s"] = info.get("wall_s", 0.0) + time.perf_counter() - t0
         _write_json(folder / SUITE_FILE, info)
@@ -285,8 +296,8 @@ def write_suite_report(folder: Path, spec: SuiteSpec, info: dict) -> Path:
     df = collect(spec, folder, info.get("check", {}).get("classes", []))
     env_meta = next((m for t in spec.tasks if (m := _read_json(folder / t / "config.json"))), {})
     if len(df):
-        df.to_csv(folder / "suite.csv", index=False)
+        atomic_write_text(folder / "suite.csv", df.to_csv(index=False))
         suite_report.plot_verdicts(df, spec, folder / "suite_verdicts.png")
     path = folder / "suite.md"
-    path.write_text(suite_report.render(df, spec, info, env_meta))
+    atomic_write_text(path, suite_report.render(df, spec, info, env_meta))
     return path

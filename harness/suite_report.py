@@ -15,6 +15,7 @@ from scipy.stats import binom
 
 from . import stats
 from .overview import classes_section
+from .report.plots import atomic_savefig
 
 if TYPE_CHECKING:  # harness.suite imports this module at run time, never the reverse
     from .suite import SuiteSpec
@@ -195,7 +196,7 @@ def plot_verdicts(df: pd.DataFrame, spec: SuiteSpec, path: Path) -> Path | None:
                  f"= same function as {spec.reference} (check: differences are rounding)", fontsize=10)
     fig.colorbar(im, ax=ax, fraction=0.04)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    atomic_savefig(fig, path, dpi=110)
     plt.close(fig)
     return path
 

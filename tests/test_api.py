@@ -2,7 +2,11 @@
 written, and ``load_run`` gives the numbers report.md shows."""
 from __future__ import annotations
 
+import json
+import os
 import re
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -68,8 +72,10 @@ def test_run_bad_input_raises_and_stores_nothing(tmp_path):
         harness.run(variants="baselin", preset="tiny", results_dir=tmp_path)
     with pytest.raises(harness.HarnessError, match="seeds"):
         harness.run(variants="baseline", seeds=0, preset="tiny", results_dir=tmp_path)
-    with pytest.raises(harness.HarnessError, match="invalid choice"):
+    with pytest.raises(harness.HarnessError, match="--dtype must be one of fp32, bf16"):
         harness.run(variants="baseline", dtype="fp64", results_dir=tmp_path)
+    with pytest.raises(harness.HarnessError, match="--retry-failed needs --resume"):
+        harness.launch.start_run(harness.request.RunRequest(retry_failed=True, results_dir=str(tmp_path)))
     assert not any(tmp_path.iterdir())
 
 
@@ -82,3 +88,70 @@ def test_build_model_as_create_model():
     assert isinstance(harness.build_model("pre_norm", "tiny"), torch.nn.Module)
     with pytest.raises(harness.HarnessError, match="did you mean"):
         harness.build_model("pre_nrom")
+
+
+def _example_env() -> dict:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), HARNESS_DISABLE_PLUGIN_AUTOLOAD="1")
+    env.pop("PYTEST_XDIST_WORKER", None)
+    return env
+
+
+#: appended to the example: its summary holds numbers (the bug printed a summary of NaN)
+_FINITE = 'print("finite:", bool(summary["heldout_ce"].notna().all() and summary["exact_match"].notna().all()))\n'
+
+
+def test_readme_example_as_a_plain_script(tmp_path):
+    """The README's example pasted into example.py (no __main__ guard) and run with `python example.py`:
+    the workers must not re-run the script (before the fix: one run folder per worker, multiprocessing
+    tracebacks and an all-NaN summary, exit 0)."""
+    (tmp_path / "example.py").write_text(_readme_example() + _FINITE)
+    proc = subprocess.run([sys.executable, "example.py"], cwd=tmp_path, env=_example_env(), capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr and "RuntimeError" not in proc.stderr, proc.stderr[-2000:]
+    runs = [p.name for p in (tmp_path / "results").iterdir() if (p / "trials.csv").is_file()]
+    assert len(runs) == 1, sorted(p.name for p in (tmp_path / "results").iterdir())
+    meta = json.loads((tmp_path / "results" / runs[0] / "config.json").read_text())
+    assert meta["execution"]["jobs"] == 2  # two trials on a CPU: really in worker processes
+    assert "baseline" in proc.stdout and "finite: True" in proc.stdout
+
+
+def test_readme_example_in_a_jupyter_kernel(tmp_path):
+    """The same example as one notebook cell, executed in a real IPython kernel (nbclient)."""
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    pytest.importorskip("ipykernel")
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(_readme_example() + _FINITE),
+                                         nbformat.v4.new_code_cell("print(len(list(harness.load_run('latest')"
+                                                                   ".trials.variant)))")])
+    old = dict(os.environ)
+    os.environ.update(_example_env())
+    os.environ.pop("PYTEST_XDIST_WORKER", None)
+    try:
+        nbclient.NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+                                ).execute()
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+    outputs = [o for cell in nb.cells for o in cell.get("outputs", [])]
+    assert not [o for o in outputs if o.get("output_type") == "error"], outputs
+    text = "".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream" and o.get("name") == "stdout")
+    assert "baseline" in text and "finite: True" in text and text.strip().endswith("2")
+    assert len([p for p in (tmp_path / "results").iterdir() if p.is_dir()]) == 1
+
+
+def test_a_run_whose_trials_all_fail_raises(tmp_path):
+    """No table of NaN: a run none of whose trials finished ok raises, and keeps the failures on disk."""
+    plugin = tmp_path / "broken.py"
+    plugin.write_text("from torch import nn\nfrom harness import Component, Variant, hookimpl\n\n"
+                      "class Broken(nn.Module):\n    final_norm = False\n\n"
+                      "    def __init__(self, ctx):\n        super().__init__()\n        self.norm = ctx.layer_norm()\n\n"
+                      "    def forward(self, x, sublayer):\n        raise RuntimeError('broken on purpose')\n\n"
+                      "@hookimpl\ndef harness_add_components():\n"
+                      "    return [Component('broken', 'norm', Broken, 'raises', equivalent_to='post')]\n\n"
+                      "@hookimpl\ndef harness_add_variants():\n    return [Variant('broken', {'norm': 'broken'})]\n")
+    with pytest.raises(harness.RunFailedError, match="none of the 1 trial.*broken on purpose"):
+        harness.run(variants="broken", preset="tiny", overrides={"train.steps": 5}, plugin_files=[plugin],
+                    results_dir=tmp_path / "results", jobs=1)
+    (run,) = (tmp_path / "results").iterdir()
+    assert (run / "trials.csv").is_file()

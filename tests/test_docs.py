@@ -34,3 +34,15 @@ def test_components_page_code_blocks_run(tmp_path, monkeypatch):
             proc = subprocess.run([sys.executable, *args[1:], "-q", "--results-dir", str(tmp_path / "results")],
                                   cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
             assert proc.returncode == 0, line + "\n" + proc.stdout[-2000:] + proc.stderr[-2000:]
+
+
+def test_python_page_code_blocks_run(tmp_path, monkeypatch):
+    """docs/python.md: every python block, in order, in one namespace, as a notebook would."""
+    page = ROOT / "docs" / "python.md"
+    blocks = re.findall(r"```python\n(.*?)```", page.read_text(), flags=re.S)
+    assert len(blocks) >= 4
+    monkeypatch.chdir(tmp_path)
+    ns: dict = {"__name__": "notebook"}
+    for i, block in enumerate(blocks):
+        exec(compile(block, f"docs/python.md block {i + 1}", "exec"), ns)
+    assert len(list((tmp_path / "results").iterdir())) == 1  # one run, no stray folders

@@ -1,5 +1,4 @@
 """Declarative experiments: parsing, errors, lookup, plans, the grad-norm measurement, end to end."""
-import argparse
 import math
 
 import pytest
@@ -9,6 +8,7 @@ from harness import cli
 from harness import experiments as ex
 from harness.errors import UnknownNameError
 from harness.model import build_model
+from harness.request import RunRequest
 
 from .conftest import ROOT
 
@@ -31,10 +31,13 @@ def write(tmp_path, name, text):
     return p
 
 
-def args(**kw):
-    base = {"overrides": [], "seeds": 1, "seed_start": 0}
-    base.update(kw)
-    return argparse.Namespace(**base)
+def args(seeds_given: bool = False, **kw):
+    """The run request an experiment is planned from (seeds count only when given)."""
+    kw.setdefault("seeds", None)
+    if not seeds_given and kw["seeds"] == 1:
+        kw["seeds"] = None
+    kw["overrides"] = tuple(kw.get("overrides", ()))
+    return RunRequest(**kw)
 
 
 @pytest.mark.parametrize("name", SHIPPED, ids=SHIPPED)

@@ -7,17 +7,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import sys
 
-from ..checks import (CHECK_MODEL, TOLERANCES, parse_equivalent, registry_groups, render_markdown, render_text,
-                      results_frame, run_checks, slot_default)
-from ..cli import plugin_spec
-from ..config import ModelConfig, get_preset
-from ..errors import ConfigError
+from ..checks import CHECK_MODEL, TOLERANCES, render_markdown, render_text, results_frame, slot_default
+
+from ..request import CheckRequest
 from ..store import RunMeta, RunStore, atomic_write_text
-from ..train import environment, resolve_device
-from .common import (add_output, add_selection, command_line, load_registry, output_run_id, parse_overrides,
-                     select_variants)
+from ..env import environment, resolve_device
+from .common import add_output, add_selection, command_line, output_run_id, plugin_spec
 
 #: ``--equivalent`` example: the attention slot's default component and a plugin's (names from the registry)
 _EXAMPLE = f"attention={slot_default('attention')},my_attn"
@@ -71,36 +67,23 @@ def register(sub, parents):
     p.set_defaults(func=main)
 
 
-def model_config(args) -> ModelConfig:
-    """The check config (or ``--preset``'s model) with ``--set model.*`` overrides. Raises ConfigError."""
-    base = get_preset(args.preset).model if args.preset else CHECK_MODEL
-    values = dataclasses.asdict(base)
-    for key, value in parse_overrides(args.overrides).items():
-        section, _, name = key.rpartition(".")
-        if section not in ("", "model"):
-            raise ConfigError(f"check builds models only: --set {key} does not apply (use model.<name>, "
-                              f"e.g. --set model.d_model=64)")
-        values[name] = value
-    return ModelConfig.from_dict(values)
+def request_from_args(args) -> CheckRequest:
+    """The :class:`harness.request.CheckRequest` of a parsed ``check`` command line."""
+    return CheckRequest(variants=tuple(args.variants), grid=bool(args.grid), preset=args.preset,
+                        overrides=tuple(args.overrides), device=args.device, dtype=args.dtype, seed=args.seed,
+                        equivalent=tuple(args.equivalent), all_components=args.all_components,
+                        plugins=plugin_spec(args), quiet=args.quiet)
 
 
 def main(args) -> int:
-    reg = load_registry(args)
-    variants = select_variants(reg, args)
-    cfg = model_config(args)
+    from ..launch import start_check
+
+    request = request_from_args(args)
+    report, variants, cfg, groups = start_check(request)
     device = resolve_device(args.device)
-    extra = parse_equivalent(args.equivalent)
-    for slot, groups in extra.items():
-        for group in groups:
-            for name in group:
-                reg.component(slot, name)  # UnknownNameError for a typo
-    groups = registry_groups(reg, extra, cfg)
-    log = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
-    report = run_checks(reg, variants, cfg, device=device, dtype=args.dtype, seed=args.seed, groups=groups, log=log,
-                        all_components=args.all_components)
     meta = RunMeta("check", command_line(), "", {"model": dataclasses.asdict(cfg)}, [v.name for v in variants],
                    device.type, environment(device), seeds=[args.seed], dtype=args.dtype,
-                   plugins=plugin_spec(args).to_dict(),
+                   plugins=request.plugins.to_dict(),
                    extra={"equivalent": {s: sorted(sorted(g) for g in gs) for s, gs in groups.items()},
                           "tf32": report.tf32, "check_wall_s": report.wall_s, "ok": report.ok}).to_dict()
     store = RunStore.create(args.results_dir, meta, output_run_id(args, "check"))

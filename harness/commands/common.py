@@ -7,8 +7,34 @@ import sys
 
 from ..config import PRESETS, PRESET_NOTES, RunConfig, get_preset, parse_overrides  # noqa: F401 - parse_overrides re-exported
 from ..errors import ConfigError
-from ..plugins import plugin_spec
+from ..plugins import PluginSpec
 from ..registry import Registry
+
+
+def plugin_spec(args: argparse.Namespace) -> PluginSpec:
+    """The :class:`harness.plugins.PluginSpec` of parsed plugin options (:func:`add_plugin_options`)."""
+    return PluginSpec(modules=list(getattr(args, "plugin_modules", None) or []),
+                      files=list(getattr(args, "plugin_files", None) or []),
+                      strict=bool(getattr(args, "strict_plugins", False)))
+
+
+def add_plugin_options(p: argparse.ArgumentParser, suppress: bool) -> None:
+    """``-p MODULE`` / ``-p no:NAME``, ``--plugin FILE.py`` and ``--strict-plugins`` on ``p``.
+
+    Args:
+        suppress: leave unset options out of the namespace (for the sub-command parsers, so that
+            options given before the sub-command are not reset by it).
+    """
+    default = argparse.SUPPRESS if suppress else None
+    g = p.add_argument_group("plugins")
+    g.add_argument("-p", dest="plugin_modules", action="append", metavar="MODULE", default=default,
+                   help="load a plugin module by import path (repeatable); -p no:NAME disables the plugin "
+                        "registered as NAME (e.g. -p no:variants.bugs)")
+    g.add_argument("--plugin", dest="plugin_files", action="append", metavar="FILE.py", default=default,
+                   help="load a plugin from a Python file (repeatable)")
+    g.add_argument("--strict-plugins", action="store_true", default=argparse.SUPPRESS if suppress else False,
+                   help="abort when an installed plugin fails to import or a hook raises "
+                        "(default: warn and skip it)")
 
 
 def add_selection(p: argparse.ArgumentParser, default: str = "all") -> None:

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from .. import stats
-from ..report.plots import _colors, _plt, log_axis
+from ..report.plots import _colors, _plt, atomic_savefig, log_axis
 
 
 def plot_grad_norm_depth(ok, path: Path, param: str, theory: dict | None = None) -> Path | None:
@@ -55,7 +55,7 @@ def plot_grad_norm_depth(ok, path: Path, param: str, theory: dict | None = None)
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=8, loc="best")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    atomic_savefig(fig, path, dpi=110)
     plt.close(fig)
     return path
 
@@ -86,7 +86,7 @@ def plot_grad_norm_layers(store, ok, path: Path, param: str) -> Path | None:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    atomic_savefig(fig, path, dpi=110)
     plt.close(fig)
     return path
 
@@ -121,7 +121,7 @@ def plot_failures(ff, path: Path, definition: str) -> Path | None:
     ax.legend(fontsize=9, loc="upper center", ncol=len(variants), frameon=False)
     ax.grid(alpha=0.3, axis="y")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    atomic_savefig(fig, path, dpi=110)
     plt.close(fig)
     return path
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-import shlex
 import sys
 import time
 from pathlib import Path
@@ -47,8 +46,9 @@ def measure_grad_norms(model, cfg: RunConfig, seed: int, batches: int, parameter
         raise ExperimentError(str(exc)) from exc
 
 
-def run_grad_norm(args, plan, exp: Experiment, registry) -> int:
-    """``run --experiment`` for ``kind = "grad_norm_at_init"``: measure, store, report.
+def run_grad_norm(request, plan, exp: Experiment, registry):
+    """``run --experiment`` for ``kind = "grad_norm_at_init"``: measure, store, report. Returns a
+    :class:`harness.request.RunOutcome` whose ``table`` is the slope table.
 
     Each measurement is stored as one trial (``row``: the last/first-layer norms; ``curve``:
     one row per layer and stack) so ``report RUN`` re-renders it like any run.
@@ -57,35 +57,34 @@ def run_grad_norm(args, plan, exp: Experiment, registry) -> int:
         ExperimentError: ``measure.parameter`` is not a layer parameter of a variant (before a
         run folder exists).
     """
-    from ..plugins import plugin_spec
+    from ..request import RunOutcome
     from ..runner import ExecutionOptions, PlannedTrial, execute, make_specs
     from ..train import environment, resolve_device
 
-    device = resolve_device(args.device)
+    device = resolve_device(request.device or "auto")
     _check_parameter(plan, exp, registry)
-    plugins = plugin_spec(args).to_dict()
-    meta = RunMeta(exp.kind, "python -m harness " + shlex.join(sys.argv[1:]), exp.preset, plan.config.to_dict(),
+    plugins = request.plugins.to_dict()
+    meta = RunMeta(exp.kind, request.command_line(), exp.preset, plan.config.to_dict(),
                    [v.name for v in plan.variants], device.type, environment(device), seeds=plan.seeds, dtype="fp32",
                    plugins=plugins, extra={"experiment": exp.name,
                                            "points": {n: c.to_dict() for n, c in plan.points if n}, **plan.meta},
                    ).to_dict()
-    store = RunStore.create(args.results_dir, meta, args.run_id)
+    store = RunStore.create(request.results_dir, meta, request.run_id)
     how = {"kind": exp.kind, "batches": exp.measure["batches"], "parameter": exp.measure["parameter"]}
     specs = [PlannedTrial(ts.key, {**ts.spec, "measure": how})
              for ts in make_specs(plan.variants, plan.seeds, plan.config, device.type, "fp32", plugins,
                                   points=plan.points)]
-    log = None if args.quiet else (lambda line: print(line, file=sys.stderr))
+    log = None if request.quiet else (lambda line: print(line, file=sys.stderr))
     if log:
         log(f"measure {store.root}: {len(plan.variants)} variant(s) x {len(plan.seeds)} seed(s) x "
             f"{len(plan.points)} depth(s) = {len(specs)} measurement(s) on {device.type}")
     t0 = time.perf_counter()
-    execute(specs, store, ExecutionOptions(jobs=1), quiet=args.quiet)  # the runner, as every trial
+    execute(specs, store, ExecutionOptions(jobs=1), quiet=request.quiet)  # the runner, as every trial
     meta["run_wall_s"] = time.perf_counter() - t0
+    meta["status"] = "complete"
     store.write_meta(meta)
     report = write_measurement_run_report(store)
-    print(to_markdown(slope_table(trials_frame(store), exp)))
-    print(f"\nreport: {report}  ({meta['run_wall_s']:.1f} s)")
-    return 0
+    return RunOutcome(store, meta, report, None, len(specs), table=slope_table(trials_frame(store), exp))
 
 
 def _check_parameter(plan, exp: Experiment, registry) -> None:

@@ -13,35 +13,29 @@ from .parse import find_experiment, load_experiment
 from .spec import Experiment, ExperimentError, _bad, _config_key, _validate_configs
 
 
-parse_set_items = parse_overrides  # the one parser of --set items (harness.config)
 
-
-def plan_from_experiment(name: str, registry, args):
+def plan_from_experiment(name: str, registry, request):
     """The :class:`harness.runner.Plan` of experiment NAME (or a path to a .toml file).
 
-    ``args`` supplies ``--set`` overrides (``--set seeds=N`` sets the seeds), ``--seeds`` /
-    ``--seed-start`` (used when ``args.seeds_given``, or, without that attribute, when
-    ``--seeds`` is not 1). A ``grad_norm_at_init`` experiment
-    gets ``plan.measure`` (it measures instead of training).
+    ``request`` (a :class:`harness.request.RunRequest`) supplies overrides (``seeds=N`` among them
+    sets the seeds) and ``seeds`` / ``seed_start`` (used when ``seeds`` was given). A
+    ``grad_norm_at_init`` experiment gets ``plan.measure`` (it measures instead of training).
 
     Raises:
         ExperimentError / UnknownNameError: unknown experiment, malformed file, unknown
         variant, or a bad override.
     """
     exp = load_experiment(find_experiment(name))
-    overrides = parse_set_items(list(getattr(args, "overrides", None) or []))
+    overrides = parse_overrides(list(request.overrides))
     seeds_override = overrides.pop("seeds", None)
-    seeds_given = getattr(args, "seeds_given", None)  # set by 'run': --seeds given explicitly
-    if seeds_given is None:
-        seeds_given = getattr(args, "seeds", 1) not in (1, None)
-    if seeds_override is None and seeds_given:
-        seeds_override = args.seeds
+    if seeds_override is None and request.seeds is not None:
+        seeds_override = request.seeds
     changes: dict[str, Any] = {}
     if seeds_override is not None:
         if not isinstance(seeds_override, int) or isinstance(seeds_override, bool) or seeds_override < 1:
             raise ConfigError(f"seeds must be a positive integer, got {seeds_override!r}")
         check_plan_size(1, seeds_override)
-        start = int(getattr(args, "seed_start", 0) or 0)
+        start = int(request.seed_start or 0)
         if start < 0:
             raise ConfigError(f"--seed-start must be >= 0, got {start}")
         changes["seeds"] = tuple(range(start, start + seeds_override))
@@ -62,7 +56,7 @@ def plan_from_experiment(name: str, registry, args):
     if exp.baseline and exp.baseline not in names:
         raise _bad(exp.path, "baseline", f"one of the experiment's variants ({', '.join(names)})", exp.baseline)
     plan = Plan(variants, list(exp.seeds), exp.points(), preset=exp.preset, name=exp.name,
-                meta={"experiment_spec": exp.to_meta(), "cli_overrides": list(getattr(args, "overrides", None) or [])})
+                meta={"experiment_spec": exp.to_meta(), "cli_overrides": list(request.overrides)})
     if exp.kind == "grad_norm_at_init":
         plan.measure = functools.partial(run_grad_norm, exp=exp, registry=registry)
     return plan

@@ -10,7 +10,19 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..store import atomic_write_bytes
 from .frames import _num, point_order, variant_order
+
+
+def atomic_savefig(fig, path: Path, **kwargs) -> None:
+    """``fig.savefig(path, **kwargs)`` written atomically (:func:`atomic_write_bytes`); the format
+    is taken from ``path``'s suffix."""
+    import io
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format=Path(path).suffix.lstrip(".") or "png", **kwargs)
+    atomic_write_bytes(path, buf.getvalue())
+
 
 # ----------------------------------------------------------------------------- plots
 
@@ -87,7 +99,7 @@ def plot_curves(curves: pd.DataFrame, path: Path, series: list[tuple[str, str]] 
     fig.legend(handles, labels, loc="lower center", ncol=ncol, fontsize=9, frameon=False)
     rows = math.ceil(len(labels) / ncol) if labels else 1
     fig.tight_layout(rect=(0, 0.05 * rows + 0.02, 1, 1))
-    fig.savefig(path, dpi=110)
+    atomic_savefig(fig, path, dpi=110)
     plt.close(fig)
     return path
 
@@ -196,7 +208,7 @@ def plot_curves_grid(curves: pd.DataFrame, path: Path, series: list[tuple[str, s
     fig.suptitle("Training loss (solid, 10-step mean) and held-out cross-entropy (dashed): median over seeds, "
                  "IQR bands; grey: the baseline", fontsize=11)
     fig.tight_layout(rect=(0, 0.04, 1, 0.97))
-    fig.savefig(path, dpi=100)
+    atomic_savefig(fig, path, dpi=100)
     plt.close(fig)
     return path
 
@@ -276,7 +288,7 @@ def plot_final_metrics(df: pd.DataFrame, rows: list, path: Path) -> Path | None:
     axes[0].set_yticks(range(len(rows)))
     axes[0].set_yticklabels(labels[::-1])
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    atomic_savefig(fig, path, dpi=110)
     plt.close(fig)
     return path
 
@@ -326,7 +338,7 @@ def plot_steps_to_solve(df: pd.DataFrame, rows: list, path: Path, budget: int | 
                  fontsize=10)
     ax.grid(alpha=0.3, axis="x")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    atomic_savefig(fig, path, dpi=110)
     plt.close(fig)
     return path
 

@@ -1,0 +1,404 @@
+"""Start or resume a run from a :class:`harness.request.RunRequest`: plan, store, check, execute,
+report. The one path that ``python -m harness run``, :func:`harness.run` and the suite take.
+
+:func:`start_run` and :func:`resume_run` return a :class:`RunOutcome`; they print nothing but the
+progress lines (stderr, unless ``request.quiet``). The command line prints the outcome
+(``harness.commands.run``); the Python API returns the run folder.
+
+Interrupts: from the moment the run folder exists, Ctrl-C or SIGTERM at any phase (check,
+training, report) stops the run cleanly: ``config.json`` says ``interrupted``, every finished
+trial is kept, and the outcome carries the interrupt (the command line prints how to resume
+and exits 130).
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import signal
+import sys
+import threading
+import time
+
+from typing import Any
+
+from .config import get_preset, parse_overrides
+from .errors import ConfigError
+from .experiments import plan_from_experiment
+from .experiments import write_run_report as write_report  # a run's report with its experiment's sections
+from .plugins import PluginSpec
+from .registry import Registry
+from .request import CONFIG_OPTIONS, TRIAL_OPTIONS, CheckRequest, RunOutcome, RunRequest, Terminated
+from .resume import (check_code_config, check_components, check_plugins, check_points, check_setting, check_trials,
+                     stored_specs)
+from .runner import ExecutionOptions, Plan, PlannedTrial, execute, make_specs
+from .store import RunMeta, RunStore, config_hash
+from .tasks.base import heldout_note
+from .env import environment, resolve_device
+
+#: Trial statuses that ``--retry-failed`` runs again (an invalid variant fails the same way again).
+RETRY_STATUSES = ("failed", "diverged")
+
+
+def _on_sigterm(signum, frame):
+    raise Terminated()
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt():
+    """While active (main thread only), SIGTERM raises :class:`Terminated`."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+def log_function(quiet: bool):
+    """Where log lines go: stderr, flushed at once (None when quiet)."""
+    return None if quiet else (lambda line: print(line, file=sys.stderr, flush=True))
+
+
+def load_registry(plugins: PluginSpec) -> Registry:
+    """The registry with ``plugins`` loaded; its warnings as ``harness: warning:`` lines on stderr."""
+    reg = Registry.from_plugins(plugins)
+    for w in reg.warnings:
+        print(f"harness: warning: {w}", file=sys.stderr)
+    return reg
+
+
+# ------------------------------------------------------------------------------------- planning
+
+def resolve_config(preset: str, overrides) -> Any:
+    """Preset + ``--set`` items, validated. Raises UnknownNameError / ConfigError."""
+    cfg = get_preset(preset)
+    values = parse_overrides(list(overrides))
+    return cfg.override(values) if values else cfg.validate()
+
+
+def check_experiment_options(given: set[str]) -> None:
+    """With an experiment the file decides the variants and the preset: ``variants``, ``grid``
+    and ``preset`` are refused rather than ignored, and ``seed_start`` needs ``seeds``.
+
+    Raises:
+        ConfigError: naming the option.
+    """
+    for name, flag in (("variants", "--variants"), ("grid", "--grid"), ("preset", "--preset")):
+        if name in given:
+            raise ConfigError(f"{flag} cannot be combined with --experiment: the experiment file decides its "
+                              f"variants and preset (override its config with --set KEY=VALUE, its seeds with "
+                              f"--seeds N)")
+    if "seed_start" in given and "seeds" not in given:
+        raise ConfigError("--seed-start with --experiment needs --seeds N (without it the file's seeds are used)")
+
+
+def plan_run(req: RunRequest, reg: Registry) -> Plan:
+    """The run's plan from its experiment, or from its variants/grid, preset/overrides and seeds.
+
+    Raises:
+        HarnessError: unknown variant/preset/task, bad override, too many trials.
+    """
+    if req.experiment:
+        return plan_from_experiment(req.experiment, reg, req)
+    preset = req.preset or "quick"
+    cfg = resolve_config(preset, req.overrides)
+    variants = reg.grid() if req.grid else reg.select(req.patterns())
+    seeds = req.seed_list(len(variants))
+    return Plan(variants, seeds, [("", cfg)], preset=preset)
+
+
+def device_name(name: str, options: ExecutionOptions) -> str:
+    """The device the trials use. On Ray an explicit ``cuda`` is checked on the workers, not here
+    (the driver may have no GPU); everything else must be available on this machine."""
+    if options.executor == "ray" and name.startswith("cuda"):
+        return "cuda"
+    return resolve_device(name).type
+
+
+def executor_session(options: ExecutionOptions, plugins: dict, quiet: bool):
+    """For Ray: connect to (or start) the cluster before anything is stored, so an unreachable
+    cluster is one line and exit 2 with no run folder left behind."""
+    if options.executor != "ray":
+        return contextlib.nullcontext()
+    from .executors import ray_session
+
+    modules = PluginSpec.from_dict(plugins).module_names()  # the -p modules to ship, not -p no:NAME
+    return ray_session(options.address, modules, log_function(quiet))
+
+
+def execution_options(req: RunRequest) -> ExecutionOptions:
+    """The request's execution options validated; Ray imported early when asked for, so a missing
+    Ray is reported before anything is stored."""
+    opts = req.execution()
+    if opts.executor == "ray":
+        from .executors import import_ray
+
+        import_ray()
+    return opts
+
+
+# ------------------------------------------------------------------------------------- starting
+
+def start_run(req: RunRequest) -> RunOutcome:
+    """Plan, store and execute a new run (or resume one: ``req.resume``), then write its report.
+
+    Returns:
+        RunOutcome: the store, metadata, report and interrupt (if any).
+
+    Raises:
+        HarnessError: bad input, before anything is stored (exit 2 on the command line).
+    """
+    req.validate()
+    if req.resume is not None:
+        return resume_run(req)
+    given = req.given()
+    if "experiment" in given:
+        check_experiment_options(given)
+    options = execution_options(req)
+    reg = load_registry(req.plugins)
+    plan = plan_run(req, reg)
+    for _, point in plan.points:
+        reg.task(point.train.task).validate(point)
+    if plan.measure is not None:
+        return plan.measure(req, plan)
+    device, dtype = device_name(req.device or "auto", options), req.dtype or "fp32"
+    options = options.resolved(len(plan.variants) * len(plan.seeds) * len(plan.points), device)
+    plugins = req.plugins.to_dict()
+    specs = make_specs(plan.variants, plan.seeds, plan.config, device, dtype, plugins, points=plan.points,
+                       threads=options.trial_threads())
+    meta = run_meta(req, reg, plan, specs, device, dtype, options, plugins)
+    with executor_session(options, plugins, req.quiet):  # a Ray cluster that cannot be reached stores nothing
+        store = RunStore.create(req.results_dir, meta, req.run_id)
+        meta["run_id"] = store.root.name
+        headline = (f"run {store.root}: {len(plan.variants)} variant(s) x {len(plan.seeds)} seed(s) x "
+                    f"{len(plan.points)} config(s) = {len(specs)} trial(s) on {device}, {options.describe()}")
+        check = req.check and len([v for v in plan.variants if not v.buggy]) > 1
+
+        def before() -> None:
+            if check:  # after bad input is refused, inside the interrupt guard
+                meta["check"] = record_check(reg, plan.variants, req.quiet)
+                store.write_meta(meta)
+
+        with store.lock():
+            return drive(store, specs, meta, options, req.quiet, headline, before=before)
+
+
+def run_meta(req: RunRequest, reg, plan: Plan, specs: list[PlannedTrial], device: str, dtype: str,
+             options: ExecutionOptions, plugins: dict) -> dict:
+    """The new run's ``config.json`` (a :class:`harness.store.RunMeta`) before any trial ran, as
+    the dict the run updates and the store writes."""
+    cfg, seeds = plan.config, plan.seeds
+    return RunMeta(
+        kind="train", command=req.command_line(), preset=plan.preset, config=cfg.to_dict(),
+        variants=[v.name for v in plan.variants], seeds=seeds, device=device, dtype=dtype, plugins=plugins,
+        environment={**environment(device, trial_settings_applied=True), "threads": options.trial_threads()},
+        extra={"experiment": plan.name, "points": {name: c.to_dict() for name, c in plan.points if name},
+               "config_hash": config_hash(cfg.to_dict()), "execution": options.to_dict(), "status": "running",
+               "trials": [{"key": s.key, "spec": s.spec} for s in specs],
+               "heldout": heldout_note(reg.task(cfg.train.task), cfg, seeds[0]), **plan.meta},
+    ).to_dict()
+
+
+def record_check(reg, variants, quiet: bool) -> dict:
+    """check's equivalence classes of ``variants`` (:func:`harness.overview.check_classes`), with one
+    log line naming the classes that hold more than one variant."""
+    from .overview import check_classes
+
+    result = check_classes(reg, variants)
+    log = log_function(quiet)
+    if log:
+        multi = ["{" + ", ".join(c) + "}" for c in result["classes"] if len(c) > 1]
+        what = (f"check could not group them: {result['error']}" if result.get("error") else
+                f"{len(result['classes'])} class(es); same function: {'; '.join(multi) or 'none'}")
+        log(f"check: {len(variants)} variant(s), {what} ({result['wall_s']:.1f} s)")
+    return result
+
+
+# ------------------------------------------------------------------------------------- resuming
+
+def resume_run(req: RunRequest) -> RunOutcome:
+    """Run the stored run's missing trials (``req.resume``; with ``req.retry_failed`` also its failed
+    and diverged ones, whose old files are kept under ``trials/retried/``), then re-render its report.
+    Options the request gives must agree with the stored run (:mod:`harness.resume`).
+
+    Raises:
+        StoreError: no resumable run there, or the request asks for something else than it holds.
+    """
+    req.validate()
+    given = req.given()
+    options = execution_options(req)
+    store = RunStore.open(req.resume)
+    meta = store.meta()
+    specs = stored_specs(store, meta)
+    where = str(store.root)
+    check_code_config(store, meta, specs)
+    reg = load_registry(PluginSpec.from_dict(meta.get("plugins")))
+    check_components(reg, specs, where)
+    check_requested(req, given, meta, reg, specs, where)
+    if not given & {"executor", "jobs", "threads", "address"} and isinstance(meta.get("execution"), dict):
+        stored = meta["execution"]
+        options = ExecutionOptions(stored.get("executor", "local"), stored.get("jobs", 1), stored.get("threads"),
+                                   stored.get("address")).validate()
+    retried = retire_failed(store, specs) if req.retry_failed else []
+    todo = [ts for ts in specs if ts.key in set(store.missing(ts.key for ts in specs))]
+    options = options.resolved(len(todo), meta.get("device", "cpu"))
+    with executor_session(options, meta.get("plugins") or {}, req.quiet), store.lock():
+        meta.setdefault("resumes", []).append({"command": req.command_line(), "missing": len(todo),
+                                               "retried": retried, "execution": options.to_dict()})
+        headline = (f"resume {store.root}: {len(specs) - len(todo)} of {len(specs)} trial(s) stored, running the "
+                    f"{len(todo)} missing" + (f" ({len(retried)} failed, retried)" if retried else "")
+                    + f" on {meta.get('device', 'cpu')}, {options.describe()}")
+        return drive(store, todo, meta, options, req.quiet, headline, total=len(specs))
+
+
+def retire_failed(store: RunStore, specs: list[PlannedTrial]) -> list[str]:
+    """Move the stored trials of ``specs`` whose status is in :data:`RETRY_STATUSES` to
+    ``trials/retried/`` (kept for the record), so they count as missing. Returns their keys."""
+    keys = {ts.key for ts in specs}
+    out = []
+    for t in store.load_trials():
+        if t["key"] in keys and t["row"].get("status") in RETRY_STATUSES:
+            store.retire(t["key"])
+            out.append(t["key"])
+    return out
+
+
+def check_requested(req: RunRequest, given: set[str], meta: dict, reg, specs: list[PlannedTrial],
+                    where: str) -> None:
+    """Refuse when options given with ``resume`` ask for other plugins, device, dtype, config or
+    trials than the stored run. Options not given take the stored values.
+
+    Raises:
+        StoreError: naming the first difference.
+    """
+    if not given & (CONFIG_OPTIONS | TRIAL_OPTIONS | {"device", "dtype", "plugins"}):
+        return
+    if "plugins" in given:
+        check_plugins(req.plugins.to_dict(), meta, where)
+    if "device" in given:
+        check_setting("device", device_name(req.device, ExecutionOptions()), meta, where)
+    if "dtype" in given:
+        check_setting("dtype", req.dtype, meta, where)
+    variants, seeds, points = requested_plan(req, given, meta, reg)
+    if given & CONFIG_OPTIONS:
+        check_points(points, meta, where)
+    if given & TRIAL_OPTIONS:
+        check_trials(variants, seeds, points, specs, where)
+
+
+def requested_plan(req: RunRequest, given: set[str], meta: dict, reg) -> tuple[list[str], list[int], list]:
+    """``(variant names, seeds, [(point name, RunConfig)])`` that the options given with ``resume``
+    ask for; what was not given is taken from the stored run (``meta``).
+
+    Raises:
+        HarnessError: the given options themselves are bad (unknown variant, bad override, ...).
+    """
+    experiment = req.experiment if "experiment" in given else (meta.get("experiment") or None)
+    if experiment:
+        check_experiment_options(given)
+        plan = plan_from_experiment(experiment, reg, req)
+        return [v.name for v in plan.variants], plan.seeds, plan.points
+    preset = req.preset if "preset" in given else (meta.get("preset") or "quick")
+    points = [("", resolve_config(preset, req.overrides))]
+    if given & {"variants", "grid"}:
+        variants = [v.name for v in (reg.grid() if req.grid else reg.select(req.patterns()))]
+    else:
+        variants = list(meta["variants"])
+    if given & {"seeds", "seed_start"}:
+        seeds = req.seed_list(len(variants))
+    else:
+        seeds = list(meta.get("seeds") or [])
+    return variants, seeds, points
+
+
+# ----------------------------------------------------------------------------- execute + report
+
+def drive(store: RunStore, specs: list[PlannedTrial], meta: dict, options: ExecutionOptions, quiet: bool,
+          headline: str, total: int | None = None, before=None) -> RunOutcome:
+    """Run ``before()`` (the pre-training check), execute ``specs`` into ``store`` and write the report,
+    with Ctrl-C and SIGTERM at any of these phases ending the run as ``interrupted``."""
+    total = len(specs) if total is None else total
+    log = log_function(quiet)
+    interrupted: KeyboardInterrupt | None = None
+    report = None
+    t0 = time.perf_counter()
+    with sigterm_as_interrupt():
+        try:
+            if log:
+                log(headline)
+            if before is not None:
+                before()
+            if specs:
+                execute(specs, store, options, quiet=quiet, log=log)
+        except KeyboardInterrupt as exc:
+            interrupted = exc
+        meta["run_wall_s"] = float(meta.get("run_wall_s") or 0.0) + time.perf_counter() - t0
+        meta["status"] = "interrupted" if interrupted is not None else "complete"  # read by harness verify
+        try:
+            store.write_meta(meta)
+            report = write_report(store)
+        except KeyboardInterrupt as exc:
+            interrupted = interrupted or exc
+            meta["status"] = "interrupted"
+            store.write_meta(meta)
+    if not specs and interrupted is None and log:
+        log(f"nothing to run: all {total} trial(s) of {store.root} are stored")
+    return RunOutcome(store, meta, report, interrupted, total)
+
+
+def replace(req: RunRequest, **changes) -> RunRequest:
+    """``dataclasses.replace`` for requests (the suite's per-task requests)."""
+    return dataclasses.replace(req, **changes)
+
+
+# ------------------------------------------------------------------------------------- checking
+
+def check_model_config(preset: str | None, overrides) -> Any:
+    """The check config (or ``preset``'s model) with ``model.*`` overrides.
+
+    Raises:
+        ConfigError: a ``train.*`` override (check builds models only) or an invalid value.
+    """
+    from .checks import CHECK_MODEL
+    from .config import ModelConfig
+
+    base = get_preset(preset).model if preset else CHECK_MODEL
+    values = dataclasses.asdict(base)
+    for key, value in parse_overrides(list(overrides)).items():
+        section, _, name = key.rpartition(".")
+        if section not in ("", "model"):
+            raise ConfigError(f"check builds models only: --set {key} does not apply (use model.<name>, "
+                              f"e.g. --set model.d_model=64)")
+        values[name] = value
+    return ModelConfig.from_dict(values)
+
+
+def start_check(req: CheckRequest, reg: Registry | None = None):
+    """Run check on ``req`` (equivalence matrix, PyTorch references, mask probes, faithful bugs).
+
+    Returns:
+        tuple: ``(report, variants, cfg, groups)``: the :class:`harness.checks.CheckReport`, the
+        variants checked, the model config and the equivalence groups used.
+
+    Raises:
+        HarnessError: unknown variant or component, bad config, bad ``equivalent`` item.
+    """
+    from .checks import parse_equivalent, registry_groups, run_checks
+
+    if req.dtype not in ("fp32", "bf16"):
+        raise ConfigError(f"--dtype must be one of fp32, bf16, got {req.dtype!r}")
+    reg = reg or load_registry(req.plugins)
+    variants = reg.grid() if req.grid else reg.select(req.patterns())
+    cfg = check_model_config(req.preset, req.overrides)
+    device = resolve_device(req.device)
+    extra = parse_equivalent(list(req.equivalent))
+    for slot, groups in extra.items():
+        for group in groups:
+            for name in group:
+                reg.component(slot, name)  # UnknownNameError for a typo
+    groups = registry_groups(reg, extra, cfg)
+    report = run_checks(reg, variants, cfg, device=device, dtype=req.dtype, seed=req.seed, groups=groups,
+                        log=log_function(req.quiet), all_components=req.all_components)
+    return report, variants, cfg, groups

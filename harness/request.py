@@ -1,0 +1,265 @@
+"""A run as one typed request: what ``python -m harness run``, :func:`harness.run` and the suite
+all build, and :mod:`harness.launch` starts or resumes.
+
+The command line is parsed into a :class:`RunRequest` (``harness.commands.run``), the Python
+API builds one from keyword arguments (:mod:`harness.api`), the suite builds one per task
+(:mod:`harness.suite`); nothing below ``harness/commands/`` sees the parsed command line.
+
+An option left ``None`` was not given: the launch fills the documented default, and
+``run --resume`` takes the stored run's value for it (:meth:`RunRequest.given`).
+"""
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from .errors import ConfigError
+from .plugins import PluginSpec
+from .runner import ExecutionOptions, check_plan_size
+from .store import RunStore
+
+#: Defaults of the options that ``--resume`` must tell apart from "not given". name -> default.
+PLAN_DEFAULTS = {"variants": ("all",), "preset": "quick", "seeds": 1, "seed_start": 0}
+DEVICE_DEFAULTS = {"device": "auto", "dtype": "fp32"}
+EXEC_DEFAULTS = {"executor": "local", "jobs": "auto"}
+#: Options that change the trained config, and options that change which trials a run holds.
+CONFIG_OPTIONS = frozenset({"preset", "overrides", "experiment"})
+TRIAL_OPTIONS = frozenset({"variants", "grid", "seeds", "seed_start", "experiment"})
+DTYPES = ("fp32", "bf16")
+
+
+def override_items(overrides: Mapping[str, Any] | Iterable[str] | None) -> tuple[str, ...]:
+    """``{"train.steps": 50}`` or ``["train.steps=50"]`` -> ``("train.steps=50",)``: the ``--set``
+    items a run records (values as Python literals, read back by :func:`harness.config.parse_overrides`).
+
+    Raises:
+        ConfigError: an item that is not a string.
+    """
+    if overrides is None:
+        return ()
+    if isinstance(overrides, Mapping):
+        return tuple(f"{k}={v!r}" for k, v in overrides.items())
+    items = [overrides] if isinstance(overrides, str) else list(overrides)
+    for item in items:
+        if not isinstance(item, str):
+            raise ConfigError(f"overrides must be a dict or KEY=VALUE strings, got {item!r}")
+    return tuple(items)
+
+
+def names(value: str | Iterable[str] | None) -> tuple[str, ...] | None:
+    """A name or names (``"all"``, ``["baseline", "pre_*"]``) as a tuple; None stays None."""
+    if value is None:
+        return None
+    return (value,) if isinstance(value, str) else tuple(str(v) for v in value)
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """Everything a run needs. ``None`` = not given (see the module docstring).
+
+    Args:
+        variants: ``all``, names and shell-style globs (``--variants``); ``grid``: the full factorial.
+        preset: ``quick`` (default), ``paper``, ``suite``, ``deep`` or ``tiny``.
+        overrides: ``--set`` items ``"KEY=VALUE"`` (``--task NAME`` is ``train.task='NAME'``).
+        seeds, seed_start: seeds ``seed_start .. seed_start + seeds - 1`` per variant.
+        experiment: an experiment file's name (``experiments/NAME.toml``) or path.
+        check: record check's equivalence classes before training.
+        device, dtype: ``auto``/``cpu``/``cuda``; ``fp32``/``bf16``.
+        executor, jobs, threads, address: how trials execute (:class:`harness.runner.ExecutionOptions`).
+        plugins: plugin modules and files to load (:class:`harness.plugins.PluginSpec`).
+        results_dir, run_id: the run folder ``results_dir/run_id`` (default id: a timestamp).
+        quiet: no progress bars or log lines on stderr.
+        resume: a stored run's folder: run only its missing trials (``--resume``).
+        retry_failed: with ``resume``, run its failed and diverged trials again (``--retry-failed``).
+        command: the command line shown in reports (default: the equivalent ``python -m harness run``).
+    """
+
+    variants: tuple[str, ...] | None = None
+    grid: bool = False
+    preset: str | None = None
+    overrides: tuple[str, ...] = ()
+    seeds: int | None = None
+    seed_start: int | None = None
+    experiment: str | None = None
+    check: bool = True
+    device: str | None = None
+    dtype: str | None = None
+    executor: str | None = None
+    jobs: int | str | None = None
+    threads: int | None = None
+    address: str | None = None
+    plugins: PluginSpec = field(default_factory=PluginSpec)
+    results_dir: str = "results"
+    run_id: str | None = None
+    quiet: bool = False
+    resume: str | None = None
+    retry_failed: bool = False
+    command: str | None = None
+
+    def given(self) -> set[str]:
+        """Names of the options given (not left to their defaults)."""
+        out = {n for n in (*PLAN_DEFAULTS, *DEVICE_DEFAULTS, *EXEC_DEFAULTS, "threads", "address", "experiment")
+               if getattr(self, n) is not None}
+        if self.grid:
+            out.add("grid")
+        if self.overrides:
+            out.add("overrides")
+        if self.plugins.modules or self.plugins.files or self.plugins.strict:
+            out.add("plugins")
+        return out
+
+    def validate(self) -> "RunRequest":
+        """Checks that need no registry: types, ranges, option combinations.
+
+        Raises:
+            ConfigError: naming the option (as the command line spells it) and the value.
+        """
+        for name in ("seeds", "seed_start", "threads"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+                raise ConfigError(f"{_flag(name)} must be an integer, got {value!r}")
+        if self.dtype is not None and self.dtype not in DTYPES:
+            raise ConfigError(f"--dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        if self.results_dir == "" or self.results_dir is None:
+            raise ConfigError("--results-dir must not be empty (give a folder, e.g. --results-dir results)")
+        if self.run_id is not None:
+            from .store import check_name
+
+            check_name(self.run_id)
+        if self.resume is not None and self.run_id:
+            raise ConfigError("--run-id cannot be combined with --resume (a resumed run keeps its folder)")
+        if self.retry_failed and self.resume is None:
+            raise ConfigError("--retry-failed needs --resume RUN_DIR (it re-runs a stored run's failed trials)")
+        return self
+
+    def execution(self) -> ExecutionOptions:
+        """``executor/jobs/threads/address`` validated (defaults filled).
+
+        Raises:
+            ConfigError / UnknownNameError: a bad value.
+        """
+        return ExecutionOptions(EXEC_DEFAULTS["executor"] if self.executor is None else self.executor,
+                                EXEC_DEFAULTS["jobs"] if self.jobs is None else self.jobs,
+                                self.threads, self.address).validate()
+
+    def seed_list(self, n_variants: int = 1) -> list[int]:
+        """``[seed_start, ..., seed_start + seeds - 1]`` (defaults filled), refused before it is built
+        when ``n_variants`` x seeds is more than a run may plan (:func:`harness.runner.check_plan_size`).
+
+        Raises:
+            ConfigError: ``seeds < 1``, ``seed_start < 0`` or too many trials.
+        """
+        seeds = PLAN_DEFAULTS["seeds"] if self.seeds is None else self.seeds
+        start = PLAN_DEFAULTS["seed_start"] if self.seed_start is None else self.seed_start
+        if seeds < 1:
+            raise ConfigError(f"--seeds must be >= 1, got {seeds}")
+        if start < 0:
+            raise ConfigError(f"--seed-start must be >= 0, got {start}")
+        check_plan_size(n_variants, seeds)
+        return list(range(start, start + seeds))
+
+    def patterns(self) -> list[str]:
+        """``--variants`` items split at commas and spaces (``["all"]`` when not given)."""
+        items = self.variants if self.variants is not None else PLAN_DEFAULTS["variants"]
+        return [p for item in items for p in item.replace(",", " ").split()]
+
+    def command_line(self) -> str:
+        """The command as the user typed it (``command``), else the equivalent command line."""
+        if self.command:
+            return self.command
+        words = ["run"]
+        if self.resume is not None:
+            words += ["--resume", str(self.resume)] + (["--retry-failed"] if self.retry_failed else [])
+        if self.variants is not None:
+            words += ["--variants", *self.variants]
+        words += ["--grid"] * self.grid
+        for name in ("experiment", "preset", "seeds", "seed_start", "device", "dtype", "executor", "jobs",
+                     "threads", "address", "run_id"):
+            if getattr(self, name) is not None:
+                words += [_flag(name), str(getattr(self, name))]
+        words += [w for item in self.overrides for w in ("--set", item)]
+        if self.results_dir != "results":
+            words += ["--results-dir", str(self.results_dir)]
+        words += ["--no-check"] * (not self.check) + ["-q"] * self.quiet
+        words = [w for m in self.plugins.modules for w in ("-p", m)] + \
+                [w for f in self.plugins.files for w in ("--plugin", str(f))] + words
+        return "python -m harness " + shlex.join(words)
+
+    def folder(self) -> Path:
+        """Where the run's folder is made (``results_dir``)."""
+        return Path(self.results_dir)
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+@dataclass(frozen=True)
+class CheckRequest:
+    """What ``python -m harness check`` / :func:`harness.check` checks (see docs/checks.md).
+
+    Args:
+        variants: ``all``, names and globs. preset, overrides: the model config (default: the check
+            config; overrides only ``model.*`` items ``"KEY=VALUE"``).
+        device, dtype, seed: where and how the comparisons run.
+        equivalent: ``"SLOT=A,B"`` items (``--equivalent``). all_components: every registered component.
+        plugins: plugin modules and files. quiet: no progress lines.
+    """
+
+    variants: tuple[str, ...] = ("all",)
+    grid: bool = False
+    preset: str | None = None
+    overrides: tuple[str, ...] = ()
+    device: str = "auto"
+    dtype: str = "fp32"
+    seed: int = 0
+    equivalent: tuple[str, ...] = ()
+    all_components: bool = False
+    plugins: PluginSpec = field(default_factory=PluginSpec)
+    quiet: bool = True
+
+    def patterns(self) -> list[str]:
+        """``variants`` split at commas and spaces."""
+        return [p for item in self.variants for p in item.replace(",", " ").split()]
+
+
+@dataclass
+class RunOutcome:
+    """What a started or resumed run left: its store, metadata and report, and how it ended.
+
+    Attributes:
+        store: the run folder. meta: its ``config.json`` as written last.
+        report: report.md's path (None when an interrupt came before it was written).
+        interrupted: the interrupt that stopped the run (:class:`Terminated` for SIGTERM), or None.
+        total: trials planned. table: a table to show instead of the report's main table (measurements).
+    """
+
+    store: RunStore
+    meta: dict
+    report: Path | None
+    interrupted: KeyboardInterrupt | None
+    total: int
+    table: Any = None
+
+    def done(self) -> int:
+        """Planned trials stored so far."""
+        planned = self.meta.get("trials")
+        done = self.store.done_keys()
+        return len(done & {t["key"] for t in planned}) if planned else len(done)
+
+    def bad_rows(self) -> list[dict]:
+        """Rows (trials.csv's) of the stored trials whose status is not ``ok``."""
+        return [t["row"] for t in self.store.load_trials() if t["row"].get("status") != "ok"]
+
+    @property
+    def exit_code(self) -> int:
+        """0 every trial ok, 1 one is not (failed, diverged, invalid), 130 interrupted."""
+        if self.interrupted is not None:
+            return 130
+        return 1 if self.bad_rows() else 0
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, turned into an interrupt so the run stops as cleanly as on Ctrl-C."""
