@@ -189,7 +189,7 @@ def check(variants: _Names = "all", *, preset: str | None = None, overrides: dic
     from .commands.check import model_config
     from .commands.common import load_registry, select_variants
     from .commands.run import log_function
-    from .train import resolve_device
+    from .env import resolve_device
 
     argv = ["check", "--variants", *_names(variants), *_set_options(overrides), "--device", device,
             "--dtype", dtype, "--seed", str(seed)]
@@ -277,7 +277,8 @@ def build_model(variant, config=None, *, seed: int = 0, plugins: _Names = (), pl
     Raises:
         UnknownNameError: no such variant or preset.  ConfigError: an invalid config.
     """
-    from .config import ConfigError, ModelConfig, RunConfig, get_preset
+    from .config import ModelConfig, RunConfig, get_preset
+    from .errors import ConfigError
     from .model import build_model as assemble
     from .plugins import PluginSpec
     from .registry import Registry, Variant

@@ -17,7 +17,7 @@ import warnings
 
 from .commands.common import check_output
 from .errors import HarnessError, HarnessWarning
-from .plugins import add_plugin_options, plugin_spec  # noqa: F401 - plugin_spec: the commands' import path
+from .plugins import add_plugin_options
 
 #: command -> its one-line help (the same text its module's ``register`` gives; a test holds
 #: them equal), in the order ``--help`` lists them.

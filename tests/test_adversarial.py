@@ -161,7 +161,7 @@ def test_compare_gates_an_invalid_candidate(tmp_path):
     meta = json.loads((tmp_path / "b" / "config.json").read_text())
     assert meta["variants"] == ["adv_causal_shift"]
     # rename B's variant so the two runs share it: the candidate is "baseline" with a leaking mask
-    from harness.store import trial_checksum
+    from harness.trial import trial_checksum
 
     for p in (tmp_path / "b" / "trials").glob("*.json"):
         t = json.loads(p.read_text())

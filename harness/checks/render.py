@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from .contracts import SLOT_REFERENCES
+from .contract_base import SLOT_REFERENCES
 from .inputs import fmt_size
 from .pairs import EQUIVALENT, IDENTICAL, ReferenceResult, TensorDiff
 from .policy import TOLERANCES

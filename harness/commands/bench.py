@@ -99,7 +99,7 @@ def write_outputs(store_root: Path, rows: list[dict], info: dict, meta: dict) ->
 
 def main(args) -> int:
     from ..bench import BenchError, bench_meta, run_bench, summary_lines, table_frame
-    from ..cli import plugin_spec
+    from ..plugins import plugin_spec
     from ..env import resolve_device, trial_settings
     from ..store import RunStore
     from .common import check_task, command_line, load_registry, output_run_id, resolve_config, select_variants

@@ -11,12 +11,12 @@ import sys
 
 from ..checks import (CHECK_MODEL, TOLERANCES, parse_equivalent, registry_groups, render_markdown, render_text,
                       results_frame, run_checks, slot_default)
-from ..cli import plugin_spec
-from ..config import ModelConfig, get_preset
+from ..config import ModelConfig, get_preset, parse_overrides
+from ..env import environment, resolve_device
 from ..errors import ConfigError
+from ..plugins import plugin_spec
 from ..store import RunMeta, RunStore, atomic_write_text
-from ..train import environment, resolve_device
-from .common import (add_output, add_selection, command_line, load_registry, output_run_id, parse_overrides,
+from .common import (add_output, add_selection, command_line, load_registry, output_run_id,
                      select_variants)
 
 #: ``--equivalent`` example: the attention slot's default component and a plugin's (names from the registry)

@@ -67,7 +67,7 @@ def render_markdown(frame, lines: list[str], meta: dict) -> str:
 def main(args) -> int:
     import pandas as pd
 
-    from ..cli import plugin_spec
+    from ..plugins import plugin_spec
     from ..overhead import profile_rows, profile_trial, verdict
     from ..runner import make_specs
     from ..env import environment, resolve_device

@@ -24,12 +24,12 @@ from ..experiments import write_run_report as write_report  # a run's report wit
 from ..plugins import PluginSpec, plugin_spec
 from ..registry import Registry
 from ..report import summary_table, to_markdown, trials_frame
-from ..runner import ExecutionOptions, Plan, TrialSpec, check_plan_size, execute, make_specs
+from ..runner import ExecutionOptions, Plan, PlannedTrial, check_plan_size, execute, make_specs
 from ..resume import (check_code_config, check_components, check_plugins, check_points, check_setting, check_trials,
                       stored_specs)
 from ..store import RunMeta, RunStore, config_hash
 from ..tasks.base import heldout_note
-from ..train import environment, resolve_device
+from ..env import environment, resolve_device
 from .common import (add_config, add_output, add_selection, check_task, command_line, load_registry, resolve_config,
                      select_variants)
 
@@ -238,7 +238,7 @@ def main(args, finish=None) -> int:
                                       f"{options.describe()}", finish=finish)
 
 
-def run_meta(args, reg, plan: Plan, specs: list[TrialSpec], device: str, options: ExecutionOptions,
+def run_meta(args, reg, plan: Plan, specs: list[PlannedTrial], device: str, options: ExecutionOptions,
              plugins: dict) -> dict:
     """The new run's ``config.json`` (the run metadata, a :class:`harness.store.RunMeta`) before any
     trial ran, as the dict the run updates and the store writes."""
@@ -271,7 +271,7 @@ def record_check(reg, variants, quiet: bool) -> dict:
 
 # ------------------------------------------------------------------------------------- resume
 
-def check_requested(args, given: set[str], meta: dict, reg, specs: list[TrialSpec], where: str) -> None:
+def check_requested(args, given: set[str], meta: dict, reg, specs: list[PlannedTrial], where: str) -> None:
     """Refuse when options given with ``--resume`` ask for other plugins, device, dtype, config or
     trials than the stored run (the comparisons are in :mod:`harness.resume`). Options not given
     take the stored values.
@@ -365,7 +365,7 @@ def _on_sigterm(signum, frame):
     raise Terminated()
 
 
-def execute_and_report(store: RunStore, specs: list[TrialSpec], meta: dict, options: ExecutionOptions,
+def execute_and_report(store: RunStore, specs: list[PlannedTrial], meta: dict, options: ExecutionOptions,
                        quiet: bool, headline: str, total: int | None = None, finish=None) -> int:
     """Execute ``specs`` into ``store``, re-render the report and return
     ``finish(store, meta, report, interrupted, total)`` (default :func:`print_outcome`: the exit code)."""
@@ -377,7 +377,7 @@ def execute_and_report(store: RunStore, specs: list[TrialSpec], meta: dict, opti
     return (finish or print_outcome)(store, meta, report, interrupted, total)
 
 
-def execute_trials(store: RunStore, specs: list[TrialSpec], meta: dict, options: ExecutionOptions, quiet: bool,
+def execute_trials(store: RunStore, specs: list[PlannedTrial], meta: dict, options: ExecutionOptions, quiet: bool,
                    headline: str) -> KeyboardInterrupt | None:
     """Execute ``specs`` into ``store`` (SIGTERM stops it as Ctrl-C does) and store the run's
     wall time and status in its metadata. Returns the interrupt, if one stopped it."""

@@ -59,7 +59,7 @@ def run_grad_norm(args, plan, exp: Experiment, registry) -> int:
     """
     from ..plugins import plugin_spec
     from ..runner import ExecutionOptions, PlannedTrial, execute, make_specs
-    from ..train import environment, resolve_device
+    from ..env import environment, resolve_device
 
     device = resolve_device(args.device)
     _check_parameter(plan, exp, registry)

@@ -13,8 +13,6 @@ from .parse import find_experiment, load_experiment
 from .spec import Experiment, ExperimentError, _bad, _config_key, _validate_configs
 
 
-parse_set_items = parse_overrides  # the one parser of --set items (harness.config)
-
 
 def plan_from_experiment(name: str, registry, args):
     """The :class:`harness.runner.Plan` of experiment NAME (or a path to a .toml file).
@@ -29,7 +27,7 @@ def plan_from_experiment(name: str, registry, args):
         variant, or a bad override.
     """
     exp = load_experiment(find_experiment(name))
-    overrides = parse_set_items(list(getattr(args, "overrides", None) or []))
+    overrides = parse_overrides(list(getattr(args, "overrides", None) or []))
     seeds_override = overrides.pop("seeds", None)
     seeds_given = getattr(args, "seeds_given", None)  # set by 'run': --seeds given explicitly
     if seeds_given is None:
