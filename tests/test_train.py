@@ -279,7 +279,8 @@ def test_the_noam_factor_is_read_under_its_old_name_lr_and_keeps_the_config_hash
     assert RunConfig.from_dict(old) == new and new.train.noam_factor == 0.15
     assert not hasattr(new.train, "lr")  # the old name is read from data only, not a second attribute
     assert config_hash(old) == config_hash(new.to_dict()) == "df61d0adfdf1"  # results/reference/main-job
-    assert new.override({"train.lr": 0.3}).train.noam_factor == 0.3 == new.override({"train.noam_factor": 0.3}).train.noam_factor
+    assert new.override({"train.lr": 0.3}).train.noam_factor == 0.3
+    assert new.override({"train.noam_factor": 0.3}).train.noam_factor == 0.3
     both = {**old, "train": {**old["train"], "noam_factor": 0.2}}
     with pytest.raises(ConfigError, match="give noam_factor or its old name lr, not both"):
         RunConfig.from_dict(both)

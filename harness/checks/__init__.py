@@ -86,15 +86,16 @@ from .ties import TieResult, check_ties, tie_groups
 from .transformer import compare_with_nn_transformer, make_nn_transformer, nn_transformer_name, nn_transformer_structure
 
 __all__ = [
-    "BugResult", "CHECK_MODEL", "CRASHES", "CheckContext", "CheckReport", "CheckSession", "CheckStage", "DECLARED", "EQUIVALENT", "IDENTICAL",
-    "LEGEND", "MaskComponentResult", "NOT_COMPARABLE", "PairResult", "ProbeResult", "ReferenceResult", "TOLERANCES",
-    "TensorDiff", "TieResult", "Tolerance", "UNEXPECTED", "UNEXPECTED_SAME", "VariantRun", "bug_reasons",
-    "canonical_grads", "check_ties", "class_summary", "compare_attention_with_mha", "compare_runs", "compare_variants",
-    "compare_with_nn_transformer", "describe_exception", "draw_reference_state", "expected_relation",
-    "forward_backward", "get_tolerance", "held_to_reference", "layout_relation", "load_variant", "make_nn_transformer",
-    "mask_result", "matrix_frame", "merge_groups", "nn_transformer_name", "nn_transformer_structure", "padded_batch",
-    "parse_equivalent", "probe_causal", "probe_extra_padding", "probe_finite", "probe_mask_component",
-    "probe_masked_keys", "probe_variant", "reference_state", "registry_groups", "render_markdown", "render_text",
-    "results_frame", "run_checks", "run_variant", "same_function", "slot_default", "stage_registry", "STAGES", "tensor_diff", "tf32_disabled",
-    "tie_groups",
+    "BugResult", "CHECK_MODEL", "CRASHES", "CheckContext", "CheckReport", "CheckSession", "CheckStage", "DECLARED",
+    "EQUIVALENT", "IDENTICAL", "LEGEND", "MaskComponentResult", "NOT_COMPARABLE", "PairResult", "ProbeResult",
+    "ReferenceResult", "STAGES", "TOLERANCES", "TensorDiff", "TieResult", "Tolerance", "UNEXPECTED",
+    "UNEXPECTED_SAME", "VariantRun", "bug_reasons", "canonical_grads", "check_ties", "class_summary",
+    "compare_attention_with_mha", "compare_runs", "compare_variants", "compare_with_nn_transformer",
+    "describe_exception", "draw_reference_state", "expected_relation", "forward_backward", "get_tolerance",
+    "held_to_reference", "layout_relation", "load_variant", "make_nn_transformer", "mask_result", "matrix_frame",
+    "merge_groups", "nn_transformer_name", "nn_transformer_structure", "padded_batch", "parse_equivalent",
+    "probe_causal", "probe_extra_padding", "probe_finite", "probe_mask_component", "probe_masked_keys",
+    "probe_variant", "reference_state", "registry_groups", "render_markdown", "render_text", "results_frame",
+    "run_checks", "run_variant", "same_function", "slot_default", "stage_registry", "tensor_diff", "tf32_disabled",
+    "tie_groups"
 ]

@@ -4,8 +4,8 @@ component -- built-in or plugin -- to it.
 Shape letters: B batch, L length, S source length, T target length, D = d_model, H = h heads,
 d_k = D / H, V vocabulary.
 
-Every slot has a *reference* (:data:`~harness.checks.contract_base.SLOT_REFERENCES`). A component is held to it unless its own
-registration says otherwise (:class:`harness.registry.Component`):
+Every slot has a *reference* (:data:`~harness.checks.contract_base.SLOT_REFERENCES`). A component
+is held to it unless its own registration says otherwise (:class:`harness.registry.Component`):
 
 * ``differs="..."`` -- a deliberate difference (RMSNorm, another scaling, an approximation): the
   check measures and reports its size instead of failing;
@@ -15,13 +15,14 @@ registration says otherwise (:class:`harness.registry.Component`):
 Each component is checked *on its own*: its siblings are the harness's own reference
 implementations (a -inf keep-mask, ``nn.LayerNorm``, ``nn.Linear``), so a failure is attributed
 to the component that causes it. On a failure the check tries the common ways hand-written code
-goes wrong (:data:`~harness.checks.contract_attention.ATTENTION_FAULTS`, mask shifts, ...) and names the one that reproduces the
-measured output ("scores divided by d_model instead of sqrt(d_k)", "causal mask shifted by +1:
-position i attends to position i+1").
+goes wrong (:data:`~harness.checks.contract_attention.ATTENTION_FAULTS`, mask shifts, ...) and
+names the one that reproduces the measured output ("scores divided by d_model instead of
+sqrt(d_k)", "causal mask shifted by +1: position i attends to position i+1").
 
 The reference computations run in float64; a component passes when max |component - reference|
-<= atol + rtol * max |reference| with :data:`~harness.checks.contract_base.ATOL`, :data:`~harness.checks.contract_base.RTOL` (float32 rounding inside a
-component, such as a float32 softmax, stays far below; every fault this module knows is above).
+<= atol + rtol * max |reference| with :data:`~harness.checks.contract_base.ATOL`,
+:data:`~harness.checks.contract_base.RTOL` (float32 rounding inside a component, such as a float32
+softmax, stays far below; every fault this module knows is above).
 
 Sources: Vaswani et al. 2017 §3.2-3.5; Ba et al. 2016 (LayerNorm); Xiong et al. 2020 (pre-/post-norm);
 PyTorch ``nn.MultiheadAttention`` / ``nn.LayerNorm`` / ``nn.Linear``; the seed notes' bugs.

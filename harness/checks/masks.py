@@ -27,7 +27,8 @@ class MaskComponentResult:
 
 
 def probe_mask_component(registry: Registry, name: str, cfg: ModelConfig, batch=None, seed: int = 0) -> MaskComponentResult:
-    """Mask component ``name`` on its own (:func:`harness.checks.contract_attention.check_mask`): softmax(apply(scores, mask))
+    """Mask component ``name`` on its own (:func:`harness.checks.contract_attention.check_mask`):
+    softmax(apply(scores, mask))
     against the reference masked softmax at real query rows, finite rows, and what a fully masked row
     (a source of pad tokens only) gives. ``batch`` is accepted for compatibility; the contract check
     uses its own two padded batches."""

@@ -65,8 +65,8 @@ def component_rows(report: CheckReport) -> list[dict]:
 
 
 def pair_rows(report: CheckReport) -> list[dict]:
-    return [csv_row("pair", p.a, p.b, p.expected, p.verdict, p.ok, p.logits, p.grad_max, "; ".join(p.declared + p.notes))
-            for p in report.pairs]
+    return [csv_row("pair", p.a, p.b, p.expected, p.verdict, p.ok, p.logits, p.grad_max,
+                    "; ".join(p.declared + p.notes)) for p in report.pairs]
 
 
 def probe_rows(report: CheckReport) -> list[dict]:
@@ -108,7 +108,8 @@ def class_summary(report: CheckReport) -> list[dict]:
         if len(cls) < 2:
             continue
         members = set(cls)
-        inside = [p for p in report.results.get("pairs", []) if p.a in members and p.b in members and p.verdict in (IDENTICAL, EQUIVALENT)]
+        inside = [p for p in report.results.get("pairs", [])
+                  if p.a in members and p.b in members and p.verdict in (IDENTICAL, EQUIVALENT)]
         out.append(_summary_row(", ".join(cls), [(f"{p.a} vs {p.b}", p.diffs) for p in inside]))
     for label, name in (("attention components vs nn.MultiheadAttention", "mha"),
                         ("stacks vs nn.Transformer", "transformer"), ("cpu vs cuda", "devices")):
