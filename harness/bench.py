@@ -46,7 +46,7 @@ from torch import nn
 
 from .config import ModelConfig, RunConfig
 from .errors import HarnessError
-from .contracts import sinusoidal_pe
+from .checks.contract_base import sinusoidal_pe
 from .env import autocast, environment, peak_mem_mb, reset_peak_mem, trial_settings
 from .model import build_model, unique_parameter_count
 from .registry import Registry, Variant

@@ -195,11 +195,6 @@ class TrainConfig:
             raise ConfigError(f"grad_clip must be >= 0, got {self.grad_clip}")
         return self
 
-    @property
-    def lr(self) -> float:
-        """The old name of :attr:`noam_factor` (read-only)."""
-        return self.noam_factor
-
     @classmethod
     def from_dict(cls, data: dict, where: str = "train") -> "TrainConfig":
         """Raises: ConfigError / UnknownNameError: a bad key or value, or a key given under both

@@ -53,7 +53,7 @@ class Component:
         differs: a declared, deliberate difference from the slot's reference (what and why, with
             the source), e.g. ``"RMSNorm: no mean subtraction, no bias (Zhang & Sennrich 2019)"``.
             Empty (the default): the component is held to the reference of its slot
-            (:data:`harness.contracts.SLOT_REFERENCES`) and a measured difference fails ``check``.
+            (:data:`harness.checks.contract_base.SLOT_REFERENCES`) and a measured difference fails ``check``.
             With a declaration ``check`` reports the size of the difference instead.
         equivalent_to: the name of another component of the same slot that this one claims to
             compute the same function as (e.g. a faster rewrite of a component that itself

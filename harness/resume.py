@@ -20,7 +20,7 @@ from __future__ import annotations
 from .config import RunConfig
 from .errors import HarnessError, StoreError
 from .registry import Variant
-from .runner import TrialSpec, make_specs
+from .runner import PlannedTrial, make_specs
 from .store import RunStore, config_hash
 
 #: Added to every refusal of other options: what to do instead.
@@ -51,7 +51,7 @@ def first_difference(stored: dict, requested: dict) -> str:
     return "no field differs"
 
 
-def stored_specs(store: RunStore, meta: dict) -> list[TrialSpec]:
+def stored_specs(store: RunStore, meta: dict) -> list[PlannedTrial]:
     """The run's planned trials from its ``config.json`` (``meta``).
 
     Raises:
@@ -64,10 +64,10 @@ def stored_specs(store: RunStore, meta: dict) -> list[TrialSpec]:
     if not ok:
         raise StoreError(f"{str(store.root)!r} is not a resumable run: its config.json has no trial list and "
                          f"config hash (it was not written by 'python -m harness run')")
-    return [TrialSpec(t["key"], t["spec"]) for t in trials]
+    return [PlannedTrial(t["key"], t["spec"]) for t in trials]
 
 
-def check_code_config(store: RunStore, meta: dict, specs: list[TrialSpec]) -> None:
+def check_code_config(store: RunStore, meta: dict, specs: list[PlannedTrial]) -> None:
     """Refuse a run whose stored configs this code reads differently (its config fields or
     defaults changed): the config hash this code computes must equal the stored one.
 
@@ -94,7 +94,7 @@ def check_code_config(store: RunStore, meta: dict, specs: list[TrialSpec]) -> No
                              f"({first_difference(ts.spec['config'], again)}); start a new run")
 
 
-def check_components(reg, specs: list[TrialSpec], where: str) -> None:
+def check_components(reg, specs: list[PlannedTrial], where: str) -> None:
     """Every stored trial's components must be registered in ``reg`` (same plugins loaded).
 
     Raises:
@@ -161,7 +161,7 @@ class _Named:
 
 
 def check_trials(variants: list[str], seeds: list[int], points: list[tuple[str, RunConfig]],
-                 specs: list[TrialSpec], where: str) -> None:
+                 specs: list[PlannedTrial], where: str) -> None:
     """The requested trials (variant names x seeds x points) are exactly the stored ones.
 
     Raises:

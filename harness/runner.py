@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from .config import RunConfig
-from .progress import TrialBars, progress_bar  # noqa: F401 - progress_bar re-exported
+from .progress import TrialBars, progress_bar
 from .registry import Variant
 from .store import RunStore
-from .trial import TrialSpec as TrialRecord
+from .trial import TrialSpec
 
 
 #: Largest ``--jobs`` (worker processes) and ``--threads`` (threads per trial) accepted.
@@ -70,14 +70,9 @@ class PlannedTrial:
     spec: dict[str, Any]
 
     @property
-    def trial(self) -> TrialRecord:
+    def trial(self) -> TrialSpec:
         """The spec as a :class:`harness.trial.TrialSpec`."""
-        return TrialRecord.from_dict(self.spec)
-
-
-#: :class:`PlannedTrial`'s name in earlier versions, kept for ``harness.commands.run``; not
-#: :class:`harness.trial.TrialSpec` (the typed spec itself).
-TrialSpec = PlannedTrial
+        return TrialSpec.from_dict(self.spec)
 
 
 def make_specs(variants: Iterable[Variant], seeds: Iterable[int], cfg: RunConfig, device: str,
@@ -90,7 +85,7 @@ def make_specs(variants: Iterable[Variant], seeds: Iterable[int], cfg: RunConfig
     for seed in seeds:
         for point, pcfg in points:
             for v in variants:
-                spec = TrialRecord(v.name, seed, pcfg.to_dict(), slots=dict(v.slots), device=device, dtype=dtype,
+                spec = TrialSpec(v.name, seed, pcfg.to_dict(), slots=dict(v.slots), device=device, dtype=dtype,
                                    plugins=plugins, threads=threads, point=point)
                 out.append(PlannedTrial(spec.key, spec.to_dict()))
     return out

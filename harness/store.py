@@ -44,8 +44,7 @@ from typing import Any, Iterable
 
 from .config import hash_view
 from .errors import HarnessWarning, StoreError
-from .trial import (CorruptTrialError, canonical_json, read_trial_file, trial_checksum,  # noqa: F401 - re-exported
-                    trial_key)
+from .trial import CorruptTrialError, canonical_json, read_trial_file, trial_checksum
 
 
 _UMASK = os.umask(0o022)

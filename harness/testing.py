@@ -93,7 +93,7 @@ def check_components(registry: Registry, variant: str | Variant, cfg: ModelConfi
     """Assert that every component ``variant`` uses meets its slot's contract
     (:mod:`harness.checks.contracts`: the slot's reference, or what the component declares).
 
-    Returns the :class:`harness.checks.contracts.ComponentResult` list (declared differences carry their
+    Returns the :class:`harness.checks.contract_base.ComponentResult` list (declared differences carry their
     size). Raises AssertionError naming each violation and its diagnosis.
     """
     cfg = (cfg or CHECK_MODEL).validate()

@@ -31,16 +31,15 @@ import torch
 from torch.autograd.profiler import record_function
 
 from . import stats
+from .checks.probes import integrity_reasons
 from .config import RunConfig
-from .env import (TRIAL_SETTINGS, autocast, deterministic_cuda, environment, peak_mem_mb,  # noqa: F401 - re-exported
-                  pin_threads, reset_peak_mem, resolve_device, trial_device, trial_settings)
+from .env import (autocast, deterministic_cuda, peak_mem_mb, pin_threads, reset_peak_mem, trial_device,
+                  trial_settings)
 from .errors import failure_reason
 from .measure import measure
 from .model import build_model, unique_parameter_count
-from .probes import integrity_reasons
 from .registry import Variant
-from .tasks.base import (EVAL_CHUNK_ELEMENTS, Batch, Task, eval_chunk, evaluate,  # noqa: F401 - re-exported
-                         future_leak, greedy_exact_match, loss_fn)
+from .tasks.base import Batch, Task, future_leak, loss_fn
 from .trial import FAILED, TrialResult, TrialSpec, registry_for
 
 #: Names of the ``torch.profiler.record_function`` ranges that mark a trial's phases (about
@@ -163,7 +162,7 @@ def train_step(model, batch: Batch, opt, sched, cfg: RunConfig, device: torch.de
 #: exact match is the event that greedy decoding gets every label right, leak or no leak.
 EM_PREFIX = "prefix-only forwards (= greedy decoding)"
 
-#: Trial status of a variant that fails an integrity probe (:func:`harness.probes.integrity_reasons`)
+#: Trial status of a variant that fails an integrity probe (:func:`harness.checks.probes.integrity_reasons`)
 #: at initialisation or after training: it still trains, its numbers are stored, and no report ranks it.
 INVALID = "invalid"
 
@@ -186,7 +185,7 @@ def train(model, cfg: RunConfig, seed: int, device: torch.device, dtype: str = "
     else the final one on ``eval_sequences``); ``tokens_per_s`` = label tokens / ``train_s``.
 
     Integrity gate: before the first step and after the last, the model must pass the probes
-    (:func:`harness.probes.integrity_reasons`: causal with the target redrawn, shortened and
+    (:func:`harness.checks.probes.integrity_reasons`: causal with the target redrawn, shortened and
     extended; source padding; finite gradients), and at every evaluation its logits with the whole
     target in the input must equal its prefix-only logits on :data:`LEAK_ROWS` fresh held-out
     sequences (:func:`harness.tasks.base.future_leak`, real data at the task's lengths). A model
@@ -342,9 +341,9 @@ _CONTRACTS: dict[tuple, list[str]] = {}
 
 def contract_reasons(registry, variant: Variant, model_cfg) -> list[str]:
     """One line per component of ``variant`` that breaks its slot's contract (an undeclared
-    difference from the slot's reference, see :mod:`harness.contracts`), checked with the trial's
+    difference from the slot's reference, see :mod:`harness.checks.contracts`), checked with the trial's
     model config; cached per process. Declared differences pass; declared bugs are reported."""
-    from .contracts import check_components
+    from .checks.contracts import check_components
 
     out = []
     for slot, name in sorted(variant.resolved().items()):
@@ -362,7 +361,7 @@ def twin_reasons(registry, variant: Variant, model_cfg, seed: int, model, device
     the same eval-mode logits on the run gate's batch (within the gate's threshold). A component
     factory that returns something else on another call -- an honest object to the contract check,
     another one to the trial -- fails; one line per difference found first (empty: the same)."""
-    from .probes import GATE_ATOL, GATE_RTOL, gate_batch
+    from .checks.probes import GATE_ATOL, GATE_RTOL, gate_batch
 
     twin = build_model(registry, variant, model_cfg, seed=seed).to(device)
 

@@ -68,7 +68,7 @@ class TrialSpec:
 
     @property
     def key(self) -> str:
-        """The trial's file-system-safe key (:func:`harness.store.trial_key`)."""
+        """The trial's file-system-safe key (:func:`harness.trial.trial_key`)."""
         return trial_key(self.variant, self.seed, self.point)
 
     @property
@@ -135,7 +135,7 @@ class TrialResult:
 
     @property
     def key(self) -> str:
-        """The trial's key, from its row (:func:`harness.store.trial_key`)."""
+        """The trial's key, from its row (:func:`harness.trial.trial_key`)."""
         point = self.row.get("point") or ""
         return trial_key(self.row["variant"], self.row["seed"], point if isinstance(point, str) else str(point))
 

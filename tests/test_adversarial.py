@@ -22,6 +22,7 @@ from harness.config import get_preset
 from harness.model import build_model
 from harness.plugins import PluginSpec
 from harness.registry import Registry
+from harness.tasks.base import evaluate, loss_fn
 from harness.tasks.copy import eval_set
 
 from .conftest import ROOT
@@ -148,7 +149,7 @@ def test_a_leak_that_opens_during_training_is_caught_after_training(registry):
     assert metrics["status"] == T.INVALID
     assert "after training" in metrics["reason"] and "at initialisation" not in metrics["reason"]
     data = eval_set(cfg.train.task, cfg.train.eval_sequences, cfg.train.seq_len, cfg.model.vocab, cfg.train.eval_seed)
-    greedy = T.evaluate(model, data, cfg, torch.device("cpu"), "fp32", causal=False)["exact_match"]
+    greedy = evaluate(model, data, cfg, torch.device("cpu"), "fp32", causal=False)["exact_match"]
     assert metrics["exact_match"] == pytest.approx(greedy)
     assert metrics["exact_match_method"] == T.EM_PREFIX
 
@@ -161,7 +162,7 @@ def test_compare_gates_an_invalid_candidate(tmp_path):
     meta = json.loads((tmp_path / "b" / "config.json").read_text())
     assert meta["variants"] == ["adv_causal_shift"]
     # rename B's variant so the two runs share it: the candidate is "baseline" with a leaking mask
-    from harness.store import trial_checksum
+    from harness.trial import trial_checksum
 
     for p in (tmp_path / "b" / "trials").glob("*.json"):
         t = json.loads(p.read_text())
@@ -232,7 +233,7 @@ def test_a_leak_only_inside_the_training_step_buys_no_score(monkeypatch):
     data = eval_set(cfg.train.task, cfg.train.eval_sequences, cfg.train.seq_len, cfg.model.vocab, cfg.train.eval_seed)
     model.eval()
     with torch.no_grad():
-        leaky = float(T.loss_fn(model(data.src, data.tgt), data.tgt_y, 0, 0.0))
+        leaky = float(loss_fn(model(data.src, data.tgt), data.tgt_y, 0, 0.0))
     assert leaky < base["heldout_ce"]  # teacher-forced, the leak would rank it first (0.12 vs 0.15)
     assert cheat["heldout_ce"] > 3 * base["heldout_ce"]  # prefix-only, it is last by far (1.35)
     assert cheat["exact_match"] <= base["exact_match"]

@@ -1,7 +1,8 @@
-"""The shape of ``harness/`` (issue 11): no module over 500 lines, no function over 60 lines, no
-import cycle between harness modules (function-level imports count; ``if TYPE_CHECKING:`` imports
-do not, they never run), and no built-in component name as a string in the core — the built-ins
-declare themselves in ``variants/`` like any plugin."""
+"""The shape of ``harness/`` (issues 11 and 20): no module over 500 lines, no function over 60 lines,
+no import cycle between harness modules and no import from a higher layer (docs/architecture.md,
+"Layers"; module-level, function-level and ``importlib.import_module("harness....")`` imports count,
+``if TYPE_CHECKING:`` imports do not, they never run), and no built-in component name as a string in
+the core — the built-ins declare themselves in ``variants/`` like any plugin."""
 from __future__ import annotations
 
 import ast
@@ -18,10 +19,11 @@ MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 60
 
 
-def modules() -> dict[str, Path]:
+def modules(core: Path = CORE) -> dict[str, Path]:
+    """module name -> file, for every module of the package at ``core``."""
     out = {}
-    for p in sorted(CORE.rglob("*.py")):
-        name = ".".join(p.relative_to(ROOT).with_suffix("").parts)
+    for p in sorted(core.rglob("*.py")):
+        name = ".".join(p.relative_to(core.parent).with_suffix("").parts)
         out[name.removesuffix(".__init__")] = p
     return out
 
@@ -34,9 +36,26 @@ def _type_checking_nodes(tree: ast.AST) -> set[int]:
     return skip
 
 
-def import_graph() -> dict[str, set[str]]:
-    """module -> the harness modules it imports (at module or function level)."""
-    mods = modules()
+def _import_module_target(node: ast.AST, mods) -> str | None:
+    """The module an ``importlib.import_module("harness.x")`` (or ``import_module(f"harness.x.{name}")``)
+    call imports: the named module, or for an f-string the package its constant prefix names."""
+    if not (isinstance(node, ast.Call) and node.args and ast.unparse(node.func).split(".")[-1] == "import_module"):
+        return None
+    arg = node.args[0]
+    if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+        name = arg.value
+    elif isinstance(arg, ast.JoinedStr) and arg.values and isinstance(arg.values[0], ast.Constant):
+        name = str(arg.values[0].value).rstrip(".")
+    else:
+        return None
+    while name and name not in mods:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def import_graph(core: Path = CORE) -> dict[str, set[str]]:
+    """module -> the harness modules it imports (at module or function level, or by importlib)."""
+    mods = modules(core)
     graph: dict[str, set[str]] = {m: set() for m in mods}
     for name, path in mods.items():
         tree = ast.parse(path.read_text())
@@ -51,6 +70,8 @@ def import_graph() -> dict[str, set[str]]:
                 targets = [f"{mod}.{a.name}" for a in node.names if f"{mod}.{a.name}" in mods] or [mod]
             elif isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
+            elif _import_module_target(node, mods):
+                targets = [_import_module_target(node, mods)]
             else:
                 continue
             graph[name] |= {t for t in targets if t in mods and t != name}
@@ -114,6 +135,101 @@ def test_no_import_cycle_between_harness_modules():
     graph = import_graph()
     assert graph["harness.suite"] >= {"harness.suite_report"}  # the graph sees function-level imports too
     assert cycles(graph) == []
+
+
+#: The layers of docs/architecture.md, top to bottom: a module imports only from its own layer or
+#: below. An entry names a module or a package (and everything in it); ``harness`` alone is the
+#: package's ``__init__`` (the public names, imported on first use). Where the design was silent the
+#: code decided: ``trial`` (the stored trial records, keys, checksums) sits with ``store``, which reads
+#: and writes them, below ``tasks``; ``tasks.base`` (the ``Task`` interface) sits with the plugin
+#: contract, whose ``harness_add_tasks`` hook returns ``Task`` s that the registry checks.
+LAYERS: list[tuple[str, ...]] = [
+    ("harness", "harness.__main__", "harness.cli", "harness.commands"),
+    ("harness.api",),
+    ("harness.experiments", "harness.suite", "harness.suite_report", "harness.launch"),
+    ("harness.request", "harness.runner", "harness.executors", "harness.resume"),
+    ("harness.train", "harness.measure", "harness.bench", "harness.overhead", "harness.progress"),
+    ("harness.report", "harness.stats", "harness.overview"),
+    ("harness.checks", "harness.testing"),
+    ("harness.tasks",),
+    ("harness.store", "harness.trial"),
+    ("harness.model",),
+    ("harness.registry", "harness.plugins", "harness.hookspecs", "harness.tasks.base"),
+    ("harness.config", "harness.errors", "harness.env"),
+]
+
+#: Upward imports allowed, (importer, imported) by name prefix, each with its reason. Keep it short.
+ALLOWED_UPWARD: dict[tuple[str, str], str] = {
+    # Ray workers need the package's files: the package object is shipped (py_modules), no name is used
+    ("harness.executors", "harness"): "ships the harness package to Ray workers",
+}
+
+
+def layer_of(module: str, layers=LAYERS) -> int:
+    """Index of ``module``'s layer in ``layers`` (0 = top); the longest matching entry wins."""
+    best = None
+    for i, entries in enumerate(layers):
+        for e in entries:
+            if module == e or (e != "harness" and module.startswith(e + ".")):
+                if best is None or len(e) > best[1]:
+                    best = (i, len(e))
+    if best is None:
+        raise KeyError(f"{module} is in no layer: add it to LAYERS and to docs/architecture.md")
+    return best[0]
+
+
+def _allowed(importer: str, imported: str, allowed) -> bool:
+    def under(m, prefix):
+        return m == prefix or (prefix != "harness" and m.startswith(prefix + "."))
+    return any(under(importer, a) and under(imported, b) for a, b in allowed)
+
+
+def upward_imports(graph: dict[str, set[str]], layers=LAYERS, allowed=ALLOWED_UPWARD) -> list[str]:
+    """``"importer -> imported"`` for every import of a higher layer that ``allowed`` does not excuse."""
+    return sorted(f"{m} -> {t}" for m, targets in graph.items() for t in targets
+                  if layer_of(t, layers) < layer_of(m, layers) and not _allowed(m, t, allowed))
+
+
+def _plant(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        path = root / "harness" / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root / "harness"
+
+
+def test_the_layer_check_flags_planted_upward_imports(tmp_path):
+    core = _plant(tmp_path, {
+        "__init__.py": "", "commands/__init__.py": "", "commands/x.py": "from ..config import A\n",
+        "cli.py": "import importlib\ndef load(n):\n    return importlib.import_module(f'harness.commands.{n}')\n",
+        "config.py": "def late():\n    import importlib\n    return importlib.import_module('harness.commands.x')\n",
+        "store.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .train import T\nfrom .config import A\n",
+        "model.py": "def build():\n    from .train import run_trial\n",
+        "train.py": "from harness.store import S\nfrom . import config\n",
+        "tasks/__init__.py": "", "tasks/base.py": "from ..model import M\n",
+    })
+    graph = import_graph(core)
+    assert graph["harness.cli"] == {"harness.commands"}  # an f-string import names its package
+    assert upward_imports(graph, allowed={}) == ["harness.config -> harness.commands.x",  # importlib, in a function
+                                                 "harness.model -> harness.train",  # function level
+                                                 "harness.tasks.base -> harness.model"]  # the module's own layer
+    assert upward_imports(graph, allowed={("harness.config", "harness.commands"): "why"}) == \
+        ["harness.model -> harness.train", "harness.tasks.base -> harness.model"]
+    with pytest.raises(KeyError, match="no layer"):
+        layer_of("harness.newthing")
+
+
+def test_no_module_imports_from_a_higher_layer():
+    graph = import_graph()
+    assert {layer_of(m) for m in graph}  # every module has a layer (KeyError names the one that has none)
+    assert upward_imports(graph) == []
+
+
+def test_the_allowed_upward_imports_are_still_there():
+    """An allow-list entry whose import is gone must go too."""
+    graph = import_graph()
+    stale = [pair for pair in ALLOWED_UPWARD if not any(_allowed(m, t, {pair: ""}) for m in graph for t in graph[m])]
+    assert stale == []
 
 
 def _builtin_component_names() -> set[str]:

@@ -11,9 +11,9 @@ import torch
 
 from harness.config import get_preset
 from harness.errors import ConfigError, UnknownNameError
-from harness.tasks.copy import (END, HELDOUT_K, PAD, START, count_overlap, eval_lengths, eval_set,
-                                heldout_classes, heldout_note, heldout_overlap, is_heldout, make_batch,
-                                split_class, training_sources)
+from harness.tasks.base import END, PAD, START, count_overlap
+from harness.tasks.copy import (HELDOUT_K, eval_lengths, eval_set, heldout_classes, heldout_note, heldout_overlap,
+                                is_heldout, make_batch, split_class, training_sources)
 
 #: (task, seq_len, vocab): the presets' shapes plus small vocabularies (K < HELDOUT_K) and
 #: the shortest lengths

@@ -20,7 +20,8 @@ import pytest
 
 from harness import cli
 from harness.errors import HarnessWarning
-from harness.store import CorruptTrialError, RunStore, read_trial_file, trial_checksum
+from harness.store import RunStore
+from harness.trial import CorruptTrialError, read_trial_file, trial_checksum
 
 # its module-scoped fixture is built once: under ``pytest -n 2 --dist loadgroup`` the module stays on one worker
 pytestmark = pytest.mark.xdist_group("integrity")
@@ -197,7 +198,7 @@ def test_verify_bad_input_is_exit_2(tmp_path, capsys):
 def test_environment_deterministic_line_matches_the_trial_settings_line(run):
     """A run's block said 'deterministic: True' while check's said False next to 'trial_settings:
     deterministic_algorithms: on': both lines now describe the same thing."""
-    from harness.train import environment
+    from harness.env import environment
 
     env = json.loads((run / "config.json").read_text())["environment"]
     assert env["deterministic"] is True and "deterministic_algorithms: on" in env["trial_settings"]

@@ -4,7 +4,8 @@ import pytest
 
 from harness import cli, stats
 from harness.report import aggregate, summary_table, trials_frame, write_report
-from harness.store import RunStore, trial_key
+from harness.store import RunStore
+from harness.trial import trial_key
 
 CFG = {"model": {"N": 1, "d_model": 16, "h": 2, "d_ff": 32, "dropout": 0.0, "vocab": 11, "pad": 0, "max_len": 16},
        "train": {"task": "copy", "seq_len": 6, "batch": 16, "steps": 100, "lr": 1.0, "warmup": 10, "schedule": "noam",

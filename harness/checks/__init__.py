@@ -61,7 +61,11 @@ The package, one module per seam (each imports only the ones above it):
 * :mod:`~harness.checks.pairs` -- comparing tensors, pairs and verdicts
 * :mod:`~harness.checks.masks`, :mod:`~harness.checks.mha`, :mod:`~harness.checks.transformer`,
   :mod:`~harness.checks.ties` -- the report's sections (mask components, PyTorch references, tied embeddings)
-* :mod:`~harness.checks.whole` -- the whole check (:func:`run_checks`); :mod:`~harness.checks.render` -- its report
+* :mod:`~harness.checks.report` -- :class:`CheckStage` (one kind of check) and :class:`CheckReport`;
+  :mod:`~harness.checks.sections` -- what each stage runs and which of its results fail;
+  :mod:`~harness.checks.render` -- each stage's ``checks.csv`` rows and ``checks.md`` section, the terminal text;
+  :mod:`~harness.checks.stages` -- :data:`STAGES`, the registered kinds (a new kind is one entry there)
+* :mod:`~harness.checks.whole` -- the whole check (:func:`run_checks`: every stage, in order)
 """
 from __future__ import annotations
 
@@ -76,20 +80,23 @@ from .probes import ProbeResult, probe_causal, probe_extra_padding, probe_finite
 from .render import LEGEND, class_summary, matrix_frame, render_markdown, render_text, results_frame
 from .runs import (CheckSession, VariantRun, canonical_grads, forward_backward, load_variant, reference_state,
                    run_variant, tf32_disabled)
-from .whole import BugResult, CheckReport, bug_reasons, classes_of, equivalence_classes, probe_variant, run_checks
+from .report import BugResult, CheckContext, CheckReport, CheckStage, classes_of, stage_registry
+from .stages import STAGES
+from .whole import bug_reasons, equivalence_classes, probe_variant, run_checks
 from .ties import TieResult, check_ties, tie_groups
 from .transformer import compare_with_nn_transformer, make_nn_transformer, nn_transformer_name, nn_transformer_structure
 
 __all__ = [
-    "BugResult", "CHECK_MODEL", "CRASHES", "CheckReport", "CheckSession", "DECLARED", "EQUIVALENT", "IDENTICAL",
-    "LEGEND", "MaskComponentResult", "NOT_COMPARABLE", "PairResult", "ProbeResult", "ReferenceResult", "TOLERANCES",
-    "TensorDiff", "TieResult", "Tolerance", "UNEXPECTED", "UNEXPECTED_SAME", "VariantRun", "bug_reasons",
-    "canonical_grads", "check_ties", "class_summary", "compare_attention_with_mha", "compare_runs", "compare_variants",
-    "compare_with_nn_transformer", "describe_exception", "draw_reference_state", "expected_relation",
-    "forward_backward", "get_tolerance", "held_to_reference", "layout_relation", "load_variant", "make_nn_transformer",
-    "mask_result", "matrix_frame", "merge_groups", "nn_transformer_name", "nn_transformer_structure", "padded_batch",
-    "parse_equivalent", "probe_causal", "probe_extra_padding", "probe_finite", "probe_mask_component",
-    "probe_masked_keys", "probe_variant", "reference_state", "registry_groups", "render_markdown", "render_text",
-    "results_frame", "run_checks", "run_variant", "same_function", "slot_default", "tensor_diff", "tf32_disabled",
-    "tie_groups",
+    "BugResult", "CHECK_MODEL", "CRASHES", "CheckContext", "CheckReport", "CheckSession", "CheckStage", "DECLARED",
+    "EQUIVALENT", "IDENTICAL", "LEGEND", "MaskComponentResult", "NOT_COMPARABLE", "PairResult", "ProbeResult",
+    "ReferenceResult", "STAGES", "TOLERANCES", "TensorDiff", "TieResult", "Tolerance", "UNEXPECTED",
+    "UNEXPECTED_SAME", "VariantRun", "bug_reasons", "canonical_grads", "check_ties", "class_summary",
+    "compare_attention_with_mha", "compare_runs", "compare_variants", "compare_with_nn_transformer",
+    "describe_exception", "draw_reference_state", "expected_relation", "forward_backward", "get_tolerance",
+    "held_to_reference", "layout_relation", "load_variant", "make_nn_transformer", "mask_result", "matrix_frame",
+    "merge_groups", "nn_transformer_name", "nn_transformer_structure", "padded_batch", "parse_equivalent",
+    "probe_causal", "probe_extra_padding", "probe_finite", "probe_mask_component", "probe_masked_keys",
+    "probe_variant", "reference_state", "registry_groups", "render_markdown", "render_text", "results_frame",
+    "run_checks", "run_variant", "same_function", "slot_default", "stage_registry", "tensor_diff", "tf32_disabled",
+    "tie_groups"
 ]

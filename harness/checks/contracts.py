@@ -4,8 +4,8 @@ component -- built-in or plugin -- to it.
 Shape letters: B batch, L length, S source length, T target length, D = d_model, H = h heads,
 d_k = D / H, V vocabulary.
 
-Every slot has a *reference* (:data:`SLOT_REFERENCES`). A component is held to it unless its own
-registration says otherwise (:class:`harness.registry.Component`):
+Every slot has a *reference* (:data:`~harness.checks.contract_base.SLOT_REFERENCES`). A component
+is held to it unless its own registration says otherwise (:class:`harness.registry.Component`):
 
 * ``differs="..."`` -- a deliberate difference (RMSNorm, another scaling, an approximation): the
   check measures and reports its size instead of failing;
@@ -15,20 +15,23 @@ registration says otherwise (:class:`harness.registry.Component`):
 Each component is checked *on its own*: its siblings are the harness's own reference
 implementations (a -inf keep-mask, ``nn.LayerNorm``, ``nn.Linear``), so a failure is attributed
 to the component that causes it. On a failure the check tries the common ways hand-written code
-goes wrong (:data:`ATTENTION_FAULTS`, mask shifts, ...) and names the one that reproduces the
-measured output ("scores divided by d_model instead of sqrt(d_k)", "causal mask shifted by +1:
-position i attends to position i+1").
+goes wrong (:data:`~harness.checks.contract_attention.ATTENTION_FAULTS`, mask shifts, ...) and
+names the one that reproduces the measured output ("scores divided by d_model instead of
+sqrt(d_k)", "causal mask shifted by +1: position i attends to position i+1").
 
 The reference computations run in float64; a component passes when max |component - reference|
-<= atol + rtol * max |reference| with :data:`ATOL`, :data:`RTOL` (float32 rounding inside a
-component, such as a float32 softmax, stays far below; every fault this module knows is above).
+<= atol + rtol * max |reference| with :data:`~harness.checks.contract_base.ATOL`,
+:data:`~harness.checks.contract_base.RTOL` (float32 rounding inside a component, such as a float32
+softmax, stays far below; every fault this module knows is above).
 
 Sources: Vaswani et al. 2017 §3.2-3.5; Ba et al. 2016 (LayerNorm); Xiong et al. 2020 (pre-/post-norm);
 PyTorch ``nn.MultiheadAttention`` / ``nn.LayerNorm`` / ``nn.Linear``; the seed notes' bugs.
 
 This module holds the registry-level part (:data:`SLOT_CHECKS`, :func:`check_components`, the
-declared relations) and re-exports the slot checks: :mod:`harness.checks.contract_base` (results,
-verdicts, reference siblings), :mod:`harness.checks.contract_attention` (attention, mask) and
+declared relations); the slot checks live in :mod:`harness.checks.contract_base` (results,
+verdicts, reference siblings, :data:`~harness.checks.contract_base.ATOL`,
+:data:`~harness.checks.contract_base.SLOT_REFERENCES`), :mod:`harness.checks.contract_attention`
+(attention, mask, :data:`~harness.checks.contract_attention.ATTENTION_FAULTS`) and
 :mod:`harness.checks.contract_layers` (layer_norm, norm, positional, embedding, projections).
 """
 from __future__ import annotations
@@ -38,13 +41,9 @@ from typing import Callable
 
 from ..config import ModelConfig
 from ..registry import Component, Registry
-from .contract_attention import (ATTENTION_FAULTS, ATTENTION_LAYOUT, check_attention, check_mask,  # noqa: F401
-                                 diagnose_mask, reference_attention)
-from .contract_base import (ATOL, CONFORMS, CRASHES, DECLARED, FLAGGED, NO_DIFF, NOT_FLAGGED, RTOL,  # noqa: F401
-                            SLOT_REFERENCES, VIOLATES, ComponentResult, OutsideCanonicalLayout, ReferenceMask,
-                            reference_components, sibling_context, sinusoidal_pe, uncovered_parameters)
-from .contract_layers import (check_embedding, check_layer_norm, check_norm, check_positional,  # noqa: F401
-                              check_projections)
+from .contract_attention import check_attention, check_mask
+from .contract_base import ComponentResult, reference_components, sibling_context
+from .contract_layers import check_embedding, check_layer_norm, check_norm, check_positional, check_projections
 from .inputs import CHECK_MODEL
 
 

@@ -12,7 +12,7 @@ from torch import nn
 from ..config import ModelConfig
 from ..model import BuildContext, canonical_state_dict, load_canonical_state_dict
 from ..registry import Registry, Variant
-from .contracts import ATTENTION_LAYOUT
+from .contract_attention import ATTENTION_LAYOUT
 from .inputs import CHECK_MODEL, autocast, describe_exception, draw_reference_state, padded_batch
 from .pairs import CRASHES, UNEXPECTED, ReferenceResult, max_abs_diff, reference_verdict, tensor_diff
 from .policy import get_tolerance, held_to_reference, registry_groups, slot_default

@@ -1,5 +1,6 @@
-"""Rendering a :class:`~harness.checks.whole.CheckReport`: the terminal text ``check`` prints, the
-``checks.csv`` rows and ``checks.md``, one renderer per report section.
+"""Rendering a :class:`~harness.checks.report.CheckReport`: the terminal text ``check`` prints, the
+``checks.csv`` rows and ``checks.md``: each stage's rows (``*_rows``) and section (``md_*``), which
+:mod:`harness.checks.stages` registers, and the parts around them.
 
 Tables are pandas DataFrames rendered by tabulate as GitHub markdown.
 """
@@ -8,11 +9,11 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from .contracts import SLOT_REFERENCES
+from .contract_base import SLOT_REFERENCES
 from .inputs import fmt_size
 from .pairs import EQUIVALENT, IDENTICAL, ReferenceResult, TensorDiff
 from .policy import TOLERANCES
-from .whole import CheckReport
+from .report import CheckReport
 
 LEGEND = ("identical: bitwise equal logits and gradients; ≈ x: equivalent, largest max|Δ| x within its threshold; "
           "≠ x: differs as declared (x = max|Δ logit| at real target positions); FAIL: does not match the "
@@ -23,7 +24,7 @@ def matrix_frame(report: CheckReport):
     """variant x variant table of :meth:`PairResult.cell` texts (pandas DataFrame)."""
     import pandas as pd
 
-    cells = {(p.a, p.b): p.cell() for p in report.pairs}
+    cells = {(p.a, p.b): p.cell() for p in report.results.get("pairs", [])}
     rows = []
     for a in report.variants:
         row = {"variant": a}
@@ -34,52 +35,69 @@ def matrix_frame(report: CheckReport):
 
 
 def results_frame(report: CheckReport):
-    """One row per check result (the ``checks.csv`` layout): section, subject, reference, expected,
-    verdict, ok, sizes (max |Δ|, threshold, reference error, float64 difference) and detail."""
+    """One row per check result (the ``checks.csv`` layout), stage by stage: section, subject, reference,
+    expected, verdict, ok, sizes (max |Δ|, threshold, reference error, float64 difference) and detail."""
     import pandas as pd
 
-    rows = []
-
-    def add(section, subject, reference, expected, verdict, ok, main=None, grad=None, detail="", **extra):
-        rows.append({"section": section, "subject": subject, "reference": reference, "expected": expected,
-                     "verdict": verdict, "ok": ok,
-                     "max_abs": main.max_abs if main else None, "threshold": main.threshold if main else None,
-                     "ref_error": main.ref_error if main else None, "float64_diff": main.golden if main else None,
-                     "grad_max_abs": grad.max_abs if grad else None, "grad_name": grad.name if grad else None,
-                     "grad_threshold": grad.threshold if grad else None, "detail": detail, **extra})
-
-    for c in report.components:
-        add("component", f"{c.slot}={c.name}", c.check, c.declared, c.verdict, c.ok or c.buggy,
-            detail="; ".join(x for x in (c.diagnosis, c.detail) if x), max_abs=c.max_abs, threshold=c.threshold,
-            plugin=c.plugin)
-    for p in report.pairs:
-        add("pair", p.a, p.b, p.expected, p.verdict, p.ok, p.logits, p.grad_max,
-            "; ".join(p.declared + p.notes))
-    for p in report.probes:
-        add("probe", p.subject, f"{p.probe} ({p.mode})", "unchanged", "pass" if p.passed else "leak", p.passed,
-            detail=p.detail, max_abs=p.max_change, threshold=p.threshold)
-    for m in report.masks:
-        add("mask component", m.component, "reference masked softmax", "equal",
-            "pass" if m.passed else "fail", m.passed or m.buggy, detail=m.detail, max_abs=m.max_error,
-            fully_masked_row=m.fully_masked_row)
-    for section, items in (("nn.MultiheadAttention", report.mha), ("nn.Transformer", report.transformer),
-                           ("device", report.devices)):
-        for r in items:
-            add(section, r.subject, r.reference, r.expected, r.verdict, r.ok or r.buggy, r.output, r.grad_max,
-                r.detail, padded_rows_max_abs=r.padded_rows)
-    for t in report.ties:
-        add("tied parameters", t.variant, "construction, .to, load_state_dict", "ties preserved",
-            "pass" if t.passed else "fail", t.passed, detail=t.detail or "; ".join(",".join(g) for g in t.groups),
-            params_unique=t.params_unique, params_per_use=t.params_per_use)
-    for b in report.bugs:
-        add("faithful bug", b.variant, "all checks", "flagged", "flagged" if b.flagged else "NOT flagged",
-            b.flagged, detail=" | ".join(b.reasons))
-    df = pd.DataFrame(rows)
+    df = pd.DataFrame([row for stage in report.stages for row in stage.rows(report)])
     # pandas would turn the mixed None/float columns into object dtype; keep them numeric
     for c in ("max_abs", "threshold", "ref_error", "float64_diff", "grad_max_abs", "grad_threshold"):
         if c in df:
             df[c] = pd.to_numeric(df[c], errors="coerce")
     return df
+
+
+def csv_row(section, subject, reference, expected, verdict, ok, main=None, grad=None, detail="", **extra) -> dict:
+    """One ``checks.csv`` row; ``main``/``grad``: the :class:`~harness.checks.pairs.TensorDiff` of the
+    output and of the gradient closest to its threshold (their sizes fill the size columns)."""
+    return {"section": section, "subject": subject, "reference": reference, "expected": expected,
+            "verdict": verdict, "ok": ok,
+            "max_abs": main.max_abs if main else None, "threshold": main.threshold if main else None,
+            "ref_error": main.ref_error if main else None, "float64_diff": main.golden if main else None,
+            "grad_max_abs": grad.max_abs if grad else None, "grad_name": grad.name if grad else None,
+            "grad_threshold": grad.threshold if grad else None, "detail": detail, **extra}
+
+
+def component_rows(report: CheckReport) -> list[dict]:
+    return [csv_row("component", f"{c.slot}={c.name}", c.check, c.declared, c.verdict, c.ok or c.buggy,
+                    detail="; ".join(x for x in (c.diagnosis, c.detail) if x), max_abs=c.max_abs,
+                    threshold=c.threshold, plugin=c.plugin) for c in report.components]
+
+
+def pair_rows(report: CheckReport) -> list[dict]:
+    return [csv_row("pair", p.a, p.b, p.expected, p.verdict, p.ok, p.logits, p.grad_max,
+                    "; ".join(p.declared + p.notes)) for p in report.pairs]
+
+
+def probe_rows(report: CheckReport) -> list[dict]:
+    return [csv_row("probe", p.subject, f"{p.probe} ({p.mode})", "unchanged", "pass" if p.passed else "leak", p.passed,
+                    detail=p.detail, max_abs=p.max_change, threshold=p.threshold) for p in report.probes]
+
+
+def mask_rows(report: CheckReport) -> list[dict]:
+    return [csv_row("mask component", m.component, "reference masked softmax", "equal", "pass" if m.passed else "fail",
+                    m.passed or m.buggy, detail=m.detail, max_abs=m.max_error, fully_masked_row=m.fully_masked_row)
+            for m in report.masks]
+
+
+def reference_rows(name: str, section: str):
+    """The ``checks.csv`` rows of a stage of :class:`ReferenceResult` s named ``name``, as ``section``."""
+    def rows(report: CheckReport) -> list[dict]:
+        return [csv_row(section, r.subject, r.reference, r.expected, r.verdict, r.ok or r.buggy, r.output, r.grad_max,
+                        r.detail, padded_rows_max_abs=r.padded_rows) for r in report.results[name]]
+    return rows
+
+
+def tie_rows(report: CheckReport) -> list[dict]:
+    return [csv_row("tied parameters", t.variant, "construction, .to, load_state_dict", "ties preserved",
+                    "pass" if t.passed else "fail", t.passed,
+                    detail=t.detail or "; ".join(",".join(g) for g in t.groups),
+                    params_unique=t.params_unique, params_per_use=t.params_per_use) for t in report.ties]
+
+
+def bug_rows(report: CheckReport) -> list[dict]:
+    return [csv_row("faithful bug", b.variant, "all checks", "flagged", "flagged" if b.flagged else "NOT flagged",
+                    b.flagged, detail=" | ".join(b.reasons)) for b in report.bugs]
 
 
 def class_summary(report: CheckReport) -> list[dict]:
@@ -90,12 +108,12 @@ def class_summary(report: CheckReport) -> list[dict]:
         if len(cls) < 2:
             continue
         members = set(cls)
-        inside = [p for p in report.pairs if p.a in members and p.b in members and p.verdict in (IDENTICAL, EQUIVALENT)]
+        inside = [p for p in report.results.get("pairs", [])
+                  if p.a in members and p.b in members and p.verdict in (IDENTICAL, EQUIVALENT)]
         out.append(_summary_row(", ".join(cls), [(f"{p.a} vs {p.b}", p.diffs) for p in inside]))
-    for label, items in (("attention components vs nn.MultiheadAttention", report.mha),
-                         ("stacks vs nn.Transformer", report.transformer),
-                         ("cpu vs cuda", report.devices)):
-        matched = [(f"{r.subject} / {r.reference}", r.diffs) for r in items
+    for label, name in (("attention components vs nn.MultiheadAttention", "mha"),
+                        ("stacks vs nn.Transformer", "transformer"), ("cpu vs cuda", "devices")):
+        matched = [(f"{r.subject} / {r.reference}", r.diffs) for r in report.results.get(name, [])
                    if r.verdict in (IDENTICAL, EQUIVALENT) and not r.buggy]
         if matched:
             out.append(_summary_row(label, matched))
@@ -130,7 +148,7 @@ def render_text(report: CheckReport) -> str:
         parts += ["Equivalence classes:", ""]
         parts += [f"  {{{', '.join(c)}}}" for c in report.classes()]
         parts += ["", _md(pd.DataFrame(class_summary(report))), ""]
-    if report.bugs:
+    if report.results.get("bugs"):
         parts += ["Faithful-bug variants:", ""]
         for b in report.bugs:
             parts.append(f"  {b.variant}: {'flagged' if b.flagged else 'NOT FLAGGED'}")
@@ -145,11 +163,10 @@ def render_text(report: CheckReport) -> str:
 # --------------------------------------------------------------------------- checks.md, one renderer per section
 
 def render_markdown(report: CheckReport, meta: dict) -> str:
-    """``checks.md``: environment, config, tolerance table, matrix, classes, every section's table."""
-    sections = (_md_environment(report, meta), _md_config(report), _md_tolerances(report),
-                _md_components(report), _md_variants(report), _md_probes(report), _md_masks(report),
-                _md_mha(report), _md_transformer(report), _md_ties(report), _md_devices(report),
-                _md_bugs(report), _md_result(report))
+    """``checks.md``: environment, config, tolerance table, then each stage's section in registry order
+    (matrix, classes, pairs, probes, ...), then the result."""
+    sections = ([_md_environment(report, meta), _md_config(report), _md_tolerances(report)]
+                + [stage.markdown(report) for stage in report.stages] + [_md_result(report)])
     return "\n".join(line for section in sections for line in section) + "\n"
 
 
@@ -180,7 +197,7 @@ def _md_tolerances(report: CheckReport) -> list[str]:
             _md(pd.DataFrame(rows)), ""]
 
 
-def _md_components(report: CheckReport) -> list[str]:
+def md_components(report: CheckReport) -> list[str]:
     import pandas as pd
 
     if not report.components:
@@ -194,7 +211,7 @@ def _md_components(report: CheckReport) -> list[str]:
             _md(pd.DataFrame(rows)), ""]
 
 
-def _md_variants(report: CheckReport) -> list[str]:
+def md_variants(report: CheckReport) -> list[str]:
     """Matrix, classes, the pair table and the lossy-load notes (nothing without variants)."""
     import pandas as pd
 
@@ -220,7 +237,7 @@ def _md_variants(report: CheckReport) -> list[str]:
     return parts
 
 
-def _md_probes(report: CheckReport) -> list[str]:
+def md_probes(report: CheckReport) -> list[str]:
     import pandas as pd
 
     rows = [{"variant": p.subject, "probe": p.probe, "mode": p.mode, "result": "pass" if p.passed else "LEAK",
@@ -236,7 +253,7 @@ def _md_probes(report: CheckReport) -> list[str]:
             "threshold for its logits.", "", _md(pd.DataFrame(rows)), ""]
 
 
-def _md_masks(report: CheckReport) -> list[str]:
+def md_masks(report: CheckReport) -> list[str]:
     import pandas as pd
 
     rows = [{"mask": m.component + (" [bug]" if m.buggy else ""), "padding": "ok" if m.padding_ok else "FAIL",
@@ -247,21 +264,21 @@ def _md_masks(report: CheckReport) -> list[str]:
             "a source made only of pad tokens.", "", _md(pd.DataFrame(rows)), ""]
 
 
-def _md_mha(report: CheckReport) -> list[str]:
+def md_mha(report: CheckReport) -> list[str]:
     return ["## Attention components vs torch.nn.MultiheadAttention", "",
             "in_proj_weight = [w_q; w_k; w_v], out_proj = w_o; MHA masks from the ids (bool, True = blocked). "
             "Output compared at real query rows; `padded rows` = max|Δ| at padded query rows (information only: "
             "valid_lens is causal-only there).", "", _md(_reference_rows(report.mha, padded=True)), ""]
 
 
-def _md_transformer(report: CheckReport) -> list[str]:
+def md_transformer(report: CheckReport) -> list[str]:
     return ["## Encoder-decoder stacks vs torch.nn.Transformer", "",
             "Same embedded inputs (embeddings, scaling and positional encoding are outside nn.Transformer); "
             "decoder output at real target positions and gradients of every stack parameter.", "",
             _md(_reference_rows(report.transformer)), ""]
 
 
-def _md_ties(report: CheckReport) -> list[str]:
+def md_ties(report: CheckReport) -> list[str]:
     import pandas as pd
 
     rows = [{"variant": t.variant, "tied groups": " | ".join(", ".join(g) for g in t.groups) or "none",
@@ -272,11 +289,11 @@ def _md_ties(report: CheckReport) -> list[str]:
     return ["## Tied parameters", "", _md(pd.DataFrame(rows)), ""]
 
 
-def _md_devices(report: CheckReport) -> list[str]:
+def md_devices(report: CheckReport) -> list[str]:
     return ["## CPU vs CUDA", "", _md(_reference_rows(report.devices)), ""]
 
 
-def _md_bugs(report: CheckReport) -> list[str]:
+def md_bugs(report: CheckReport) -> list[str]:
     if not report.bugs:
         return []
     parts = ["## Faithful-bug variants", "", "Reproduced on purpose from the seed notes; every one must be flagged.", ""]

@@ -5,7 +5,7 @@ import argparse
 import shlex
 import sys
 
-from ..config import PRESETS, PRESET_NOTES, RunConfig, get_preset, parse_overrides  # noqa: F401 - parse_overrides re-exported
+from ..config import PRESETS, PRESET_NOTES, RunConfig, get_preset, parse_overrides
 from ..errors import ConfigError
 from ..plugins import PluginSpec
 from ..registry import Registry

@@ -10,7 +10,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..store import CorruptTrialError, RunStore, read_trial_file, tables_text
+from ..store import RunStore, tables_text
+from ..trial import CorruptTrialError, read_trial_file
 
 DESCRIPTION = """Check a stored run folder (results/<run-id>/) without changing it:
 

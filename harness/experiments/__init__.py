@@ -64,13 +64,12 @@ from .parse import experiment_dirs, experiment_files, find_experiment, load_expe
 from .plan import n_trials, plan_from_experiment
 from .render import claim_sections, departure_sections, intro_sections, report_sections, result_sections
 from .reporting import write_run_report
-from .spec import CHECKS, KINDS, MODEL_FIELDS, REPO_ROOT, TOP_KEYS, TRAIN_FIELDS, Experiment, ExperimentError, \
-    failure_line
+from .spec import CHECKS, KINDS, MODEL_FIELDS, REPO_ROOT, TOP_KEYS, TRAIN_FIELDS, Experiment, ExperimentError
 
 __all__ = [
     "CHECKS", "CLAIM_CHECKS", "KINDS", "MODEL_FIELDS", "REPO_ROOT", "TOP_KEYS", "TRAIN_FIELDS", "Experiment",
     "ExperimentError", "claim_sections", "departure_sections", "departures", "evaluate_claim", "experiment_dirs",
-    "experiment_files", "failed_mask", "failure_definition", "failure_frame", "failure_line", "find_experiment",
+    "experiment_files", "failed_mask", "failure_definition", "failure_frame", "find_experiment",
     "intro_sections", "load_experiment", "measure_grad_norms", "n_trials", "parse_experiment",
     "plan_from_experiment", "plot_failures", "plot_grad_norm_depth", "plot_grad_norm_layers",
     "report_sections", "result_sections", "run_grad_norm", "slope_table", "spec_from_meta", "write_measurement_report",

@@ -59,7 +59,7 @@ def run_grad_norm(request, plan, exp: Experiment, registry):
     """
     from ..request import RunOutcome
     from ..runner import ExecutionOptions, PlannedTrial, execute, make_specs
-    from ..train import environment, resolve_device
+    from ..env import environment, resolve_device
 
     device = resolve_device(request.device or "auto")
     _check_parameter(plan, exp, registry)

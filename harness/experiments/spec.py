@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import RENAMED, ModelConfig, RunConfig, TrainConfig, get_preset
-from ..errors import ConfigError, HarnessError, failure_reason
+from ..errors import ConfigError, HarnessError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 KINDS = ("train", "grad_norm_at_init")
@@ -32,11 +32,6 @@ TRAIN_FIELDS = {f.name for f in dataclasses.fields(TrainConfig)} | set(RENAMED["
 
 class ExperimentError(ConfigError):
     """An experiment file is missing, unreadable or malformed (exit code 2)."""
-
-
-#: A failed trial's ``reason``: the one helper every trial uses (:func:`harness.errors.failure_reason`);
-#: the old name is kept for callers of earlier versions.
-failure_line = failure_reason
 
 
 def _bad(where: str, key: str, expected: str, got: Any) -> ExperimentError:

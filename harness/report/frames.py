@@ -24,7 +24,7 @@ METRICS: dict[str, tuple[bool, str]] = {
 DEFAULT_METRIC = "heldout_ce"
 
 #: Statuses of trials that trained to the end: ``invalid`` trials (a failed integrity probe, see
-#: :func:`harness.probes.integrity_reasons`) keep their numbers in the tables but never get a verdict.
+#: :func:`harness.checks.probes.integrity_reasons`) keep their numbers in the tables but never get a verdict.
 TRAINED = ("ok", "invalid")
 
 

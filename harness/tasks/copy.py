@@ -55,7 +55,7 @@ from ..errors import ConfigError
 if TYPE_CHECKING:
     from ..config import RunConfig
 
-from .base import END, PAD, START, Batch, Task, count_overlap  # noqa: F401 - re-exported
+from .base import END, PAD, START, Batch, Task
 from .base import heldout_note as _heldout_note
 from .base import heldout_overlap as _heldout_overlap
 from .base import training_sources as _training_sources
