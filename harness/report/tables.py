@@ -62,7 +62,9 @@ def aggregate(df: pd.DataFrame, baseline: str | None = None, metric: str = DEFAU
             n = len(ran)
             n_div = int((status == "diverged").sum())
             steps = _num(ran, "steps").replace(0, np.nan)
-            step_ms = 1000 * _num(ran, "train_s") / steps
+            step_ms = 1000 * _num(ran, "train_s") / steps  # runs stored before step_ms (warm-up counted)
+            if "step_ms" in ran:
+                step_ms = _num(ran, "step_ms").fillna(step_ms)
             solve = _num(ran, "steps_to_solve").where(ran["status"].isin(TRAINED)).fillna(np.inf)
             first = g.iloc[0]
             row: dict[str, Any] = {
@@ -222,8 +224,8 @@ def caption(meta: dict, df: pd.DataFrame, baseline: str | None, metric: str) -> 
         parts.append("Sweep points override this config; see the Sweep section.")
     parts += [
         "**params**: unique parameters (tied weights counted once). **step ms**: median wall time of one "
-        "optimiser step (evaluation excluded). **tokens/s**: label tokens per second of training (median over "
-        "seeds). **time to EM≥0.99 s**: training seconds (evaluation excluded) until the first evaluation with "
+        "optimiser step (evaluation and the first 10 warm-up steps excluded). **tokens/s**: label tokens per "
+        "second of training, warm-up steps excluded (median over seeds). **time to EM≥0.99 s**: training seconds (evaluation excluded) until the first evaluation with "
         "exact-match >= 0.99, median over seeds (∞ when at least half never got there); timings depend on "
         "the machine and on `--jobs` (see the Environment's execution line). **early loss**: mean ± std over seeds of the mean training "
         "loss of the first 10 steps (Narang et al. 2021). **held-out CE** (unsmoothed, nats/token) and "
