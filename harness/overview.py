@@ -19,7 +19,9 @@ def check_classes(registry, variants, full: bool = False) -> dict:
 
     ``full``: the whole check (:func:`harness.checks.run_checks`, with its failures; what the suite
     records); else only its pair comparisons (:func:`harness.checks.equivalence_classes`: the same
-    classes in a fraction of the time; what ``run`` records). A check that cannot run (a plugin's
+    classes in a fraction of the time; what ``run`` records), on one intra-op thread (the caller's
+    count restored: the check's ops are small, and a second thread slowed them 4-13x on a busy
+    2-core machine, docs/benchmarks.md). A check that cannot run (a plugin's
     variant that does not build, say) is recorded, never raised: the classes are context for the
     training numbers, not a gate (the run's own integrity gate is).
 
@@ -27,9 +29,13 @@ def check_classes(registry, variants, full: bool = False) -> dict:
         ``{"classes": [[names]], "failures": [lines], "scope": "full"|"pairs", "wall_s": seconds}``;
         on an error ``{"classes": [], "failures": [], "error": "one line", "wall_s": 0.0}``.
     """
+    import torch
+
     from .checks import equivalence_classes, run_checks
 
     t0 = time.perf_counter()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # small ops: 3.8 s vs 15-50 s with 2 threads on a busy 2-core machine
     try:
         if full:
             report = run_checks(registry, [v for v in variants if not v.buggy], device="cpu", dtype="fp32")
@@ -39,6 +45,8 @@ def check_classes(registry, variants, full: bool = False) -> dict:
     except (HarnessError, RuntimeError, ValueError) as exc:
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         return {"classes": [], "failures": [], "error": reason, "wall_s": 0.0}
+    finally:
+        torch.set_num_threads(threads)
     return {"classes": classes, "failures": failures, "scope": "full" if full else "pairs",
             "wall_s": round(time.perf_counter() - t0, 2)}
 

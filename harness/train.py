@@ -80,6 +80,10 @@ class PhaseClock:
 SOLVED = 0.99  #: exact-match threshold for "solved" (time/steps to solve)
 PROBE_SEQUENCES = 200  #: held-out sequences scored at each periodic evaluation
 LEAK_ROWS = 64  #: fresh held-out sequences of each evaluation's future-leak check (:func:`future_leak`)
+#: Training steps left out of ``step_ms`` and ``tokens_per_s`` (warm-up: the first steps of a
+#: process run slower -- allocator, lazily built kernels, cold caches); all steps count when a
+#: trial runs no more than this many.
+WARMUP_STEPS = 10
 
 def noam_lambda(d_model: int, warmup: int, schedule: str = "noam") -> Callable[[int], float]:
     """The multiplier LambdaLR applies to the base lr at scheduler step ``step`` (0-based).
@@ -182,7 +186,9 @@ def train(model, cfg: RunConfig, seed: int, device: torch.device, dtype: str = "
     -- batch generation, forward, backward, optimizer, the ``progress`` callback -- with every
     held-out evaluation excluded. ``time_to_solve_s`` is ``train_s`` at the first evaluation
     with exact-match >= :data:`SOLVED` (a periodic one on :data:`PROBE_SEQUENCES` sequences,
-    else the final one on ``eval_sequences``); ``tokens_per_s`` = label tokens / ``train_s``.
+    else the final one on ``eval_sequences``). ``step_ms`` (ms per step) and ``tokens_per_s``
+    (label tokens per second) leave out the first :data:`WARMUP_STEPS` steps: they time steps
+    ``WARMUP_STEPS + 1`` to the last (all steps when the trial ran no more than that).
 
     Integrity gate: before the first step and after the last, the model must pass the probes
     (:func:`harness.checks.probes.integrity_reasons`: causal with the target redrawn, shortened and
@@ -231,6 +237,7 @@ class _Loop:
         self.solved_step: int | None = None
         self.solved_s: float | None = None
         self.first_losses: list[float] = []
+        self.warm_s, self.warm_tokens = 0.0, 0  # train_s and tokens after the warm-up steps
 
     def run(self, gen: torch.Generator, progress: Callable[[int, float], None] | None) -> None:
         """Train ``train.steps`` steps on batches from ``gen``; stop early on a non-finite loss or
@@ -247,6 +254,8 @@ class _Loop:
                                              self.dtype)
             with clock("log"):
                 finite = self._log(step, loss_v, gnorm_v, batch.ntokens, progress)
+            if step == WARMUP_STEPS:
+                self.warm_s, self.warm_tokens = self.train_s + time.perf_counter() - t0, self.tokens
             if not finite:
                 self.status = "diverged"
                 self.reason = f"non-finite {'loss' if not math.isfinite(loss_v) else 'gradient norm'} at step {step}"
@@ -318,6 +327,9 @@ class _Loop:
         if self.solved_step is None and final["exact_match"] >= SOLVED:
             self.solved_step, self.solved_s = step, train_s
         train_losses = [r["loss"] for r in self.curve if r["split"] == "train"]
+        timed_steps, timed_s, timed_tokens = step, train_s, self.tokens
+        if step > WARMUP_STEPS and train_s > self.warm_s:
+            timed_steps, timed_s, timed_tokens = step - WARMUP_STEPS, train_s - self.warm_s, self.tokens - self.warm_tokens
         held = [(r["step"], r["loss"]) for r in self.curve if r["split"] == "heldout"]
         nan = float("nan")
         return {
@@ -329,7 +341,8 @@ class _Loop:
             "time_to_solve_s": self.solved_s if self.solved_s is not None else nan,
             "heldout_auc": stats.curve_mean([h[0] for h in held], [h[1] for h in held]),
             "train_s": train_s,
-            "tokens_per_s": self.tokens / train_s if train_s > 0 else nan,
+            "step_ms": 1000 * timed_s / timed_steps if timed_steps else nan,
+            "tokens_per_s": timed_tokens / timed_s if timed_s > 0 else nan,
             "exact_match_method": EM_PREFIX,
             "status": status,
             "reason": reason,

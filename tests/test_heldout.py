@@ -173,3 +173,28 @@ def test_vocabularies_without_a_split_are_refused():
         make_batch("revers", 4, 6, 11, torch.Generator().manual_seed(0))
     assert [heldout_classes("copy", 6, v) for v in (5, 6, 7, 8, 9, 11)] == [2, 3, 4, 5, 5, 5]
     assert list(itertools.islice(training_sources(get_preset("tiny"), 0), 1))[0].shape == (16, 6)
+
+
+
+def test_the_overlap_measure_runs_on_one_thread_and_restores_the_callers(monkeypatch):
+    """heldout_overlap's batches are small ops (a second intra-op thread made them 24x slower on a
+    busy 2-core machine): it draws them on one thread and gives the caller its thread count back."""
+    from harness.tasks import get_task
+    from harness.tasks.base import heldout_overlap
+
+    task, seen = get_task("copy"), []
+    draw = task.make_batch
+
+    def spy(*args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return draw(*args, **kwargs)
+
+    monkeypatch.setattr(task, "make_batch", spy)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        assert heldout_overlap(task, get_preset("tiny"), 0) == (0, 64)
+        assert seen == [1] * get_preset("tiny").train.steps  # the training stream, on one thread
+        assert torch.get_num_threads() == 2  # restored
+    finally:
+        torch.set_num_threads(before)

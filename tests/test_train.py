@@ -6,6 +6,7 @@ import math
 import os
 import types
 
+import pandas as pd
 import pytest
 import torch
 
@@ -284,3 +285,40 @@ def test_the_noam_factor_is_read_under_its_old_name_lr_and_keeps_the_config_hash
     both = {**old, "train": {**old["train"], "noam_factor": 0.2}}
     with pytest.raises(ConfigError, match="give noam_factor or its old name lr, not both"):
         RunConfig.from_dict(both)
+
+
+@pytest.mark.parametrize("steps", [25, 8])
+def test_step_time_and_tokens_per_s_leave_out_the_warm_up_steps(registry, monkeypatch, steps):
+    """A fake clock: the first WARMUP_STEPS steps take 10 s each, later ones 1 s, an evaluation 100 s.
+    step_ms and tokens_per_s must time only the steps after the warm-up (train_s keeps them all);
+    a trial no longer than the warm-up times every step."""
+    cfg = get_preset("tiny").override({"train.steps": steps, "train.eval_every": 5})
+    clock, tokens = [0.0], []
+    monkeypatch.setattr(T, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
+    real_step = T.train_step
+
+    def step(model, batch, *args, **kwargs):
+        clock[0] += 10.0 if len(tokens) < T.WARMUP_STEPS else 1.0
+        tokens.append(batch.ntokens)
+        return real_step(model, batch, *args, **kwargs)
+
+    def evaluate(*args, **kwargs):
+        clock[0] += 100.0
+        return {"heldout_ce": 0.1, "heldout_token_acc": 1.0, "exact_match": 0.5}
+
+    monkeypatch.setattr(T, "train_step", step)
+    monkeypatch.setattr(Task, "evaluate", evaluate)
+    model = build_model(registry, registry.variants["baseline"], cfg.model, seed=0)
+    metrics, _ = T.train(model, cfg, seed=0, device=torch.device("cpu"))
+    assert T.WARMUP_STEPS == 10 and len(tokens) == steps
+    if steps > T.WARMUP_STEPS:
+        assert metrics["train_s"] == 10.0 * T.WARMUP_STEPS + steps - T.WARMUP_STEPS  # every step, evaluations out
+        assert metrics["step_ms"] == 1000.0  # with the warm-up counted: 115 s / 25 steps = 4600 ms
+        assert metrics["tokens_per_s"] == pytest.approx(sum(tokens[T.WARMUP_STEPS:]) / (steps - T.WARMUP_STEPS))
+    else:
+        assert metrics["train_s"] == 10.0 * steps and metrics["step_ms"] == 10_000.0
+        assert metrics["tokens_per_s"] == pytest.approx(sum(tokens) / (10.0 * steps))
+    from harness.report import aggregate  # the report's step ms is the trial's
+
+    row = {"variant": "baseline", "point": "", "seed": 0, "params": 1, **metrics}
+    assert aggregate(pd.DataFrame([row]))[0]["step_ms"] == metrics["step_ms"]

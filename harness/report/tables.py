@@ -84,7 +84,9 @@ def _stats_row(g: pd.DataFrame, variant: str, point: str, **extra) -> SummaryRow
     ran, ok = g[status != "failed"], g[status.isin(TRAINED)]
     n, n_div = len(ran), int((status == "diverged").sum())
     trained = status[ran.index].isin(TRAINED)
-    step_ms = 1000 * _num(ran, "train_s") / _num(ran, "steps").replace(0, np.nan)
+    step_ms = 1000 * _num(ran, "train_s") / _num(ran, "steps").replace(0, np.nan)  # runs stored before step_ms
+    if "step_ms" in ran:
+        step_ms = _num(ran, "step_ms").fillna(step_ms)  # the trial's own: warm-up steps excluded
     tokens = _num(ran, "tokens_per_s")
     solve = _num(ran, "steps_to_solve").where(trained).fillna(np.inf)
     to_solve = _num(ran, "time_to_solve_s").where(trained).fillna(np.inf).to_numpy()
@@ -244,8 +246,8 @@ def caption(meta: dict, df: pd.DataFrame, baseline: str | None, metric: str) -> 
         parts.append("Sweep points override this config; see the Sweep section.")
     parts += [
         "**params**: unique parameters (tied weights counted once). **step ms**: median wall time of one "
-        "optimiser step (evaluation excluded). **tokens/s**: label tokens per second of training (median over "
-        "seeds). **time to EM≥0.99 s**: training seconds (evaluation excluded) until the first evaluation with "
+        "optimiser step (evaluation and the first 10 warm-up steps excluded). **tokens/s**: label tokens per "
+        "second of training, warm-up steps excluded (median over seeds). **time to EM≥0.99 s**: training seconds (evaluation excluded) until the first evaluation with "
         "exact-match >= 0.99, median over seeds (∞ when at least half never got there); timings depend on "
         "the machine and on `--jobs` (see the Environment's execution line). **early loss**: mean ± std over seeds of the mean training "
         "loss of the first 10 steps (Narang et al. 2021). **held-out CE** (unsmoothed, nats/token) and "

@@ -183,14 +183,22 @@ def heldout_overlap(task: Task, cfg: "RunConfig", seed: int) -> tuple[int, int]:
     """Measured overlap of the final evaluation set with a seed's training stream: the
     ``eval_sequences`` sources of ``task.eval_set(..., eval_seed)`` that occur verbatim among the
     first ``steps x batch`` training sources of ``seed`` (0 for every built-in task by
-    construction). Costs one pass of batch generation, no model.
+    construction). Costs one pass of batch generation, no model, on one intra-op thread: the
+    batches are small ops, and a second thread made them 24x slower on a busy 2-core machine
+    (0.34 s vs 8.2 s for the quick preset's 400 batches, docs/benchmarks.md); the caller's thread
+    count is restored.
 
     Returns:
         ``(overlap, n)``: overlapping evaluation sequences (each repeat counts) and n.
     """
     tc = cfg.train
-    data = task.eval_set(tc.eval_sequences, tc.seq_len, cfg.model.vocab, tc.eval_seed)
-    return count_overlap(data.src, training_sources(task, cfg, seed)), data.src.size(0)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        data = task.eval_set(tc.eval_sequences, tc.seq_len, cfg.model.vocab, tc.eval_seed)
+        return count_overlap(data.src, training_sources(task, cfg, seed)), data.src.size(0)
+    finally:
+        torch.set_num_threads(threads)
 
 
 def heldout_note(task: Task, cfg: "RunConfig", seed: int) -> str:
