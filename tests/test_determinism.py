@@ -18,7 +18,7 @@ from harness.train import run_trial
 
 ROOT = Path(__file__).resolve().parents[1]
 #: columns that measure time or memory, not what was computed
-TIMING = {"wall_s", "train_s", "tokens_per_s", "time_to_solve_s", "peak_mem_mb", "overhead_share"}
+TIMING = {"wall_s", "train_s", "step_ms", "tokens_per_s", "time_to_solve_s", "peak_mem_mb", "overhead_share"}
 
 
 def without_timing(row: dict) -> str:

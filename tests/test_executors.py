@@ -20,7 +20,7 @@ from harness.executors import ray_address  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE_PLUGIN = ROOT / "examples" / "harness-example" / "harness_example.py"
-TIMING = {"wall_s", "train_s", "tokens_per_s", "time_to_solve_s", "peak_mem_mb", "overhead_share"}
+TIMING = {"wall_s", "train_s", "step_ms", "tokens_per_s", "time_to_solve_s", "peak_mem_mb", "overhead_share"}
 
 
 @pytest.fixture(scope="module")

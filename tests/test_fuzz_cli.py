@@ -231,7 +231,8 @@ EXPERIMENT_FILE = st.one_of(
 #: by :func:`test_the_fuzz_draws_every_documented_run_option`)
 RUN_OPTIONS = ["--variants", "--grid", "--preset", "--set", "--task", "--device", "--dtype", "--experiment", "--seeds",
                "--seed-start", "--results-dir", "--run-id", "--resume", "--jobs", "--executor", "--address",
-               "--threads", "-p", "--plugin", "--strict-plugins", "--quiet", "--help", "--no-check", "--suite"]
+               "--threads", "-p", "--plugin", "--strict-plugins", "--quiet", "--help", "--no-check", "--suite",
+               "--retry-failed"]
 
 
 @st.composite
@@ -246,7 +247,7 @@ def run_argv(draw):
         argv += ["--run-id", "fz"]  # a valid run id by default, so a folder is looked for where expected
     preset_given = False
     for opt in options:
-        if opt in ("--grid", "--strict-plugins", "--quiet", "--help", "--junk-option", "--no-check"):
+        if opt in ("--grid", "--strict-plugins", "--quiet", "--help", "--junk-option", "--no-check", "--retry-failed"):
             argv.append(opt)
         elif opt == "--suite":
             # bad suite names and files; a good one only with an option the suite file owns (exit 2):

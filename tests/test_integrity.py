@@ -26,7 +26,7 @@ from harness.trial import CorruptTrialError, read_trial_file, trial_checksum
 # its module-scoped fixture is built once: under ``pytest -n 2 --dist loadgroup`` the module stays on one worker
 pytestmark = pytest.mark.xdist_group("integrity")
 
-TIMING = {"wall_s", "train_s", "tokens_per_s", "time_to_solve_s", "peak_mem_mb", "overhead_share"}
+TIMING = {"wall_s", "train_s", "step_ms", "tokens_per_s", "time_to_solve_s", "peak_mem_mb", "overhead_share"}
 KEYS = ["baseline__s0", "pre_norm__s0"]
 
 

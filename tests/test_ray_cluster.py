@@ -33,7 +33,7 @@ pytest.importorskip("ray", reason="Ray is not installed: pip install -e '.[ray]'
 from harness import cli  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-TIMING = {"wall_s", "train_s", "tokens_per_s", "time_to_solve_s", "peak_mem_mb", "overhead_share"}
+TIMING = {"wall_s", "train_s", "step_ms", "tokens_per_s", "time_to_solve_s", "peak_mem_mb", "overhead_share"}
 RAY = shutil.which("ray") or str(Path(sys.executable).with_name("ray"))
 #: the run under test: 3 trials of ~1-3 s each (long enough to be caught running)
 RUN = ["--variants", "baseline", "--preset", "tiny", "--seeds", "3", "--set", "train.steps=300", "--threads", "1",

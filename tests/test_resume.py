@@ -26,7 +26,7 @@ import pytest
 from harness.train import run_trial
 
 ROOT = Path(__file__).resolve().parents[1]
-TIMING = {"wall_s", "train_s", "tokens_per_s", "time_to_solve_s", "peak_mem_mb", "overhead_share"}
+TIMING = {"wall_s", "train_s", "step_ms", "tokens_per_s", "time_to_solve_s", "peak_mem_mb", "overhead_share"}
 
 FAULTY_PLUGIN = '''
 """Components that fail on purpose, for the failure-isolation tests."""

@@ -321,4 +321,4 @@ def test_step_time_and_tokens_per_s_leave_out_the_warm_up_steps(registry, monkey
     from harness.report import aggregate  # the report's step ms is the trial's
 
     row = {"variant": "baseline", "point": "", "seed": 0, "params": 1, **metrics}
-    assert aggregate(pd.DataFrame([row]))[0]["step_ms"] == metrics["step_ms"]
+    assert aggregate(pd.DataFrame([row]))[0].step_ms == metrics["step_ms"]
