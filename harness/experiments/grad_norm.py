@@ -81,6 +81,7 @@ def run_grad_norm(args, plan, exp: Experiment, registry) -> int:
     t0 = time.perf_counter()
     execute(specs, store, ExecutionOptions(jobs=1), quiet=args.quiet)  # the runner, as every trial
     meta["run_wall_s"] = time.perf_counter() - t0
+    meta["status"] = "complete"  # as a training run's: report latest may name it
     store.write_meta(meta)
     report = write_measurement_run_report(store)
     print(to_markdown(slope_table(trials_frame(store), exp)))
