@@ -178,7 +178,7 @@ def load_run(path: str | Path, results_dir: str | Path = "results") -> LoadedRun
     Raises:
         StoreError: no run there, or an unreadable ``config.json``.
     """
-    from .commands.report import resolve_run
+    from .lookup import resolve_run
     from .experiments import spec_from_meta
     from .report import DEFAULT_METRIC, aggregate, curves_frame, resolve_baseline, summary_table, trials_frame
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import difflib
 import math
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -42,6 +43,89 @@ def renamed(data: Any, section: str, where: str) -> Any:
                 raise ConfigError(f"{where}: give {new} or its old name {old}, not both")
             out[new] = out.pop(old)
     return out
+
+
+#: Names that tutorials, other libraries and habit give to a config key, -> the key ``--set`` and
+#: experiment files take. Nothing reads an alias: :func:`resolve_key` names the key in its error,
+#: because ``train.noam_factor`` is not a learning rate (the step size is noam_factor *
+#: d_model^-0.5 * min(t^-0.5, t * warmup^-1.5)) and taking ``learning_rate=1e-3`` as one would
+#: silently train at a step size orders of magnitude off.
+ALIASES: dict[str, str] = {
+    **dict.fromkeys(("lr", "learning_rate", "base_lr", "factor"), "train.noam_factor"),
+    **dict.fromkeys(("heads", "n_heads", "num_heads", "nhead", "n_head", "num_attention_heads"), "model.h"),
+    **dict.fromkeys(("layers", "n_layers", "num_layers", "n_layer", "num_blocks", "num_encoder_layers",
+                     "num_decoder_layers", "depth"), "model.N"),
+    **dict.fromkeys(("d_ffn", "ffn_dim", "dim_ff", "dim_pffn", "dim_feedforward", "d_inner", "d_hidden",
+                     "ffn_num_hiddens", "hidden_dim", "intermediate_size"), "model.d_ff"),
+    **dict.fromkeys(("dim", "d_embed", "dim_embed", "n_embd", "hidden_size", "num_hiddens", "width"),
+                    "model.d_model"),
+    **dict.fromkeys(("vocab_size", "n_vocab", "ntoken"), "model.vocab"),
+    **dict.fromkeys(("max_seq_len", "max_position_embeddings", "max_length", "n_ctx"), "model.max_len"),
+    **dict.fromkeys(("pad_id", "pad_token_id", "padding_idx"), "model.pad"),
+    **dict.fromkeys(("batch_size", "bs"), "train.batch"),
+    **dict.fromkeys(("n_steps", "num_steps", "max_steps", "iterations", "iters"), "train.steps"),
+    **dict.fromkeys(("warmup_steps", "n_warmup", "warmup_iters"), "train.warmup"),
+    **dict.fromkeys(("smoothing", "label_smoothing_eps"), "train.label_smoothing"),
+    **dict.fromkeys(("clip", "clip_grad", "max_grad_norm"), "train.grad_clip"),
+    **dict.fromkeys(("length", "sequence_length"), "train.seq_len"),
+    **dict.fromkeys(("scheduler", "lr_schedule"), "train.schedule"),
+    **dict.fromkeys(("p_drop", "drop_prob", "dropout_rate", "hidden_dropout_prob"), "model.dropout"),
+}
+
+
+def config_keys() -> list[str]:
+    """Every dotted key ``--set`` takes (``model.N``, ..., ``train.task``, ...), old names left out."""
+    return [f"{section}.{f.name}" for section, cls in (("model", ModelConfig), ("train", TrainConfig))
+            for f in fields(cls)]
+
+
+def resolve_key(key: str, sections: tuple[str, ...] = ("model", "train")) -> tuple[str, str]:
+    """A dotted config key (``--set KEY=...``) -> ``(section, name)``, an old name (:data:`RENAMED`)
+    replaced by its new one.
+
+    Args:
+        key: ``section.name``; a bare ``name`` only when ``sections`` has one section.
+        sections: the sections the caller takes (``check`` builds models only: ``("model",)``).
+
+    Raises:
+        ConfigError: an unknown key, in one line naming the key it is an alias of
+            (:data:`ALIASES`), the same name in another section, or the closest keys
+            (``difflib.get_close_matches``).
+    """
+    section, _, name = key.rpartition(".")
+    if not section and len(sections) == 1:
+        section = sections[0]
+    known = {s: {f.name for f in fields(ModelConfig if s == "model" else TrainConfig)} | set(RENAMED.get(s, {}))
+             for s in ("model", "train")}
+    if section in sections and name in known[section]:
+        return section, RENAMED.get(section, {}).get(name, name)
+    raise ConfigError(_unknown_key_message(key, section, name, sections, known))
+
+
+def _unknown_key_message(key: str, section: str, name: str, sections: tuple[str, ...],
+                         known: dict[str, set[str]]) -> str:
+    """The one-line error of :func:`resolve_key`."""
+    if section in known and section not in sections:
+        return f"{key!r}: only {' and '.join(s + '.<name>' for s in sections)} keys apply here"
+    if section and section not in known:
+        where = f"unknown config section {section!r} in {key!r}"
+    else:
+        where = f"unknown config key {key!r}" if section else f"config key {key!r} needs its section"
+    candidates = [k for k in config_keys() if k.partition(".")[0] in sections]
+    alias = ALIASES.get(name) or ALIASES.get(name.lower())
+    if alias and alias.partition(".")[0] in sections:
+        note = " (the Noam factor, not a learning rate: the step size is noam_factor * d_model^-0.5 * " \
+               "min(t^-0.5, t * warmup^-1.5))" if alias == "train.noam_factor" else ""
+        return f"{where}; {name!r} is called {alias!r} here{note}"
+    names = [c.partition(".")[2] for c in candidates]
+    close = set(difflib.get_close_matches(name, names, n=3, cutoff=0.6))
+    close |= set(difflib.get_close_matches(name.lower(), [n.lower() for n in names], n=3, cutoff=0.6))
+    guesses = [k for k in candidates if k.partition(".")[2] == name] + \
+        [k for k in candidates if k.partition(".")[2] in close or k.partition(".")[2].lower() in close]
+    guesses = list(dict.fromkeys(guesses))[:3]
+    hints = ["did you mean " + ", ".join(repr(g) for g in guesses) + "?"] if guesses else \
+        ["keys: " + ", ".join(candidates)]
+    return f"{where}; " + "; ".join(hints)
 
 
 def hash_view(config: dict) -> dict:
@@ -244,14 +328,13 @@ class RunConfig:
         (old key names work too: :data:`RENAMED`).
 
         Raises:
-            ConfigError / UnknownNameError: on an unknown key or a bad value.
+            ConfigError: on an unknown key (naming the closest keys and known aliases,
+                :func:`resolve_key`) or a bad value.
         """
         d = self.to_dict()
         for key, value in overrides.items():
-            section, _, name = key.partition(".")
-            if section not in d or not name:
-                raise ConfigError(f"config key {key!r} must look like model.<name> or train.<name>")
-            d[section][RENAMED.get(section, {}).get(name, name)] = value
+            section, name = resolve_key(key)
+            d[section][name] = value
         return RunConfig.from_dict(d)
 
 

@@ -21,7 +21,7 @@ import time
 
 from typing import Any
 
-from .config import get_preset, parse_overrides
+from .config import get_preset, parse_overrides, resolve_key
 from .errors import ConfigError
 from .experiments import plan_from_experiment
 from .experiments import write_run_report as write_report  # a run's report with its experiment's sections
@@ -367,11 +367,10 @@ def check_model_config(preset: str | None, overrides) -> Any:
     base = get_preset(preset).model if preset else CHECK_MODEL
     values = dataclasses.asdict(base)
     for key, value in parse_overrides(list(overrides)).items():
-        section, _, name = key.rpartition(".")
-        if section not in ("", "model"):
+        if key.rpartition(".")[0] == "train":
             raise ConfigError(f"check builds models only: --set {key} does not apply (use model.<name>, "
                               f"e.g. --set model.d_model=64)")
-        values[name] = value
+        values[resolve_key(key, ("model",))[1]] = value  # unknown keys: the closest ones, aliases
     return ModelConfig.from_dict(values)
 
 

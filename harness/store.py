@@ -47,6 +47,13 @@ from .errors import HarnessWarning, StoreError
 from .trial import CorruptTrialError, canonical_json, read_trial_file, trial_checksum
 
 
+#: ``check`` writes its records to ``<results-dir>/checks/<run-id>/``, apart from the runs, so that
+#: ``ls results`` and ``report latest`` see runs only.
+CHECKS_DIR = "checks"
+#: ``config.json`` kinds of folders that hold a record, not trials: ``report`` and ``compare``
+#: refuse them, ``latest`` never names one.
+RECORD_KINDS = ("check", "bench", "profile")
+
 _UMASK = os.umask(0o022)
 os.umask(_UMASK)
 
@@ -132,13 +139,14 @@ class RunStore:
         return self.root / "trials"
 
     @classmethod
-    def create(cls, results_dir: str | Path, meta: "dict | RunMeta", run_id: str | None = None) -> "RunStore":
+    def create(cls, results_dir: str | Path, meta: "dict | RunMeta", run_id: str | None = None,
+               prefix: str = "") -> "RunStore":
         """Make ``results_dir/<run-id>/`` and write ``config.json`` (``meta``: a :class:`RunMeta`
         or its dict; ``run_id`` is added).
 
         An explicit ``run_id`` must be a valid name (:func:`check_name`) and must not exist yet;
-        without one the folder is named by the time, with ``-2``, ``-3`` ... appended when that
-        name is taken. The folder is made with one ``mkdir`` (atomic), so of two processes
+        without one the folder is named ``prefix`` + the time, with ``-2``, ``-3`` ... appended
+        when that name is taken. The folder is made with one ``mkdir`` (atomic), so of two processes
         creating the same run id exactly one succeeds.
 
         Raises:
@@ -151,7 +159,7 @@ class RunStore:
         explicit = run_id is not None
         if explicit:
             check_name(run_id)
-        run_id = run_id or _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+        run_id = run_id or prefix + _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
         try:
             if results_dir.exists() and not results_dir.is_dir():
                 raise NotADirectoryError(20, "Not a directory")

@@ -23,6 +23,7 @@ import pytest
 import torch
 
 from harness.config import get_preset
+from harness.errors import ConfigError
 from harness.runner import make_specs
 from harness.registry import Registry
 from harness.store import RunStore, config_hash
@@ -138,7 +139,19 @@ def _catalogue(tmp: Path) -> dict[str, tuple[list[str], str]]:
         "set_d_model_not_divisible_by_h": ([*base, "--set", "model.d_model=30", "--set", "model.h=4"],
                                            "d_model must be divisible by h"),
         "set_vocab_too_small": ([*base, "--set", "model.vocab=2"], "vocab must be >= 3"),
-        "set_unknown_key": ([*base, "--set", "model.dmodel=32"], "did you mean 'd_model'"),
+        "set_unknown_key": ([*base, "--set", "model.dmodel=32"], "did you mean 'model.d_model'"),
+        "set_alias_learning_rate": ([*base, "--set", "train.learning_rate=1"],
+                                    "'learning_rate' is called 'train.noam_factor' here (the Noam factor, not a "
+                                    "learning rate"),
+        "set_alias_bare_lr": ([*base, "--set", "lr=0.5"], "'lr' is called 'train.noam_factor'"),
+        "set_alias_heads": ([*base, "--set", "model.heads=2"], "'heads' is called 'model.h' here"),
+        "set_alias_layers": ([*base, "--set", "model.layers=2"], "'layers' is called 'model.N' here"),
+        "set_alias_d_ffn": ([*base, "--set", "model.d_ffn=64"], "'d_ffn' is called 'model.d_ff' here"),
+        "set_key_in_other_section": ([*base, "--set", "train.d_model=32"], "did you mean 'model.d_model'?"),
+        "set_key_without_section": ([*base, "--set", "steps=5"], "config key 'steps' needs its section; did you "
+                                                                   "mean 'train.steps'?"),
+        "check_set_alias": (["check", "--variants", "baseline", "--set", "num_heads=2", "--results-dir",
+                             str(results)], "'num_heads' is called 'model.h' here"),
         "set_malformed": ([*base, "--set", "train.steps"], "--set expects KEY=VALUE"),
         "seeds_zero": ([*base, "--seeds", "0"], "--seeds must be >= 1"),
         "unknown_preset": (["run", "--preset", "quik", "--results-dir", str(results)],
@@ -209,6 +222,8 @@ def _catalogue(tmp: Path) -> dict[str, tuple[list[str], str]]:
 CASE_IDS = [  # the fixture builds each case's paths; the ids are fixed here for parametrize
     "unknown_variant", "unknown_variant_glob", "unknown_slot", "unknown_component", "set_wrong_type",
     "set_out_of_range", "set_d_model_not_divisible_by_h", "set_vocab_too_small", "set_unknown_key",
+    "set_alias_learning_rate", "set_alias_bare_lr", "set_alias_heads", "set_alias_layers", "set_alias_d_ffn",
+    "set_key_in_other_section", "set_key_without_section", "check_set_alias",
     "set_malformed", "seeds_zero", "unknown_preset", "unknown_experiment", "malformed_experiment",
     "results_dir_is_a_file", "results_dir_unwritable", "resume_missing_run", "resume_not_a_run",
     "resume_foreign_run", "resume_unreadable_config", "resume_code_config_hash_mismatch",
@@ -339,3 +354,49 @@ def test_broken_plugin_warns_with_its_name_unless_strict(tmp_path):
     assert any(str(tmp_path / "hook_raises.py") in w and "raised ValueError" in w for w in warnings)
     assert any(str(tmp_path / "wrong_types.py") in w and "must return a list of Variant" in w for w in warnings)
     assert "baseline" in proc.stdout
+
+
+# ---- --set keys: aliases and closest keys (harness.config.resolve_key), without a subprocess ----
+
+def test_every_alias_names_a_real_key_and_shadows_none():
+    """An alias that pointed at a key that does not exist would send the user to a second error; one
+    that equals a real key name would make that key unreachable."""
+    from harness.config import ALIASES, RENAMED, config_keys, resolve_key
+
+    keys = set(config_keys())
+    assert set(ALIASES.values()) <= keys
+    assert not set(ALIASES) & {k.partition(".")[2] for k in keys}
+    for alias, target in ALIASES.items():
+        section = target.partition(".")[0]
+        if alias in RENAMED.get(section, {}):  # train.lr: the old name, read as train.noam_factor
+            assert resolve_key(f"{section}.{alias}") == tuple(target.split("."))
+            continue
+        with pytest.raises(ConfigError, match=f"is called '{target}' here"):
+            resolve_key(f"{section}.{alias}")
+
+
+@pytest.mark.parametrize("key,want", [
+    ("train.lr", ("train", "noam_factor")),  # the old name is read, not refused
+    ("model.N", ("model", "N")), ("train.noam_factor", ("train", "noam_factor")),
+])
+def test_known_keys_and_old_names_resolve(key, want):
+    from harness.config import resolve_key
+
+    assert resolve_key(key) == want
+
+
+def test_unknown_key_without_any_close_key_lists_the_keys():
+    from harness.config import resolve_key
+
+    with pytest.raises(ConfigError) as err:
+        resolve_key("model.zzzz")
+    msg = str(err.value)
+    assert msg.startswith("unknown config key 'model.zzzz'; keys: model.N, model.d_model") and "\n" not in msg
+
+
+def test_an_alias_is_never_applied_silently():
+    """``learning_rate=1e-3`` must not become a Noam factor of 1e-3 (a step size ~1000x too small)."""
+    cfg = get_preset("tiny")
+    with pytest.raises(ConfigError):
+        cfg.override({"train.learning_rate": 1e-3})
+    assert cfg.override({"train.lr": 0.5}).train.noam_factor == 0.5

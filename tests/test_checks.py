@@ -317,12 +317,13 @@ def test_cli_check_all_with_bugs_end_to_end(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "{additive_mask, baseline, d2l_attention, torch_attention}" in proc.stdout
     assert "0 result(s) do not match their declaration" in proc.stdout
-    df = pd.read_csv(tmp_path / "c" / "checks.csv")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checks"]  # records apart from the runs
+    df = pd.read_csv(tmp_path / "checks" / "c" / "checks.csv")
     bugs = df[df["section"] == "faithful bug"]
     assert set(bugs["subject"]) == set(BUGS) and (bugs["verdict"] == "flagged").all()
     pairs = df[df["section"] == "pair"]
     assert len(pairs) == len(VARIANTS) * (len(VARIANTS) - 1) // 2 and pairs["ok"].all()
-    assert "## Faithful-bug variants" in (tmp_path / "c" / "checks.md").read_text()
+    assert "## Faithful-bug variants" in (tmp_path / "checks" / "c" / "checks.md").read_text()
 
 
 def test_cli_exit_1_when_a_declared_equivalence_fails(plugin_file, tmp_path, capsys):

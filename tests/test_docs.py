@@ -46,3 +46,54 @@ def test_python_page_code_blocks_run(tmp_path, monkeypatch):
     for i, block in enumerate(blocks):
         exec(compile(block, f"docs/python.md block {i + 1}", "exec"), ns)
     assert len(list((tmp_path / "results").iterdir())) == 1  # one run, no stray folders
+# ---- docs/seeds.md and paths: the docs stand on the repository alone ----
+
+_PATH = re.compile(r"(?<![\w.])(?:\.\./)+[^\s)`'\"<>\]]*")
+#: paths the bad-input catalogue shows being *refused* (a run id or experiment name that is a path)
+REFUSED_EXAMPLES = {"../../x", "../../escaped"}
+
+
+def _doc_pages():
+    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def test_docs_mention_no_path_outside_the_repository():
+    """README.md and docs/ may link ``../results/...`` from docs/ (inside the repository), never a
+    path that leaves it (the study notes once lived in ``../shared/seeds/``, which users never have)."""
+    outside = []
+    for page in _doc_pages():
+        for m in _PATH.finditer(page.read_text()):
+            target = (page.parent / m.group(0)).resolve()
+            if m.group(0) not in REFUSED_EXAMPLES and not target.is_relative_to(ROOT.resolve()):
+                outside.append(f"{page.relative_to(ROOT)}: {m.group(0)}")
+    assert outside == []
+
+
+def test_path_rule_catches_the_old_seed_path(tmp_path):
+    """The rule above is not vacuous: the README's old wording is caught, docs/'s ../results is not."""
+    readme_old = "one preset per study note in `../shared/seeds/` (`seed_000`)"
+    hits = [(ROOT / m.group(0)).resolve() for m in _PATH.finditer(readme_old)]
+    assert hits and not hits[0].is_relative_to(ROOT.resolve())
+    inside = [(ROOT / "docs" / m.group(0)).resolve() for m in _PATH.finditer("[x](../results/reference/)")]
+    assert inside and inside[0].is_relative_to(ROOT.resolve())
+
+
+def test_every_seed_preset_is_described_in_seeds_md():
+    """Every ``seed_00N`` variant has its own section in docs/seeds.md and a table row whose slot
+    changes are exactly the variant's, so the page cannot drift from variants/presets.py."""
+    from harness.registry import Registry
+
+    reg = Registry.from_plugins()
+    text = (ROOT / "docs" / "seeds.md").read_text()
+    seeds = sorted(n for n in reg.variants if re.fullmatch(r"seed_\d{3}", n))
+    assert seeds == [f"seed_00{i}" for i in range(5)]
+    defaults = reg.variants["baseline"].slots
+    for name in seeds:
+        assert re.search(rf"^## Note {name[-3:]}: ", text, flags=re.M), f"no section for note {name[-3:]}"
+        row = [line for line in text.splitlines() if line.startswith(f"| `{name}` |")]
+        assert len(row) == 1, name
+        documented = dict(pair.split("=") for pair in re.findall(r"`(\w+=\w+)`", row[0].split("|")[3]))
+        changed = {s: c for s, c in reg.variants[name].slots.items() if c != defaults[s]}
+        assert documented == changed, (name, documented, changed)
+    for bug in (n for n in reg.variants if n.startswith("bug_")):
+        assert f"`{bug}`" in text, f"{bug} is not described in docs/seeds.md"

@@ -1,4 +1,4 @@
-"""Faithful reproductions of bugs found in the seed notes, kept on purpose.
+"""Faithful reproductions of bugs found in the seed notes (docs/seeds.md), kept on purpose.
 
 They are marked ``buggy``: never part of ``--variants all`` or a glob (unless the glob starts
 with ``bug``), selectable by exact name, and ``harness check`` must flag every one of them.

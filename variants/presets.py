@@ -1,5 +1,7 @@
 """Built-in variants: the paper's baseline, one single-slot change each, one preset per seed note.
 
+The five seed notes, their sources, choices, bugs and open questions: docs/seeds.md.
+
 ``baseline`` keeps the paper's choices (Vaswani et al. 2017): post-norm, separate embeddings
 (the Annotated Transformer's code does not tie either), annotated attention, bool masks,
 ``nn.LayerNorm``, x*sqrt(d_model) + PE, biased projections.

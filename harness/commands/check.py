@@ -1,19 +1,23 @@
 """``python -m harness check``: which variants compute the same function, and which leak.
 
-Prints the equivalence matrix and writes ``results/<run-id>/checks.csv`` and ``checks.md``
-(see :mod:`harness.checks` for the recipe and docs/checks.md for how to read them).
+Prints the equivalence matrix and writes ``results/checks/<run-id>/checks.csv`` and ``checks.md``
+(see :mod:`harness.checks` for the recipe and docs/checks.md for how to read them): check records
+live in ``<results-dir>/checks/``, apart from the runs, so a dozen checks do not crowd ``ls results``
+and ``report latest`` (docs/running.md).
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
+from pathlib import Path
 
 from ..checks import CHECK_MODEL, TOLERANCES, render_markdown, render_text, results_frame, slot_default
 
+from ..errors import StoreError
 from ..request import CheckRequest
-from ..store import RunMeta, RunStore, atomic_write_text
 from ..env import environment, resolve_device
-from .common import add_output, add_selection, command_line, output_run_id, plugin_spec
+from ..store import CHECKS_DIR, RunMeta, RunStore, atomic_write_text
+from .common import add_output, add_selection, command_line, plugin_spec
 
 #: ``--equivalent`` example: the attention slot's default component and a plugin's (names from the registry)
 _EXAMPLE = f"attention={slot_default('attention')},my_attn"
@@ -27,7 +31,8 @@ mode), mask components on fully masked rows, tied embeddings, CPU vs CUDA. First
 the selected variants use is held to its slot's reference on its own (docs/components.md), unless
 its registration declares a difference (differs=) or an equivalence (equivalent_to=). Only the
 selected variants and their components are checked (--all-components: every registered one).
-Faithful-bug variants (selected by name or a 'bug*' glob) must be flagged, each with its reason."""
+Faithful-bug variants (selected by name or a 'bug*' glob) must be flagged, each with its reason.
+The record (checks.md, checks.csv, config.json) goes to <results-dir>/checks/<run-id>/."""
 
 EPILOG = f"""examples:
   python -m harness check --variants all                 the built-in variants (exit 0 on a clean clone)
@@ -63,7 +68,7 @@ def register(sub, parents):
     p.add_argument("--all-components", action="store_true",
                    help="hold every registered component (installed plugins included) to its slot's reference, "
                         "not only the components the selected variants use")
-    add_output(p, "check")
+    add_output(p, "check", default_id=f"check-<timestamp>, in <results-dir>/{CHECKS_DIR}/")
     p.set_defaults(func=main)
 
 
@@ -75,10 +80,24 @@ def request_from_args(args) -> CheckRequest:
                         plugins=plugin_spec(args), quiet=args.quiet)
 
 
+def checks_dir(results_dir: str):
+    """``<results_dir>/checks``, where check records go.
+
+    Raises:
+        StoreError: that folder is a run's (a ``run --run-id checks``), not a folder of records.
+    """
+    folder = Path(results_dir) / CHECKS_DIR
+    if (folder / "config.json").is_file():
+        raise StoreError(f"{str(folder)!r} is a run folder, but check records go there; rename that run "
+                         f"or give check another --results-dir")
+    return folder
+
+
 def main(args) -> int:
     from ..launch import start_check
 
     request = request_from_args(args)
+    folder = checks_dir(args.results_dir)  # refused before the checks run
     report, variants, cfg, groups = start_check(request)
     device = resolve_device(args.device)
     meta = RunMeta("check", command_line(), "", {"model": dataclasses.asdict(cfg)}, [v.name for v in variants],
@@ -86,7 +105,7 @@ def main(args) -> int:
                    plugins=request.plugins.to_dict(),
                    extra={"equivalent": {s: sorted(sorted(g) for g in gs) for s, gs in groups.items()},
                           "tf32": report.tf32, "check_wall_s": report.wall_s, "ok": report.ok}).to_dict()
-    store = RunStore.create(args.results_dir, meta, output_run_id(args, "check"))
+    store = RunStore.create(folder, meta, args.run_id, prefix="check-")
     meta["run_id"] = store.root.name
     csv_path, md_path = store.root / "checks.csv", store.root / "checks.md"
     atomic_write_text(csv_path, results_frame(report).to_csv(index=False))

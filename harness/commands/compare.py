@@ -31,7 +31,7 @@ import pandas as pd
 from .. import stats
 from ..errors import ConfigError, HarnessError
 from ..report import METRICS, to_markdown, trials_frame
-from .report import resolve_run
+from ..lookup import resolve_run
 
 DEFAULT_METRICS = ("heldout_ce", "exact_match")
 

@@ -1,13 +1,12 @@
 """``python -m harness report RUN``: re-render a run's report from its stored trials."""
 from __future__ import annotations
 
-from pathlib import Path
-
-from ..errors import StoreError
-from ..store import RunStore, iter_runs
+from ..lookup import resolve_run
 
 DESCRIPTION = """Re-render results/<run-id>/report.md (tables, plots, experiment sections) from the
-trials the run stored. RUN is a run folder, a run id under --results-dir, or 'latest'."""
+trials the run stored. RUN is a run folder, a run id under --results-dir, or 'latest': the run
+that finished last (status complete in its config.json; check records, benches, profiles and
+running, interrupted or killed runs are passed over)."""
 
 
 def register(sub, parents):
@@ -21,27 +20,6 @@ def register(sub, parents):
                    help="comparison metric of P(variant > baseline) (default: heldout_ce)")
     p.add_argument("--quiet", "-q", action="store_true", help="print only the report path")
     p.set_defaults(func=main)
-
-
-def resolve_run(ref: str, results_dir: str = "results") -> RunStore:
-    """A run from a folder path, a run id under ``results_dir`` or ``latest``.
-
-    Raises:
-        StoreError: nothing matches, naming where it looked.
-    """
-    if ref == "latest":
-        runs = list(iter_runs(results_dir))
-        if not runs:
-            raise StoreError(f"no runs under {results_dir!r} (run one with: python -m harness run)")
-        return RunStore.open(runs[0])
-    p = Path(ref)
-    if (p / "config.json").is_file():
-        return RunStore.open(p)
-    q = Path(results_dir) / ref
-    if (q / "config.json").is_file():
-        return RunStore.open(q)
-    raise StoreError(f"run {ref!r} not found: neither {str(p)!r} nor {str(q)!r} is a run folder "
-                     f"(runs live under {results_dir}/<run-id>/ with a config.json)")
 
 
 def main(args) -> int:

@@ -168,9 +168,9 @@ def _table_difference(have: str, want: str) -> str:
 
 
 def main(args) -> int:
-    from .report import resolve_run
+    from ..lookup import resolve_run
 
-    store = resolve_run(args.run, args.results_dir)
+    store = resolve_run(args.run, args.results_dir, records=True)  # verify reads check/bench records too
     problems, notes = verify_run(store)
     for line in problems:
         print(f"{store.root}/{line}" if not line.startswith(str(store.root)) else line)

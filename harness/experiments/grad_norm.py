@@ -81,7 +81,7 @@ def run_grad_norm(request, plan, exp: Experiment, registry):
     t0 = time.perf_counter()
     execute(specs, store, ExecutionOptions(jobs=1), quiet=request.quiet)  # the runner, as every trial
     meta["run_wall_s"] = time.perf_counter() - t0
-    meta["status"] = "complete"
+    meta["status"] = "complete"  # as a training run's: report latest may name it
     store.write_meta(meta)
     report = write_measurement_run_report(store)
     return RunOutcome(store, meta, report, None, len(specs), table=slope_table(trials_frame(store), exp))

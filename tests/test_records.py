@@ -1,0 +1,148 @@
+"""Check records live apart from the runs, and ``latest`` means the latest *finished* run.
+
+``check`` writes ``<results-dir>/checks/<run-id>/``; ``report latest``, ``harness.load_run("latest")``
+and ``resolve_run("latest")`` pass over check records, benches, profiles and runs that are
+running or were interrupted; ``report``/``compare`` refuse a record with one line, ``verify`` reads it.
+Runs are copies of a committed reference run (no training here), with their status edited.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from types import SimpleNamespace
+
+import pytest
+
+import harness
+import harness.cli
+import harness.commands.check as check_cmd
+from harness.lookup import latest_run, resolve_run
+from harness.errors import StoreError
+
+from .conftest import ROOT
+
+REFERENCE = ROOT / "results" / "reference" / "task-sort"  # a finished 2-trial training run
+
+
+def _run(results, name: str, status: str | None, mtime: float) -> None:
+    """A copy of the reference run named ``name`` with ``status`` (None: no status key, as runs
+    stored before it was recorded) and its config.json written at ``mtime``."""
+    shutil.copytree(REFERENCE, results / name)
+    cfg = results / name / "config.json"
+    meta = json.loads(cfg.read_text())
+    meta.pop("status", None)
+    if status is not None:
+        meta["status"] = status
+    meta["run_id"] = name
+    cfg.write_text(json.dumps(meta))
+    os.utime(cfg, (mtime, mtime))
+
+
+def _record(folder, kind: str, mtime: float) -> None:
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps({"kind": kind, "command": "python -m harness " + kind}))
+    (folder / f"{kind}s.md").write_text("# record\n")
+    os.utime(folder / "config.json", (mtime, mtime))
+
+
+@pytest.fixture
+def fast_check(monkeypatch):
+    """``check`` with the numerical work stubbed out: these tests are about where its record goes."""
+    report = SimpleNamespace(ok=True, tf32=None, wall_s=0.0)
+    monkeypatch.setattr(check_cmd, "run_checks", lambda *a, **k: report)
+    monkeypatch.setattr(check_cmd, "results_frame", lambda rep: __import__("pandas").DataFrame({"section": []}))
+    monkeypatch.setattr(check_cmd, "render_markdown", lambda rep, meta: "# checks\n")
+    monkeypatch.setattr(check_cmd, "render_text", lambda rep: "checked")
+
+
+def test_a_dozen_checks_leave_results_showing_runs_only(tmp_path, fast_check, capsys):
+    results = tmp_path / "results"
+    _run(results, "my-run", "complete", 1_000_000)
+    for _ in range(12):  # in one or two seconds: the default ids must not collide
+        assert harness.cli.main(["check", "--variants", "baseline", "--preset", "tiny", "-q",
+                                 "--results-dir", str(results)]) == 0
+    assert sorted(p.name for p in results.iterdir()) == ["checks", "my-run"]
+    records = sorted((results / "checks").iterdir())
+    assert len(records) == 12 and all(p.name.startswith("check-") for p in records)
+    for p in records:
+        meta = json.loads((p / "config.json").read_text())
+        assert meta["kind"] == "check" and meta["run_id"] == p.name and (p / "checks.md").is_file()
+    assert latest_run(str(results)).root.name == "my-run"
+    assert harness.cli.main(["report", "latest", "--results-dir", str(results), "-q"]) == 0
+    assert str(results / "my-run" / "report.md") in capsys.readouterr().out
+
+
+def test_an_explicit_check_run_id_goes_under_checks_and_is_not_reused(tmp_path, fast_check, capsys):
+    results = tmp_path / "results"
+    argv = ["check", "--variants", "baseline", "-q", "--results-dir", str(results), "--run-id", "c1"]
+    assert harness.cli.main(argv) == 0
+    assert (results / "checks" / "c1" / "checks.md").is_file()
+    assert harness.cli.main(argv) == 2
+    assert "run id 'c1' already exists" in capsys.readouterr().err
+
+
+def test_check_refuses_a_run_named_checks(tmp_path, fast_check, capsys):
+    results = tmp_path / "results"
+    _run(results, "checks", "complete", 1_000_000)
+    assert harness.cli.main(["check", "--variants", "baseline", "-q", "--results-dir", str(results)]) == 2
+    assert "is a run folder, but check records go there" in capsys.readouterr().err
+    assert sorted(p.name for p in (results / "checks").iterdir()) == sorted(p.name for p in REFERENCE.iterdir())
+
+
+def test_latest_is_the_latest_finished_run(tmp_path):
+    """Newer than the finished run: an interrupted run, a running (or killed) one, a bench, a check
+    record and a legacy run without report; ``latest`` names the finished one."""
+    results = tmp_path / "results"
+    _run(results, "a-finished", "complete", 1_000_000)
+    _run(results, "b-older-finished", "complete", 900_000)
+    _run(results, "zz-interrupted", "interrupted", 1_000_100)
+    _run(results, "zz-running", "running", 1_000_200)
+    _run(results, "zz-legacy-no-report", None, 1_000_300)
+    (results / "zz-legacy-no-report" / "report.md").unlink()
+    _record(results / "bench-1", "bench", 1_000_400)
+    _record(results / "checks" / "check-1", "check", 1_000_500)
+    (results / "empty-folder").mkdir()
+    assert latest_run(str(results)).root.name == "a-finished"
+    assert resolve_run("latest", str(results)).root.name == "a-finished"
+    loaded = harness.load_run("latest", results_dir=results)
+    assert loaded.path == (results / "a-finished").resolve() and len(loaded.trials) == 2
+    # a run stored before the status existed counts once its report and every planned trial are there
+    _run(results, "zz-legacy-finished", None, 1_000_600)
+    assert latest_run(str(results)).root.name == "zz-legacy-finished"
+    # an interrupted run finished by --resume becomes complete and, written last, the latest
+    cfg = results / "zz-interrupted" / "config.json"
+    cfg.write_text(cfg.read_text().replace('"interrupted"', '"complete"'))
+    os.utime(cfg, (1_000_700, 1_000_700))
+    assert latest_run(str(results)).root.name == "zz-interrupted"
+
+
+def test_no_finished_run_names_the_newest_folder_and_why(tmp_path):
+    results = tmp_path / "results"
+    _run(results, "r1", "interrupted", 1_000_000)
+    _record(results / "checks" / "check-1", "check", 1_000_100)
+    with pytest.raises(StoreError, match=r"no finished run under .*/r1' \(status 'interrupted'\).*run --resume .*/r1\)$"):
+        latest_run(str(results))
+    (results / "r1" / "config.json").unlink()
+    with pytest.raises(StoreError, match="no runs under"):
+        latest_run(str(results))
+
+
+def test_report_compare_and_verify_handed_a_check_record(tmp_path, fast_check, capsys):
+    results = tmp_path / "results"
+    _run(results, "run", "complete", 1_000_000)
+    assert harness.cli.main(["check", "--variants", "baseline", "-q", "--results-dir", str(results),
+                             "--run-id", "c"]) == 0
+    record = results / "checks" / "c"
+    capsys.readouterr()
+    for argv in (["report", str(record)], ["report", "c", "--results-dir", str(results)],
+                 ["compare", "run", str(record), "--results-dir", str(results)]):
+        assert harness.cli.main(argv) == 2, argv
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "is a check record, not a training run: read checks.md there" in err[0], argv
+    assert not (record / "report.md").exists()  # report wrote nothing into the record
+    with pytest.raises(StoreError, match="is a check record"):
+        harness.load_run(record)
+    assert harness.cli.main(["verify", str(record)]) == 0
+    out = capsys.readouterr().out
+    assert "planned-trials check is skipped" in out and f"verify {record}: ok" in out
