@@ -50,7 +50,7 @@ def _record(folder, kind: str, mtime: float) -> None:
 def fast_check(monkeypatch):
     """``check`` with the numerical work stubbed out: these tests are about where its record goes."""
     report = SimpleNamespace(ok=True, tf32=None, wall_s=0.0)
-    monkeypatch.setattr(check_cmd, "run_checks", lambda *a, **k: report)
+    monkeypatch.setattr("harness.checks.run_checks", lambda *a, **k: report)  # what launch.start_check runs
     monkeypatch.setattr(check_cmd, "results_frame", lambda rep: __import__("pandas").DataFrame({"section": []}))
     monkeypatch.setattr(check_cmd, "render_markdown", lambda rep, meta: "# checks\n")
     monkeypatch.setattr(check_cmd, "render_text", lambda rep: "checked")

@@ -162,7 +162,7 @@ def test_rezero_passes_check_and_the_kit(rezero, tmp_path):
     code = cli_main(["--plugin", str(REZERO), "check", "--variants", "baseline", "rezero", "-q",
                      "--results-dir", str(tmp_path)])
     assert code == 0
-    rows = pd.read_csv(next(tmp_path.glob("*/checks.csv")))
+    rows = pd.read_csv(next(tmp_path.glob("checks/*/checks.csv")))
     mine = rows[rows.subject == "norm=rezero"]
     assert list(mine.verdict) == ["conforms", "differs as declared"]
     assert mine.max_abs.iloc[0] < 1e-12 and mine.max_abs.iloc[1] > 0.1  # the contract holds; the size shows
