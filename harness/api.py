@@ -120,10 +120,10 @@ def run(variants: _Names = "all", seeds: int | None = None, preset: str | None =
     outcome = start_run(request)
     if outcome.interrupted is not None:
         raise outcome.interrupted
-    rows = [t["row"] for t in outcome.store.load_trials()]
-    if rows and not any(r.get("status") == "ok" for r in rows):
-        first = rows[0]
-        raise RunFailedError(f"none of the {len(rows)} trial(s) finished ok (first: {first.get('variant')} "
+    bad = outcome.bad_rows()
+    if bad and len(bad) == outcome.done():
+        first = bad[0]
+        raise RunFailedError(f"none of the {len(bad)} trial(s) finished ok (first: {first.get('variant')} "
                              f"s{first.get('seed')} {first.get('status')}: {str(first.get('reason', ''))[:200]}); "
                              f"every failure is stored in {outcome.store.root}")
     path = outcome.store.root.resolve()

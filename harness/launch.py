@@ -27,7 +27,7 @@ from .experiments import plan_from_experiment
 from .experiments import write_run_report as write_report  # a run's report with its experiment's sections
 from .plugins import PluginSpec
 from .registry import Registry
-from .request import CONFIG_OPTIONS, TRIAL_OPTIONS, CheckRequest, RunOutcome, RunRequest, Terminated
+from .request import CONFIG_OPTIONS, TRIAL_OPTIONS, CheckRequest, RunOutcome, RunRequest, Terminated, check_dtype
 from .resume import (check_code_config, check_components, check_plugins, check_points, check_setting, check_trials,
                      stored_specs)
 from .runner import ExecutionOptions, Plan, PlannedTrial, execute, make_specs
@@ -348,11 +348,6 @@ def drive(store: RunStore, specs: list[PlannedTrial], meta: dict, options: Execu
     return RunOutcome(store, meta, report, interrupted, total)
 
 
-def replace(req: RunRequest, **changes) -> RunRequest:
-    """``dataclasses.replace`` for requests (the suite's per-task requests)."""
-    return dataclasses.replace(req, **changes)
-
-
 # ------------------------------------------------------------------------------------- checking
 
 def check_model_config(preset: str | None, overrides) -> Any:
@@ -386,8 +381,7 @@ def start_check(req: CheckRequest, reg: Registry | None = None):
     """
     from .checks import parse_equivalent, registry_groups, run_checks
 
-    if req.dtype not in ("fp32", "bf16"):
-        raise ConfigError(f"--dtype must be one of fp32, bf16, got {req.dtype!r}")
+    check_dtype(req.dtype)
     reg = reg or load_registry(req.plugins)
     variants = reg.grid() if req.grid else reg.select(req.patterns())
     cfg = check_model_config(req.preset, req.overrides)

@@ -48,6 +48,18 @@ def override_items(overrides: Mapping[str, Any] | Iterable[str] | None) -> tuple
     return tuple(items)
 
 
+def check_dtype(dtype: str) -> None:
+    """Raises ConfigError unless ``dtype`` is one of :data:`DTYPES`."""
+    if dtype not in DTYPES:
+        raise ConfigError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+
+
+def split_patterns(items: Iterable[str]) -> list[str]:
+    """``--variants`` items (names and globs, space- or comma-separated) as single patterns:
+    ``["baseline,pre_*", "seed_001"]`` -> ``["baseline", "pre_*", "seed_001"]``."""
+    return [p for item in items for p in item.replace(",", " ").split()]
+
+
 def names(value: str | Iterable[str] | None) -> tuple[str, ...] | None:
     """A name or names (``"all"``, ``["baseline", "pre_*"]``) as a tuple; None stays None."""
     if value is None:
@@ -120,8 +132,8 @@ class RunRequest:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
                 raise ConfigError(f"{_flag(name)} must be an integer, got {value!r}")
-        if self.dtype is not None and self.dtype not in DTYPES:
-            raise ConfigError(f"--dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        if self.dtype is not None:
+            check_dtype(self.dtype)
         if self.results_dir == "" or self.results_dir is None:
             raise ConfigError("--results-dir must not be empty (give a folder, e.g. --results-dir results)")
         if self.run_id is not None:
@@ -162,8 +174,7 @@ class RunRequest:
 
     def patterns(self) -> list[str]:
         """``--variants`` items split at commas and spaces (``["all"]`` when not given)."""
-        items = self.variants if self.variants is not None else PLAN_DEFAULTS["variants"]
-        return [p for item in items for p in item.replace(",", " ").split()]
+        return split_patterns(self.variants if self.variants is not None else PLAN_DEFAULTS["variants"])
 
     def command_line(self) -> str:
         """The command as the user typed it (``command``), else the equivalent command line."""
@@ -186,10 +197,6 @@ class RunRequest:
         words = [w for m in self.plugins.modules for w in ("-p", m)] + \
                 [w for f in self.plugins.files for w in ("--plugin", str(f))] + words
         return "python -m harness " + shlex.join(words)
-
-    def folder(self) -> Path:
-        """Where the run's folder is made (``results_dir``)."""
-        return Path(self.results_dir)
 
 
 def _flag(name: str) -> str:
@@ -222,7 +229,7 @@ class CheckRequest:
 
     def patterns(self) -> list[str]:
         """``variants`` split at commas and spaces."""
-        return [p for item in self.variants for p in item.replace(",", " ").split()]
+        return split_patterns(self.variants)
 
 
 @dataclass

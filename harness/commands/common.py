@@ -5,7 +5,7 @@ import argparse
 import shlex
 import sys
 
-from ..config import PRESETS, PRESET_NOTES, RunConfig, get_preset, parse_overrides
+from ..config import PRESETS, PRESET_NOTES, RunConfig
 from ..errors import ConfigError
 from ..plugins import PluginSpec
 from ..registry import Registry
@@ -125,25 +125,27 @@ def command_line(args=None) -> str:
 
 
 def resolve_config(args) -> RunConfig:
-    """Preset + ``--set`` overrides, validated. Raises UnknownNameError / ConfigError."""
-    cfg = get_preset(args.preset)
-    overrides = parse_overrides(args.overrides)
-    return cfg.override(overrides) if overrides else cfg.validate()
+    """``--preset`` + ``--set`` overrides, validated (:func:`harness.launch.resolve_config`).
+    Raises UnknownNameError / ConfigError."""
+    from ..launch import resolve_config as resolve
+
+    return resolve(args.preset, args.overrides)
 
 
 def load_registry(args) -> Registry:
-    reg = Registry.from_plugins(plugin_spec(args))
-    for w in reg.warnings:
-        print(f"harness: warning: {w}", file=sys.stderr)
-    return reg
+    """The registry with the command line's plugins (:func:`harness.launch.load_registry`)."""
+    from ..launch import load_registry as load
+
+    return load(plugin_spec(args))
 
 
 def select_variants(reg: Registry, args):
+    """The variants of ``--variants`` (or ``--grid``)."""
+    from ..request import split_patterns
+
     if getattr(args, "grid", False):
         return reg.grid()
-    items = args.variants if isinstance(args.variants, list) else [args.variants]
-    patterns = [p for item in items for p in item.replace(",", " ").split()]
-    return reg.select(patterns)
+    return reg.select(split_patterns(args.variants if isinstance(args.variants, list) else [args.variants]))
 
 
 __all__ = ["add_selection", "add_config", "add_task", "check_task", "add_output", "check_output", "output_run_id", "command_line", "resolve_config", "load_registry", "select_variants", "PRESETS"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 
 from ..errors import ConfigError
-from ..request import RunRequest
+from ..request import RunRequest, split_patterns
 
 #: run options that a suite sets itself (from its file); giving them with --suite is an error.
 SUITE_OWNED = ("variants", "grid", "seeds", "seed_start", "experiment", "preset", "overrides")
@@ -35,7 +35,7 @@ def main(args, request: RunRequest, on_task) -> int:
     spec = load_suite(args.suite)
     folder = suite_folder(spec, request.results_dir, request.run_id, request.resume)
     reg = load_registry(request.plugins)
-    variants = reg.select([p for item in spec.variants for p in item.replace(",", " ").split()])
+    variants = reg.select(split_patterns(spec.variants))
     for task in spec.tasks:
         reg.task(task)
 

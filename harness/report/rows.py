@@ -15,7 +15,7 @@ probability or a verdict (:attr:`SummaryRow.same_function`).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Iterator
 
 from ..stats import Comparison
@@ -30,8 +30,15 @@ SAME_FUNCTION_TEXT = (
     "P(> baseline) and no verdict, whatever the seeds show; `=` stands in the probability column.")
 
 
+class _Unpacks:
+    """Unpacks like the tuple it replaced (``value, low, high = row.heldout_ce``), fields in order."""
+
+    def __iter__(self) -> Iterator[float]:
+        return iter(tuple(getattr(self, f.name) for f in fields(self)))
+
+
 @dataclass(frozen=True)
-class Interval:
+class Interval(_Unpacks):
     """A point estimate with its 95 % interval (IQM with a stratified-bootstrap CI, Agarwal et al. 2021).
 
     Args:
@@ -43,44 +50,32 @@ class Interval:
     low: float
     high: float
 
-    def __iter__(self) -> Iterator[float]:
-        return iter((self.value, self.low, self.high))
-
 
 @dataclass(frozen=True)
-class MeanStd:
+class MeanStd(_Unpacks):
     """Mean ± standard deviation over seeds (early loss, Narang et al. 2021)."""
 
     mean: float
     std: float
 
-    def __iter__(self) -> Iterator[float]:
-        return iter((self.mean, self.std))
-
 
 @dataclass(frozen=True)
-class MedianIQR:
+class MedianIQR(_Unpacks):
     """Median with the interquartile range over seeds; ``inf`` stands for "not solved"."""
 
     median: float
     q1: float
     q3: float
 
-    def __iter__(self) -> Iterator[float]:
-        return iter((self.median, self.q1, self.q3))
-
 
 @dataclass(frozen=True)
-class Count:
+class Count(_Unpacks):
     """``k`` of ``n`` trials with a 95 % Wilson score interval of the rate ``k / n``."""
 
     k: int
     n: int
     low: float
     high: float
-
-    def __iter__(self) -> Iterator[float]:
-        return iter((self.k, self.n, self.low, self.high))
 
 
 @dataclass(frozen=True)
