@@ -71,7 +71,7 @@ PLUGINS = {
             return ["not a Variant"]
     """,
     "import_fails.py": """
-        import a_module_that_does_not_exist_anywhere  # noqa: F401
+        import a_module_that_does_not_exist_anywhere
     """,
 }
 

@@ -13,8 +13,12 @@ from harness.errors import ConfigError
 from harness.registry import Variant
 from harness.testing import (assert_differs, assert_equivalent, assert_flagged, assert_mask_component,
                              assert_mask_probes_pass, assert_matches_multihead_attention, assert_matches_nn_transformer,
-                             assert_ties_hold, check_variant_contract, contract_failures, harness_config,  # noqa: F401
-                             harness_registry, load_registry, small_config)
+                             assert_ties_hold, check_variant_contract, contract_failures, load_registry,
+                             small_config)
+from harness import testing
+
+#: The conformance kit's pytest fixtures, used here by name as a plugin author's suite would.
+harness_registry, harness_config = testing.harness_registry, testing.harness_config
 
 from .conftest import ROOT, builtin_variant_names
 
