@@ -20,11 +20,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from .errors import HarnessError
 from .plugins import PluginSpec
 from .request import CheckRequest, RunRequest, names, override_items
+
+if TYPE_CHECKING:
+    from .store import RunMeta
 
 _Names = "str | Iterable[str]"
 
@@ -42,7 +45,8 @@ class LoadedRun:
 
     Attributes:
         path: the run folder (``results/<run-id>``), absolute.
-        meta: its ``config.json`` (command, config, seeds, environment, planned trials).
+        meta: its ``config.json`` as a :class:`harness.store.RunMeta` (``command``, ``config``,
+            ``seeds``, ``environment``, planned ``trials`` ...).
         trials: one row per stored trial, as ``trials.csv`` (``point`` "" without a sweep).
         curves: one row per logged step of every trial (variant, seed, point, split, step, ...).
         summary: one row per (variant, sweep point): the numbers behind report.md's results table,
@@ -60,7 +64,7 @@ class LoadedRun:
     """
 
     path: Path
-    meta: dict
+    meta: "RunMeta"
     trials: Any
     curves: Any
     summary: Any

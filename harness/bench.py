@@ -463,8 +463,8 @@ def bench_meta(command: str, preset: str, cfg: RunConfig, device: torch.device, 
                warmup: int, variants: list[Variant], plugins: dict | None) -> RunMeta:
     """``config.json`` contents of a bench run."""
     return RunMeta("bench", command, preset, cfg.to_dict(), [v.name for v in variants], device.type,
-                   environment(device), plugins=plugins,
-                   extra={"dtypes": dtypes, "steps": steps, "warmup_steps": warmup, "reference": REFERENCE})
+                   environment(device), plugins=plugins, dtypes=dtypes, steps=steps, warmup_steps=warmup,
+                   reference=REFERENCE)
 
 
 if __name__ == "__main__":  # memory probe: python -m harness.bench < spec.json

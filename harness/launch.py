@@ -31,6 +31,7 @@ from .request import CONFIG_OPTIONS, TRIAL_OPTIONS, CheckRequest, RunOutcome, Ru
 from .resume import (check_code_config, check_components, check_plugins, check_points, check_setting, check_trials,
                      stored_specs)
 from .runner import ExecutionOptions, Plan, PlannedTrial, execute, make_specs
+from .runmeta import Execution, Resume, TrialEntry
 from .store import RunMeta, RunStore, config_hash
 from .tasks.base import heldout_note
 from .env import environment, resolve_device
@@ -170,15 +171,14 @@ def start_run(req: RunRequest) -> RunOutcome:
                        threads=options.trial_threads())
     meta = run_meta(req, reg, plan, specs, device, dtype, options, plugins)
     with executor_session(options, plugins, req.quiet):  # a Ray cluster that cannot be reached stores nothing
-        store = RunStore.create(req.results_dir, meta, req.run_id)
-        meta["run_id"] = store.root.name
+        store = RunStore.create(req.results_dir, meta, req.run_id)  # sets meta.run_id
         headline = (f"run {store.root}: {len(plan.variants)} variant(s) x {len(plan.seeds)} seed(s) x "
                     f"{len(plan.points)} config(s) = {len(specs)} trial(s) on {device}, {options.describe()}")
         check = req.check and len([v for v in plan.variants if not v.buggy]) > 1
 
         def before() -> None:
             if check:  # after bad input is refused, inside the interrupt guard
-                meta["check"] = record_check(reg, plan.variants, req.quiet)
+                meta.check = record_check(reg, plan.variants, req.quiet)
                 store.write_meta(meta)
 
         with store.lock():
@@ -186,19 +186,18 @@ def start_run(req: RunRequest) -> RunOutcome:
 
 
 def run_meta(req: RunRequest, reg, plan: Plan, specs: list[PlannedTrial], device: str, dtype: str,
-             options: ExecutionOptions, plugins: dict) -> dict:
-    """The new run's ``config.json`` (a :class:`harness.store.RunMeta`) before any trial ran, as
-    the dict the run updates and the store writes."""
+             options: ExecutionOptions, plugins: dict) -> RunMeta:
+    """The new run's ``config.json`` before any trial ran, as the record the run updates and the
+    store writes."""
     cfg, seeds = plan.config, plan.seeds
     return RunMeta(
         kind="train", command=req.command_line(), preset=plan.preset, config=cfg.to_dict(),
         variants=[v.name for v in plan.variants], seeds=seeds, device=device, dtype=dtype, plugins=plugins,
         environment={**environment(device, trial_settings_applied=True), "threads": options.trial_threads()},
-        extra={"experiment": plan.name, "points": {name: c.to_dict() for name, c in plan.points if name},
-               "config_hash": config_hash(cfg.to_dict()), "execution": options.to_dict(), "status": "running",
-               "trials": [{"key": s.key, "spec": s.spec} for s in specs],
-               "heldout": heldout_note(reg.task(cfg.train.task), cfg, seeds[0]), **plan.meta},
-    ).to_dict()
+        experiment=plan.name, points={name: c.to_dict() for name, c in plan.points if name},
+        config_hash=config_hash(cfg.to_dict()), execution=Execution(**options.to_dict()), status="running",
+        trials=[TrialEntry(s.key, s.spec) for s in specs],
+        heldout=heldout_note(reg.task(cfg.train.task), cfg, seeds[0]), **plan.meta)
 
 
 def record_check(reg, variants, quiet: bool) -> dict:
@@ -234,22 +233,21 @@ def resume_run(req: RunRequest) -> RunOutcome:
     specs = stored_specs(store, meta)
     where = str(store.root)
     check_code_config(store, meta, specs)
-    reg = load_registry(PluginSpec.from_dict(meta.get("plugins")))
+    reg = load_registry(PluginSpec.from_dict(meta.plugins))
     check_components(reg, specs, where)
     check_requested(req, given, meta, reg, specs, where)
-    if not given & {"executor", "jobs", "threads", "address"} and isinstance(meta.get("execution"), dict):
-        stored = meta["execution"]
-        options = ExecutionOptions(stored.get("executor", "local"), stored.get("jobs", 1), stored.get("threads"),
-                                   stored.get("address")).validate()
+    if not given & {"executor", "jobs", "threads", "address"} and meta.execution is not None:
+        stored = meta.execution
+        options = ExecutionOptions(stored.executor, stored.jobs, stored.threads, stored.address).validate()
     retried = retire_failed(store, specs) if req.retry_failed else []
     todo = [ts for ts in specs if ts.key in set(store.missing(ts.key for ts in specs))]
-    options = options.resolved(len(todo), meta.get("device", "cpu"))
-    with executor_session(options, meta.get("plugins") or {}, req.quiet), store.lock():
-        meta.setdefault("resumes", []).append({"command": req.command_line(), "missing": len(todo),
-                                               "retried": retried, "execution": options.to_dict()})
+    options = options.resolved(len(todo), meta.device or "cpu")
+    with executor_session(options, meta.plugins or {}, req.quiet), store.lock():
+        meta.resumes = [*(meta.resumes or []), Resume(req.command_line(), len(todo), retried,
+                                                      Execution(**options.to_dict()))]
         headline = (f"resume {store.root}: {len(specs) - len(todo)} of {len(specs)} trial(s) stored, running the "
                     f"{len(todo)} missing" + (f" ({len(retried)} failed, retried)" if retried else "")
-                    + f" on {meta.get('device', 'cpu')}, {options.describe()}")
+                    + f" on {meta.device or 'cpu'}, {options.describe()}")
         return drive(store, todo, meta, options, req.quiet, headline, total=len(specs))
 
 
@@ -265,7 +263,7 @@ def retire_failed(store: RunStore, specs: list[PlannedTrial]) -> list[str]:
     return out
 
 
-def check_requested(req: RunRequest, given: set[str], meta: dict, reg, specs: list[PlannedTrial],
+def check_requested(req: RunRequest, given: set[str], meta: RunMeta, reg, specs: list[PlannedTrial],
                     where: str) -> None:
     """Refuse when options given with ``resume`` ask for other plugins, device, dtype, config or
     trials than the stored run. Options not given take the stored values.
@@ -288,34 +286,34 @@ def check_requested(req: RunRequest, given: set[str], meta: dict, reg, specs: li
         check_trials(variants, seeds, points, specs, where)
 
 
-def requested_plan(req: RunRequest, given: set[str], meta: dict, reg) -> tuple[list[str], list[int], list]:
+def requested_plan(req: RunRequest, given: set[str], meta: RunMeta, reg) -> tuple[list[str], list[int], list]:
     """``(variant names, seeds, [(point name, RunConfig)])`` that the options given with ``resume``
     ask for; what was not given is taken from the stored run (``meta``).
 
     Raises:
         HarnessError: the given options themselves are bad (unknown variant, bad override, ...).
     """
-    experiment = req.experiment if "experiment" in given else (meta.get("experiment") or None)
+    experiment = req.experiment if "experiment" in given else (meta.experiment or None)
     if experiment:
         check_experiment_options(given)
         plan = plan_from_experiment(experiment, reg, req)
         return [v.name for v in plan.variants], plan.seeds, plan.points
-    preset = req.preset if "preset" in given else (meta.get("preset") or "quick")
+    preset = req.preset if "preset" in given else (meta.preset or "quick")
     points = [("", resolve_config(preset, req.overrides))]
     if given & {"variants", "grid"}:
         variants = [v.name for v in (reg.grid() if req.grid else reg.select(req.patterns()))]
     else:
-        variants = list(meta["variants"])
+        variants = list(meta.variants)
     if given & {"seeds", "seed_start"}:
         seeds = req.seed_list(len(variants))
     else:
-        seeds = list(meta.get("seeds") or [])
+        seeds = list(meta.seeds or [])
     return variants, seeds, points
 
 
 # ----------------------------------------------------------------------------- execute + report
 
-def drive(store: RunStore, specs: list[PlannedTrial], meta: dict, options: ExecutionOptions, quiet: bool,
+def drive(store: RunStore, specs: list[PlannedTrial], meta: RunMeta, options: ExecutionOptions, quiet: bool,
           headline: str, total: int | None = None, before=None) -> RunOutcome:
     """Run ``before()`` (the pre-training check), execute ``specs`` into ``store`` and write the report,
     with Ctrl-C and SIGTERM at any of these phases ending the run as ``interrupted``."""
@@ -334,14 +332,14 @@ def drive(store: RunStore, specs: list[PlannedTrial], meta: dict, options: Execu
                 execute(specs, store, options, quiet=quiet, log=log)
         except KeyboardInterrupt as exc:
             interrupted = exc
-        meta["run_wall_s"] = float(meta.get("run_wall_s") or 0.0) + time.perf_counter() - t0
-        meta["status"] = "interrupted" if interrupted is not None else "complete"  # read by harness verify
+        meta.run_wall_s = float(meta.run_wall_s or 0.0) + time.perf_counter() - t0
+        meta.status = "interrupted" if interrupted is not None else "complete"  # read by harness verify
         try:
             store.write_meta(meta)
             report = write_report(store)
         except KeyboardInterrupt as exc:
             interrupted = interrupted or exc
-            meta["status"] = "interrupted"
+            meta.status = "interrupted"
             store.write_meta(meta)
     if not specs and interrupted is None and log:
         log(f"nothing to run: all {total} trial(s) of {store.root} are stored")

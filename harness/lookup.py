@@ -26,7 +26,7 @@ def resolve_run(ref: str, results_dir: str = "results", records: bool = False) -
             store = RunStore.open(folder)
             if records:  # verify reads the folder itself, an unreadable config.json included
                 return store
-            kind = store.meta().get("kind", "train")
+            kind = store.meta().kind
             if kind in RECORD_KINDS:
                 files = ", ".join(sorted(f.name for f in folder.glob("*.md"))) or "its files"
                 raise StoreError(f"{str(folder)!r} is a {kind} record, not a training run: read {files} there "
@@ -46,12 +46,11 @@ def finished(root: Path) -> tuple[bool, str]:
         meta = store.meta()
     except StoreError as exc:
         return False, str(exc)
-    kind = meta.get("kind", "train")
-    if kind in RECORD_KINDS:
-        return False, f"a {kind} record"
-    if "status" in meta:
-        return meta["status"] == "complete", f"status {meta['status']!r}"
-    planned = {t.get("key") for t in meta.get("trials") or [] if isinstance(t, dict)}
+    if meta.kind in RECORD_KINDS:
+        return False, f"a {meta.kind} record"
+    if meta.status is not None:
+        return meta.status == "complete", f"status {meta.status!r}"
+    planned = set(meta.planned_keys())
     if not (root / "report.md").is_file() or not planned <= store.done_keys():
         return False, "unfinished (no status recorded, trials or report missing)"
     return True, ""

@@ -12,6 +12,7 @@ import time
 from .errors import HarnessError
 from .report import Section
 from .stats import MIN_PAIRS_SIGN_TEST
+from .store import RunMeta
 
 
 def check_classes(registry, variants, full: bool = False) -> dict:
@@ -77,23 +78,23 @@ def classes_section(check: dict, heading: str = "## Which variants compute the s
     return out + [""]
 
 
-def suite_pointer(meta: dict) -> list[str]:
+def suite_pointer(meta: RunMeta) -> list[str]:
     """Markdown lines under the results of a run too small for verdicts: where the claims are."""
-    if len(meta.get("seeds", [])) >= MIN_PAIRS_SIGN_TEST:
+    if len(meta.seeds or []) >= MIN_PAIRS_SIGN_TEST:
         return []
-    return [f"With {len(meta.get('seeds', []))} paired seed(s) this run gives no verdict (one needs >= "
+    return [f"With {len(meta.seeds or [])} paired seed(s) this run gives no verdict (one needs >= "
             f"{MIN_PAIRS_SIGN_TEST}). For claims: `python -m harness run --suite` trains every variant on copy, "
             "reverse, sort and copy_length with 8 paired seeds and gives verdicts with a negative control "
             "(docs/suite.md; reference: results/reference/suite/suite.md).", ""]
 
 
-def overview_sections(meta: dict) -> list:
+def overview_sections(meta: RunMeta) -> list:
     """The run report's extra sections from its ``config.json``: the check's equivalence classes at
     the top (when the run recorded them, key ``check``) and the pointer to the suite after the
     results."""
     out = []
-    if meta.get("check"):
-        out.append(Section("top", classes_section(meta["check"])))
+    if meta.check:
+        out.append(Section("top", classes_section(meta.check)))
     pointer = suite_pointer(meta)
     if pointer:
         out.append(Section("after_results", pointer))

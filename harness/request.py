@@ -18,7 +18,7 @@ from typing import Any, Iterable, Mapping
 from .errors import ConfigError
 from .plugins import PluginSpec
 from .runner import ExecutionOptions, check_plan_size
-from .store import RunStore
+from .store import RunMeta, RunStore
 
 #: Defaults of the options that ``--resume`` must tell apart from "not given". name -> default.
 PLAN_DEFAULTS = {"variants": ("all",), "preset": "quick", "seeds": 1, "seed_start": 0}
@@ -244,7 +244,7 @@ class RunOutcome:
     """
 
     store: RunStore
-    meta: dict
+    meta: RunMeta
     report: Path | None
     interrupted: KeyboardInterrupt | None
     total: int
@@ -252,9 +252,9 @@ class RunOutcome:
 
     def done(self) -> int:
         """Planned trials stored so far."""
-        planned = self.meta.get("trials")
+        planned = self.meta.planned_keys()
         done = self.store.done_keys()
-        return len(done & {t["key"] for t in planned}) if planned else len(done)
+        return len(done & set(planned)) if planned else len(done)
 
     def bad_rows(self) -> list[dict]:
         """Rows (trials.csv's) of the stored trials whose status is not ``ok``."""

@@ -21,7 +21,7 @@ from .config import RunConfig
 from .errors import HarnessError, StoreError
 from .registry import Variant
 from .runner import PlannedTrial, make_specs
-from .store import RunStore, config_hash
+from .store import RunMeta, RunStore, config_hash
 
 #: Added to every refusal of other options: what to do instead.
 AGAIN = "leave the options out to resume as stored, or start a new run"
@@ -51,23 +51,19 @@ def first_difference(stored: dict, requested: dict) -> str:
     return "no field differs"
 
 
-def stored_specs(store: RunStore, meta: dict) -> list[PlannedTrial]:
+def stored_specs(store: RunStore, meta: RunMeta) -> list[PlannedTrial]:
     """The run's planned trials from its ``config.json`` (``meta``).
 
     Raises:
         StoreError: ``meta`` has no trial list and config hash (not written by ``run``).
     """
-    trials = meta.get("trials")
-    ok = (isinstance(trials, list) and isinstance(meta.get("config_hash"), str) and isinstance(meta.get("config"), dict)
-          and all(isinstance(t, dict) and isinstance(t.get("key"), str) and isinstance(t.get("spec"), dict)
-                  for t in trials))
-    if not ok:
+    if meta.trials is None or meta.config_hash is None or not meta.config or not all(t.spec for t in meta.trials):
         raise StoreError(f"{str(store.root)!r} is not a resumable run: its config.json has no trial list and "
                          f"config hash (it was not written by 'python -m harness run')")
-    return [PlannedTrial(t["key"], t["spec"]) for t in trials]
+    return [PlannedTrial(t.key, t.spec) for t in meta.trials]
 
 
-def check_code_config(store: RunStore, meta: dict, specs: list[PlannedTrial]) -> None:
+def check_code_config(store: RunStore, meta: RunMeta, specs: list[PlannedTrial]) -> None:
     """Refuse a run whose stored configs this code reads differently (its config fields or
     defaults changed): the config hash this code computes must equal the stored one.
 
@@ -76,12 +72,12 @@ def check_code_config(store: RunStore, meta: dict, specs: list[PlannedTrial]) ->
     """
     where = str(store.root)
     try:
-        code_hash = config_hash(RunConfig.from_dict(meta["config"]).to_dict())
+        code_hash = config_hash(RunConfig.from_dict(meta.config).to_dict())
     except HarnessError as exc:
         raise StoreError(f"cannot resume {where!r}: this version of the harness cannot read its config ({exc}); "
                          f"start a new run") from exc
-    if code_hash != meta["config_hash"]:
-        raise StoreError(f"cannot resume {where!r}: config hash mismatch (stored {meta['config_hash']}, this code "
+    if code_hash != meta.config_hash:
+        raise StoreError(f"cannot resume {where!r}: config hash mismatch (stored {meta.config_hash}, this code "
                          f"computes {code_hash}; the harness's config changed since the run began); start a new run")
     for ts in specs:
         try:
@@ -109,39 +105,40 @@ def check_components(reg, specs: list[PlannedTrial], where: str) -> None:
                                  f"run was started with)") from exc
 
 
-def check_plugins(requested: dict, meta: dict, where: str) -> None:
+def check_plugins(requested: dict, meta: RunMeta, where: str) -> None:
     """The ``-p``/``--plugin`` plugins given with ``--resume`` (a ``PluginSpec.to_dict()``) are
     the stored ones.
 
     Raises:
         StoreError: naming the stored and the requested list.
     """
-    have = meta.get("plugins") or {}
+    have = meta.plugins or {}
     for k in ("modules", "files"):
         if list(requested.get(k, [])) != list(have.get(k, [])):
             raise StoreError(f"{refusal(where)}: plugin {k} stored {have.get(k, [])}, requested "
                              f"{requested.get(k, [])} (leave out -p/--plugin to use the stored ones)")
 
 
-def check_setting(name: str, requested: str, meta: dict, where: str) -> None:
+def check_setting(name: str, requested: str, meta: RunMeta, where: str) -> None:
     """A run-wide setting given with ``--resume`` (``device``, ``dtype``) equals the stored one.
 
     Raises:
         StoreError: naming the option, the stored and the requested value.
     """
-    if requested != meta.get(name):
-        raise StoreError(f"{refusal(where)}: --{name} stored {meta.get(name)!r}, requested {requested!r} "
+    stored = getattr(meta, name)
+    if requested != stored:
+        raise StoreError(f"{refusal(where)}: --{name} stored {stored!r}, requested {requested!r} "
                          f"(leave out --{name} to use the stored one)")
 
 
-def check_points(points: list[tuple[str, RunConfig]], meta: dict, where: str) -> None:
+def check_points(points: list[tuple[str, RunConfig]], meta: RunMeta, where: str) -> None:
     """The requested configs (``[(point name, config)]``; one unnamed point without a sweep) are
     the stored ones: same sweep point names, same config hash per point.
 
     Raises:
         StoreError: naming the point and the first differing config field.
     """
-    stored = dict([("", meta["config"])] if not meta.get("points") else list(meta["points"].items()))
+    stored = dict([("", meta.config)] if not meta.points else list(meta.points.items()))
     requested = {name: cfg.to_dict() for name, cfg in points}
     if set(stored) != set(requested):
         raise StoreError(f"{refusal(where)}: sweep points stored {sorted(stored)}, requested {sorted(requested)} "

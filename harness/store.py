@@ -2,7 +2,8 @@
 
 ``results/<run-id>/``::
 
-    config.json    resolved config, variants, seeds, environment, command, config hash
+    config.json    resolved config, variants, seeds, environment, command, config hash, status ...:
+                   read and written as the typed :class:`harness.runmeta.RunMeta` (:meth:`RunStore.meta`)
     trials/<key>.json   one file per finished trial: {"row": {...}, "curve": [...],
                    "checksum": "sha256:..."}, written atomically (temp file + fsync + rename)
                    the moment the trial ends
@@ -38,12 +39,13 @@ import os
 import re
 import tempfile
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
 from .config import hash_view
 from .errors import HarnessWarning, StoreError
+from .runmeta import RunMeta
 from .trial import CorruptTrialError, canonical_json, read_trial_file, trial_checksum
 
 
@@ -141,8 +143,8 @@ class RunStore:
     @classmethod
     def create(cls, results_dir: str | Path, meta: "dict | RunMeta", run_id: str | None = None,
                prefix: str = "") -> "RunStore":
-        """Make ``results_dir/<run-id>/`` and write ``config.json`` (``meta``: a :class:`RunMeta`
-        or its dict; ``run_id`` is added).
+        """Make ``results_dir/<run-id>/`` and write ``config.json`` (``meta``: a :class:`RunMeta`,
+        whose ``run_id`` is set to the folder's name, or its dict, to which ``run_id`` is added).
 
         An explicit ``run_id`` must be a valid name (:func:`check_name`) and must not exist yet;
         without one the folder is named ``prefix`` + the time, with ``-2``, ``-3`` ... appended
@@ -154,8 +156,6 @@ class RunStore:
                 or a finished or killed run); the results directory cannot be created or written.
         """
         results_dir = Path(results_dir)
-        if isinstance(meta, RunMeta):
-            meta = meta.to_dict()
         explicit = run_id is not None
         if explicit:
             check_name(run_id)
@@ -176,6 +176,9 @@ class RunStore:
                     root = results_dir / f"{run_id}-{n}"
             (root / "trials").mkdir()
             store = cls(root)
+            if isinstance(meta, RunMeta):
+                meta.run_id = root.name
+                meta = meta.to_dict()
             atomic_write_text(root / "config.json", json.dumps({**meta, "run_id": root.name}, indent=2, default=str))
         except OSError as exc:
             raise StoreError(f"cannot write results directory {str(results_dir)!r}: {exc.strerror or exc} "
@@ -194,8 +197,9 @@ class RunStore:
                              f"runs live under results/<run-id>/")
         return cls(root)
 
-    def meta(self) -> dict:
-        """The run's ``config.json``. Raises StoreError when it cannot be read or parsed."""
+    def meta(self) -> RunMeta:
+        """The run's ``config.json`` as a :class:`RunMeta`. Raises StoreError when it cannot be
+        read or parsed, or holds no JSON object."""
         path = self.root / "config.json"
         try:
             meta = json.loads(path.read_text())
@@ -207,7 +211,7 @@ class RunStore:
                              f"it was not written by the harness or was edited by hand") from exc
         if not isinstance(meta, dict):
             raise StoreError(f"{str(path)!r} holds a {type(meta).__name__}, not a run's config object")
-        return meta
+        return RunMeta.from_dict(meta)
 
     @contextlib.contextmanager
     def lock(self):
@@ -386,55 +390,13 @@ class RunStore:
 
 
 @dataclass
-class RunMeta:
-    """A run's ``config.json`` (written only through :class:`RunStore`): the fields every kind
-    of run records, then ``extra``, the kind's own keys in their order (a training run's
-    ``trials``, ``config_hash``, ``execution`` ...; a bench's ``dtypes``, ``steps`` ...).
-
-    ``kind``: ``train`` (no ``kind`` key on disk, as before), ``bench``, ``profile``, ``check`` or
-    an experiment's measurement kind; ``config``: ``RunConfig.to_dict()``; ``environment``:
-    :func:`harness.env.environment`; ``seeds``, ``dtype``, ``plugins``: None when not recorded.
-    """
-
-    kind: str
-    command: str
-    preset: str
-    config: dict[str, Any]
-    variants: list[str]
-    device: str
-    environment: dict[str, Any]
-    seeds: list[int] | None = None
-    dtype: str | None = None
-    plugins: dict[str, Any] | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    _FIELDS = ("command", "preset", "config", "variants", "seeds", "device", "dtype", "plugins", "environment")
-
-    def to_dict(self) -> dict[str, Any]:
-        """``kind`` (unless ``train``), the fields that are set, then ``extra``."""
-        out: dict[str, Any] = {} if self.kind == "train" else {"kind": self.kind}
-        out.update({k: getattr(self, k) for k in self._FIELDS if getattr(self, k) is not None})
-        return {**out, **self.extra}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "RunMeta":
-        """From a ``config.json`` object (missing fields: empty)."""
-        return cls(kind=str(d.get("kind") or "train"), command=str(d.get("command", "")),
-                   preset=str(d.get("preset") or ""), config=d.get("config") or {},
-                   variants=list(d.get("variants") or []), device=str(d.get("device", "")),
-                   environment=d.get("environment") or {}, seeds=d.get("seeds"), dtype=d.get("dtype"),
-                   plugins=d.get("plugins"),
-                   extra={k: v for k, v in d.items() if k != "kind" and k not in cls._FIELDS})
-
-
-@dataclass
 class Run:
-    """One stored run read once (:func:`load_run`): ``meta`` (``config.json``; typed:
-    ``RunMeta.from_dict(meta)``) and ``trials``, every valid trial sorted by key as
+    """One stored run read once (:func:`load_run`): ``meta`` (``config.json``, a :class:`RunMeta`)
+    and ``trials``, every valid trial sorted by key as
     :meth:`RunStore.load_trials` returns them (typed: ``harness.trial.TrialResult.from_dict``)."""
 
     store: RunStore
-    meta: dict[str, Any]
+    meta: RunMeta
     trials: list[dict[str, Any]]
 
     @property

@@ -40,7 +40,8 @@ import pandas as pd
 from .errors import ConfigError
 from .overview import check_classes
 from .request import RunOutcome, RunRequest
-from .store import atomic_write_text
+from .errors import StoreError
+from .store import RunMeta, RunStore, atomic_write_text
 
 SUITES_DIR = Path(__file__).resolve().parent.parent / "experiments" / "suites"
 SUITE_METRICS = {"heldout_ce": False, "exact_match": True}  #: name -> higher is better
@@ -148,20 +149,28 @@ def run_tasks(spec: SuiteSpec, suite_dir: Path, base: RunRequest, on_task: Calla
     codes: dict[str, int] = {}
     for i, task in enumerate(spec.tasks, 1):
         folder = suite_dir / task
-        meta = _read_json(folder / "config.json")
-        if meta.get("status") == "complete":
+        meta = _read_meta(folder)
+        if meta is not None and meta.status == "complete":
             log(f"suite: task {i}/{len(spec.tasks)} {task}: already complete, kept")
             codes[task] = 0 if (task_frame(folder)["status"] == "ok").all() else 1
             continue
         log(f"suite: task {i}/{len(spec.tasks)} {task}: {spec.seeds} seed(s), preset {spec.preset}")
         try:
-            codes[task] = on_task(start_run(task_request(spec, task, suite_dir, base, bool(meta))))
+            codes[task] = on_task(start_run(task_request(spec, task, suite_dir, base, meta is not None)))
         except HarnessError as exc:
             log(f"harness: error: {exc}")
             codes[task] = exc.exit_code
         if codes[task] in (2, 130):
             break
     return codes
+
+
+def _read_meta(folder: Path) -> RunMeta | None:
+    """The ``config.json`` of the task run in ``folder``; None when there is none or it cannot be read."""
+    try:
+        return RunStore.open(folder).meta()
+    except StoreError:
+        return None
 
 
 def _read_json(path: Path) -> dict:
@@ -207,7 +216,7 @@ def collect(spec: SuiteSpec, suite_dir: Path, classes: list[list[str]]) -> pd.Da
         if not (folder / "trials.csv").is_file():
             continue
         df = task_frame(folder)
-        for r in aggregate(df, spec.reference, spec.metric, _read_json(folder / "config.json"), classes=classes):
+        for r in aggregate(df, spec.reference, spec.metric, _read_meta(folder), classes=classes):
             rows.append(_row(spec, task, df, r))
     return pd.DataFrame(rows)
 
@@ -294,7 +303,7 @@ def write_suite_report(folder: Path, spec: SuiteSpec, info: dict) -> Path:
     from . import suite_report
 
     df = collect(spec, folder, info.get("check", {}).get("classes", []))
-    env_meta = next((m for t in spec.tasks if (m := _read_json(folder / t / "config.json"))), {})
+    env_meta = next((m for t in spec.tasks if (m := _read_meta(folder / t)) is not None), None)
     if len(df):
         atomic_write_text(folder / "suite.csv", df.to_csv(index=False))
         suite_report.plot_verdicts(df, spec, folder / "suite_verdicts.png")

@@ -16,6 +16,7 @@ from scipy.stats import binom
 from . import stats
 from .overview import classes_section
 from .report.plots import atomic_savefig
+from .store import RunMeta
 
 if TYPE_CHECKING:  # harness.suite imports this module at run time, never the reverse
     from .suite import SuiteSpec
@@ -201,7 +202,7 @@ def plot_verdicts(df: pd.DataFrame, spec: SuiteSpec, path: Path) -> Path | None:
     return path
 
 
-def render(df: pd.DataFrame, spec: SuiteSpec, info: dict, env_meta: dict) -> str:
+def render(df: pd.DataFrame, spec: SuiteSpec, info: dict, env_meta: RunMeta | None) -> str:
     """The whole ``suite.md``. ``info``: command, wall_s, codes, check (see :mod:`harness.suite`)."""
     from .report import environment_block
 
@@ -212,7 +213,7 @@ def render(df: pd.DataFrame, spec: SuiteSpec, info: dict, env_meta: dict) -> str
             f"{len(spec.tasks)} task(s) x {df['variant'].nunique() if len(df) else 0} variant(s) x {spec.seeds} "
             f"paired seed(s); per-task exit codes: {info.get('codes', {})}. Each task's own report: "
             + ", ".join(f"[{t}]({t}/report.md)" for t in spec.tasks) + ".", ""]
-    if env_meta:
+    if env_meta is not None:
         head += [environment_block(env_meta), ""]
     rule = ["## How the verdicts are made", "", stats.RULE_TEXT, "",
             f"This report makes {comparisons} comparisons with `{spec.reference}` (variants that compute its "

@@ -17,6 +17,7 @@ from harness.commands.bench import render_markdown
 from harness.config import get_preset
 from harness.model import build_model
 from harness.tasks.copy import make_batch
+from harness.store import RunMeta
 
 from .conftest import padded_batch
 
@@ -110,9 +111,9 @@ def test_run_bench_rows(registry, dtypes, monkeypatch):
         assert math.isnan(r["peak_rss_mb"])  # memory=False
     assert set(info["peak_gflop_per_s"]) == {"fp32", *dtypes} and info["peak_n"] == 128
     assert sum("round" in line for line in lines) == 3
-    md = render_markdown(rows, info, {"command": "python -m harness bench", "preset": "tiny",
-                                        "config": cfg.to_dict(), "steps": 2, "warmup_steps": 1,
-                                        "environment": {"torch": torch.__version__}})
+    md = render_markdown(rows, info, RunMeta.from_dict({"command": "python -m harness bench", "preset": "tiny",
+                                                        "config": cfg.to_dict(), "steps": 2, "warmup_steps": 1,
+                                                        "environment": {"torch": torch.__version__}}))
     assert "x nn.Transformer fp32" in md and "MFU" in md
 
 

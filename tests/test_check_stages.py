@@ -10,6 +10,7 @@ import pytest
 from harness.checks import (STAGES, CheckReport, CheckStage, render_markdown, render_text, results_frame, run_checks,
                             stage_registry)
 from harness.errors import HarnessError
+from harness.store import RunMeta
 
 
 def planted_stage(name: str = "planted", seen: list | None = None) -> CheckStage:
@@ -35,7 +36,7 @@ def test_a_new_kind_of_check_is_one_registration(registry, small_cfg):
     assert lines == ["check: planted"]
     df = results_frame(report)
     assert list(df["section"]) == ["planted", "planted"] and list(df["subject"]) == ["baseline", "pre_norm"]
-    md = render_markdown(report, {"run_id": "x", "environment": {}})
+    md = render_markdown(report, RunMeta.from_dict({"run_id": "x", "environment": {}}))
     assert "## planted\n\n- baseline\n- pre_norm\n" in md and md.index("## Tolerances") < md.index("## planted")
     assert md.index("## planted") < md.index("## Result")
     text = render_text(report)

@@ -10,6 +10,7 @@ import torch
 from harness import checks
 from harness.cli import main as cli_main
 from harness.errors import ConfigError
+from harness.store import RunMeta
 from harness.registry import Variant
 from harness.testing import (assert_differs, assert_equivalent, assert_flagged, assert_mask_component,
                              assert_mask_probes_pass, assert_matches_multihead_attention, assert_matches_nn_transformer,
@@ -310,7 +311,7 @@ def test_run_checks_classes_matrix_and_files(harness_registry):
     df = checks.results_frame(rep)
     assert {"pair", "probe", "mask component", "nn.MultiheadAttention", "nn.Transformer", "tied parameters",
             "device", "faithful bug"} <= set(df["section"])
-    md = checks.render_markdown(rep, {"run_id": "x", "environment": {}})
+    md = checks.render_markdown(rep, RunMeta.from_dict({"run_id": "x", "environment": {}}))
     assert "## Equivalence matrix" in md and "final LayerNorm" in md and "bug_001_discarded_mask" in md
 
 

@@ -9,6 +9,7 @@ from harness import experiments as ex
 from harness.errors import UnknownNameError
 from harness.model import build_model
 from harness.request import RunRequest
+from harness.store import RunMeta
 
 from .conftest import ROOT
 
@@ -264,4 +265,4 @@ def test_theory_slope_is_data_of_the_experiment_file(tmp_path):
     # a run stored before the key existed takes it from the file of the same name
     meta = {"experiment": "xiong_grad_norm_at_init",
             "experiment_spec": {**exp.to_meta(), "measure": {"batches": 16, "parameter": "feed_forward.w_2.weight"}}}
-    assert ex.spec_from_meta(meta).measure["theory_slope"] == {"baseline": 0.0, "pre_norm": -0.5}
+    assert ex.spec_from_meta(RunMeta.from_dict(meta)).measure["theory_slope"] == {"baseline": 0.0, "pre_norm": -0.5}

@@ -13,6 +13,7 @@ from .contract_base import SLOT_REFERENCES
 from .inputs import fmt_size
 from .pairs import EQUIVALENT, IDENTICAL, ReferenceResult, TensorDiff
 from .policy import TOLERANCES
+from ..store import RunMeta
 from .report import CheckReport
 
 LEGEND = ("identical: bitwise equal logits and gradients; ≈ x: equivalent, largest max|Δ| x within its threshold; "
@@ -162,7 +163,7 @@ def render_text(report: CheckReport) -> str:
 
 # --------------------------------------------------------------------------- checks.md, one renderer per section
 
-def render_markdown(report: CheckReport, meta: dict) -> str:
+def render_markdown(report: CheckReport, meta: RunMeta) -> str:
     """``checks.md``: environment, config, tolerance table, then each stage's section in registry order
     (matrix, classes, pairs, probes, ...), then the result."""
     sections = ([_md_environment(report, meta), _md_config(report), _md_tolerances(report)]
@@ -170,10 +171,10 @@ def render_markdown(report: CheckReport, meta: dict) -> str:
     return "\n".join(line for section in sections for line in section) + "\n"
 
 
-def _md_environment(report: CheckReport, meta: dict) -> list[str]:
-    env = meta.get("environment", {})
-    parts = [f"# transformer-harness checks `{meta.get('run_id', '')}`", "",
-             "Command:", "", f"```\n{meta.get('command', '')}\n```", "", "## Environment", ""]
+def _md_environment(report: CheckReport, meta: RunMeta) -> list[str]:
+    env = meta.environment
+    parts = [f"# transformer-harness checks `{meta.run_id or ''}`", "",
+             "Command:", "", f"```\n{meta.command}\n```", "", "## Environment", ""]
     parts += [f"- {k}: `{v}`" for k, v in env.items() if v is not None]
     return parts + [f"- check dtype: `{report.dtype}`, seed: `{report.seed}`",
                     f"- TF32: {report.tf32}", f"- check wall time: {report.wall_s:.1f} s", ""]

@@ -5,11 +5,14 @@ Heavy imports (torch, pandas) happen inside :func:`main`, so ``python -m harness
 from __future__ import annotations
 
 import sys
-
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..config import PRESET_NOTES
 from .common import add_output, add_selection, add_task
+
+if TYPE_CHECKING:
+    from ..store import RunMeta
 
 DESCRIPTION = """Measure training speed per variant side by side with a torch.nn.Transformer
 reference of the same config, in one process, interleaved round-robin: step time (median and
@@ -48,23 +51,23 @@ def register(sub, parents):
     p.set_defaults(func=main)
 
 
-def render_markdown(rows: list[dict], info: dict, meta: dict) -> str:
+def render_markdown(rows: list[dict], info: dict, meta: RunMeta) -> str:
     """``bench.md``: command, environment, config, machine peaks, table, summary, notes."""
     import json
 
     from ..bench import PROBE_STEPS, REFERENCE, summary_lines, table_frame
 
-    env = meta["environment"]
-    lines = [f"# Speed benchmark ({meta['preset'] or 'custom'} config)", "", "```", meta["command"], "```", "",
+    env = meta.environment
+    lines = [f"# Speed benchmark ({meta.preset or 'custom'} config)", "", "```", meta.command, "```", "",
              "## Environment", ""]
     lines += [f"- {k}: {v}" for k, v in env.items() if v is not None]
-    lines += ["", "## Config", "", "```json"] + [f'"{k}": {json.dumps(v)}' for k, v in meta["config"].items()]
+    lines += ["", "## Config", "", "```json"] + [f'"{k}": {json.dumps(v)}' for k, v in meta.config.items()]
     lines += ["```", "",
-              f"Timed steps per contender: {meta['steps']} after {meta['warmup_steps']} warm-up steps, interleaved "
+              f"Timed steps per contender: {meta.steps} after {meta.warmup_steps} warm-up steps, interleaved "
               f"round-robin (order rotated each round); label tokens per step: {info['tokens_per_step']}; "
               f"bench wall time {info['bench_s']:.0f} s.", "",
               "## Machine matmul throughput (same command)", ""]
-    lines += [f"- {d}: {g:,.0f} GFLOP/s (median of {meta['steps']} ({info['peak_n']} x {info['peak_n']}) "
+    lines += [f"- {d}: {g:,.0f} GFLOP/s (median of {meta.steps} ({info['peak_n']} x {info['peak_n']}) "
               f"@ ({info['peak_n']} x {info['peak_n']}) matmuls, one per round)"
               for d, g in info["peak_gflop_per_s"].items()]
     lines += ["", "## Results", "", table_frame(rows).to_markdown(index=False, tablefmt="github"), "",
@@ -85,7 +88,7 @@ def render_markdown(rows: list[dict], info: dict, meta: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_outputs(store_root: Path, rows: list[dict], info: dict, meta: dict) -> tuple[Path, Path]:
+def write_outputs(store_root: Path, rows: list[dict], info: dict, meta: RunMeta) -> tuple[Path, Path]:
     """Write ``bench.csv`` and ``bench.md`` atomically under ``store_root``."""
     import pandas as pd
 
@@ -123,9 +126,9 @@ def main(args) -> int:
             f"{args.warmup_steps} warm-up + {args.steps} timed steps each, on {device.type}")
     rows, info = run_bench(variants, cfg, device, dtypes, args.steps, args.warmup_steps, reg, plugins,
                            memory=args.memory, log=log)
-    meta.extra.update({"peak_gflop_per_s": info["peak_gflop_per_s"], "bench_s": info["bench_s"]})
+    meta.peak_gflop_per_s, meta.bench_s = info["peak_gflop_per_s"], info["bench_s"]
     store.write_meta(meta)
-    csv_path, md_path = write_outputs(store.root, rows, info, meta.to_dict())
+    csv_path, md_path = write_outputs(store.root, rows, info, meta)
     print(table_frame(rows).to_markdown(index=False, tablefmt="github"))
     print()
     for d, g in info["peak_gflop_per_s"].items():

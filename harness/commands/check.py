@@ -103,10 +103,9 @@ def main(args) -> int:
     meta = RunMeta("check", command_line(), "", {"model": dataclasses.asdict(cfg)}, [v.name for v in variants],
                    device.type, environment(device), seeds=[args.seed], dtype=args.dtype,
                    plugins=request.plugins.to_dict(),
-                   extra={"equivalent": {s: sorted(sorted(g) for g in gs) for s, gs in groups.items()},
-                          "tf32": report.tf32, "check_wall_s": report.wall_s, "ok": report.ok}).to_dict()
-    store = RunStore.create(folder, meta, args.run_id, prefix="check-")
-    meta["run_id"] = store.root.name
+                   equivalent={s: sorted(sorted(g) for g in gs) for s, gs in groups.items()},
+                   tf32=report.tf32, check_wall_s=report.wall_s, ok=report.ok)
+    store = RunStore.create(folder, meta, args.run_id, prefix="check-")  # sets meta.run_id
     csv_path, md_path = store.root / "checks.csv", store.root / "checks.md"
     atomic_write_text(csv_path, results_frame(report).to_csv(index=False))
     atomic_write_text(md_path, render_markdown(report, meta))

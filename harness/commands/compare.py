@@ -32,6 +32,7 @@ from .. import stats
 from ..errors import ConfigError, HarnessError
 from ..report import METRICS, to_markdown, trials_frame
 from ..lookup import resolve_run
+from ..store import RunMeta
 
 DEFAULT_METRICS = ("heldout_ce", "exact_match")
 
@@ -174,10 +175,10 @@ def compare_frames(a: pd.DataFrame, b: pd.DataFrame, metrics=DEFAULT_METRICS, to
     return pd.DataFrame(rows)
 
 
-def config_differences(meta_a: dict, meta_b: dict) -> list[str]:
+def config_differences(meta_a: RunMeta, meta_b: RunMeta) -> list[str]:
     """``section.key: A -> B`` for every config value that differs between the runs."""
     out = []
-    ca, cb = meta_a.get("config", {}), meta_b.get("config", {})
+    ca, cb = meta_a.config, meta_b.config
     for section in sorted(set(ca) | set(cb)):
         sa, sb = ca.get(section) or {}, cb.get(section) or {}
         for k in sorted(set(sa) | set(sb)):
@@ -192,8 +193,9 @@ def main(args) -> int:
     for store, df in ((sa, da), (sb, db)):
         if df.empty or "status" not in df:
             raise HarnessError(f"run {str(store.root)!r} has no stored trials to compare")
-        if store.meta().get("kind", "train") != "train":
-            raise HarnessError(f"run {str(store.root)!r} is a measurement ({store.meta().get('kind')}), not a training "
+        kind = store.meta().kind
+        if kind != "train":
+            raise HarnessError(f"run {str(store.root)!r} is a measurement ({kind}), not a training "
                                f"run; compare works on training runs")
     metrics = [m.strip() for m in args.metrics.split(",") if m.strip()]
     table = compare_frames(da, db, metrics, args.tolerance)

@@ -5,8 +5,12 @@ Heavy imports (torch, pandas) happen inside :func:`main`, so ``python -m harness
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 from .common import add_config, add_output, add_selection
+
+if TYPE_CHECKING:
+    from ..store import RunMeta
 
 DESCRIPTION = """Run one trial per selected variant exactly as 'harness run' does (same loop,
 evaluation and storing; in this process, all cores) and split its wall time into the phases the
@@ -39,17 +43,17 @@ def register(sub, parents):
     p.set_defaults(func=main)
 
 
-def render_markdown(frame, lines: list[str], meta: dict) -> str:
+def render_markdown(frame, lines: list[str], meta: RunMeta) -> str:
     """profile.md: command, environment, config, the phase table and the verdicts."""
     import json
 
     from ..overhead import OVERHEAD_TARGET
 
-    env = meta["environment"]
-    out = [f"# Harness overhead per trial ({meta['preset'] or 'custom'} config)", "", "```", meta["command"], "```", "",
+    env = meta.environment
+    out = [f"# Harness overhead per trial ({meta.preset or 'custom'} config)", "", "```", meta.command, "```", "",
            "## Environment", ""]
     out += [f"- {k}: {v}" for k, v in env.items() if v is not None]
-    out += ["", "## Config", "", "```json"] + [f'"{k}": {json.dumps(v)}' for k, v in meta["config"].items()]
+    out += ["", "## Config", "", "```json"] + [f'"{k}": {json.dumps(v)}' for k, v in meta.config.items()]
     out += ["```", "", "## Phases", "", frame.to_markdown(index=False, tablefmt="github", floatfmt=".3f"), "",
             "## Summary", ""] + [f"- {line}" for line in lines]
     out += ["", "## How to read this", "",
@@ -83,7 +87,7 @@ def main(args) -> int:
     command = command_line()
     meta = RunMeta("profile", command, args.preset, cfg.to_dict(), [v.name for v in variants], device.type,
                    environment(device, trial_settings_applied=True),  # the profiled trials apply them
-                   seeds=[args.seed], dtype=args.dtype, plugins=plugins).to_dict()
+                   seeds=[args.seed], dtype=args.dtype, plugins=plugins)
     store = RunStore.create(args.results_dir, meta, output_run_id(args, "profile"))
     log = None if args.quiet else (lambda line: print(f"profile: {line}", file=sys.stderr, flush=True))
     rows, lines = [], []

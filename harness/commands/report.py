@@ -39,7 +39,7 @@ def main(args) -> int:
         meta = store.meta()
         if df.empty:
             print(f"harness: run {store.root} has no stored trials yet")
-        elif meta.get("kind", "train") == "train" and "heldout_ce" in df:
+        elif meta.is_training and "heldout_ce" in df:
             spec = spec_from_meta(meta)
             metric = args.metric or (spec.metric if spec else "heldout_ce")
             baseline = args.baseline or (spec.baseline if spec else None)

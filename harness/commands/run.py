@@ -127,7 +127,7 @@ def print_outcome(outcome: RunOutcome) -> int:
     else:
         table = store.summary if store.summary is not None else summary_table(trials_frame(store))  # aggregated once
     print(to_markdown(table))
-    print(f"\nreport: {outcome.report}  ({meta.get('run_wall_s', 0.0):.1f} s)")
+    print(f"\nreport: {outcome.report}  ({meta.run_wall_s or 0.0:.1f} s)")
     bad = outcome.bad_rows()
     if bad:
         invalid = sorted({r["variant"] for r in bad if r.get("status") == "invalid"})

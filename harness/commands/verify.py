@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..store import RunStore, tables_text
+from ..store import RunMeta, RunStore, tables_text
 from ..trial import CorruptTrialError, read_trial_file
 
 DESCRIPTION = """Check a stored run folder (results/<run-id>/) without changing it:
@@ -48,8 +48,8 @@ def verify_run(store: RunStore) -> tuple[list[str], list[str]]:
     problems: list[str] = []
     notes: list[str] = []
     meta = _read_meta(store, problems)
-    planned = meta.get("trials") if meta else None
-    is_run = isinstance(planned, list) and all(isinstance(t, dict) and isinstance(t.get("key"), str) for t in planned)
+    planned = meta.planned_keys() if meta is not None and meta.trials is not None else None
+    is_run = planned is not None
     if is_run and planned and not store.trials_dir.is_dir():
         problems.append("trials/: missing")
     valid, corrupt = _read_trials(store, problems, notes)
@@ -60,22 +60,22 @@ def verify_run(store: RunStore) -> tuple[list[str], list[str]]:
             notes.append("config.json lists no planned trials (not written by 'python -m harness run'); "
                          "the planned-trials check is skipped")
         return problems, notes
-    _check_planned(store, meta, [t["key"] for t in planned], {t["key"] for t in valid}, corrupt, problems, notes)
+    _check_planned(store, meta, planned, {t["key"] for t in valid}, corrupt, problems, notes)
     return problems, notes
 
 
-def _read_meta(store: RunStore, problems: list[str]) -> dict | None:
-    """``config.json`` as a dict, or None (with a problem line) when it is not one."""
-    meta: dict | None
+def _read_meta(store: RunStore, problems: list[str]) -> RunMeta | None:
+    """``config.json`` as a :class:`RunMeta`, or None (with a problem line) when it holds no JSON object."""
+    raw: object
     try:
-        meta = json.loads((store.root / "config.json").read_text(encoding="utf-8"))
+        raw = json.loads((store.root / "config.json").read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         problems.append(f"config.json: cannot be read as JSON ({str(exc)[:120]})")
-        meta = None
-    if meta is not None and not isinstance(meta, dict):
-        problems.append(f"config.json: holds a JSON {type(meta).__name__}, not a run's config object")
-        meta = None
-    return meta
+        raw = None
+    if raw is not None and not isinstance(raw, dict):
+        problems.append(f"config.json: holds a JSON {type(raw).__name__}, not a run's config object")
+        raw = None
+    return RunMeta.from_dict(raw) if isinstance(raw, dict) else None
 
 
 def _read_trials(store: RunStore, problems: list[str], notes: list[str]) -> tuple[list[dict], set[str]]:
@@ -131,7 +131,7 @@ def _check_tables(store: RunStore, valid: list[dict], is_run: bool, problems: li
                             f"re-render with: python -m harness report {root})")
 
 
-def _check_planned(store: RunStore, meta: dict, keys: list[str], stored: set[str], corrupt: set[str],
+def _check_planned(store: RunStore, meta: RunMeta, keys: list[str], stored: set[str], corrupt: set[str],
                    problems: list[str], notes: list[str]) -> None:
     """Planned trial ``keys`` against the ``stored`` ones: extra files are problems; missing ones
     are problems of a finished run and a note (how to resume) of an interrupted one."""
@@ -139,7 +139,7 @@ def _check_planned(store: RunStore, meta: dict, keys: list[str], stored: set[str
     missing = [k for k in keys if k not in stored and k not in corrupt]  # a corrupt file is named above
     for k in sorted(stored - set(keys)):
         problems.append(f"trials/{k}.json: not a trial planned in config.json")
-    status = meta.get("status")
+    status = meta.status
     if not missing:
         return
     if status in ("interrupted", "running"):

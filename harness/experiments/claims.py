@@ -15,6 +15,7 @@ import pandas as pd
 
 from .. import stats
 from ..report import point_order, resolve_baseline, variant_order
+from ..store import RunMeta
 from .spec import MODEL_FIELDS, Experiment, _eval_expr
 
 
@@ -40,7 +41,7 @@ def failed_mask(df, exp: Experiment):
     return failed
 
 
-def failure_frame(df, exp: Experiment, meta: dict):
+def failure_frame(df, exp: Experiment, meta: RunMeta):
     """Per (variant, point) failure counts and converged-only quality, plus a pooled row per variant."""
     ran = df[df["status"] != "failed"].copy()
     ran["_failed"] = failed_mask(ran, exp)
@@ -100,7 +101,7 @@ def departures(exp: Experiment, df, rows, baseline, metric, meta) -> list[str]:
         if failed.any() and n_div == 0:
             out.append(f"No run diverged (no non-finite loss or gradient norm): all {int(failed.sum())} runs counted "
                        f"as failed to converge ended below the threshold at the end of the budget, a plateau or a "
-                       f"run too slow for {meta.get('config', {}).get('train', {}).get('steps')} steps; this "
+                       f"run too slow for {meta.config.get('train', {}).get('steps')} steps; this "
                        f"miniature does not tell the two apart.")
         for c in exp.claims:
             if c["check"] != "failure_rate_greater":
@@ -113,7 +114,7 @@ def departures(exp: Experiment, df, rows, baseline, metric, meta) -> list[str]:
                     out.append(f"{c['b']} also failed to converge{where} ({k}/{len(g)} seeds): its advantage over "
                                f"{c['a']} does not hold there.")
     if rows and all(r.solved == 0 for r in rows):
-        steps = meta.get("config", {}).get("train", {}).get("steps")
+        steps = meta.config.get("train", {}).get("steps")
         out.append(f"No run reached held-out exact-match >= 0.99 within {steps} steps, so quality is compared "
                    f"before the task is solved.")
     return out
@@ -140,7 +141,7 @@ def _params_difference(c: dict, exp: Experiment, df, rows, baseline, metric, met
     pb = df[df["variant"] == c["b"]]["params"].dropna()
     if pa.empty or pb.empty:
         return "inconclusive", f"{c['a']} or {c['b']} has no parameter count in this run"
-    cfg = meta.get("config", {}).get("model", {})
+    cfg = meta.config.get("model", {})
     expected = _eval_expr(str(c["expected"]), {k: cfg[k] for k in MODEL_FIELDS if k in cfg})
     got = int(pa.iloc[0]) - int(pb.iloc[0])
     ok = got == expected

@@ -66,9 +66,8 @@ def run_grad_norm(request, plan, exp: Experiment, registry):
     plugins = request.plugins.to_dict()
     meta = RunMeta(exp.kind, request.command_line(), exp.preset, plan.config.to_dict(),
                    [v.name for v in plan.variants], device.type, environment(device), seeds=plan.seeds, dtype="fp32",
-                   plugins=plugins, extra={"experiment": exp.name,
-                                           "points": {n: c.to_dict() for n, c in plan.points if n}, **plan.meta},
-                   ).to_dict()
+                   plugins=plugins, experiment=exp.name, points={n: c.to_dict() for n, c in plan.points if n},
+                   **plan.meta)
     store = RunStore.create(request.results_dir, meta, request.run_id)
     how = {"kind": exp.kind, "batches": exp.measure["batches"], "parameter": exp.measure["parameter"]}
     specs = [PlannedTrial(ts.key, {**ts.spec, "measure": how})
@@ -80,8 +79,8 @@ def run_grad_norm(request, plan, exp: Experiment, registry):
             f"{len(plan.points)} depth(s) = {len(specs)} measurement(s) on {device.type}")
     t0 = time.perf_counter()
     execute(specs, store, ExecutionOptions(jobs=1), quiet=request.quiet)  # the runner, as every trial
-    meta["run_wall_s"] = time.perf_counter() - t0
-    meta["status"] = "complete"  # as a training run's: report latest may name it
+    meta.run_wall_s = time.perf_counter() - t0
+    meta.status = "complete"  # as a training run's: report latest may name it
     store.write_meta(meta)
     report = write_measurement_run_report(store)
     return RunOutcome(store, meta, report, None, len(specs), table=slope_table(trials_frame(store), exp))
@@ -136,28 +135,28 @@ def write_measurement_run_report(store: RunStore) -> Path:
     return write_measurement_report(store, meta, trials_frame(store), spec_from_meta(meta))
 
 
-def write_measurement_report(store, meta: dict, df, exp: Experiment) -> Path:
+def write_measurement_report(store, meta: RunMeta, df, exp: Experiment) -> Path:
     """report.md for ``kind = "grad_norm_at_init"``: norms per depth, slopes, claims, plots."""
     param = exp.measure.get("parameter", "feed_forward.w_2.weight")
-    parts = [f"# Experiment `{exp.name}`: run `{meta.get('run_id', store.root.name)}`", "",
-             "Command:", "", f"```\n{meta.get('command', '')}\n```", ""]
+    parts = [f"# Experiment `{exp.name}`: run `{meta.run_id or store.root.name}`", "",
+             "Command:", "", f"```\n{meta.command}\n```", ""]
     parts += intro_sections(exp)
     parts += claim_sections(exp, df, [], None, exp.metric, meta)
     parts += departure_sections(exp, df, [], None, exp.metric, meta)
     parts += _setup_lines(meta, exp, param)
     parts += _measurement_lines(store, df, exp, param)
-    parts += [f"Measurements: {len(df)}; run wall time: {meta.get('run_wall_s', float('nan')):.1f} s.", ""]
+    parts += [f"Measurements: {len(df)}; run wall time: {float('nan') if meta.run_wall_s is None else meta.run_wall_s:.1f} s.", ""]
     path = store.root / "report.md"
     atomic_write_text(path, "\n".join(parts))
     return path
 
 
-def _setup_lines(meta: dict, exp: Experiment, param: str) -> list[str]:
+def _setup_lines(meta: RunMeta, exp: Experiment, param: str) -> list[str]:
     """Environment, Config (at the first depth) and what is measured."""
     parts = ["## Environment", "", environment_block(meta), ""]
-    parts += ["## Config", "", f"Preset `{meta.get('preset', '')}`, depth N swept over "
-              f"{[int(c['model']['N']) for c in meta.get('points', {}).values()]}; config at the first depth:", "",
-              f"```json\n{json.dumps(meta.get('config', {}), indent=1)}\n```", ""]
+    parts += ["## Config", "", f"Preset `{meta.preset}`, depth N swept over "
+              f"{[int(c['model']['N']) for c in (meta.points or {}).values()]}; config at the first depth:", "",
+              f"```json\n{json.dumps(meta.config, indent=1)}\n```", ""]
     parts += ["## What is measured", "",
               f"At initialisation (canonical init of each seed, no optimiser step), the gradient of the training "
               f"loss (label-smoothed cross-entropy) averaged over {exp.measure.get('batches')} copy-task "

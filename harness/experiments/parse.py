@@ -16,7 +16,7 @@ except ModuleNotFoundError:  # Python 3.10
 from ..errors import HarnessError, UnknownNameError
 from ..report import METRICS
 from ..runner import MAX_TRIALS
-from ..store import check_name
+from ..store import RunMeta, check_name
 from .spec import (CHECKS, KINDS, MODEL_FIELDS, REPO_ROOT, TOP_KEYS, Experiment, ExperimentError, _bad, _config_key,
                    _eval_expr, _expect_str, _flatten, _validate_configs)
 
@@ -257,20 +257,20 @@ def find_experiment(name: str) -> Path:
     raise UnknownNameError("experiment", name, files, "see: python -m harness experiments")
 
 
-def spec_from_meta(meta: dict) -> Experiment | None:
+def spec_from_meta(meta: RunMeta) -> Experiment | None:
     """The experiment a run was made from: stored in ``config.json``, else looked up by name.
 
     A grad-norm run stored before ``[measure] theory_slope`` existed takes the predicted slopes
     from the experiment file of the same name (when it still has them).
     """
-    if meta.get("experiment_spec"):
-        exp = Experiment.from_meta(meta["experiment_spec"])
+    if meta.experiment_spec:
+        exp = Experiment.from_meta(meta.experiment_spec)
         if exp.kind == "grad_norm_at_init" and "theory_slope" not in exp.measure:
-            exp = _with_file_theory(exp, meta.get("experiment") or exp.name)
+            exp = _with_file_theory(exp, meta.experiment or exp.name)
         return exp
-    if meta.get("experiment"):
+    if meta.experiment:
         try:
-            return load_experiment(find_experiment(meta["experiment"]))
+            return load_experiment(find_experiment(meta.experiment))
         except HarnessError:
             return None
     return None

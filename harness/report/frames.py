@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..store import RunStore
+from ..store import RunMeta, RunStore
 
 SLOT_COLS = ["slot_norm", "slot_embedding", "slot_attention", "slot_mask"]
 
@@ -68,10 +68,10 @@ def _num(df: pd.DataFrame, col: str) -> pd.Series:
     return pd.to_numeric(df[col], errors="coerce")
 
 
-def variant_order(df: pd.DataFrame, baseline: str | None, meta: dict | None = None) -> list[str]:
+def variant_order(df: pd.DataFrame, baseline: str | None, meta: RunMeta | None = None) -> list[str]:
     """Baseline first, then the run's variant order (name order), then anything else."""
     present = list(dict.fromkeys(df["variant"])) if len(df) else []
-    order = [v for v in (meta or {}).get("variants", []) if v in present]
+    order = [v for v in (meta.variants if meta else []) if v in present]
     order += sorted(v for v in present if v not in order)
     if baseline in order:
         order.remove(baseline)
@@ -79,16 +79,16 @@ def variant_order(df: pd.DataFrame, baseline: str | None, meta: dict | None = No
     return order
 
 
-def point_order(df: pd.DataFrame, meta: dict | None = None) -> list[str]:
+def point_order(df: pd.DataFrame, meta: RunMeta | None = None) -> list[str]:
     """Sweep points in plan order (``config.json`` ``points``), "" (no sweep) first."""
     present = list(dict.fromkeys(df["point"])) if len(df) else [""]
-    planned = list((meta or {}).get("points", {}) or {})
+    planned = list(meta.points or {}) if meta else []
     order = [p for p in planned if p in present]
     order += [p for p in present if p not in order]
     return order
 
 
-def resolve_baseline(df: pd.DataFrame, meta: dict | None = None, baseline: str | None = None) -> str | None:
+def resolve_baseline(df: pd.DataFrame, meta: RunMeta | None = None, baseline: str | None = None) -> str | None:
     """The explicit baseline (None when absent from the run), ``baseline`` when present, else the first variant.
 
     A caller that has a preferred baseline (an experiment's) passes it as ``baseline``.

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..store import atomic_write_bytes
+from ..store import RunMeta, atomic_write_bytes
 from .frames import _num, point_order, variant_order
 
 
@@ -68,7 +68,7 @@ def _colors(n: int):
     return [cmap(i % cmap.N) for i in range(n)]
 
 
-def _series(df: pd.DataFrame, meta: dict | None, baseline: str | None) -> list[tuple[str, str]]:
+def _series(df: pd.DataFrame, meta: RunMeta | None, baseline: str | None) -> list[tuple[str, str]]:
     return [(v, p) for p in point_order(df, meta) for v in variant_order(df, baseline, meta)
             if ((df["variant"] == v) & (df["point"] == p)).any()]
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, fields
 from typing import Iterator
 
 from ..stats import Comparison
+from ..store import RunMeta
 
 SAME_FUNCTION = "same function"  #: the verdict of a variant in the baseline's check class
 
@@ -142,9 +143,9 @@ def same_class(classes: list[list[str]] | None, a: str, b: str | None) -> bool:
     return any(a in c and b in c for c in classes)
 
 
-def recorded_classes(meta: dict | None) -> list[list[str]]:
+def recorded_classes(meta: RunMeta | None) -> list[list[str]]:
     """The check classes a run recorded in ``config.json`` (key ``check``); [] when none (``--no-check``,
     a check that could not run, a run from before check was recorded)."""
-    check = (meta or {}).get("check") or {}
-    classes = check.get("classes") if isinstance(check, dict) else None
+    check = (meta.check if meta else None) or {}
+    classes = check.get("classes")
     return [list(c) for c in classes if isinstance(c, (list, tuple))] if isinstance(classes, list) else []

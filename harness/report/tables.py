@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from .. import stats
+from ..store import RunMeta
 from .frames import DEFAULT_METRIC, METRICS, SLOT_COLS, TRAINED, _num, invalid_variants, point_order, \
     resolve_baseline, variant_order
 from .rows import SAME_FUNCTION_TEXT, Count, Interval, MeanStd, MedianIQR, SummaryRow, recorded_classes, same_class
@@ -37,7 +38,7 @@ def paired_values(df: pd.DataFrame, variant: str, baseline: str, point: str, met
 
 
 def aggregate(df: pd.DataFrame, baseline: str | None = None, metric: str = DEFAULT_METRIC,
-              meta: dict | None = None, classes: list[list[str]] | None = None) -> list[SummaryRow]:
+              meta: RunMeta | None = None, classes: list[list[str]] | None = None) -> list[SummaryRow]:
     """Per (variant, point) statistics as typed rows (definitions: the module docstring of
     :mod:`harness.report.rows` and ``docs/statistics.md``).
 
@@ -155,7 +156,7 @@ def comparison_cells(r: SummaryRow, baseline: str | None) -> tuple[str, str]:
 
 
 def summary_table(df: pd.DataFrame, baseline: str | None = None, metric: str = DEFAULT_METRIC,
-                  meta: dict | None = None, rows: list[SummaryRow] | None = None) -> pd.DataFrame:
+                  meta: RunMeta | None = None, rows: list[SummaryRow] | None = None) -> pd.DataFrame:
     """The report's main table as strings, one row per (variant, sweep point), baseline first.
 
     ``baseline`` defaults to :func:`resolve_baseline`; ``rows`` may pass a precomputed
@@ -198,14 +199,14 @@ def to_markdown(df: pd.DataFrame) -> str:
     return df.to_markdown(index=False, tablefmt="github")
 
 
-def environment_block(meta: dict) -> str:
-    env = meta.get("environment", {})
+def environment_block(meta: RunMeta) -> str:
+    env = meta.environment
     lines = [f"- {k}: `{v}`" for k, v in env.items() if v is not None]
-    lines.append(f"- seeds: `{meta.get('seeds')}`")
-    lines.append(f"- dtype: `{meta.get('dtype', 'fp32')}`")
-    ex = meta.get("execution")
-    if isinstance(ex, dict):  # the timing columns depend on it (--jobs auto: trials side by side)
-        lines.append(f"- execution: `{ex.get('executor', 'local')}, jobs={ex.get('jobs')}, "
+    lines.append(f"- seeds: `{meta.seeds}`")
+    lines.append(f"- dtype: `{meta.dtype or 'fp32'}`")
+    ex = meta.execution
+    if ex is not None:  # the timing columns depend on it (--jobs auto: trials side by side)
+        lines.append(f"- execution: `{ex.executor}, jobs={ex.jobs}, "
                      f"threads per trial={env.get('threads')}`")
     return "\n".join(lines)
 
@@ -227,11 +228,11 @@ def lr_max(cfg: dict) -> float:
         return float("nan")
 
 
-def caption(meta: dict, df: pd.DataFrame, baseline: str | None, metric: str) -> str:
+def caption(meta: RunMeta, df: pd.DataFrame, baseline: str | None, metric: str) -> str:
     """What every number in the main table means and the budget it was measured with."""
-    cfg = meta.get("config", {})
+    cfg = meta.config
     m, t = cfg.get("model", {}), cfg.get("train", {})
-    seeds = meta.get("seeds") or sorted(set(df["seed"])) if len(df) else []
+    seeds = meta.seeds or sorted(set(df["seed"])) if len(df) else []
     parts = [
         f"{len(seeds)} paired seed(s) per arm ({seeds}): seed i gives every variant the same data order and, "
         f"where the canonical layout is shared, the same initial weights.",
@@ -242,7 +243,7 @@ def caption(meta: dict, df: pd.DataFrame, baseline: str | None, metric: str) -> 
         f"grad clip {t.get('grad_clip') or 'off'}; model N={m.get('N')}, d_model={m.get('d_model')}, h={m.get('h')}, "
         f"d_ff={m.get('d_ff')}, dropout={m.get('dropout')}, V={m.get('vocab')}.",
     ]
-    if meta.get("points"):
+    if meta.points:
         parts.append("Sweep points override this config; see the Sweep section.")
     parts += [
         "**params**: unique parameters (tied weights counted once). **step ms**: median wall time of one "
@@ -268,7 +269,7 @@ def caption(meta: dict, df: pd.DataFrame, baseline: str | None, metric: str) -> 
     return "\n\n".join(parts)
 
 
-def same_function_variants(meta: dict, df: pd.DataFrame, baseline: str | None) -> list[str]:
+def same_function_variants(meta: RunMeta, df: pd.DataFrame, baseline: str | None) -> list[str]:
     """The run's variants that the recorded check puts in ``baseline``'s class (the baseline excluded)."""
     classes = recorded_classes(meta)
     names = list(dict.fromkeys(df["variant"])) if len(df) else []

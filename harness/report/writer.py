@@ -21,7 +21,7 @@ import pandas as pd
 
 import harness.report.plots as plots
 
-from ..store import RunStore, atomic_write_text
+from ..store import RunMeta, RunStore, atomic_write_text
 from .frames import DEFAULT_METRIC, METRICS, TRAINED, _num, curves_frame, invalid_variants, resolve_baseline, \
     trials_frame, variant_order
 from .tables import aggregate, caption, environment_block, summary_table, sweep_table, to_markdown, variants_table
@@ -41,7 +41,7 @@ class ReportContext:
     """
 
     store: RunStore
-    meta: dict
+    meta: RunMeta
     df: pd.DataFrame
     rows: list
     baseline: str | None
@@ -104,9 +104,9 @@ def write_report(store: RunStore, baseline: str | None = None, metric: str | Non
     def at(position: str) -> list[str]:
         return [line for s in sections if s.position == position for line in s.lines(ctx)]
 
-    parts = [f"# {title}: run `{meta.get('run_id', store.root.name)}`", ""]
+    parts = [f"# {title}: run `{meta.run_id or store.root.name}`", ""]
     parts += invalid_section(df)
-    parts += ["Command:", "", f"```\n{meta.get('command', '')}\n```", ""]
+    parts += ["Command:", "", f"```\n{meta.command}\n```", ""]
     parts += at("top")
     parts += _setup_lines(meta, df, baseline)
     parts += _result_lines(ctx)
@@ -115,7 +115,7 @@ def write_report(store: RunStore, baseline: str | None = None, metric: str | Non
     parts += _plot_lines(ctx)
     total = _num(df, "wall_s").sum() if len(df) else 0.0
     parts += [f"Trials: {len(df)}; summed trial wall time: {total:.1f} s; "
-              f"run wall time: {meta.get('run_wall_s', float('nan')):.1f} s.", ""]
+              f"run wall time: {float('nan') if meta.run_wall_s is None else meta.run_wall_s:.1f} s.", ""]
     parts += at("end")
     path = store.root / "report.md"
     atomic_write_text(path, "\n".join(parts))
@@ -140,14 +140,14 @@ def invalid_section(df: pd.DataFrame) -> list[str]:
     return lines + [""]
 
 
-def _setup_lines(meta: dict, df: pd.DataFrame, baseline: str | None) -> list[str]:
+def _setup_lines(meta: RunMeta, df: pd.DataFrame, baseline: str | None) -> list[str]:
     """Environment, Config, Sweep (when swept) and Variants (when there are trials)."""
     parts = ["## Environment", "", environment_block(meta), ""]
-    parts += ["## Config", "", f"Preset `{meta.get('preset', '')}`; resolved:", "",
-              f"```json\n{json.dumps(meta.get('config', {}), indent=1)}\n```", ""]
-    if meta.get("points"):
+    parts += ["## Config", "", f"Preset `{meta.preset}`; resolved:", "",
+              f"```json\n{json.dumps(meta.config, indent=1)}\n```", ""]
+    if meta.points:
         parts += ["## Sweep", "", "Each point is the config above with these values (lr_max: the largest "
-                  "Adam step size the schedule reaches).", "", to_markdown(sweep_table(meta["points"])), ""]
+                  "Adam step size the schedule reaches).", "", to_markdown(sweep_table(meta.points)), ""]
     if len(df):
         order = variant_order(df, baseline, meta)
         parts += ["## Variants", "", to_markdown(variants_table(df, order)), ""]
@@ -157,7 +157,7 @@ def _setup_lines(meta: dict, df: pd.DataFrame, baseline: str | None) -> list[str
 def _result_lines(ctx: ReportContext) -> list[str]:
     """Results (caption, evaluation-set note, main table) and Failures (trials that did not train)."""
     meta, df, baseline, metric = ctx.meta, ctx.df, ctx.baseline, ctx.metric
-    held = meta.get("heldout") or ("evaluation set: overlap with the training stream not recorded (a run "
+    held = meta.heldout or ("evaluation set: overlap with the training stream not recorded (a run "
                                     "made before the evaluation set was drawn disjoint from training)")
     ctx.store.summary = summary_table(df, baseline, metric, meta, ctx.rows)  # the terminal prints this one
     parts = ["## Results", "", caption(meta, df, baseline, metric) if len(df) else "", "",
@@ -183,7 +183,7 @@ def _plot_lines(ctx: ReportContext) -> list[str]:
     png = plots.plot_final_metrics(df, rows, store.root / "final_metrics.png") if rows else None
     if png:
         figs.append(("Final held-out cross-entropy and exact-match", png))
-    budget = meta.get("config", {}).get("train", {}).get("steps")
+    budget = meta.config.get("train", {}).get("steps")
     png = plots.plot_steps_to_solve(df, rows, store.root / "steps_to_solve.png", budget) if rows else None
     if png:
         figs.append(("Steps to solve", png))
