@@ -163,3 +163,21 @@ def test_run_bench_on_cuda(registry):
                              steps=2, warmup=1, registry=registry, memory=True)
     assert all(r["peak_cuda_mb"] > 0 and r["step_ms_median"] > 0 for r in rows)
     assert info["peak_gflop_per_s"]["fp32"] > 0
+
+
+@pytest.mark.parametrize("command", ["bench", "profile"])
+def test_default_run_id_taken_gets_a_suffix(tmp_path, command):
+    """Without --run-id the folder is ``<command>-<time>``; when that name is taken (two runs in one
+    second) the run goes to ``-2``, never an error."""
+    import datetime as dt
+
+    now = dt.datetime.now()
+    taken = {f"{command}-{now + dt.timedelta(seconds=k):%Y%m%d-%H%M%S}" for k in range(-1, 180)}
+    for name in taken:
+        (tmp_path / name).mkdir()
+    extra = ["--steps", "2", "--no-memory", "--warmup-steps", "0"] if command == "bench" else []
+    out = _cli(command, "--variants", "baseline", "--preset", "tiny", *extra,
+               "--results-dir", str(tmp_path), "-q")
+    assert out.returncode == 0, out.stderr
+    new = {p.name for p in tmp_path.iterdir()} - taken
+    assert len(new) == 1 and new.pop().endswith("-2")

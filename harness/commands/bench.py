@@ -105,7 +105,7 @@ def main(args) -> int:
     from .common import plugin_spec
     from ..env import resolve_device, trial_settings
     from ..store import RunStore
-    from .common import check_task, command_line, load_registry, output_run_id, resolve_config, select_variants
+    from .common import check_task, command_line, load_registry, resolve_config, select_variants
 
     if args.steps < 1 or args.warmup_steps < 0:
         raise BenchError(f"--steps must be >= 1 and --warmup-steps >= 0, got {args.steps} and {args.warmup_steps}")
@@ -119,7 +119,7 @@ def main(args) -> int:
     trial_settings()  # before the environment block records the settings
     command = command_line()
     meta = bench_meta(command, args.preset, cfg, device, dtypes, args.steps, args.warmup_steps, variants, plugins)
-    store = RunStore.create(args.results_dir, meta, output_run_id(args, "bench"))
+    store = RunStore.create(args.results_dir, meta, args.run_id, prefix="bench-")  # taken: -2, -3 ...
     log = None if args.quiet else (lambda line: print(f"bench: {line}", file=sys.stderr, flush=True))
     if log:
         log(f"{store.root}: {len(variants)} variant(s) + nn.Transformer, {'/'.join(dtypes)}, "

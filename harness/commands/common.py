@@ -110,13 +110,6 @@ def check_output(args) -> None:
         raise ConfigError("--results-dir must not be empty (give a folder, e.g. --results-dir results)")
 
 
-def output_run_id(args, prefix: str) -> str:
-    """``--run-id``, else ``<prefix>-<timestamp>``."""
-    import datetime as dt
-
-    return args.run_id or f"{prefix}-{dt.datetime.now():%Y%m%d-%H%M%S}"
-
-
 def command_line(args=None) -> str:
     """The command as the user typed it, for reports; for a call of the Python API
     (:mod:`harness.api`), the equivalent command line (``args.argv``)."""
@@ -148,4 +141,4 @@ def select_variants(reg: Registry, args):
     return reg.select(split_patterns(args.variants if isinstance(args.variants, list) else [args.variants]))
 
 
-__all__ = ["add_selection", "add_config", "add_task", "check_task", "add_output", "check_output", "output_run_id", "command_line", "resolve_config", "load_registry", "select_variants", "PRESETS"]
+__all__ = ["add_selection", "add_config", "add_task", "check_task", "add_output", "check_output", "command_line", "resolve_config", "load_registry", "select_variants", "PRESETS"]

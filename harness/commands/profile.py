@@ -76,7 +76,7 @@ def main(args) -> int:
     from ..runner import make_specs
     from ..env import environment, resolve_device
     from ..store import RunMeta, RunStore, atomic_write_text
-    from .common import command_line, load_registry, output_run_id, resolve_config, select_variants
+    from .common import command_line, load_registry, resolve_config, select_variants
 
     reg = load_registry(args)
     variants = select_variants(reg, args)
@@ -88,7 +88,7 @@ def main(args) -> int:
     meta = RunMeta("profile", command, args.preset, cfg.to_dict(), [v.name for v in variants], device.type,
                    environment(device, trial_settings_applied=True),  # the profiled trials apply them
                    seeds=[args.seed], dtype=args.dtype, plugins=plugins)
-    store = RunStore.create(args.results_dir, meta, output_run_id(args, "profile"))
+    store = RunStore.create(args.results_dir, meta, args.run_id, prefix="profile-")  # taken: -2, -3 ...
     log = None if args.quiet else (lambda line: print(f"profile: {line}", file=sys.stderr, flush=True))
     rows, lines = [], []
     for ts in specs:
