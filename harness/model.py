@@ -14,13 +14,23 @@ Slot protocols (what a component's ``factory(ctx)`` must return):
 * ``layer_norm``: a new ``nn.Module`` normalising the last dimension D, with canonical
   parameters ``weight`` and ``bias`` of shape (D,).
 * ``projections``: a callable ``linear(d_in, d_out) -> nn.Linear`` used by attention and the FFN.
-* ``positional``: a new ``nn.Module`` per call mapping raw token embeddings (B, L, D) to the
-  encoder/decoder input (B, L, D).
+* ``positional``: a new ``nn.Module`` per call (one for the source, one for the target) mapping
+  raw token embeddings (B, L, D) to the encoder/decoder input (B, L, D). Positions that act
+  inside attention are optional methods of the same module: ``rotate_qk(q (..., Lq, d_k),
+  k (..., Lk, d_k)) -> (q, k)`` (RoPE), ``score_bias(tq, tk, device, dtype) -> (H, Tq, Tk)``
+  (ALiBi), and ``qk_order(d_k) -> LongTensor (d_k,)`` (the canonical feature each of its own
+  features is, for a rotation written in another layout). Attention reaches them through
+  ``ctx.positions`` (:class:`PositionHooks`), never the module itself.
+* ``feed_forward``: a new ``nn.Module`` per call, (B, L, D) -> (B, L, D), made with
+  ``ctx.linear``; canonical parameters ``w_1``, ``w_2`` (and ``w_3`` for a gated one).
 * ``embedding``: one ``nn.Module`` with ``src(ids (B, S)) -> (B, S, D)``,
   ``tgt(ids (B, T)) -> (B, T, D)`` (raw lookups) and ``logits(x (B, T, D)) -> (B, T, V)``.
 * ``attention``: a new ``nn.Module`` per call with
   ``forward(query (B, Tq, D), key (B, Tk, D), value (B, Tk, D), mask) -> (B, Tq, D)``;
-  the mask is whatever the mask component made and is applied with ``ctx.mask.apply``.
+  the mask is whatever the mask component made and is applied with ``ctx.mask.apply``;
+  positions with ``ctx.positions.rotate(q, k)`` on the split heads and
+  ``ctx.positions.bias(scores)`` on the scaled scores (no-ops unless the positional component
+  acts inside attention; cross-attention always gets the no-op).
 * ``mask``: one object with ``src_mask(src (B, S), pad)``, ``tgt_mask(tgt (B, T), pad)`` and
   ``apply(scores (..., Tq, Tk), mask) -> scores``.
 
@@ -44,17 +54,73 @@ from .config import ModelConfig
 from .registry import Component, Registry, Variant
 
 
+class PositionHooks:
+    """What an attention module asks of positions (``ctx.positions``): ``rotate(q, k)`` and ``bias(scores)``.
+
+    Wraps a positional module without registering it (the model owns it as ``src_pos`` /
+    ``tgt_pos``); a module without ``rotate_qk`` / ``score_bias`` makes both no-ops, so one attention
+    component works with every positional component (sinusoidal, learned, RoPE, ALiBi).
+
+    ``calls`` counts the calls that reached an in-attention method (the variant contract uses it:
+    an attention that never asks leaves RoPE or ALiBi out of the model).
+    """
+
+    def __init__(self, module=None, h: int = 1):
+        self._module = module
+        self.h = h
+        self.calls = 0
+
+    @property
+    def acts(self) -> bool:
+        """True when the wrapped module rotates q and k or biases the scores."""
+        return hasattr(self._module, "rotate_qk") or hasattr(self._module, "score_bias")
+
+    def rotate(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """q (..., Lq, d_k), k (..., Lk, d_k) of one head each (any leading dims) -> rotated (q, k).
+
+        Positions are 0..L-1 along dim -2. With ``qk_order`` the features are first put in the
+        component's own layout (the scores q . k do not depend on the order afterwards)."""
+        rotate = getattr(self._module, "rotate_qk", None)
+        if rotate is None:
+            return q, k
+        self.calls += 1
+        order_fn = getattr(self._module, "qk_order", None)
+        if order_fn is not None:
+            order = order_fn(q.size(-1)).to(q.device)
+            q, k = q[..., order], k[..., order]
+        return rotate(q, k)
+
+    def bias(self, scores: torch.Tensor) -> torch.Tensor:
+        """scores (B, H or 1, Tq, Tk), or heads folded batch-major (B*H, Tq, Tk) -> scores + bias."""
+        score_bias = getattr(self._module, "score_bias", None)
+        if score_bias is None:
+            return scores
+        self.calls += 1
+        tq, tk = scores.shape[-2:]
+        b = score_bias(tq, tk, scores.device, scores.dtype)  # (H, Tq, Tk)
+        if scores.dim() == 3:  # (B*H, Tq, Tk), index = b*H + head
+            return (scores.view(-1, self.h, tq, tk) + b).view(scores.shape)
+        return scores + b
+
+
+#: The positions of a cross-attention module, and of a component checked on its own: none.
+NO_POSITIONS = PositionHooks()
+
+
 @dataclass
 class BuildContext:
     """What a component's factory receives: the config and its sibling slots' products.
 
-    Components never import each other; they ask the context (``ctx.mask``,
+    Components never import each other; they ask the context (``ctx.mask``, ``ctx.positions``,
     ``ctx.linear(...)``, ``ctx.layer_norm()``) for what they need.
     """
 
     cfg: ModelConfig
     components: dict[str, Component]
     _cache: dict[str, Any] = field(default_factory=dict)
+    #: the positions the self-attention modules being built get (set by the assembler per stack)
+    self_positions: PositionHooks | None = None
+    _cross: bool = False
 
     def make(self, slot: str) -> Any:
         """Call the slot's component factory and return a new product."""
@@ -70,6 +136,23 @@ class BuildContext:
         """The mask style (one object shared by all attention modules)."""
         return self._shared("mask")
 
+    @property
+    def positions(self) -> PositionHooks:
+        """What the attention module being built applies inside attention (:class:`PositionHooks`):
+        its stack's positional module for self-attention, nothing for cross-attention (queries and
+        keys come from different sequences; RoPE and ALiBi are defined within one sequence)."""
+        if self._cross or self.self_positions is None:
+            return NO_POSITIONS
+        return self.self_positions
+
+    def attention(self, cross: bool = False) -> Any:
+        """A new attention module; ``cross=True`` for the decoder's attention over the memory."""
+        old, self._cross = self._cross, cross
+        try:
+            return self.make("attention")
+        finally:
+            self._cross = old
+
     def linear(self, d_in: int, d_out: int) -> nn.Linear:
         """A projection from the ``projections`` slot (with or without bias)."""
         return self._shared("projections")(d_in, d_out)
@@ -79,29 +162,13 @@ class BuildContext:
         return self.make("layer_norm")
 
 
-class PositionwiseFeedForward(nn.Module):
-    """FFN(x) = w_2(dropout(relu(w_1(x)))) (Vaswani et al. 2017 §3.3; Annotated Transformer).
-
-    Shape: (B, L, D) -> (B, L, D), inner width d_ff.
-    """
-
-    def __init__(self, ctx: BuildContext):
-        super().__init__()
-        self.w_1 = ctx.linear(ctx.cfg.d_model, ctx.cfg.d_ff)
-        self.w_2 = ctx.linear(ctx.cfg.d_ff, ctx.cfg.d_model)
-        self.dropout = nn.Dropout(ctx.cfg.dropout)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.w_2(self.dropout(self.w_1(x).relu()))
-
-
 class EncoderLayer(nn.Module):
     """Self-attention then FFN, each wrapped by the norm component's residual block."""
 
     def __init__(self, ctx: BuildContext):
         super().__init__()
-        self.self_attn = ctx.make("attention")
-        self.feed_forward = PositionwiseFeedForward(ctx)
+        self.self_attn = ctx.attention()
+        self.feed_forward = ctx.make("feed_forward")
         self.sublayer = nn.ModuleList([ctx.make("norm") for _ in range(2)])
 
     def forward(self, x: torch.Tensor, src_mask) -> torch.Tensor:
@@ -114,9 +181,9 @@ class DecoderLayer(nn.Module):
 
     def __init__(self, ctx: BuildContext):
         super().__init__()
-        self.self_attn = ctx.make("attention")
-        self.src_attn = ctx.make("attention")
-        self.feed_forward = PositionwiseFeedForward(ctx)
+        self.self_attn = ctx.attention()
+        self.src_attn = ctx.attention(cross=True)
+        self.feed_forward = ctx.make("feed_forward")
         self.sublayer = nn.ModuleList([ctx.make("norm") for _ in range(3)])
 
     def forward(self, x, memory, src_mask, tgt_mask) -> torch.Tensor:
@@ -155,8 +222,13 @@ class EncoderDecoder(nn.Module):
         self.embed = ctx.make("embedding")
         self.src_pos = ctx.make("positional")
         self.tgt_pos = ctx.make("positional")
+        #: the positions each stack's self-attention gets (not modules: src_pos / tgt_pos are registered above)
+        self.position_hooks = (PositionHooks(self.src_pos, ctx.cfg.h), PositionHooks(self.tgt_pos, ctx.cfg.h))
+        ctx.self_positions = self.position_hooks[0]
         self.encoder = Stack(ctx, EncoderLayer)
+        ctx.self_positions = self.position_hooks[1]
         self.decoder = Stack(ctx, DecoderLayer)
+        ctx.self_positions = None
 
     def make_masks(self, src: torch.Tensor, tgt: torch.Tensor):
         """(src_mask, tgt_mask) in the mask component's convention."""
@@ -199,6 +271,32 @@ def canonical_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
 
     walk(model, "")
     return out
+
+
+def canonical_grad(t: torch.Tensor) -> torch.Tensor | None:
+    """The gradient of one canonical tensor: its own ``.grad`` for a parameter; for a *view* of a
+    parameter (a slice of a packed ``qkv`` weight) the same view of the parameter's gradient; None when
+    there is none (no backward yet, or a tensor that is neither, such as a bias exported as zeros).
+    """
+    if isinstance(t, nn.Parameter):
+        return t.grad
+    base = t._base
+    if not isinstance(base, nn.Parameter) or base.grad is None:
+        return None
+    g = base.grad
+    if tuple(g.stride()) != tuple(base.stride()):
+        g = g.contiguous() if base.is_contiguous() else g
+    if tuple(g.stride()) != tuple(base.stride()):
+        return None
+    offset = t.storage_offset() - base.storage_offset()
+    return g.as_strided(t.size(), t.stride(), g.storage_offset() + offset)
+
+
+def parameter_of(t: torch.Tensor) -> nn.Parameter | None:
+    """The parameter a canonical tensor is or views (None for a tensor that is neither)."""
+    if isinstance(t, nn.Parameter):
+        return t
+    return t._base if isinstance(t._base, nn.Parameter) else None
 
 
 def load_canonical_state_dict(model: nn.Module, state: dict[str, torch.Tensor]) -> list[str]:

@@ -51,6 +51,7 @@ BUILTIN_MODULES = (
     "variants.embedding",
     "variants.attention",
     "variants.mask",
+    "variants.feed_forward",
     "variants.presets",
     "variants.bugs",
     "variants.tasks",

@@ -27,8 +27,10 @@ SLOT_DOCS: dict[str, str] = {
     "attention": "how multi-head attention is written (heads split, matmul vs bmm, SDPA)",
     "mask": "how masks are made and applied to attention scores (bool keep-mask / additive)",
     "layer_norm": "the LayerNorm formula (nn.LayerNorm / the notes' unbiased std + eps)",
-    "positional": "embedding scale and positional encoding (x*sqrt(d_model)+PE / +PE then LayerNorm)",
+    "positional": "positions: added to the embeddings (sinusoidal, learned), rotating q and k (RoPE) or biasing "
+                  "the scores (ALiBi) inside self-attention; and the embedding scale",
     "projections": "whether attention and FFN projections carry a bias",
+    "feed_forward": "the position-wise feed-forward network (ReLU / GELU / gated SwiGLU, GEGLU)",
 }
 #: The slots the built-in single-change variants and ``--grid`` vary.
 MAIN_SLOTS = ("norm", "embedding", "attention", "mask")
@@ -63,6 +65,12 @@ class Component:
             ``"finite"`` (default: any finite distribution), ``"uniform"``, ``"zeros"`` or
             ``"nan"`` (declared: softmax of an all -inf row). Rows of a real batch must be
             finite whatever is declared here.
+        reference: the name of an independent reference formula in the checks
+            (:data:`harness.checks.formulas.FORMULAS`, e.g. ``"rope"``, ``"alibi"``, ``"learned"``,
+            ``"rmsnorm"``, ``"swiglu"``) that a component declaring ``differs=`` is held to instead of
+            the slot's default reference: ``check`` fails it when it differs from that formula and
+            reports the size of its declared difference from the slot's reference as well. A component
+            ``equivalent_to=`` one with a ``reference`` is held to the same formula.
         has_layer_norm: norm slot only. ``False`` declares a residual block with no LayerNorm (ReZero's
             ``x + alpha * sublayer(x)``, Bachlechner et al. 2021; an identity residual ``x + sublayer(x)``):
             it owns no ``norm`` child and is held to the no-LayerNorm residual contract
@@ -89,6 +97,7 @@ class Component:
     fully_masked_row: str = "finite"
     default: bool = False
     has_layer_norm: bool = True
+    reference: str = ""
     plugin: str = field(default="", compare=False)
 
     def declaration(self) -> str:
@@ -96,7 +105,7 @@ class Component:
         if self.buggy:
             return "deliberate bug (must be flagged)"
         if self.differs:
-            return f"differs: {self.differs}"
+            return f"differs: {self.differs}" + (f" (held to formula {self.reference!r})" if self.reference else "")
         if self.equivalent_to:
             return f"equivalent to {self.slot}={self.equivalent_to}"
         return "slot reference"
@@ -117,6 +126,9 @@ class Variant:
         summary: one line: what it changes (and, for seed presets, what was fixed).
         source: paper section or seed note.
         buggy: reproduces a bug on purpose; excluded from ``all`` and globs, selectable by name.
+        group: a named group kept out of ``all`` (selected by name, by a glob or as ``group:NAME``),
+            e.g. ``"modern"`` for the one-change variants of today's choices (RoPE, SwiGLU, ...), so
+            ``run --variants all`` (the main job) does not grow with them.
     """
 
     name: str
@@ -125,6 +137,7 @@ class Variant:
     source: str = ""
     buggy: bool = False
     plugin: str = field(default="", compare=False)
+    group: str = ""
 
     def resolved(self, defaults: dict[str, str] | None = None) -> dict[str, str]:
         """slot -> component for every slot, defaults filled in.
@@ -297,7 +310,7 @@ class Registry:
             reg.add_component(dataclasses.replace(comp, plugin=plugin))
         vars_ = _call_hook(pm, "harness_add_variants", Variant, spec.strict, warnings)
         for var, plugin in sorted(vars_, key=lambda vp: vp[0].name):
-            reg.add_variant(Variant(var.name, dict(var.slots), var.summary, var.source, var.buggy, plugin))
+            reg.add_variant(dataclasses.replace(var, slots=dict(var.slots), plugin=plugin))
         tasks = _call_hook(pm, "harness_add_tasks", Task, spec.strict, warnings)
         for task, plugin in sorted(tasks, key=lambda tp: str(tp[0].name)):
             task = copy.copy(task)
@@ -320,6 +333,9 @@ class Registry:
                               f"{', '.join(FULLY_MASKED_ROW)}")
         if comp.differs and comp.equivalent_to:
             raise PluginError(f"{where}: declares both differs= and equivalent_to=; give one")
+        if comp.reference and not comp.differs:
+            raise PluginError(f"{where}: reference={comp.reference!r} names the formula a declared difference is held "
+                              f"to; declare the difference with differs=\"...\" too")
         if not comp.has_layer_norm:
             if comp.slot != "norm":
                 raise PluginError(f"{where}: has_layer_norm=False applies to the norm slot only (residual blocks)")
@@ -400,7 +416,8 @@ class Registry:
         """Resolve ``all``, exact names and shell-style globs to variants, in name order.
 
         ``all`` and globs skip buggy variants unless the glob itself starts with ``bug``;
-        buggy variants are selected by exact name.
+        buggy variants are selected by exact name. ``all`` also skips variants of a ``group``
+        (``Variant.group``), which globs and ``group:NAME`` select.
 
         Raises:
             UnknownNameError: a name or glob that matches no variant (with close matches).
@@ -411,7 +428,12 @@ class Registry:
         for pat in patterns:
             pat = pat.strip()
             if pat == "all":
-                hits = [v for v in self.variants.values() if not v.buggy]
+                hits = [v for v in self.variants.values() if not v.buggy and not v.group]
+            elif pat.startswith("group:"):
+                hits = [v for v in self.variants.values() if v.group == pat[6:] and not v.buggy]
+                if not hits:
+                    raise UnknownNameError("variant group", pat[6:], sorted({v.group for v in self.variants.values()
+                                                                             if v.group}), "no variant is in it")
             elif pat in self.variants:
                 hits = [self.variants[pat]]
             elif any(ch in pat for ch in "*?["):

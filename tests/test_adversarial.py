@@ -51,6 +51,11 @@ FAULTS = {
     "adv_fold_mask_repeat": "folded into the heads with repeat()",
     "adv_functional_dropout": "eval mode is not deterministic",
     "adv_batch_size_gaming": "it sees the future",
+    "adv_rope_half_split": "RoPE in the half-split layout (GPT-NeoX / LLaMA-HF rotate_half)",
+    "adv_alibi_wrong_heads": "ALiBi slopes computed for 8 heads instead of h = 4",
+    "adv_rope_on_v": "RoPE applied to the values too",
+    "adv_rope_after_transpose": "RoPE applied to k after the transpose for Q K^T",
+    "adv_swiglu_swapped": "gate and up projections swapped",
 }
 GOOD = sorted(p.stem for p in PLUGINS.glob("good_*.py"))
 
@@ -84,6 +89,19 @@ def test_correct_plugins_written_from_scratch_pass_without_flags(name):
         assert res and all(r.verdict == "differs as declared" and r.max_abs > 1e-3 for r in res)
     elif comp.slot == "attention":  # held to nn.MultiheadAttention with every mask in use
         assert [p.verdict for p in report.pairs] in (["identical"], ["equivalent"])
+        assert [sorted(c) for c in report.classes()] == [sorted([name, "baseline"])]
+
+
+def test_two_rope_layouts_are_one_function_only_with_the_permutation_declared():
+    """Half-split RoPE (GPT-NeoX / LLaMA-HF) is RoFormer's interleaved RoPE only after permuting the rows of
+    W_q and W_k: declared with qk_order() it is the same function as the built-in rope (one class); the
+    same code without the declaration is a different function, and check names the layout."""
+    reg = _registry("good_rope_half_split", "adv_rope_half_split")
+    report = checks.run_checks(reg, reg.select(["good_rope_half_split", "rope_positions"]))
+    assert report.ok and [p.verdict for p in report.pairs] in (["identical"], ["equivalent"])
+    undeclared = checks.run_checks(reg, reg.select(["adv_rope_half_split", "rope_positions"]))
+    assert [p.verdict for p in undeclared.pairs] == ["differs as declared"]
+    assert "half-split layout" in undeclared.failures()[0]
 
 
 def test_check_of_a_clean_variant_ignores_unrelated_buggy_plugins(tmp_path):
@@ -105,7 +123,7 @@ def test_all_components_sweeps_every_installed_component():
     reg = _registry("adv_kv_swapped", "good_rmsnorm")
     scoped = checks.run_checks(reg, reg.select(["baseline"]))
     assert scoped.ok and {r.name for r in scoped.components} <= {"annotated", "bool", "post", "separate", "torch",
-                                                                 "scaled", "biased"}
+                                                                 "scaled", "biased", "relu"}
     swept = checks.run_checks(reg, reg.select(["baseline"]), all_components=True)
     assert any("keys and values swapped" in f for f in swept.failures())
 
@@ -265,3 +283,19 @@ def test_a_factory_that_hands_out_two_different_components_is_caught_at_build():
     assert "two builds of the variant from seed 0 differ in their outputs" in row["reason"]
     base = build_model(reg, reg.variants["baseline"], cfg.model, seed=0)  # an honest variant passes
     assert T.twin_reasons(reg, reg.variants["baseline"], cfg.model, 0, base, torch.device("cpu")) == []
+
+
+def test_an_attention_that_never_asks_for_positions_fails_only_where_it_drops_them():
+    """good_annotated_attention predates ctx.positions: with additive positions it passes (its RoPE and ALiBi
+    cases say "takes no positions"); paired with RoPE the model contract fails -- the model would have no
+    positions at all -- and says so."""
+    from harness.registry import Variant
+
+    reg = _registry("good_annotated_attention")
+    cases = [r for r in checks.run_checks(reg, reg.select(["good_annotated_attention"])).components
+             if r.name == "good_annotated_attention" and "positions" in r.check]
+    assert cases and all(r.ok and r.verdict == "takes no positions" for r in cases)
+    paired = Variant("annotated_with_rope", {"attention": "good_annotated_attention", "positional": "rope"})
+    failures = checks.run_checks(reg, [paired]).failures()
+    assert any("acts inside attention but attention=good_annotated_attention never calls ctx.positions" in f
+               for f in failures), failures

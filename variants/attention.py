@@ -43,6 +43,7 @@ class _Projected(nn.Module):
         self.h = ctx.cfg.h
         self.d_k = ctx.cfg.d_model // ctx.cfg.h
         self.apply_mask = ctx.mask.apply
+        self.positions = ctx.positions
         self.dropout = nn.Dropout(ctx.cfg.dropout)
 
     def _projections(self) -> list[nn.Linear]:
@@ -82,6 +83,7 @@ class AnnotatedAttention(_Projected):
     def attention(self, query, key, value, mask):
         """Scaled dot-product attention on (B, H, L, d_k) tensors -> (B, H, Tq, d_k)."""
         scores = torch.matmul(query, key.transpose(-2, -1)) / math.sqrt(self.d_k)  # (B, H, Tq, Tk)
+        scores = self.positions.bias(scores)
         if mask is not None:
             scores = self.apply_mask(scores, mask)
         p_attn = self.dropout(scores.softmax(dim=-1))
@@ -93,6 +95,7 @@ class AnnotatedAttention(_Projected):
             lin(x).view(b, -1, self.h, self.d_k).transpose(1, 2)  # (B, L, D) -> (B, H, L, d_k)
             for lin, x in zip(self.linears, (query, key, value))
         ]
+        query, key = self.positions.rotate(query, key)
         x = self.attention(query, key, value, mask)  # (B, H, Tq, d_k)
         x = x.transpose(1, 2).contiguous().view(b, -1, self.h * self.d_k)  # (B, Tq, D)
         return self.linears[-1](x)
@@ -130,6 +133,7 @@ class D2LAttention(_Projected):
     def dot_product_attention(self, queries, keys, values, mask):
         """d2l ``DotProductAttention`` on (B*H, L, d_k) tensors -> (B*H, Tq, d_k)."""
         scores = torch.bmm(queries, keys.transpose(1, 2)) / math.sqrt(self.d_k)  # (B*H, Tq, Tk)
+        scores = self.positions.bias(scores)
         if mask is not None:
             scores = self.apply_mask(scores, self.fold_mask(mask, queries.size(0) // self.h))
         return torch.bmm(self.dropout(scores.softmax(dim=-1)), values)
@@ -138,6 +142,7 @@ class D2LAttention(_Projected):
         queries = transpose_qkv(self.W_q(queries), self.h)  # (B*H, Tq, d_k)
         keys = transpose_qkv(self.W_k(keys), self.h)  # (B*H, Tk, d_k)
         values = transpose_qkv(self.W_v(values), self.h)  # (B*H, Tk, d_k)
+        queries, keys = self.positions.rotate(queries, keys)
         output = self.dot_product_attention(queries, keys, values, mask)
         return self.W_o(transpose_output(output, self.h))  # (B, Tq, D)
 
@@ -161,11 +166,78 @@ class TorchSDPAttention(_Projected):
         q = self.w_q(query).view(b, tq, self.h, self.d_k).transpose(1, 2)  # (B, H, Tq, d_k)
         k = self.w_k(key).view(b, tk, self.h, self.d_k).transpose(1, 2)  # (B, H, Tk, d_k)
         v = self.w_v(value).view(b, tk, self.h, self.d_k).transpose(1, 2)  # (B, H, Tk, d_k)
-        bias = None
+        return self.w_o(sdpa_heads(self, q, k, v, mask))
+
+
+def sdpa_heads(attn: _Projected, q, k, v, mask) -> torch.Tensor:
+    """Positions, the mask as a float bias, ``F.scaled_dot_product_attention``, heads merged.
+
+    q (B, H, Tq, d_k), k and v (B, H, Tk, d_k) -> (B, Tq, D) before the output projection.
+    """
+    b, tq, tk = q.size(0), q.size(2), k.size(2)
+    q, k = attn.positions.rotate(q, k)
+    bias = None
+    if mask is not None or attn.positions.acts:
+        bias = q.new_zeros(b, 1, tq, tk)
         if mask is not None:
-            bias = self.apply_mask(q.new_zeros(b, 1, tq, tk), mask).to(q.dtype)  # (B, 1, Tq, Tk)
-        x = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=self.p if self.training else 0.0)
-        return self.w_o(x.transpose(1, 2).reshape(b, tq, self.h * self.d_k))  # (B, Tq, D)
+            bias = attn.apply_mask(bias, mask).to(q.dtype)  # (B, 1, Tq, Tk)
+        bias = attn.positions.bias(bias)  # (B, H, Tq, Tk) with ALiBi
+    x = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=attn.p if attn.training else 0.0)
+    return x.transpose(1, 2).reshape(b, tq, attn.h * attn.d_k)  # (B, Tq, D)
+
+
+class PackedSDPAttention(_Projected):
+    """One packed ``qkv`` Linear (D -> 3D, rows [w_q; w_k; w_v]) and SDPA (nanoGPT ``c_attn``, timm ``qkv``).
+
+    Canonical ``w_q``, ``w_k``, ``w_v`` are row slices (views) of ``qkv.weight`` / ``qkv.bias``.
+    """
+
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        d = ctx.cfg.d_model
+        self.qkv = ctx.linear(d, 3 * d)
+        self.w_o = ctx.linear(d, d)
+        self.p = ctx.cfg.dropout
+
+    def _rows(self, i: int, n: int = 1):
+        """Rows [i*D, (i+n)*D) of the packed weight and bias (views)."""
+        d = self.h * self.d_k
+        bias = None if self.qkv.bias is None else self.qkv.bias[i * d:(i + n) * d]
+        return self.qkv.weight[i * d:(i + n) * d], bias
+
+    def canonical_state(self):
+        out = {}
+        for i, name in enumerate(("w_q", "w_k", "w_v")):
+            w, bias = self._rows(i)
+            out[f"{name}.weight"] = w
+            if bias is not None:
+                out[f"{name}.bias"] = bias
+        out["w_o.weight"] = self.w_o.weight
+        if self.w_o.bias is not None:
+            out["w_o.bias"] = self.w_o.bias
+        return out
+
+    def load_canonical_state(self, state):
+        notes = []
+        with torch.no_grad():
+            for name, t in self.canonical_state().items():
+                t.copy_(state[name])
+            for name in ("w_q", "w_k", "w_v", "w_o"):
+                if self.w_o.bias is None and f"{name}.bias" in state and bool(state[f"{name}.bias"].abs().max() > 0):
+                    notes.append(f"{name}.bias is non-zero but this component has no bias")
+        return notes
+
+    def forward(self, query, key, value, mask=None):
+        b, tq, tk = query.size(0), query.size(1), key.size(1)
+        if query is key and key is value:  # self-attention: one matmul
+            q, k, v = self.qkv(query).split(self.h * self.d_k, dim=-1)  # 3 x (B, L, D)
+        else:  # cross-attention: the q rows on the query, the k and v rows on the memory
+            q = F.linear(query, *self._rows(0))
+            k, v = F.linear(key, *self._rows(1, 2)).split(self.h * self.d_k, dim=-1)
+        q = q.view(b, tq, self.h, self.d_k).transpose(1, 2)  # (B, H, Tq, d_k)
+        k = k.view(b, tk, self.h, self.d_k).transpose(1, 2)  # (B, H, Tk, d_k)
+        v = v.view(b, tk, self.h, self.d_k).transpose(1, 2)  # (B, H, Tk, d_k)
+        return self.w_o(sdpa_heads(self, q, k, v, mask))
 
 
 class HappyLLMAttention(_Projected):
@@ -190,7 +262,9 @@ class HappyLLMAttention(_Projected):
         xq = self.split(self.wq(q), seqlen)
         xk = self.split(self.wk(k), k.size(1))
         xv = self.split(self.wv(v), v.size(1))
+        xq, xk = self.positions.rotate(xq, xk)
         scores = torch.matmul(xq, xk.transpose(2, 3)) / math.sqrt(self.d_k)  # (B, H, Tq, Tk)
+        scores = self.positions.bias(scores)
         if mask is not None:
             scores = self.apply_mask(scores, mask)
         scores = F.softmax(scores.float(), dim=-1).type_as(xq)
@@ -211,4 +285,6 @@ def harness_add_components():
                   "projections + F.scaled_dot_product_attention", "PyTorch SDPA"),
         Component("happy_llm", "attention", HappyLLMAttention,
                   "wq/wk/wv/wo, float32 softmax, residual dropout", "happy-llm ch. 2 (seed 002)"),
+        Component("sdpa_packed", "attention", PackedSDPAttention,
+                  "one packed qkv Linear (3D, D) + F.scaled_dot_product_attention", "nanoGPT c_attn; timm Attention"),
     ]

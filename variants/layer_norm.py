@@ -8,7 +8,11 @@
 * ``unbiased_var``: (x - mean) / sqrt(var_unbiased + eps) with eps = 1e-6 -- seed 001's
   hand-written LayerNorm (its printout -1.2649 for the row 0..4 confirms the unbiased variance).
 
-All three expose canonical parameters ``weight`` and ``bias`` of shape (D,).
+* ``rmsnorm``: x / sqrt(mean(x^2) + eps) * weight with eps = 1e-6 -- RMSNorm (Zhang & Sennrich
+  2019, eq. 4): no mean subtraction, no bias (LLaMA's ``RMSNorm``).
+
+All but ``rmsnorm`` expose canonical parameters ``weight`` and ``bias`` of shape (D,); ``rmsnorm``
+exports ``weight`` only (it has no bias).
 """
 from __future__ import annotations
 
@@ -51,6 +55,18 @@ class UnbiasedVarLayerNorm(AnnotatedLayerNorm):
         return self.a_2 * (x - mean) / torch.sqrt(var + self.eps) + self.b_2
 
 
+class RMSNorm(nn.Module):
+    """RMSNorm (Zhang & Sennrich 2019): x * rsqrt(mean(x^2) + eps) * weight. Shape (..., D) -> (..., D)."""
+
+    def __init__(self, features: int, eps: float = 1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(features))
+        self.eps = eps
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
 @hookimpl
 def harness_add_components():
     return [
@@ -64,4 +80,8 @@ def harness_add_components():
         Component("unbiased_var", "layer_norm", lambda ctx: UnbiasedVarLayerNorm(ctx.cfg.d_model),
                   "unbiased variance, eps=1e-6 inside sqrt", "seed 001 LayerNorm",
                   differs="unbiased variance (n - 1), eps = 1e-6 inside the square root (seed 001's LayerNorm)"),
+        Component("rmsnorm", "layer_norm", lambda ctx: RMSNorm(ctx.cfg.d_model),
+                  "x / sqrt(mean(x^2) + 1e-6) * weight: no mean subtraction, no bias", "Zhang & Sennrich 2019; LLaMA",
+                  differs="RMSNorm: no mean subtraction and no bias, eps = 1e-6 (Zhang & Sennrich 2019)",
+                  reference="rms_norm"),
     ]

@@ -5,6 +5,10 @@ The five seed notes, their sources, choices, bugs and open questions: docs/seeds
 ``baseline`` keeps the paper's choices (Vaswani et al. 2017): post-norm, separate embeddings
 (the Annotated Transformer's code does not tie either), annotated attention, bool masks,
 ``nn.LayerNorm``, x*sqrt(d_model) + PE, biased projections.
+
+The choices of today's implementations (nanoGPT, LLaMA-style code, x-transformers, timm) are in the
+group ``modern`` (``--variants group:modern``), kept out of ``all`` so the main job does not grow:
+one change from the baseline each, and ``modern``, the LLaMA-style preset with all of them.
 """
 from __future__ import annotations
 
@@ -38,6 +42,31 @@ SEED_PRESETS = [
 ]
 
 
+def _modern(name: str, slots: dict, summary: str, source: str) -> Variant:
+    return Variant(name, slots, summary=summary, source=source, group="modern")
+
+
+MODERN = [
+    _modern("modern", {"norm": "pre", "layer_norm": "rmsnorm", "positional": "rope", "feed_forward": "swiglu",
+                       "projections": "bias_free", "attention": "sdpa_packed"},
+            "LLaMA-style: pre-norm + RMSNorm, RoPE, SwiGLU (2/3 d_ff), bias-free projections, packed-QKV SDPA",
+            "Touvron et al. 2023 (LLaMA); Narang et al. 2021"),
+    _modern("learned_positions", {"positional": "learned"}, "baseline with learned absolute positions",
+            "GPT-2 wpe; BERT; Gehring et al. 2017"),
+    _modern("rope_positions", {"positional": "rope"}, "baseline with rotary positions (no additive PE)",
+            "Su et al. 2021 (RoFormer)"),
+    _modern("alibi_positions", {"positional": "alibi"}, "baseline with ALiBi score biases (no additive PE)",
+            "Press et al. 2022"),
+    _modern("rmsnorm", {"layer_norm": "rmsnorm"}, "baseline with RMSNorm", "Zhang & Sennrich 2019"),
+    _modern("gelu_ffn", {"feed_forward": "gelu"}, "baseline with a GELU FFN", "Hendrycks & Gimpel 2016"),
+    _modern("swiglu_ffn", {"feed_forward": "swiglu"}, "baseline with a SwiGLU FFN (2/3 d_ff)", "Shazeer 2020"),
+    _modern("geglu_ffn", {"feed_forward": "geglu"}, "baseline with a GEGLU FFN (2/3 d_ff)", "Shazeer 2020"),
+    _modern("bias_free", {"projections": "bias_free"}, "baseline with bias-free projections", "PaLM; LLaMA"),
+    _modern("packed_attention", {"attention": "sdpa_packed"}, "baseline with packed-QKV SDPA attention",
+            "nanoGPT; timm"),
+]
+
+
 @hookimpl
 def harness_add_variants():
     return [
@@ -54,4 +83,5 @@ def harness_add_variants():
         Variant("torch_attention", {"attention": "torch"},
                 summary="baseline with F.scaled_dot_product_attention", source="PyTorch SDPA"),
         *SEED_PRESETS,
+        *MODERN,
     ]

@@ -16,21 +16,25 @@ from torch.nn import functional as F
 from ..config import ModelConfig
 from ..model import canonical_state_dict
 from ..registry import Component
-from .contract_base import (CONFORMS, CRASHES, VIOLATES, ComponentResult, ReferenceMask, component_result, crash_result,
+from ..model import PositionHooks
+from .contract_base import (CONFORMS, CRASHES, TAKES_NO_POSITIONS, VIOLATES, ComponentResult, ReferenceMask, component_result, crash_result,
                             judge, load_random_state, output_gap, reference_components, sibling_context)
+from .formulas import alibi_reference, rope_reference
 from .inputs import describe_exception, fmt_size, padded_batch
 
 # --------------------------------------------------------------------------- attention
 
 def reference_attention(query: torch.Tensor, kv: torch.Tensor, state: dict[str, torch.Tensor], h: int,
-                        keep: torch.Tensor, fault: str = "") -> torch.Tensor:
+                        keep: torch.Tensor, fault: str = "", positions: str = "") -> torch.Tensor:
     """Multi-head attention in float64 from canonical weights, optionally with one known ``fault``.
 
     Args:
         query: (B, Tq, D); kv: (B, Tk, D) (keys and values).
         state: ``w_q, w_k, w_v, w_o`` ``.weight`` (D, D) and optional ``.bias`` (D,).
         keep: (B, 1, Tq, Tk) bool, True = attend.
-        fault: "" for the reference, else a key of :data:`ATTENTION_FAULTS`.
+        fault: "" for the reference, else a key of :data:`ATTENTION_FAULTS` or :data:`POSITION_FAULTS`.
+        positions: "" (none), ``"rotary"`` (q and k of each head rotated, :func:`~harness.checks.formulas.rope_reference`)
+            or ``"linear_biases"`` (:func:`~harness.checks.formulas.alibi_reference` added to the scaled scores).
 
     Returns: (B, Tq, D) float64.
     """
@@ -53,10 +57,15 @@ def reference_attention(query: torch.Tensor, kv: torch.Tensor, state: dict[str, 
             return x.reshape(b, h, length, d_k)
         return x.view(b, length, h, d_k).transpose(1, 2)
 
+    if fault == "rope_before_split" and positions == "rotary":
+        q, k = rope_reference(q), rope_reference(k)  # (B, L, D): frequencies over d_model
     q, k, v = split(q, tq), split(k, tk), split(v, tk)
+    q, k, v, kt = _rotated(q, k, v, fault) if positions == "rotary" else (q, k, v, None)
     scale = {"scale_d_model": 1.0 / d, "scale_sqrt_d_model": 1.0 / math.sqrt(d), "no_scale": 1.0,
              "scale_d_k": 1.0 / d_k}.get(fault, 1.0 / math.sqrt(d_k))
-    scores = torch.matmul(q, k.transpose(-2, -1)) * scale  # (B, H, Tq, Tk)
+    scores = torch.matmul(q, k.transpose(-2, -1) if kt is None else kt) * scale  # (B, H, Tq, Tk)
+    if positions == "linear_biases" and fault != "positions_ignored":
+        scores = scores + alibi_reference(h, tq, tk)
     blocked = ~keep.expand(b, 1, tq, tk)
     if fault == "mask_rows_permuted":  # folded heads: mask.repeat(H) where repeat_interleave was meant
         folded = keep.expand(b, 1, tq, tk)[:, 0].repeat(h, 1, 1)  # (H*B, Tq, Tk), index = head*B + b
@@ -71,6 +80,19 @@ def reference_attention(query: torch.Tensor, kv: torch.Tensor, state: dict[str, 
     x = torch.matmul(p, v)  # (B, H, Tq, d_k)
     x = x.reshape(b, tq, d) if fault == "no_transpose" else x.transpose(1, 2).reshape(b, tq, d)  # (B, Tq, D)
     return x if fault == "no_out_proj" else lin(x, "w_o")
+
+
+def _rotated(q, k, v, fault: str):
+    """RoPE on the split heads (B, H, L, d_k) as the reference applies it, or as ``fault`` does:
+    (q, k, v, k^T rotated after the transpose or None)."""
+    if fault in ("positions_ignored", "rope_before_split"):
+        return q, k, v, None
+    kt = None
+    if fault == "rope_k_transposed":  # rotated after the transpose: positions along d_k, pairs along Tk
+        kt = rope_reference(k.transpose(-2, -1))
+    else:
+        k = rope_reference(k)
+    return rope_reference(q), k, rope_reference(v) if fault == "rope_on_v" else v, kt
 
 
 #: Known ways hand-written attention goes wrong: fault -> what the check prints when it matches.
@@ -88,6 +110,19 @@ ATTENTION_FAULTS: dict[str, str] = {
     "mask_rows_permuted": "the mask folded into the heads with repeat() where the heads are batch-major "
                           "(repeat_interleave): each row gets another row's mask",
     "no_out_proj": "the output projection w_o is not applied",
+}
+
+#: Known ways attention code mishandles positions that act inside it (tried when the check gives the
+#: attention reference RoPE or ALiBi positions through ``ctx.positions``).
+POSITION_FAULTS: dict[str, str] = {
+    "positions_ignored": "ctx.positions never reaches the scores: RoPE or ALiBi would be silently dropped (call "
+                         "ctx.positions.rotate(q, k) on the split heads and ctx.positions.bias(scores) on the scaled "
+                         "scores)",
+    "rope_on_v": "RoPE applied to the values too (only q and k are rotated; RoFormer §3.4.2)",
+    "rope_k_transposed": "RoPE applied to k after the transpose for Q K^T: positions taken along d_k and feature "
+                         "pairs along the keys",
+    "rope_before_split": "RoPE applied before the heads are split (pairs and frequencies over d_model instead of "
+                         "each head's d_k)",
 }
 
 #: Canonical names every attention component must export.
@@ -108,67 +143,104 @@ def _attention_case(attn: nn.Module, x, kv, mask, dtype: torch.dtype) -> torch.T
         return attn.to(dtype)(x.to(dtype), kv.to(dtype), kv.to(dtype), mask).double()
 
 
+class _ReferenceRoPE:
+    """The attention check's RoPE sibling: RoFormer's rotation (:func:`~harness.checks.formulas.rope_reference`)."""
+
+    def rotate_qk(self, q, k):
+        return rope_reference(q).to(q.dtype), rope_reference(k).to(k.dtype)
+
+
+class _ReferenceALiBi:
+    """The attention check's ALiBi sibling: -m_h |i - j| (:func:`~harness.checks.formulas.alibi_reference`)."""
+
+    def __init__(self, h: int):
+        self.h = h
+
+    def score_bias(self, tq, tk, device, dtype):
+        return alibi_reference(self.h, tq, tk).to(device, dtype)
+
+
+#: (kind, positions) of every attention case: the positions act in self-attention only.
+ATTENTION_CASES = (("self", ""), ("cross", ""), ("self", "rotary"), ("self", "linear_biases"))
+
+
 def check_attention(comp: Component, cfg: ModelConfig, seed: int = 0) -> list[ComponentResult]:
     """Attention component on its own (reference mask and ``nn.Linear`` siblings), self-attention
-    (causal + padding keep-mask, T x T) and cross-attention (source padding, T x S), run in float64
+    (causal + padding keep-mask, T x T) and cross-attention (source padding, T x S), and self-attention
+    again with the reference RoPE and ALiBi positions behind ``ctx.positions``, run in float64
     and in float32 (a component right in one precision only is wrong), against the float64
     :func:`reference_attention`. Compared at real query rows (padded query rows are never scored).
     Eval mode must be deterministic (no dropout left on). On a difference the known faults
-    (:data:`ATTENTION_FAULTS`) are tried for a diagnosis."""
-    src, tgt, x, mem = _attention_inputs(cfg, seed)
-    ctx = sibling_context(cfg, reference_components(attention=comp))
+    (:data:`POSITION_FAULTS` with positions, then :data:`ATTENTION_FAULTS`) are tried for a diagnosis."""
+    inputs = _attention_inputs(cfg, seed)
+    positions = {"": None, "rotary": PositionHooks(_ReferenceRoPE(), cfg.h), "linear_biases": PositionHooks(_ReferenceALiBi(cfg.h), cfg.h)}
     out = []
-    real = (tgt != cfg.pad)  # (B, T) real query rows
-    for kind in ("self", "cross"):
-        label = f"{kind}-attention vs scaled dot-product attention"
+    for kind, pos in ATTENTION_CASES:
+        shown = {"rotary": "RoPE", "linear_biases": "ALiBi"}.get(pos, pos)
+        label = f"{kind}-attention vs scaled dot-product attention" + (f" with {shown} positions" if pos else "")
+        ctx = sibling_context(cfg, reference_components(attention=comp))
+        ctx.self_positions = positions[pos]
+        if positions[pos] is not None:
+            positions[pos].calls = 0
         try:
-            attn = ctx.make("attention")
-            names = canonical_state_dict(attn)
-            missing = [n for n in ATTENTION_LAYOUT if n not in names]
-            if missing:
-                out.append(component_result(comp, label, VIOLATES, False, detail=(
-                    f"does not export the canonical layout (missing {', '.join(missing)}; has "
-                    f"{', '.join(sorted(names)) or 'nothing'}): define canonical_state()/load_canonical_state()")))
-                continue
-            state = load_random_state(attn, seed)
-            attn = attn.eval()
-            kv = x if kind == "self" else mem
-            mask = (ReferenceMask().tgt_mask(tgt, cfg.pad) if kind == "self"
-                    else ReferenceMask().src_mask(src, cfg.pad))
-            keep = mask.expand(x.size(0), 1, x.size(1), kv.size(1))
-            ref = reference_attention(x, kv, state, cfg.h, keep)
-            runs = {prec: _attention_case(attn, x, kv, mask, dt) for prec, dt in
-                    (("float64", torch.float64), ("float32", torch.float32))}
-            again = _attention_case(attn, x, kv, mask, torch.float64)
+            out.append(_attention_case_result(comp, ctx, cfg, seed, kind, pos, label, inputs))
         except Exception as exc:  # noqa: BLE001 - a crash is a result
             out.append(crash_result(comp, label, exc))
-            continue
-        if not torch.equal(torch.nan_to_num(again), torch.nan_to_num(runs["float64"])):
-            out.append(component_result(comp, label, VIOLATES, False, output_gap(again, runs["float64"])[0], 0.0, diagnosis=(
-                "eval mode is not deterministic: two identical calls differ (dropout left on in eval mode, "
-                "e.g. F.dropout without training=self.training)")))
-            continue
-        gaps = {prec: output_gap(got[real], ref[real]) for prec, got in runs.items()}
-        prec = max(gaps, key=lambda k: gaps[k][0] / gaps[k][1])
-        gap, thr = gaps[prec]
-        diagnosis = ""
-        if gap > thr:
-            diagnosis = _diagnose_attention(runs[prec][real], x, kv, state, cfg.h, keep, real)
-            if gaps["float64"][0] <= gaps["float64"][1]:
-                diagnosis = f"right in float64 but not in float32 ({diagnosis or 'unknown fault'})"
-        out.append(judge(comp, label, gap, thr, diagnosis))
     return out
 
 
-def _diagnose_attention(got: torch.Tensor, x, kv, state, h: int, keep, real) -> str:
-    """The first :data:`ATTENTION_FAULTS` entry that reproduces ``got`` (rows at ``real``), compared
-    where ``got`` is finite; "" when none does."""
+def _attention_case_result(comp, ctx, cfg: ModelConfig, seed: int, kind: str, pos: str, label: str, inputs):
+    """One case of :func:`check_attention` (raises on a crash)."""
+    src, tgt, x, mem = inputs
+    real = (tgt != cfg.pad)  # (B, T) real query rows
+    attn = ctx.attention(cross=kind == "cross")
+    names = canonical_state_dict(attn)
+    missing = [n for n in ATTENTION_LAYOUT if n not in names]
+    if missing:
+        return component_result(comp, label, VIOLATES, False, detail=(
+            f"does not export the canonical layout (missing {', '.join(missing)}; has "
+            f"{', '.join(sorted(names)) or 'nothing'}): define canonical_state()/load_canonical_state()"))
+    state = load_random_state(attn, seed)
+    attn = attn.eval()
+    kv = x if kind == "self" else mem
+    mask = ReferenceMask().tgt_mask(tgt, cfg.pad) if kind == "self" else ReferenceMask().src_mask(src, cfg.pad)
+    keep = mask.expand(x.size(0), 1, x.size(1), kv.size(1))
+    ref = reference_attention(x, kv, state, cfg.h, keep, positions=pos)
+    runs = {prec: _attention_case(attn, x, kv, mask, dt) for prec, dt in
+            (("float64", torch.float64), ("float32", torch.float32))}
+    again = _attention_case(attn, x, kv, mask, torch.float64)
+    if pos and ctx.self_positions.calls == 0:
+        return component_result(comp, label, TAKES_NO_POSITIONS, True, detail=(
+            "never calls ctx.positions: works with positions added to the embeddings only; a variant that pairs it "
+            "with a positional component acting inside attention (RoPE, ALiBi) fails the model contract"))
+    if not torch.equal(torch.nan_to_num(again), torch.nan_to_num(runs["float64"])):
+        return component_result(comp, label, VIOLATES, False, output_gap(again, runs["float64"])[0], 0.0, diagnosis=(
+            "eval mode is not deterministic: two identical calls differ (dropout left on in eval mode, "
+            "e.g. F.dropout without training=self.training)"))
+    gaps = {prec: output_gap(got[real], ref[real]) for prec, got in runs.items()}
+    prec = max(gaps, key=lambda k: gaps[k][0] / gaps[k][1])
+    gap, thr = gaps[prec]
+    diagnosis = ""
+    if gap > thr:
+        diagnosis = _diagnose_attention(runs[prec][real], x, kv, state, cfg.h, keep, real, pos)
+        if gaps["float64"][0] <= gaps["float64"][1]:
+            diagnosis = f"right in float64 but not in float32 ({diagnosis or 'unknown fault'})"
+    return judge(comp, label, gap, thr, diagnosis)
+
+
+def _diagnose_attention(got: torch.Tensor, x, kv, state, h: int, keep, real, positions: str = "") -> str:
+    """The first :data:`POSITION_FAULTS` (with ``positions``) or :data:`ATTENTION_FAULTS` entry that
+    reproduces ``got`` (rows at ``real``), compared where ``got`` is finite; "" when none does."""
     finite = torch.isfinite(got)
     note = "" if finite.all() else " (and NaN or inf in the output)"
     if not finite.any():
         return "the output is NaN or inf at every real query row"
-    for fault, text in ATTENTION_FAULTS.items():
-        alt = reference_attention(x, kv, state, h, keep, fault)[real]
+    faults = {**(POSITION_FAULTS if positions else {}), **ATTENTION_FAULTS}
+    for fault, text in faults.items():
+        try:
+            alt = reference_attention(x, kv, state, h, keep, fault, positions)[real]
+        except RuntimeError:  # a fault that cannot apply to these shapes
+            continue
         g2, t2 = output_gap(got[finite], alt[finite])
         if g2 <= t2:
             return text + note

@@ -15,8 +15,9 @@ import torch
 from torch import nn
 
 from ..config import ModelConfig
-from ..model import BuildContext, canonical_state_dict, load_canonical_state_dict
+from ..model import BuildContext, canonical_state_dict, load_canonical_state_dict, parameter_of
 from ..registry import Component
+from .formulas import FORMULAS
 from .inputs import describe_exception, draw_reference_state, fmt_size
 
 #: slot -> what every component of the slot must compute (unless it declares otherwise).
@@ -33,11 +34,15 @@ SLOT_REFERENCES: dict[str, str] = {
             "x + sublayer(LayerNorm(x)) and a final LayerNorm after each stack (Xiong et al. 2020); declared "
             "has_layer_norm=False: x + a * sublayer(x), a fixed gain that gradients reach at initialisation, "
             "no LayerNorm (ReZero, Bachlechner et al. 2021)",
-    "positional": "x * sqrt(d_model) + PE[:L] with the sinusoidal PE of Vaswani et al. 2017 §3.5, dropout after",
+    "positional": "x * sqrt(d_model) + PE[:L] with the sinusoidal PE of Vaswani et al. 2017 §3.5, dropout after; "
+                  "nothing inside attention (a component that rotates q and k or biases the scores declares it "
+                  "and names its formula: reference=\"rope\" / \"alibi\")",
     "embedding": "src(ids) = src.weight[ids] and tgt(ids) = tgt.weight[ids], one lookup per token and nothing "
                  "else; logits(x) = x generator.weight^T + generator.bias (Vaswani et al. 2017 §3.4)",
     "projections": "linear(d_in, d_out) returns an nn.Linear-like module: y = x weight^T (+ bias), weight "
                    "(d_out, d_in)",
+    "feed_forward": "FFN(x) = w_2(relu(w_1 x + b_1)) + b_2 with ctx.linear projections, inner width d_ff, dropout "
+                    "after the activation (Vaswani et al. 2017 §3.3)",
 }
 
 ATOL = 1e-5  #: absolute floor of every component check (output units)
@@ -51,6 +56,7 @@ NO_DIFF = "no difference (declared different)"
 CRASHES = "crashes"
 FLAGGED = "flagged (declared bug)"
 NOT_FLAGGED = "NOT flagged (declared bug)"
+TAKES_NO_POSITIONS = "takes no positions"  # an attention that never asks ctx.positions (fine unless paired with RoPE/ALiBi)
 
 
 @dataclass
@@ -122,6 +128,17 @@ def sinusoidal_pe(length: int, d_model: int) -> torch.Tensor:
     return pe
 
 
+class _ReferenceFFN(nn.Module):
+    """The feed-forward sibling of a component checked on its own: w_2(relu(w_1 x)) (Vaswani §3.3)."""
+
+    def __init__(self, ctx):
+        super().__init__()
+        self.w_1, self.w_2 = nn.Linear(ctx.cfg.d_model, ctx.cfg.d_ff), nn.Linear(ctx.cfg.d_ff, ctx.cfg.d_model)
+
+    def forward(self, x):
+        return self.w_2(torch.relu(self.w_1(x)))
+
+
 def reference_components(**overrides: Component) -> dict[str, Component]:
     """Sibling components for checking one component on its own: the harness's reference mask,
     ``nn.LayerNorm`` and biased ``nn.Linear``; ``overrides`` puts the component under test in its slot."""
@@ -129,6 +146,7 @@ def reference_components(**overrides: Component) -> dict[str, Component]:
         "mask": Component("_reference", "mask", lambda ctx: ReferenceMask()),
         "layer_norm": Component("_reference", "layer_norm", lambda ctx: nn.LayerNorm(ctx.cfg.d_model)),
         "projections": Component("_reference", "projections", lambda ctx: nn.Linear),
+        "feed_forward": Component("_reference", "feed_forward", lambda ctx: _ReferenceFFN(ctx)),
     }
     base.update(overrides)
     return base
@@ -149,8 +167,9 @@ def uncovered_parameters(module: nn.Module) -> list[str]:
     Every parameter must be canonical: the checks set the canonical state to random values, so a
     parameter outside it keeps its initial value during every check -- a gate that starts at 0 can
     hide anything behind it until training moves it."""
-    covered = {id(t) for t in canonical_state_dict(module).values()}
-    covered |= {t.data_ptr() for t in canonical_state_dict(module).values() if isinstance(t, torch.Tensor)}
+    canon = list(canonical_state_dict(module).values())
+    covered = {id(t) for t in canon} | {id(parameter_of(t)) for t in canon if isinstance(t, torch.Tensor)}
+    covered |= {t.data_ptr() for t in canon if isinstance(t, torch.Tensor)}
     return [n for n, p in module.named_parameters() if id(p) not in covered and p.data_ptr() not in covered]
 
 
@@ -186,6 +205,23 @@ def component_result(comp: Component, check: str, verdict: str, ok: bool, max_ab
     """A :class:`ComponentResult` for ``comp`` (its slot, name, plugin, declaration and bug flag filled in)."""
     return ComponentResult(comp.slot, comp.name, comp.plugin, comp.declaration(), check, verdict, ok, max_abs,
                            threshold, diagnosis, detail, comp.buggy)
+
+
+def formula_result(comp: Component, label: str, gap: float, thr: float, diagnosis: str) -> ComponentResult:
+    """A component held to its declared formula: conforms, or violates with the fault named."""
+    if gap > thr:
+        return component_result(comp, label, VIOLATES, False, gap, thr, diagnosis or
+                                f"differs from the formula it declares ({FORMULAS[comp.slot][comp.reference]})")
+    return component_result(comp, label, CONFORMS, True, gap, thr)
+
+
+def unknown_formula(comp: Component) -> list[ComponentResult] | None:
+    """A failing result when ``comp.reference`` names no formula of its slot (None when it is fine)."""
+    if comp.reference and comp.reference not in FORMULAS.get(comp.slot, {}):
+        known = ", ".join(FORMULAS.get(comp.slot, {})) or "none"
+        return [component_result(comp, f"reference={comp.reference!r}", VIOLATES, False, diagnosis=(
+            f"declares reference={comp.reference!r}, which is no formula of the {comp.slot} slot (known: {known})"))]
+    return None
 
 
 def judge(comp: Component, check: str, gap: float, thr: float, diagnosis: str = "") -> ComponentResult:

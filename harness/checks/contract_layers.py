@@ -1,4 +1,4 @@
-"""Contracts of the ``layer_norm``, ``norm``, ``positional``, ``embedding`` and ``projections`` slots:
+"""Contracts of the ``layer_norm``, ``norm``, ``embedding`` and ``projections`` slots
 each component on its own against its formula in float64, with a diagnosis naming the known fault
 that reproduces a wrong output.
 
@@ -18,15 +18,21 @@ from torch.nn import functional as F
 from ..config import ModelConfig
 from ..model import canonical_init
 from ..registry import Component
-from .contract_base import (ATOL, CONFORMS, VIOLATES, ComponentResult, component_result, crash_result, judge,
-                            load_random_state, output_gap, reference_components, sibling_context, sinusoidal_pe)
+from .contract_base import (ATOL, CONFORMS, VIOLATES, ComponentResult, component_result, crash_result, formula_result,
+                            judge, load_random_state, output_gap, reference_components, sibling_context,
+                            unknown_formula)
+from .formulas import rmsnorm_reference
 from .inputs import padded_batch
 
 # --------------------------------------------------------------------------- layer_norm, norm
 
 def check_layer_norm(comp: Component, cfg: ModelConfig, seed: int = 0) -> list[ComponentResult]:
     """``layer_norm`` component vs ``nn.LayerNorm(D)`` holding the same (random) weight and bias, on
-    inputs with non-zero mean and varied scale, float64."""
+    inputs with non-zero mean and varied scale, float64; a component declaring ``reference="rms_norm"``
+    is held to RMSNorm (:func:`~harness.checks.formulas.rmsnorm_reference`) first."""
+    bad = unknown_formula(comp)
+    if bad:
+        return bad
     label = "vs nn.LayerNorm(d_model)"
     try:
         mod = comp.factory(sibling_context(cfg, reference_components(layer_norm=comp)))
@@ -42,6 +48,13 @@ def check_layer_norm(comp: Component, cfg: ModelConfig, seed: int = 0) -> list[C
             got, want = mod.double().eval()(x), ref(x)
     except Exception as exc:  # noqa: BLE001
         return [crash_result(comp, label, exc)]
+    held = []
+    if comp.reference == "rms_norm":
+        g2, t2 = output_gap(got, rmsnorm_reference(x, ref.weight.detach()))
+        held = [formula_result(comp, "vs RMSNorm a / RMS(a) * g (Zhang & Sennrich 2019)", g2, t2,
+                               "with the mean subtracted (a LayerNorm without bias)" if output_gap(
+                                   got, F.layer_norm(x, (cfg.d_model,), ref.weight.detach(), eps=1e-6))[0] <= t2 else "")]
+        label = "declared difference vs nn.LayerNorm(d_model)"
     gap, thr = output_gap(got, want)
     diagnosis = ""
     if gap > thr:
@@ -58,7 +71,7 @@ def check_layer_norm(comp: Component, cfg: ModelConfig, seed: int = 0) -> list[C
             if g2 <= max(t2, 1e-3 * float(alt.abs().max())):
                 diagnosis = text
                 break
-    return [judge(comp, label, gap, thr, diagnosis)]
+    return held + [judge(comp, label, gap, thr, diagnosis)]
 
 
 def check_norm(comp: Component, cfg: ModelConfig, seed: int = 0) -> list[ComponentResult]:
@@ -228,38 +241,7 @@ def check_residual(comp: Component, cfg: ModelConfig, seed: int = 0) -> list[Com
             judge(comp, f"vs {claims} (final_norm = {final})", *claimed)]
 
 
-# --------------------------------------------------------------------------- positional, embedding, projections
-
-def check_positional(comp: Component, cfg: ModelConfig, seed: int = 0) -> list[ComponentResult]:
-    """``positional`` component vs x * sqrt(D) + PE[:L] (eval mode, float64), at two lengths."""
-    label = "vs x * sqrt(d_model) + PE[:L]"
-    g = torch.Generator().manual_seed(seed + 97)
-    gaps, diagnosis = [], ""
-    try:
-        mod = comp.factory(sibling_context(cfg, reference_components(positional=comp)))
-        load_random_state(mod, seed)
-        mod = mod.double().eval()
-        for length in (5, min(cfg.max_len, 11)):
-            x = torch.randn(2, length, cfg.d_model, generator=g).double()
-            with torch.no_grad():
-                got = mod(x)
-            pe = sinusoidal_pe(length + 1, cfg.d_model)
-            gaps.append(output_gap(got, x * math.sqrt(cfg.d_model) + pe[:length]))
-            if gaps[-1][0] > gaps[-1][1] and not diagnosis:
-                hyps = {"PE shifted by one position (PE[1:L+1])": x * math.sqrt(cfg.d_model) + pe[1:length + 1],
-                        "no sqrt(d_model) scaling of the embeddings": x + pe[:length],
-                        "embeddings scaled by d_model instead of sqrt(d_model)": x * cfg.d_model + pe[:length],
-                        "no positional encoding added": x * math.sqrt(cfg.d_model)}
-                for text, alt in hyps.items():
-                    g2, t2 = output_gap(got, alt)
-                    if g2 <= t2:
-                        diagnosis = text
-                        break
-    except Exception as exc:  # noqa: BLE001
-        return [crash_result(comp, label, exc)]
-    gap, thr = max(gaps, key=lambda gt: gt[0] / gt[1])
-    return [judge(comp, label, gap, thr, diagnosis)]
-
+# --------------------------------------------------------------------------- embedding, projections
 
 def check_embedding(comp: Component, cfg: ModelConfig, seed: int = 0) -> list[ComponentResult]:
     """``embedding`` component: src/tgt must be per-token lookups of the canonical ``src.weight`` /

@@ -13,7 +13,10 @@ the session's reference canonical state (every canonical parameter random, so a 
   ``params`` column and never trains);
 * **canonical round trip**: the canonical state loads into a fresh model (another seed) without
   lossy-load notes, survives exactly and gives bitwise the same logits;
-* **same seed, same model**: two builds from the check seed give bitwise the same logits.
+* **same seed, same model**: two builds from the check seed give bitwise the same logits;
+* **positions reach attention**: when the positional component acts inside attention (RoPE, ALiBi),
+  the attention modules ask ``ctx.positions`` for it in a forward (an attention component that never
+  does would silently train a model with no positions at all).
 
 ``harness check`` (:func:`harness.checks.whole.run_checks`) runs it on every variant next to the
 probes, and the conformance kit (:mod:`harness.testing`) runs ``run_checks`` itself, so the two
@@ -54,6 +57,16 @@ def _gradient_detail(model) -> str:
     return "; ".join(f"parameter(s) {_names(names)} get {kind}" for kind, names in kinds.items() if names)
 
 
+def _positions_detail(model, s: CheckSession) -> str:
+    """"" unless the positional component acts inside attention and no forward asked ``ctx.positions``."""
+    hooks = getattr(model, "position_hooks", ())
+    if any(hk.acts and hk.calls == 0 for hk in hooks):
+        r = model.slots
+        return (f"positional={r.get('positional')} acts inside attention but attention={r.get('attention')} never calls "
+                f"ctx.positions.rotate(q, k) / ctx.positions.bias(scores): the model has no positions")
+    return ""
+
+
 def _round_trip(s: CheckSession, v: Variant, model, src, tgt, logits) -> str:
     """The model's canonical state into a fresh model built from another seed: notes, values, logits."""
     state = {k: t.detach().clone() for k, t in canonical_state_dict(model).items()}
@@ -92,7 +105,8 @@ def variant_contract(s: CheckSession, v: Variant) -> list[ProbeResult]:
             return [_result(v.name, "logits", f"logits have shape {tuple(logits.shape)}, expected (B, T, V) = {want}")]
         finite = "" if torch.isfinite(logits).all() else "logits contain NaN or inf on a padded batch"
         F.cross_entropy(logits[keep].float(), labels[keep]).backward()
-        out = [_result(v.name, "logits", finite), _result(v.name, "gradients", _gradient_detail(model))]
+        out = [_result(v.name, "logits", finite), _result(v.name, "gradients", _gradient_detail(model)),
+               _result(v.name, "positions reach attention", _positions_detail(model, s))]
         model.zero_grad(set_to_none=True)
         logits = logits.detach()
         out.append(_result(v.name, "canonical round trip", _round_trip(s, v, model, src, tgt, logits)))

@@ -10,7 +10,10 @@ is held to it unless its own registration says otherwise (:class:`harness.regist
 * ``differs="..."`` -- a deliberate difference (RMSNorm, another scaling, an approximation): the
   check measures and reports its size instead of failing;
 * ``equivalent_to="other"`` -- held to another component of the slot instead;
-* ``buggy=True`` -- a faithful reproduction of a bug: the checks must flag it.
+* ``buggy=True`` -- a faithful reproduction of a bug: the checks must flag it;
+* ``differs="..."`` with ``reference="NAME"`` -- held to the independent formula NAME
+  (:mod:`harness.checks.formulas`: RoPE, ALiBi, learned positions, RMSNorm, GELU, SwiGLU, GEGLU)
+  and the size of the declared difference from the slot's reference reported.
 
 Each component is checked *on its own*: its siblings are the harness's own reference
 implementations (a -inf keep-mask, ``nn.LayerNorm``, ``nn.Linear``), so a failure is attributed
@@ -32,7 +35,8 @@ declared relations); the slot checks live in :mod:`harness.checks.contract_base`
 verdicts, reference siblings, :data:`~harness.checks.contract_base.ATOL`,
 :data:`~harness.checks.contract_base.SLOT_REFERENCES`), :mod:`harness.checks.contract_attention`
 (attention, mask, :data:`~harness.checks.contract_attention.ATTENTION_FAULTS`) and
-:mod:`harness.checks.contract_layers` (layer_norm, norm, positional, embedding, projections).
+:mod:`harness.checks.contract_layers` (layer_norm, norm, embedding, projections) and
+:mod:`harness.checks.contract_positions` (positional, feed_forward).
 """
 from __future__ import annotations
 
@@ -43,7 +47,8 @@ from ..config import ModelConfig
 from ..registry import Component, Registry
 from .contract_attention import check_attention, check_mask
 from .contract_base import ComponentResult, reference_components, sibling_context
-from .contract_layers import check_embedding, check_layer_norm, check_norm, check_positional, check_projections
+from .contract_layers import check_embedding, check_layer_norm, check_norm, check_projections
+from .contract_positions import check_feed_forward, check_positional
 from .inputs import CHECK_MODEL
 
 
@@ -56,6 +61,7 @@ SLOT_CHECKS: dict[str, Callable[..., list[ComponentResult]]] = {
     "positional": check_positional,
     "embedding": check_embedding,
     "projections": check_projections,
+    "feed_forward": check_feed_forward,
 }
 
 
@@ -75,11 +81,26 @@ def check_components(registry: Registry, keys: list[tuple[str, str]], cfg: Model
         if comp.equivalent_to and reference_key(registry, slot, name, cfg).startswith("reference"):
             # equivalent to a component held to the reference: held to the reference itself
             comp = dataclasses.replace(comp, equivalent_to="")
+        elif comp.equivalent_to and declared_formula(registry, comp):
+            # equivalent to a component held to a formula: held to that formula itself
+            target = declared_formula(registry, comp)
+            comp = dataclasses.replace(comp, equivalent_to="", differs=target.differs, reference=target.reference)
         out += check_component(comp, cfg, seed)
     return out
 
 
 # --------------------------------------------------------------------------- declared relations
+
+def declared_formula(registry: Registry, comp: Component, _seen: frozenset = frozenset()) -> Component | None:
+    """The component whose ``reference=`` formula ``comp`` is held to, following ``equivalent_to=``
+    (None when the chain ends at no formula)."""
+    if comp.reference:
+        return comp
+    if comp.equivalent_to and comp.equivalent_to not in _seen:
+        target = registry.components.get((comp.slot, comp.equivalent_to))
+        return declared_formula(registry, target, _seen | {comp.name}) if target else None
+    return None
+
 
 def reference_key(registry: Registry, slot: str, name: str, cfg: ModelConfig | None = None,
                   _seen: frozenset = frozenset()) -> str:

@@ -115,11 +115,11 @@ class PairResult:
         return max(self.diffs, key=lambda d: d.ratio, default=None)
 
     def cell(self) -> str:
-        """Short text for the equivalence matrix."""
+        """Short text for the equivalence matrix ("FAIL" only for a pair that fails the check)."""
         size = max((d.max_abs for d in self.diffs), default=None)
         return {IDENTICAL: "identical", EQUIVALENT: f"≈ {fmt_size(size)}",
                 DECLARED: f"≠ {fmt_size(self.logits.max_abs if self.logits else None)}",
-                UNEXPECTED: f"FAIL ≠ {fmt_size(size)}", UNEXPECTED_SAME: "FAIL no diff",
+                UNEXPECTED: f"FAIL ≠ {fmt_size(size)}", UNEXPECTED_SAME: f"≈ {fmt_size(size)} (declared ≠)",
                 CRASHES: "FAIL crash"}.get(self.verdict, self.verdict)
 
     def explain(self) -> str:

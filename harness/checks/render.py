@@ -17,8 +17,8 @@ from ..store import RunMeta
 from .report import CheckReport
 
 LEGEND = ("identical: bitwise equal logits and gradients; ≈ x: equivalent, largest max|Δ| x within its threshold; "
-          "≠ x: differs as declared (x = max|Δ logit| at real target positions); FAIL: does not match the "
-          "declaration (see the pair table).")
+          "≠ x: differs as declared (x = max|Δ logit| at real target positions); ≈ x (declared ≠): declared "
+          "different, measured the same (not a failure); FAIL: does not match the declaration (see the pair table).")
 
 
 def matrix_frame(report: CheckReport):

@@ -15,7 +15,7 @@ from torch.nn import functional as F
 
 from ..config import ModelConfig
 from ..errors import HarnessError
-from ..model import build_model, canonical_state_dict, load_canonical_state_dict
+from ..model import build_model, canonical_grad, canonical_state_dict, load_canonical_state_dict
 from ..registry import Registry, Variant
 from .inputs import CHECK_MODEL, autocast, describe_exception, draw_reference_state, padded_batch
 from .policy import Tolerance, get_tolerance, registry_groups
@@ -77,11 +77,13 @@ def tf32_disabled():
 
 
 def canonical_grads(model: nn.Module) -> dict[str, torch.Tensor]:
-    """Gradient of every canonical parameter (tied names share one gradient); CPU copies."""
+    """Gradient of every canonical parameter (tied names share one gradient; a canonical view of a
+    packed parameter gets the same view of its gradient, :func:`harness.model.canonical_grad`); CPU copies."""
     out = {}
     for name, t in canonical_state_dict(model).items():
-        if isinstance(t, nn.Parameter) and t.grad is not None:
-            out[name] = t.grad.detach().cpu().clone()
+        g = canonical_grad(t)  # a view of a packed parameter: the same view of its gradient
+        if g is not None:
+            out[name] = g.detach().cpu().clone()
     return out
 
 

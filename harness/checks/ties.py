@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from ..config import ModelConfig
-from ..model import build_model, canonical_state_dict, load_canonical_state_dict, unique_parameter_count
+from ..model import build_model, canonical_state_dict, load_canonical_state_dict, parameter_of, unique_parameter_count
 from ..registry import Registry, Variant
 from .contracts import reference_key
 from .inputs import describe_exception, fmt_size, padded_batch
@@ -54,7 +54,7 @@ def check_ties(registry: Registry, variant: Variant, cfg: ModelConfig, state: di
     model, _ = load_variant(registry, variant, cfg, state)
     built = tie_groups(model)
     canon = canonical_state_dict(model)
-    per_use = sum(t.numel() for t in canon.values() if isinstance(t, nn.Parameter))
+    per_use = sum(t.numel() for t in canon.values() if parameter_of(t) is not None)
     unique = unique_parameter_count(model)
     problems = []
     moved = tie_groups(model.to(device=device, dtype=torch.float64))

@@ -15,8 +15,9 @@ from torch import nn
 from ..config import ModelConfig
 from ..model import canonical_state_dict
 from ..registry import Registry, Variant
+from .contract_base import reference_components, sibling_context
 from .contracts import reference_key
-from .inputs import autocast, describe_exception, padded_batch
+from .inputs import CHECK_MODEL, autocast, describe_exception, padded_batch
 from .pairs import CRASHES, NOT_COMPARABLE, ReferenceResult, reference_verdict, tensor_diff
 from .policy import get_tolerance, held_to_reference, registry_groups
 from .runs import canonical_grads, load_variant
@@ -99,6 +100,12 @@ def nn_transformer_structure(variant: Variant, groups=None, registry: Registry |
         reasons.append(f"attention={r['attention']} is not declared equivalent to nn.MultiheadAttention")
     if not held_to_reference(registry, "mask", r["mask"], groups):
         reasons.append(f"mask={r['mask']} is not declared equivalent to nn.Transformer's masks")
+    if not held_to_reference(registry, "feed_forward", r["feed_forward"], groups):
+        reasons.append(f"feed_forward={r['feed_forward']} declares a difference from the ReLU FFN (nn.Transformer's "
+                       f"linear1 / linear2 with activation=relu)")
+    if _acts_inside_attention(registry.component("positional", r["positional"])):
+        reasons.append(f"positional={r['positional']} acts inside attention (rotates q and k or biases the scores); "
+                       f"nn.MultiheadAttention has no place for it")
     first = norm_key == "reference:pre"
     bias = True if bias is None else bias
     label = f"nn.Transformer(norm_first={first}{'' if bias else ', bias=False'})"
@@ -111,6 +118,15 @@ def nn_transformer_structure(variant: Variant, groups=None, registry: Registry |
              "(encoder.norm, decoder.norm); post-norm has none, so the stock module computes a different function "
              "(compared below with norm=None instead)"),
             (f"{label}, encoder/decoder norm=None", False, False, bias, "")]
+
+
+def _acts_inside_attention(comp) -> bool:
+    """Whether a positional component's module rotates q and k or biases the scores (built at the check config)."""
+    try:
+        mod = comp.factory(sibling_context(CHECK_MODEL, reference_components(positional=comp)))
+    except Exception:  # noqa: BLE001 - a component that cannot be built: its own check says why
+        return False
+    return hasattr(mod, "rotate_qk") or hasattr(mod, "score_bias")
 
 
 def compare_with_nn_transformer(registry: Registry, variant: Variant, cfg: ModelConfig,

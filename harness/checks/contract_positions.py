@@ -1,0 +1,158 @@
+"""Contracts of the ``positional`` and ``feed_forward`` slots: each component on its own, float64,
+against the slot's reference -- or, for a component that declares ``differs=`` with
+``reference="NAME"``, against that independent formula (:mod:`harness.checks.formulas`), with the
+size of its declared difference from the slot's reference reported as well.
+
+A positional component acts in up to two places: on the embeddings (``forward``) and inside
+self-attention (``rotate_qk`` / ``score_bias``, reached through :class:`harness.model.PositionHooks`,
+so a declared ``qk_order`` is applied exactly as in the model). Both are compared: the rotated
+scores q_rot k_rot^T (what attention sees; they do not depend on the feature order) and the score bias.
+
+Shape letters: B batch, H heads, L length, D = d_model, d_k = D / H.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..config import ModelConfig
+from ..model import PositionHooks
+from ..registry import Component
+from .contract_base import (CONFORMS, VIOLATES, ComponentResult, component_result, crash_result, formula_result, judge,
+                            load_random_state, output_gap, reference_components, sibling_context, sinusoidal_pe,
+                            unknown_formula)
+from .formulas import FORMULAS, GATED, alibi_faults, alibi_reference, ffn_faults, ffn_reference, rope_faults, \
+    rope_reference
+
+
+def _first_match(got: torch.Tensor, faults: dict[str, torch.Tensor]) -> str:
+    """The first fault whose output reproduces ``got`` ("" when none does)."""
+    for text, alt in faults.items():
+        g2, t2 = output_gap(got, alt)
+        if g2 <= t2:
+            return text
+    return ""
+
+
+# --------------------------------------------------------------------------- positional
+
+def check_positional(comp: Component, cfg: ModelConfig, seed: int = 0) -> list[ComponentResult]:
+    """``positional`` component: the embedding side (eval mode, float64, at two lengths) against
+    x * sqrt(D) + PE[:L] (the slot's reference) or its formula's; then, when it acts inside attention
+    or its formula does, the rotated scores and the score bias against the formula's (a component held
+    to the slot's reference must leave attention alone)."""
+    bad = unknown_formula(comp)
+    if bad:
+        return bad
+    formula = comp.reference
+    label = "embeddings vs " + ("x * sqrt(d_model) + PE[:L]" if not formula else f"formula {formula!r}")
+    try:
+        mod = comp.factory(sibling_context(cfg, reference_components(positional=comp)))
+        state = load_random_state(mod, seed)
+        mod = mod.double().eval()
+        emb = _embedding_side(mod, cfg, seed, formula, state)
+        hooks = PositionHooks(mod, cfg.h)
+        inside = _attention_side(hooks, cfg, seed, formula) if hooks.acts or formula in ("rotary", "linear_biases") else []
+    except Exception as exc:  # noqa: BLE001
+        return [crash_result(comp, label, exc)]
+    (gap, thr, diagnosis), (dgap, dthr) = emb
+    if not formula:
+        out = [judge(comp, label, gap, thr, diagnosis)]
+    else:
+        out = [formula_result(comp, label, gap, thr, diagnosis),
+               judge(comp, "declared difference vs x * sqrt(d_model) + PE[:L]", dgap, dthr)]
+    for what, (g, t, diag) in inside:
+        text = f"inside self-attention: {what}"
+        out.append(formula_result(comp, text, g, t, diag) if formula else component_result(
+            comp, text, VIOLATES if g > t else CONFORMS, g <= t, g, t,
+            "acts inside attention but declares nothing: the slot's reference adds to the embeddings only "
+            "(declare differs= and reference=)" if g > t else ""))
+    return out
+
+
+def _embedding_side(mod, cfg: ModelConfig, seed: int, formula: str, state):
+    """((gap, threshold, diagnosis) vs the formula, (gap, threshold) vs the slot's reference), worst length."""
+    g = torch.Generator().manual_seed(seed + 97)
+    worst, worst_ref, diagnosis = (0.0, 1.0), (0.0, 1.0), ""
+    for length in (5, min(cfg.max_len, 11)):
+        x = torch.randn(2, length, cfg.d_model, generator=g).double()
+        with torch.no_grad():
+            got = mod(x)
+        pe = sinusoidal_pe(length + 1, cfg.d_model)
+        paper = x * math.sqrt(cfg.d_model) + pe[:length]
+        want = {"": paper, "learned_absolute": x * math.sqrt(cfg.d_model) + state.get("weight", torch.zeros(1)).double()[:length],
+                "rotary": x * math.sqrt(cfg.d_model), "linear_biases": x * math.sqrt(cfg.d_model)}[formula]
+        gap = output_gap(got, want)
+        ref_gap = output_gap(got, paper)
+        worst = max(worst, gap, key=lambda gt: gt[0] / gt[1])
+        worst_ref = max(worst_ref, ref_gap, key=lambda gt: gt[0] / gt[1])
+        if gap[0] > gap[1] and not diagnosis:
+            diagnosis = _first_match(got, {
+                "PE shifted by one position (PE[1:L+1])": x * math.sqrt(cfg.d_model) + pe[1:length + 1],
+                "no sqrt(d_model) scaling of the embeddings": want - x * (math.sqrt(cfg.d_model) - 1),
+                "embeddings scaled by d_model instead of sqrt(d_model)": want + x * (cfg.d_model - math.sqrt(cfg.d_model)),
+                "no positional encoding added": x * math.sqrt(cfg.d_model),
+                "a sinusoidal PE added although positions act inside attention": paper})
+    return (*worst, diagnosis), worst_ref
+
+
+def _attention_side(hooks: PositionHooks, cfg: ModelConfig, seed: int, formula: str):
+    """[(what, (gap, threshold, diagnosis))] for the rotated scores and the score bias."""
+    g = torch.Generator().manual_seed(seed + 107)
+    h, d_k, length = cfg.h, cfg.d_model // cfg.h, min(cfg.max_len, 11)
+    q = torch.randn(2, h, length, d_k, generator=g, dtype=torch.float64)
+    k = torch.randn(2, h, length, d_k, generator=g, dtype=torch.float64)
+    with torch.no_grad():
+        rq, rk = hooks.rotate(q, k)
+        got = rq @ rk.transpose(-2, -1)  # (2, H, L, L)
+        zeros = torch.zeros(2, h, length, length, dtype=torch.float64)
+        bias = hooks.bias(zeros)
+    plain = q @ k.transpose(-2, -1)
+    want = rope_reference(q) @ rope_reference(k).transpose(-2, -1) if formula == "rotary" else plain
+    gap = output_gap(got, want)
+    out = [("scores q_rot k_rot^T" + (" vs RoFormer's rotation" if formula == "rotary" else " (unchanged)"),
+            (*gap, _first_match(got, rope_faults(q, k, cfg.d_model)) if gap[0] > gap[1] and formula == "rotary" else ""))]
+    bias = bias.expand(2, h, length, length)
+    want_b = alibi_reference(h, length, length).expand(2, h, length, length) if formula == "linear_biases" else zeros
+    bgap = output_gap(bias, want_b)
+    faults = {t: b.expand(2, h, length, length) for t, b in alibi_faults(h, length, length).items()}
+    out.append(("score bias" + (" vs -m_h |i - j|" if formula == "linear_biases" else " (none)"),
+                (*bgap, _first_match(bias, faults) if bgap[0] > bgap[1] and formula == "linear_biases" else "")))
+    return out
+
+
+# --------------------------------------------------------------------------- feed_forward
+
+def check_feed_forward(comp: Component, cfg: ModelConfig, seed: int = 0) -> list[ComponentResult]:
+    """``feed_forward`` component vs the ReLU FFN w_2(relu(w_1 x)) (the slot's reference) or its
+    declared formula (GELU, SwiGLU, GEGLU), eval mode, float64, holding random canonical ``w_1``,
+    ``w_2`` (gated: ``w_gate``, ``w_up``, ``w_down``) with ``nn.Linear`` projections."""
+    bad = unknown_formula(comp)
+    if bad:
+        return bad
+    formula = comp.reference or "ffn_relu"
+    label = f"vs {FORMULAS['feed_forward'][formula].split(' (')[0]}"
+    try:
+        mod = comp.factory(sibling_context(cfg, reference_components(feed_forward=comp)))
+        state = load_random_state(mod, seed)
+        need = ["w_gate.weight", "w_up.weight", "w_down.weight"] if formula in GATED else ["w_1.weight", "w_2.weight"]
+        missing = [n for n in need if n not in state]
+        if missing:
+            return [component_result(comp, label, VIOLATES, False, diagnosis=(
+                f"does not export the canonical layout (missing {', '.join(missing)}; has "
+                f"{', '.join(sorted(state)) or 'nothing'}): w_1, w_2 (ReLU / GELU) or w_gate, w_up, w_down (gated)"))]
+        x = (torch.randn(3, 5, cfg.d_model, generator=torch.Generator().manual_seed(seed + 109)) * 2).double()
+        with torch.no_grad():
+            got = mod.double().eval()(x)
+        want = ffn_reference(formula, x, state)
+    except Exception as exc:  # noqa: BLE001
+        return [crash_result(comp, label, exc)]
+    gap, thr = output_gap(got, want)
+    diagnosis = _first_match(got, ffn_faults(formula, x, state)) if gap > thr else ""
+    if not comp.reference:
+        return [judge(comp, label, gap, thr, diagnosis)]
+    out = [formula_result(comp, label, gap, thr, diagnosis)]
+    if formula not in GATED:  # a gated FFN has no w_1 / w_2: its difference shows in the pairs
+        out.append(judge(comp, "declared difference vs the ReLU FFN", *output_gap(got, ffn_reference("ffn_relu", x, state))))
+    return out

@@ -1,0 +1,183 @@
+"""Independent reference formulas for components that declare a difference from their slot's default
+(``Component(differs=..., reference="NAME")``): each written from its paper in float64, never from
+a component's code, and the known ways real code gets them wrong.
+
+Shape letters: B batch, H heads, L length, Tq/Tk query/key length, D = d_model, d_k = D / H.
+
+Sources: Su et al. 2021 (RoFormer, eq. 34 and its complex form, eq. 12); Press et al. 2022 (ALiBi §3);
+Zhang & Sennrich 2019 (RMSNorm, eq. 4); Shazeer 2020 (GLU variants, eq. 5-6); Hendrycks & Gimpel 2016
+(GELU); GPT-2 / BERT (learned absolute positions).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+#: slot -> formula name -> what it computes (the names a ``Component(reference=...)`` may give).
+FORMULAS: dict[str, dict[str, str]] = {
+    "positional": {
+        "learned_absolute": "x * sqrt(d_model) + weight[:L], weight the canonical (max_len, D) table (GPT-2, BERT)",
+        "rotary": "x * sqrt(d_model) on the embeddings; in self-attention each head's q and k rotated as complex "
+                "pairs (x_2i + i x_2i+1) * exp(i pos theta_i), theta_i = 10000^(-2i/d_k) (RoFormer eq. 12/34)",
+        "linear_biases": "x * sqrt(d_model) on the embeddings; -m_h |i - j| added to head h's scaled scores, m_h the "
+                 "geometric sequence starting at 2^(-8/H) with ratio 2^(-8/H) (Press et al. 2022 §3)",
+    },
+    "layer_norm": {
+        "rms_norm": "a / RMS(a) * g with RMS(a) = sqrt(mean(a^2) + 1e-6), no mean, no bias (Zhang & Sennrich 2019 "
+                   "eq. 4)",
+    },
+    "feed_forward": {
+        "ffn_relu": "max(0, x W_1 + b_1) W_2 + b_2 (Vaswani et al. 2017 eq. 2)",
+        "ffn_gelu": "GELU(x W_1 + b_1) W_2 + b_2, GELU(u) = u Phi(u) = u (1 + erf(u / sqrt 2)) / 2 (Hendrycks & "
+                "Gimpel 2016)",
+        "ffn_swiglu": "(Swish_1(x W) * x V) W_2, Swish_1(u) = u sigmoid(u); W = w_gate, V = w_up, W_2 = w_down "
+                  "(Shazeer 2020 eq. 6)",
+        "ffn_geglu": "(GELU(x W) * x V) W_2; W = w_gate, V = w_up, W_2 = w_down (Shazeer 2020 eq. 6)",
+    },
+}
+
+#: gated formulas: canonical ``w_gate``, ``w_up`` (inner, D) and ``w_down`` (D, inner) -- names of their own,
+#: since their inner width (Shazeer's 2/3 d_ff) differs from the ReLU FFN's ``w_1`` / ``w_2``
+GATED = ("ffn_swiglu", "ffn_geglu")
+
+
+# --------------------------------------------------------------------------- positions
+
+def rope_reference(x: torch.Tensor, base: float = 10000.0, dims: int | None = None, sign: float = 1.0) -> torch.Tensor:
+    """RoFormer's rotation in its complex form: x (..., L, d) float64 -> the same shape, the pair
+    (x_2i, x_2i+1) read as x_2i + i x_2i+1 and multiplied by exp(i * pos * theta_i),
+    theta_i = base^(-2i / dims) (``dims`` = d and ``sign`` = 1 unless a fault is reproduced)."""
+    d, length = x.size(-1), x.size(-2)
+    dims = dims or d
+    theta = torch.tensor([base ** (-2.0 * i / dims) for i in range(d // 2)], dtype=torch.float64)
+    pos = torch.arange(length, dtype=torch.float64)
+    turn = torch.polar(torch.ones(length, d // 2, dtype=torch.float64), torch.outer(sign * pos, theta))  # (L, d/2)
+    pairs = torch.view_as_complex(x.double().reshape(*x.shape[:-1], d // 2, 2).contiguous())
+    return torch.view_as_real(pairs * turn).reshape(x.shape)
+
+
+def rope_half_split(x: torch.Tensor) -> torch.Tensor:
+    """The GPT-NeoX / LLaMA-HF layout (``rotate_half``): feature i paired with i + d/2, not 2i with 2i+1.
+    Equals :func:`rope_reference` after permuting the features to (0, d/2, 1, d/2 + 1, ...)."""
+    d = x.size(-1)
+    order = torch.stack((torch.arange(d // 2), torch.arange(d // 2) + d // 2), dim=-1).flatten()  # (d,)
+    inverse = torch.argsort(order)
+    return rope_reference(x.double()[..., order])[..., inverse]
+
+
+def alibi_slopes_reference(h: int) -> torch.Tensor:
+    """(H,) Press et al. 2022 §3: "a geometric sequence that starts at 2^(-8/n) and uses that same value
+    as its ratio" for n heads a power of 2; otherwise the slopes of the closest power of 2 below,
+    then every other slope of the sequence for twice that (the paper's footnote, its code)."""
+    def geometric(n: int) -> list[float]:
+        start = 2.0 ** (-8.0 / n)
+        return [start * start ** i for i in range(n)]
+
+    if h & (h - 1) == 0:
+        return torch.tensor(geometric(h), dtype=torch.float64)
+    low = 1 << (h.bit_length() - 1)
+    return torch.tensor(geometric(low) + geometric(2 * low)[::2][: h - low], dtype=torch.float64)
+
+
+def alibi_reference(h: int, tq: int, tk: int, slopes: torch.Tensor | None = None) -> torch.Tensor:
+    """(H, Tq, Tk) float64: -m_h * |i - j| (the paper's causal -m (i - j) for j <= i, symmetric beyond)."""
+    slopes = alibi_slopes_reference(h) if slopes is None else slopes
+    dist = (torch.arange(tq, dtype=torch.float64)[:, None] - torch.arange(tk, dtype=torch.float64)[None, :]).abs()
+    return -slopes[:, None, None] * dist
+
+
+def alibi_faults(h: int, tq: int, tk: int) -> dict[str, torch.Tensor]:
+    """Known ALiBi mistakes -> their (H, Tq, Tk) bias: slopes for another number of heads, reversed
+    slopes, the sign flipped, no bias."""
+    out = {}
+    for n in sorted({1, 2, 4, 8, 16, 32, 2 * h, h + 1, max(1, h - 1), max(1, h // 2)} - {h}):
+        slopes = alibi_slopes_reference(n)
+        if n >= h:
+            out[f"ALiBi slopes computed for {n} heads instead of h = {h} (m = 2^(-8i/{n}), the first {h} used)"] = \
+                alibi_reference(h, tq, tk, slopes[:h])
+    out["ALiBi slopes in reverse order (head 0 gets the smallest slope)"] = \
+        alibi_reference(h, tq, tk, alibi_slopes_reference(h).flip(0))
+    out["ALiBi bias added with the wrong sign (+m |i - j|: distant keys rewarded)"] = -alibi_reference(h, tq, tk)
+    out["no ALiBi bias reaches the scores"] = torch.zeros(h, tq, tk, dtype=torch.float64)
+    return out
+
+
+def rope_faults(q: torch.Tensor, k: torch.Tensor, d_model: int) -> dict[str, torch.Tensor]:
+    """Known RoPE mistakes -> the scores (..., Lq, Lk) they give on q, k (..., L, d_k)."""
+    def scores(fq, fk):
+        return fq @ fk.transpose(-2, -1)
+
+    d_k = q.size(-1)
+    return {
+        "RoPE in the half-split layout (GPT-NeoX / LLaMA-HF rotate_half) where the paper's interleaved pairs "
+        "(2i, 2i+1) are meant: the same function only after permuting the rows of W_q and W_k within each head "
+        "(a weight-conversion bug); rotate interleaved pairs, or declare the permutation with qk_order()":
+            scores(rope_half_split(q), rope_half_split(k)),
+        f"RoPE frequencies computed over d_model = {d_model} instead of d_k = {d_k}":
+            scores(rope_reference(q, dims=d_model), rope_reference(k, dims=d_model)),
+        "RoPE rotates by -pos * theta (sin sign flipped)":
+            scores(rope_reference(q, sign=-1.0), rope_reference(k, sign=-1.0)),
+        "RoPE applied to q only": scores(rope_reference(q), k.double()),
+        "no rotation reaches q and k": scores(q.double(), k.double()),
+    }
+
+
+# --------------------------------------------------------------------------- layer_norm
+
+def rmsnorm_reference(x: torch.Tensor, g: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """Zhang & Sennrich 2019 eq. 4: a_i / RMS(a) * g_i, RMS(a) = sqrt(1/n sum a_i^2 + eps)."""
+    x = x.double()
+    rms = (x.pow(2).sum(-1, keepdim=True) / x.size(-1) + eps).sqrt()
+    return x / rms * g.double()
+
+
+# --------------------------------------------------------------------------- feed_forward
+
+def _gelu(u: torch.Tensor) -> torch.Tensor:
+    return u * (1.0 + torch.erf(u / math.sqrt(2.0))) / 2.0
+
+
+def _swish(u: torch.Tensor) -> torch.Tensor:
+    return u * torch.sigmoid(u)
+
+
+def _lin(x: torch.Tensor, state: dict[str, torch.Tensor], name: str) -> torch.Tensor:
+    y = x.double() @ state[f"{name}.weight"].double().T
+    bias = state.get(f"{name}.bias")
+    return y if bias is None else y + bias.double()
+
+
+def ffn_reference(formula: str, x: torch.Tensor, state: dict[str, torch.Tensor], gate: str = "w_gate",
+                  up: str = "w_up", act: str | None = None) -> torch.Tensor:
+    """The feed-forward ``formula`` (:data:`FORMULAS`) on x (..., D) with canonical ``state``; ``gate`` /
+    ``up`` / ``act`` only change for the faults (:func:`ffn_faults`)."""
+    acts = {"ffn_relu": torch.relu, "ffn_gelu": _gelu, "ffn_swiglu": _swish, "ffn_geglu": _gelu}
+    f = acts[act or formula]
+    if formula in GATED:
+        return _lin(f(_lin(x, state, gate)) * _lin(x, state, up), state, "w_down")
+    return _lin(f(_lin(x, state, "w_1")), state, "w_2")
+
+
+def ffn_faults(formula: str, x: torch.Tensor, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Known feed-forward mistakes -> their output (..., D)."""
+    out = {}
+    if formula in GATED:
+        out["gate and up projections swapped (the activation applied to x w_up instead of x w_gate): the same "
+            "function only after relabelling w_gate <-> w_up, so weights under the canonical names (a LLaMA "
+            "checkpoint's gate_proj / up_proj) give another function; export the gated projection as w_gate"] = \
+            ffn_reference(formula, x, state, gate="w_up", up="w_gate")
+        other = "ffn_geglu" if formula == "ffn_swiglu" else "ffn_swiglu"
+        names = {"ffn_swiglu": "SiLU/Swish", "ffn_geglu": "GELU"}
+        out[f"a {names[other]} gate where {formula} means {names[formula]}"] = \
+            ffn_reference(formula, x, state, act=other)
+    else:
+        for other in ("ffn_relu", "ffn_gelu"):
+            if other != formula:
+                out[f"{other[4:].upper()} where {formula[4:].upper()} is meant"] = \
+                    ffn_reference(formula, x, state, act=other)
+        if formula == "ffn_gelu":
+            u = _lin(x, state, "w_1")
+            approx = 0.5 * u * (1 + torch.tanh(math.sqrt(2 / math.pi) * (u + 0.044715 * u ** 3)))
+            out["the tanh approximation of GELU where the exact (erf) GELU is meant"] = _lin(approx, state, "w_2")
+    return out
