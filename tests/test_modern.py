@@ -1,0 +1,83 @@
+"""Today's choices (issue 19): positions inside attention, the feed_forward slot, RMSNorm, packed QKV.
+
+The ``modern`` group is kept out of ``all``; every component is held to its own formula; a packed
+attention compares cleanly with the baseline; the pair table never shows FAIL for a passing check.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from harness import checks
+from harness.checks.pairs import UNEXPECTED_SAME, PairResult
+from harness.config import ModelConfig, get_preset
+from harness.model import build_model, canonical_grad, canonical_state_dict
+from harness.registry import Registry
+
+TINY = ModelConfig(N=1, d_model=16, h=2, d_ff=32, dropout=0.0, max_len=16)
+
+
+@pytest.fixture(scope="module")
+def reg():
+    return Registry.from_plugins()
+
+
+def test_the_modern_group_is_kept_out_of_all_and_selected_by_group(reg):
+    modern = {v.name for v in reg.select(["group:modern"])}
+    assert {"modern", "rope_positions", "alibi_positions", "learned_positions", "rmsnorm", "swiglu_ffn",
+            "geglu_ffn", "gelu_ffn", "packed_attention", "bias_free"} == modern
+    assert not modern & {v.name for v in reg.select(["all"])}
+    assert reg.variants["modern"].slots["feed_forward"] == "swiglu"
+    assert reg.defaults["feed_forward"] == "relu"
+
+
+def test_every_modern_variant_passes_check_and_packed_attention_is_the_baseline(reg):
+    report = checks.run_checks(reg, reg.select(["baseline", "group:modern"]))
+    assert report.failures() == []
+    assert sorted(report.classes()[0]) == ["baseline", "packed_attention"]
+    formulas = {(r.name, r.verdict) for r in report.components if r.check.startswith(("vs ", "embeddings vs formula",
+                                                                                        "inside"))}
+    for name in ("rope", "alibi", "learned", "rmsnorm", "swiglu", "geglu", "gelu"):
+        assert (name, "conforms") in formulas, name  # held to its own formula, not only "differs as declared"
+    assert all("FAIL" not in p.cell() for p in report.pairs)
+
+
+def test_a_passing_pair_that_was_declared_different_is_not_shown_as_fail():
+    pair = PairResult("a", "b", "differs", ["x"], UNEXPECTED_SAME, True)
+    assert pair.ok and "FAIL" not in pair.cell()
+
+
+def test_canonical_views_of_a_packed_parameter_get_the_same_view_of_its_gradient(reg):
+    model = build_model(reg, reg.variants["packed_attention"], TINY)
+    src, tgt = torch.randint(1, 11, (2, 5)), torch.randint(1, 11, (2, 6))
+    model(src, tgt).sum().backward()
+    attn = model.encoder.layers[0].self_attn
+    state = canonical_state_dict(attn)
+    d = TINY.d_model
+    assert state["w_k.weight"]._base is attn.qkv.weight
+    assert torch.equal(canonical_grad(state["w_k.weight"]), attn.qkv.weight.grad[d:2 * d])
+    assert torch.equal(canonical_grad(state["w_v.bias"]), attn.qkv.bias.grad[2 * d:])
+
+
+def test_learned_positions_refuse_a_sequence_past_max_len(reg):
+    model = build_model(reg, reg.variants["learned_positions"], TINY)
+    with pytest.raises(ValueError, match="needs more than the 16 learned rows"):
+        model(torch.ones(1, 17, dtype=torch.long), torch.ones(1, 4, dtype=torch.long))
+
+
+def test_rope_and_alibi_reach_every_self_attention_and_no_cross_attention(reg):
+    for name in ("rope_positions", "alibi_positions"):
+        model = build_model(reg, reg.variants[name], TINY)
+        enc, dec = model.position_hooks
+        model(torch.randint(1, 11, (2, 5)), torch.randint(1, 11, (2, 6)))
+        assert enc.calls == TINY.N and dec.calls == TINY.N, name  # one self-attention per layer each
+        assert not model.decoder.layers[0].src_attn.positions.acts
+
+
+def test_the_modern_preset_trains(reg):
+    from harness import train as T
+
+    cfg = get_preset("tiny").override({"train.steps": 20})
+    model = build_model(reg, reg.variants["modern"], cfg.model, seed=0)
+    metrics, _ = T.train(model, cfg, seed=0, device=torch.device("cpu"))
+    assert metrics["status"] == "ok", metrics.get("reason")
