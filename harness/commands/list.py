@@ -41,9 +41,9 @@ def main(args) -> int:
             continue
         r = v.resolved(reg.defaults)
         changed = ", ".join(f"{s}={c}" for s, c in r.items() if c != reg.defaults[s]) or "(all defaults)"
-        vrows.append({"variant": v.name + (" [bug]" if v.buggy else ""), "slots (non-default)": changed,
+        vrows.append({"variant": v.name + (" [bug]" if v.buggy else "") + (f" [group:{v.group}]" if v.group else ""), "slots (non-default)": changed,
                       "summary": v.summary, "source": v.source, "plugin": v.plugin})
-    print("\nVariants\n")
+    print("\nVariants ([group:NAME]: kept out of all; select with --variants group:NAME)\n")
     print(pd.DataFrame(vrows).to_markdown(index=False, tablefmt="github", maxcolwidths=[None, 40, 70, 30, None]))
     trows = [{"task": t.name + (" (default)" if t.name == DEFAULT_TASK else ""), "summary": t.summary,
               "source": t.source, "plugin": t.plugin} for t in reg.tasks.values()]
