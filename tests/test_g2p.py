@@ -174,3 +174,17 @@ def test_tiny_g2p_run_reports_wer_and_per(tmp_path):
     assert curves[curves.split == "heldout"].wer.notna().all()
     summary = harness.load_run(run_dir).summary
     assert {"wer", "wer_low", "per"} <= set(summary.columns)
+
+
+def test_settings_bench_runs_both_arms_on_their_own_streams():
+    from harness.bench_settings import run_settings_bench, settings_table
+
+    reg = harness.registry.Registry.from_plugins()
+    new = resolve_config("tiny", ["train.task=g2p", "train.bucket=True", "train.batch=32"], reg)
+    old = new.override({"train.bucket": False})
+    rows = run_settings_bench(reg.variants["baseline"], old, new, "fp32", "fp32", "train.bucket=False", reg,
+                              torch.device("cpu"), steps=3, warmup=1)
+    assert [r["arm"] for r in rows] == ["old", "new"] and rows[0]["vs_old"] == 1.0
+    assert rows[0]["padded_per_step"] == 32 * 21 > rows[1]["padded_per_step"]  # fixed width vs trimmed
+    assert all(r["steps_timed"] == 3 and r["tokens_per_s"] > 0 for r in rows)
+    assert "x old" in settings_table(rows).columns
