@@ -205,6 +205,8 @@ def summary_frame(rows: list):
     ``_low``/``_high``) is NaN, since its paired outcomes are rounding (``n_pairs`` still counts them)."""
     import pandas as pd
 
+    from .report import Interval
+
     nan = float("nan")
     out = []
     for r in rows:
@@ -213,8 +215,8 @@ def summary_frame(rows: list):
         line = {"variant": r.variant, "point": r.point, "n": r.n, "n_ok": r.n_ok, "n_failed": r.n_failed,
                 "params": r.params, "step_ms": r.step_ms, "tokens_per_s": r.tokens_per_s,
                 "early_loss_mean": r.early_loss.mean, "early_loss_std": r.early_loss.std}
-        for metric in ("heldout_ce", "exact_match", "token_acc"):
-            iv = getattr(r, metric)
+        for metric in ("heldout_ce", "exact_match", "token_acc", "wer", "per"):
+            iv = getattr(r, metric) or Interval(nan, nan, nan)  # wer, per: None for tasks without them
             line[metric], line[f"{metric}_low"], line[f"{metric}_high"] = iv.value, iv.low, iv.high
         s = r.steps_to_solve
         line.update({"steps_to_solve_median": s.median, "steps_to_solve_q1": s.q1, "steps_to_solve_q3": s.q3,

@@ -28,6 +28,10 @@ from .errors import ConfigError, UnknownNameError
 #: computed with the old names (:func:`hash_view`), so a rename does not change it.
 RENAMED: dict[str, dict[str, str]] = {"train": {"lr": "noam_factor"}}
 
+#: Config keys added after runs were stored, with their defaults: section -> {name: default}. A
+#: key at its default is left out of the hash (:func:`hash_view`), so stored runs stay resumable.
+ADDED: dict[str, dict[str, Any]] = {"train": {"beam": 1, "bucket": False}}
+
 
 def renamed(data: Any, section: str, where: str) -> Any:
     """``data`` (a section's table) with old key names replaced by the new ones.
@@ -134,7 +138,9 @@ def hash_view(config: dict) -> dict:
     out = {}
     for section, table in config.items():
         back = {new: old for old, new in RENAMED.get(section, {}).items()}
-        out[section] = {back.get(k, k): v for k, v in table.items()} if isinstance(table, dict) else table
+        added = ADDED.get(section, {})
+        out[section] = {back.get(k, k): v for k, v in table.items() if k not in added or v != added[k]} \
+            if isinstance(table, dict) else table
     return out
 
 
@@ -245,6 +251,10 @@ class TrainConfig:
         eval_seed: seed of the fixed held-out set (shared by every trial).
         grad_clip: max global gradient norm (0 = off).
         stop_at_solved: stop training at the first evaluation with exact-match >= 0.99.
+        beam: decoding of tasks scored by free-running decoding (``g2p``): 1 = greedy (default),
+            K > 1 = beam search of width K (:func:`harness.tasks.decoding.beam_search`).
+        bucket: length-bucketed training batches, each trimmed to its longest row, for tasks that
+            offer them (``g2p``: :meth:`harness.tasks.g2p.G2PTask.batches`); False = fixed width.
     """
 
     task: str = "copy"
@@ -260,13 +270,15 @@ class TrainConfig:
     eval_seed: int = 1234
     grad_clip: float = 0.0
     stop_at_solved: bool = False
+    beam: int = 1
+    bucket: bool = False
 
     def validate(self) -> "TrainConfig":
         if not self.task.strip() or self.task != self.task.strip():
             raise ConfigError(f"task must be a task name (python -m harness list), got {self.task!r}")
         if self.schedule not in ("noam", "constant"):
             raise ConfigError(f"schedule must be 'noam' or 'constant', got {self.schedule!r}")
-        for name in ("seq_len", "batch", "steps", "warmup", "eval_sequences"):
+        for name in ("seq_len", "batch", "steps", "warmup", "eval_sequences", "beam"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.eval_every < 0:
@@ -369,6 +381,14 @@ PRESETS: dict[str, RunConfig] = {
         ModelConfig(N=6, d_model=64, h=4, d_ff=256, dropout=0.0),
         TrainConfig(task="copy", batch=64, steps=300, noam_factor=0.15, warmup=100, label_smoothing=0.1,
                     eval_every=50, eval_sequences=500)),
+    "g2p": RunConfig(
+        ModelConfig(N=2, d_model=128, h=4, d_ff=512, dropout=0.0, vocab=68, max_len=24),
+        TrainConfig(task="g2p", batch=128, steps=4000, noam_factor=0.5, warmup=400, label_smoothing=0.1,
+                    eval_every=500, eval_sequences=100000, bucket=True)),
+    "g2p_long": RunConfig(
+        ModelConfig(N=3, d_model=256, h=4, d_ff=1024, dropout=0.1, vocab=68, max_len=24),
+        TrainConfig(task="g2p", batch=256, steps=5000, noam_factor=1.0, warmup=1000, label_smoothing=0.1,
+                    eval_every=1000, eval_sequences=100000, bucket=True, beam=4)),
     "tiny": RunConfig(
         ModelConfig(N=1, d_model=16, h=2, d_ff=32, dropout=0.0, max_len=16),
         TrainConfig(task="copy", seq_len=6, batch=16, steps=20, noam_factor=1.0, warmup=10,
@@ -382,6 +402,9 @@ PRESET_NOTES: dict[str, str] = {
              "so paired seeds can separate variants; what run --suite uses",
     "deep": "N=6 (six encoder and six decoder layers), d_model=64, 300 steps at batch 64 with warmup 100: "
             "the depth where pre-norm vs post-norm and warmup matter (Xiong et al. 2020)",
+    "g2p": "the g2p task (CMUdict): N=2, d_model=128, dropout 0, 4000 steps at batch 128, length-bucketed "
+           "batches, greedy decoding, final WER/PER on the whole test split (with --dtype bf16 where the CPU has it)",
+    "g2p_long": "g2p with N=3, d_model=256, d_ff=1024, dropout 0.1, 5000 steps at batch 256, beam search 4",
     "tiny": "seconds-long smoke config for tests; does not solve the task",
 }
 

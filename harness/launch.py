@@ -72,11 +72,17 @@ def load_registry(plugins: PluginSpec) -> Registry:
 
 # ------------------------------------------------------------------------------------- planning
 
-def resolve_config(preset: str, overrides) -> Any:
-    """Preset + ``--set`` items, validated. Raises UnknownNameError / ConfigError."""
+def resolve_config(preset: str, overrides, registry: Registry | None = None) -> Any:
+    """Preset + ``--set`` items, validated; with ``registry``, then fitted to the task
+    (:meth:`harness.Task.fit`: e.g. ``g2p`` raises ``model.vocab`` and ``model.max_len`` that the
+    items do not set). Raises UnknownNameError / ConfigError."""
     cfg = get_preset(preset)
     values = parse_overrides(list(overrides))
-    return cfg.override(values) if values else cfg.validate()
+    cfg = cfg.override(values) if values else cfg.validate()
+    if registry is None:
+        return cfg
+    given = {".".join(resolve_key(k)) for k in values}
+    return registry.task(cfg.train.task).fit(cfg, given)
 
 
 def check_experiment_options(given: set[str]) -> None:
@@ -104,7 +110,7 @@ def plan_run(req: RunRequest, reg: Registry) -> Plan:
     if req.experiment:
         return plan_from_experiment(req.experiment, reg, req)
     preset = req.preset or "quick"
-    cfg = resolve_config(preset, req.overrides)
+    cfg = resolve_config(preset, req.overrides, reg)
     variants = reg.grid() if req.grid else reg.select(req.patterns())
     seeds = req.seed_list(len(variants))
     return Plan(variants, seeds, [("", cfg)], preset=preset)
@@ -299,7 +305,7 @@ def requested_plan(req: RunRequest, given: set[str], meta: RunMeta, reg) -> tupl
         plan = plan_from_experiment(experiment, reg, req)
         return [v.name for v in plan.variants], plan.seeds, plan.points
     preset = req.preset if "preset" in given else (meta.preset or "quick")
-    points = [("", resolve_config(preset, req.overrides))]
+    points = [("", resolve_config(preset, req.overrides, reg))]
     if given & {"variants", "grid"}:
         variants = [v.name for v in (reg.grid() if req.grid else reg.select(req.patterns()))]
     else:

@@ -44,7 +44,7 @@ from .errors import StoreError
 from .store import RunMeta, RunStore, atomic_write_text
 
 SUITES_DIR = Path(__file__).resolve().parent.parent / "experiments" / "suites"
-SUITE_METRICS = {"heldout_ce": False, "exact_match": True}  #: name -> higher is better
+SUITE_METRICS = {"heldout_ce": False, "exact_match": True, "wer": False, "per": False}  #: name -> higher is better
 SUITE_FILE = "suite.json"
 
 
@@ -230,7 +230,8 @@ def _row(spec: SuiteSpec, task: str, df: pd.DataFrame, r) -> dict:
     out = {"task": task, "variant": v, "relation": relation, "n": r.n, "n_ok": r.n_ok,
            "invalid": "; ".join(r.invalid), "changed": ", ".join(changed_slots(df, v, spec.reference)),
            "ce": ce.value, "ce_low": ce.low, "ce_high": ce.high, "em": em.value, "em_low": em.low,
-           "em_high": em.high, "auc": r.heldout_auc.value, "verdict": "", "reason": "", "p": math.nan,
+           "em_high": em.high, "auc": r.heldout_auc.value, "wer": r.wer.value if r.wer else math.nan,
+           "per": r.per.value if r.per else math.nan, "verdict": "", "reason": "", "p": math.nan,
            "p_low": math.nan, "p_high": math.nan, "wins": 0, "losses": 0, "ties": 0, "test_verdict": ""}
     if r.invalid:
         out["verdict"] = "INVALID"

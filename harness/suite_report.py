@@ -22,7 +22,9 @@ if TYPE_CHECKING:  # harness.suite imports this module at run time, never the re
     from .suite import SuiteSpec
 
 METRIC_TEXT = {"heldout_ce": "held-out cross-entropy (nats/token, lower is better)",
-               "exact_match": "held-out exact match (fraction of sequences, higher is better)"}
+               "exact_match": "held-out exact match (fraction of sequences, higher is better)",
+               "wer": "held-out word error rate (fraction of words, free-running decoding, lower is better)",
+               "per": "held-out phoneme error rate (edits / reference phonemes, free-running decoding, lower is better)"}
 
 
 def null_verdict_rate(n: int, alpha: float = stats.ALPHA) -> float:

@@ -166,6 +166,20 @@ def train_step(model, batch: Batch, opt, sched, cfg: RunConfig, device: torch.de
 #: exact match is the event that greedy decoding gets every label right, leak or no leak.
 EM_PREFIX = "prefix-only forwards (= greedy decoding)"
 
+#: ``exact_match_method`` of a task that scores free-running decoding (``g2p``: exact match = 1 - WER).
+DECODING_METHOD = "free-running decoding (fed only its own predictions)"
+
+
+def decoding_name(beam: int) -> str:
+    """``"greedy"`` (``train.beam`` = 1) or ``"beam K"``: the ``decoding`` column of a task with WER/PER."""
+    return "greedy" if beam == 1 else f"beam {beam}"
+
+
+def _rates(m: dict) -> dict:
+    """The WER / PER of an evaluation's metrics, for tasks that report them (else {})."""
+    return {k: m[k] for k in ("wer", "per") if k in m}
+
+
 #: Trial status of a variant that fails an integrity probe (:func:`harness.checks.probes.integrity_reasons`)
 #: at initialisation or after training: it still trains, its numbers are stored, and no report ranks it.
 INVALID = "invalid"
@@ -242,13 +256,14 @@ class _Loop:
     def run(self, gen: torch.Generator, progress: Callable[[int, float], None] | None) -> None:
         """Train ``train.steps`` steps on batches from ``gen``; stop early on a non-finite loss or
         gradient norm (status ``diverged``) or, with ``train.stop_at_solved``, once solved."""
-        tc, mc, clock = self.cfg.train, self.cfg.model, self.clock
+        tc, clock = self.cfg.train, self.clock
         self.model.train()
+        stream = self.task.batches(self.cfg, gen)
         t0 = time.perf_counter()
         for self.step in range(1, tc.steps + 1):
             step = self.step
             with clock("data"):
-                batch = self.task.make_batch(tc.batch, tc.seq_len, mc.vocab, gen).to(self.device)
+                batch = next(stream).to(self.device)
             with clock("step"):
                 loss_v, gnorm_v = train_step(self.model, batch, self.opt, self.sched, self.cfg, self.device,
                                              self.dtype)
@@ -289,7 +304,7 @@ class _Loop:
             m = self.task.evaluate(self.model, self.probe, self.cfg, self.device, self.dtype)
             self.check_future(step)
         self.curve.append({"step": step, "split": "heldout", "loss": m["heldout_ce"],
-                           "exact_match": m["exact_match"], "wall_s": self.train_s})
+                           "exact_match": m["exact_match"], **_rates(m), "wall_s": self.train_s})
         if self.solved_step is None and m["exact_match"] >= SOLVED:
             self.solved_step, self.solved_s = step, self.train_s
             return True
@@ -323,7 +338,7 @@ class _Loop:
         if invalid:
             status, reason = INVALID, "; ".join(list(dict.fromkeys(invalid)) + ([reason] if reason else []))
         self.curve.append({"step": step, "split": "heldout", "loss": final["heldout_ce"],
-                           "exact_match": final["exact_match"], "wall_s": train_s})
+                           "exact_match": final["exact_match"], **_rates(final), "wall_s": train_s})
         if self.solved_step is None and final["exact_match"] >= SOLVED:
             self.solved_step, self.solved_s = step, train_s
         train_losses = [r["loss"] for r in self.curve if r["split"] == "train"]
@@ -343,7 +358,8 @@ class _Loop:
             "train_s": train_s,
             "step_ms": 1000 * timed_s / timed_steps if timed_steps else nan,
             "tokens_per_s": timed_tokens / timed_s if timed_s > 0 else nan,
-            "exact_match_method": EM_PREFIX,
+            "exact_match_method": EM_PREFIX if "wer" not in final else DECODING_METHOD,
+            **({"decoding": decoding_name(self.cfg.train.beam)} if "wer" in final else {}),
             "status": status,
             "reason": reason,
         }

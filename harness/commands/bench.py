@@ -45,6 +45,12 @@ def register(sub, parents):
     p.add_argument("--steps", type=int, default=8, metavar="N", help="timed steps per contender (default 8)")
     p.add_argument("--warmup-steps", type=int, default=3, metavar="M",
                    help="untimed steps per contender first (default 3)")
+    p.add_argument("--old", action="append", default=[], metavar="KEY=VALUE",
+                   help="compare settings instead of variants: the first selected variant trained with the "
+                        "config plus these overrides (e.g. train.bucket=False) in --old-dtype, interleaved with "
+                        "the config as given in --dtype; prints target tokens/s of both and the ratio")
+    p.add_argument("--old-dtype", default="fp32", choices=["fp32", "bf16"],
+                   help="dtype of the --old arm (default fp32)")
     p.add_argument("--no-memory", dest="memory", action="store_false",
                    help="skip the fresh-process peak-memory probes (about 5 s per contender and dtype)")
     add_output(p, "bench")
@@ -111,7 +117,7 @@ def main(args) -> int:
         raise BenchError(f"--steps must be >= 1 and --warmup-steps >= 0, got {args.steps} and {args.warmup_steps}")
     reg = load_registry(args)
     variants = select_variants(reg, args)
-    cfg = resolve_config(args)
+    cfg = resolve_config(args, reg)
     check_task(reg, cfg)
     device = resolve_device(args.device)
     dtypes = ["fp32", "bf16"] if args.dtype == "both" else [args.dtype]
@@ -124,6 +130,8 @@ def main(args) -> int:
     if log:
         log(f"{store.root}: {len(variants)} variant(s) + nn.Transformer, {'/'.join(dtypes)}, "
             f"{args.warmup_steps} warm-up + {args.steps} timed steps each, on {device.type}")
+    if args.old:
+        return _settings_main(args, variants[0], cfg, reg, device, store, meta, log)
     rows, info = run_bench(variants, cfg, device, dtypes, args.steps, args.warmup_steps, reg, plugins,
                            memory=args.memory, log=log)
     meta.peak_gflop_per_s, meta.bench_s = info["peak_gflop_per_s"], info["bench_s"]
@@ -136,4 +144,39 @@ def main(args) -> int:
     for line in summary_lines(rows):
         print(line)
     print(f"\nbench: {md_path}  {csv_path}  ({info['bench_s']:.0f} s)")
+    return 0
+
+
+def _settings_main(args, variant, cfg, reg, device, store, meta, log) -> int:
+    """``bench --old KEY=VALUE ...``: one variant under old and new settings, interleaved
+    (:mod:`harness.bench_settings`); writes bench.csv and bench.md, prints the table and the ratio."""
+    import pandas as pd
+
+    from ..bench import BenchError
+    from ..bench_settings import run_settings_bench, settings_table
+    from ..config import parse_overrides
+    from ..store import atomic_write_text
+
+    if args.dtype == "both":
+        raise BenchError("--old compares two arms: give the new arm's dtype as --dtype fp32 or --dtype bf16")
+    old_cfg = reg.task(cfg.train.task).fit(cfg.override(parse_overrides(args.old)), set())
+    reg.task(old_cfg.train.task).validate(old_cfg)
+    changes = ", ".join(args.old)
+    rows = run_settings_bench(variant, old_cfg, cfg, args.old_dtype, args.dtype, changes, reg, device,
+                              args.steps, args.warmup_steps, log)
+    table = settings_table(rows).to_markdown(index=False, tablefmt="github")
+    ratio = f"new / old target tokens/s: {rows[1]['vs_old']:.2f}x (variant {variant.name}, task {cfg.train.task})"
+    meta.extra.update({"old": args.old, "old_dtype": args.old_dtype})
+    store.write_meta(meta)
+    env = meta.environment
+    md = "\n".join([f"# Speed: old vs new settings ({meta.preset or 'custom'} config)", "", "```", meta.command,
+                    "```", "", "## Environment", ""] + [f"- {k}: {v}" for k, v in env.items() if v is not None]
+                   + ["", f"Arms interleaved, order alternating each round; {args.warmup_steps} warm-up + "
+                      f"{args.steps} timed steps per arm; target tokens/s = label tokens of the timed steps / "
+                      "their summed step time (harness.bench_settings).", "", table, "", ratio]) + "\n"
+    atomic_write_text(store.root / "bench.csv", pd.DataFrame(rows).to_csv(index=False))
+    atomic_write_text(store.root / "bench.md", md)
+    print(table)
+    print(ratio)
+    print(f"\nbench: {store.root / 'bench.md'}")
     return 0

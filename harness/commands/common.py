@@ -117,12 +117,12 @@ def command_line(args=None) -> str:
     return "python -m harness " + shlex.join(sys.argv[1:] if argv is None else argv)
 
 
-def resolve_config(args) -> RunConfig:
-    """``--preset`` + ``--set`` overrides, validated (:func:`harness.launch.resolve_config`).
-    Raises UnknownNameError / ConfigError."""
+def resolve_config(args, registry: Registry | None = None) -> RunConfig:
+    """``--preset`` + ``--set`` overrides, validated and, with ``registry``, fitted to the task
+    (:func:`harness.launch.resolve_config`). Raises UnknownNameError / ConfigError."""
     from ..launch import resolve_config as resolve
 
-    return resolve(args.preset, args.overrides)
+    return resolve(args.preset, args.overrides, registry)
 
 
 def load_registry(args) -> Registry:

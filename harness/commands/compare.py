@@ -44,8 +44,9 @@ def register(sub, parents):
     p.add_argument("run_a", metavar="RUN_A", help="reference run (folder, run id or 'latest')")
     p.add_argument("run_b", metavar="RUN_B", help="candidate run (folder, run id or 'latest')")
     p.add_argument("--results-dir", default="results", metavar="DIR", help="where runs are stored (default results)")
-    p.add_argument("--metrics", default=",".join(DEFAULT_METRICS), metavar="NAMES",
-                   help=f"comma-separated metrics to gate (default {','.join(DEFAULT_METRICS)}; "
+    p.add_argument("--metrics", default=None, metavar="NAMES",
+                   help=f"comma-separated metrics to gate (default {','.join(DEFAULT_METRICS)}, plus wer,per when "
+                        f"both runs have them (g2p); "
                         f"known: {', '.join(METRICS)}); failed and diverged trials are always gated (see above)")
     p.add_argument("--tolerance", type=float, default=0.0, metavar="X",
                    help="a difference must exceed X (absolute, in the metric's unit) beyond its CI to count "
@@ -197,7 +198,10 @@ def main(args) -> int:
         if kind != "train":
             raise HarnessError(f"run {str(store.root)!r} is a measurement ({kind}), not a training "
                                f"run; compare works on training runs")
-    metrics = [m.strip() for m in args.metrics.split(",") if m.strip()]
+    if args.metrics is None:  # the defaults, and the error rates of a task that reports them (g2p)
+        metrics = list(DEFAULT_METRICS) + [m for m in ("wer", "per") if m in da and m in db]
+    else:
+        metrics = [m.strip() for m in args.metrics.split(",") if m.strip()]
     table = compare_frames(da, db, metrics, args.tolerance)
     common = table[~table["status"].isin(["only in A", "only in B"])]
     if common.empty:

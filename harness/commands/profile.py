@@ -80,7 +80,7 @@ def main(args) -> int:
 
     reg = load_registry(args)
     variants = select_variants(reg, args)
-    cfg = resolve_config(args)
+    cfg = resolve_config(args, reg)
     device = resolve_device(args.device)
     plugins = plugin_spec(args).to_dict()
     specs = make_specs(variants, [args.seed], cfg, device.type, args.dtype, plugins)

@@ -20,7 +20,13 @@ METRICS: dict[str, tuple[bool, str]] = {
     "final_train_loss": (False, "final training loss (label-smoothed, nats/token)"),
     "early_loss": (False, "early training loss (mean of the first 10 steps)"),
     "steps_to_solve": (False, "steps to held-out exact-match >= 0.99"),
+    "wer": (False, "word error rate (share of held-out words matching no reference pronunciation; "
+                   "free-running decoding)"),
+    "per": (False, "phoneme error rate (edit distance to the closest reference / its phonemes; "
+                   "free-running decoding)"),
 }
+#: Metrics only some tasks report (``g2p``): shown, compared and plotted where the trials have them.
+RATE_METRICS = ("wer", "per")
 DEFAULT_METRIC = "heldout_ce"
 
 #: Statuses of trials that trained to the end: ``invalid`` trials (a failed integrity probe, see

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from ..store import RunMeta, atomic_write_bytes
-from .frames import _num, point_order, variant_order
+from .frames import RATE_METRICS, _num, point_order, variant_order
 
 
 def atomic_savefig(fig, path: Path, **kwargs) -> None:
@@ -263,18 +263,21 @@ def plot_final_metrics(df: pd.DataFrame, rows: list, path: Path) -> Path | None:
     labels = [_series_label(r.variant, r.point) for r in rows]
     colors = _colors(len(rows))
     h = max(2.6, 0.42 * len(rows) + 1.4)
-    fig, axes = plt.subplots(1, 2, figsize=(13, h), sharey=True)
+    rates = [k for k in RATE_METRICS if any(getattr(r, k, None) is not None for r in rows)]  # g2p: WER, PER
+    fig, axes = plt.subplots(1, 2 + len(rates), figsize=(13 + 5.5 * len(rates), h), sharey=True)
     rng = np.random.default_rng(0)
     ce_scale = _scale(axes[0], _num(df[df["status"] == "ok"], "heldout_ce"), "x")
     floor = (f"; axis >= {MIN_SPAN_FRACTION:.0%} of the value wide" if ce_scale == "linear" else "")
-    for ax, key, title in ((axes[0], "heldout_ce", f"Held-out cross-entropy, nats/token ({ce_scale} scale{floor})"),
-                           (axes[1], "exact_match", "Held-out exact-match (fraction)")):
+    panels = [(axes[0], "heldout_ce", f"Held-out cross-entropy, nats/token ({ce_scale} scale{floor})"),
+              (axes[1], "exact_match", "Held-out exact-match (fraction)")]
+    panels += [(axes[2 + i], k, f"Held-out {k.upper()} (fraction, free-running decoding)") for i, k in enumerate(rates)]
+    for ax, key, title in panels:
         for i, (r, color) in enumerate(zip(rows, colors)):
             g = df[(df["variant"] == r.variant) & (df["point"] == r.point) & (df["status"] == "ok")]
             vals = _num(g, key).dropna().to_numpy()
             y = len(rows) - 1 - i
             ax.scatter(vals, y + rng.uniform(-0.18, 0.18, vals.size), s=14, color="0.55", zorder=2)
-            point, lo, hi = getattr(r, key)
+            point, lo, hi = getattr(r, key) or (math.nan,) * 3
             if not math.isnan(point):
                 xerr = None if math.isnan(lo) else [[point - lo], [hi - point]]
                 ax.errorbar([point], [y], xerr=xerr, fmt="D", color=color, ms=7, capsize=5, lw=2, zorder=3)

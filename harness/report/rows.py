@@ -101,6 +101,8 @@ class SummaryRow:
         invalid: the integrity probes the variant failed (empty when valid).
         baseline_invalid: the baseline failed one (no comparison is drawn).
         same_function: ``check`` proves the variant computes the baseline's function (module docstring).
+        wer, per: held-out word and phoneme error rates (fractions) of free-running decoding, IQM [CI];
+            None for a task that does not report them (every task but ``g2p``).
     """
 
     variant: str
@@ -125,6 +127,8 @@ class SummaryRow:
     invalid: list = field(default_factory=list)
     baseline_invalid: bool = False
     same_function: bool = False
+    wer: Interval | None = None
+    per: Interval | None = None
 
     @property
     def verdict(self) -> str | None:

@@ -12,8 +12,8 @@ import pandas as pd
 
 from .. import stats
 from ..store import RunMeta
-from .frames import DEFAULT_METRIC, METRICS, SLOT_COLS, TRAINED, _num, invalid_variants, point_order, \
-    resolve_baseline, variant_order
+from .frames import DEFAULT_METRIC, METRICS, RATE_METRICS, SLOT_COLS, TRAINED, _num, invalid_variants, \
+    point_order, resolve_baseline, variant_order
 from .rows import SAME_FUNCTION_TEXT, Count, Interval, MeanStd, MedianIQR, SummaryRow, recorded_classes, same_class
 
 # ----------------------------------------------------------------------------- statistics
@@ -107,6 +107,7 @@ def _stats_row(g: pd.DataFrame, variant: str, point: str, **extra) -> SummaryRow
         solved=int(np.isfinite(solve).sum()),
         diverged=Count(n_div, n, *stats.wilson_interval(n_div, n)),
         slots={c.removeprefix("slot_"): first.get(c, "") for c in g.columns if c.startswith("slot_")},
+        **{k: Interval(*stats.iqm_ci(_num(ok, k).to_numpy())) for k in RATE_METRICS if _num(g, k).notna().any()},
         **extra)
 
 
@@ -184,6 +185,8 @@ def summary_table(df: pd.DataFrame, baseline: str | None = None, metric: str = D
             "mean held-out CE over training IQM [95% CI]": stats.fmt_ci(*r.heldout_auc),
             "held-out CE IQM [95% CI]": stats.fmt_ci(*r.heldout_ce),
             "exact-match IQM [95% CI]": stats.fmt_ci(*r.exact_match),
+            **({f"{k.upper()} IQM [95% CI]": stats.fmt_ci(*getattr(r, k)) if getattr(r, k) else "—"
+                for k in RATE_METRICS} if any(x.wer is not None for x in rows) else {}),
             "steps to EM≥0.99 median [IQR]": _fmt_median_iqr(r.steps_to_solve, r.solved, r.n),
             "diverged x/n [Wilson 95%]": _fmt_count(r.diverged),
             p_col: p_s,
@@ -262,11 +265,24 @@ def caption(meta: RunMeta, df: pd.DataFrame, baseline: str | None, metric: str) 
         f"**P(> {baseline})** compares on **{metric}** ({METRICS[metric][1]}; "
         f"{'higher' if METRICS[metric][0] else 'lower'} is better). " + stats.RULE_TEXT,
     ]
+    if "wer" in df:
+        parts.append(rates_text(df))
     same = same_function_variants(meta, df, baseline)
     if same:
         parts.append(SAME_FUNCTION_TEXT.replace("the baseline's", f"`{baseline}`'s", 1)
                      + f" Here: {', '.join(same)}.")
     return "\n\n".join(parts)
+
+
+def rates_text(df: pd.DataFrame) -> str:
+    """The caption's paragraph on WER / PER (tasks that report them): definitions and the decoding."""
+    dec = sorted(set(df["decoding"].dropna().astype(str))) if "decoding" in df else []
+    return ("**WER** (word error rate: share of held-out words whose decoded pronunciation matches none of the "
+            "word's reference pronunciations) and **PER** (phoneme error rate: Levenshtein distance to the closest "
+            "reference, summed over words, / the summed length of those references), fractions, lower is better; "
+            "IQM over the seeds with a 95 % stratified-bootstrap CI. Both from free-running decoding (the decoder "
+            f"is fed only its own predictions, so no target token can leak): **{', '.join(dec) or 'greedy'}** "
+            "(`train.beam`; 1 = greedy). For this task **exact-match** = 1 - WER (the same decoding).")
 
 
 def same_function_variants(meta: RunMeta, df: pd.DataFrame, baseline: str | None) -> list[str]:

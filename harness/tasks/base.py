@@ -86,6 +86,21 @@ class Task:
         """
         raise NotImplementedError
 
+    def batches(self, cfg: "RunConfig", generator: torch.Generator) -> Iterator[Batch]:
+        """The training stream of a trial: batches drawn from ``generator`` (advanced in place).
+        Default: :meth:`make_batch` with ``train.batch``, ``train.seq_len`` and ``model.vocab``,
+        forever. Override to batch differently (``g2p``: length-bucketed with ``train.bucket``);
+        the same rules hold: deterministic given the generator, never an evaluation sequence."""
+        tc = cfg.train
+        while True:
+            yield self.make_batch(tc.batch, tc.seq_len, cfg.model.vocab, generator)
+
+    def fit(self, cfg: "RunConfig", given: set[str]) -> "RunConfig":
+        """``cfg`` adjusted to what the task needs, for the keys the user did not set (``given``:
+        the dotted keys of ``--set``, e.g. ``{"model.vocab"}``). Called when a run or bench resolves
+        its config; default: ``cfg`` unchanged. :meth:`validate` still checks the result."""
+        return cfg
+
     def eval_set(self, n: int, seq_len: int, vocab: int, seed: int) -> Batch:
         """The fixed held-out set: ``n`` sequences drawn from ``seed``, none of which
         :meth:`make_batch` ever returns (for any generator state).
@@ -173,10 +188,9 @@ def training_sources(task: Task, cfg: "RunConfig", seed: int) -> Iterator[torch.
     Yields:
         ``cfg.train.steps`` tensors of shape (B, S), B = ``cfg.train.batch``.
     """
-    tc = cfg.train
-    generator = torch.Generator().manual_seed(seed)
-    for _ in range(tc.steps):
-        yield task.make_batch(tc.batch, tc.seq_len, cfg.model.vocab, generator).src
+    stream = task.batches(cfg, torch.Generator().manual_seed(seed))
+    for _ in range(cfg.train.steps):
+        yield next(stream).src
 
 
 def heldout_overlap(task: Task, cfg: "RunConfig", seed: int) -> tuple[int, int]:

