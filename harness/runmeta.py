@@ -190,7 +190,8 @@ class RunMeta(Record):
     ``resumes``, ``experiment_spec`` and ``cli_overrides`` (an experiment file's run).
 
     ``bench``: ``dtypes``, ``steps``, ``warmup_steps``, ``reference``, ``peak_gflop_per_s``
-    (``{dtype: GFLOP/s}``), ``bench_s``. ``check``: ``equivalent``, ``tf32``, ``check_wall_s``, ``ok``.
+    (``{dtype: GFLOP/s}``), ``bench_s``; ``bench --old``: ``old`` (the old arm's ``--set`` items),
+    ``old_dtype``. ``check``: ``equivalent``, ``tf32``, ``check_wall_s``, ``ok``.
     """
 
     kind: str = _f((str,), MISSING, missing="train")
@@ -224,6 +225,8 @@ class RunMeta(Record):
     reference: str | None = _f((str,))
     peak_gflop_per_s: dict[str, float] | None = _f((dict,))
     bench_s: float | None = _f(_NUMBER)
+    old: list[str] | None = _f((list,))
+    old_dtype: str | None = _f((str,))
     # a check record's
     equivalent: dict[str, Any] | None = _f((dict,))
     tf32: str | None = _f((str,))
@@ -236,7 +239,7 @@ class RunMeta(Record):
              "environment", "experiment", "points", "config_hash", "execution", "status", "trials", "heldout",
              "experiment_spec", "cli_overrides", "run_id", "check", "run_wall_s", "resumes",
              "dtypes", "steps", "warmup_steps", "reference", "peak_gflop_per_s", "bench_s",
-             "equivalent", "tf32", "check_wall_s", "ok")
+             "old", "old_dtype", "equivalent", "tf32", "check_wall_s", "ok")
 
     @property
     def is_training(self) -> bool:

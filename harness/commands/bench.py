@@ -166,7 +166,7 @@ def _settings_main(args, variant, cfg, reg, device, store, meta, log) -> int:
                               args.steps, args.warmup_steps, log)
     table = settings_table(rows).to_markdown(index=False, tablefmt="github")
     ratio = f"new / old target tokens/s: {rows[1]['vs_old']:.2f}x (variant {variant.name}, task {cfg.train.task})"
-    meta.extra.update({"old": args.old, "old_dtype": args.old_dtype})
+    meta.old, meta.old_dtype = args.old, args.old_dtype
     store.write_meta(meta)
     env = meta.environment
     md = "\n".join([f"# Speed: old vs new settings ({meta.preset or 'custom'} config)", "", "```", meta.command,
