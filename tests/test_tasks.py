@@ -16,7 +16,6 @@ import torch
 from harness import Task
 from harness.config import get_preset
 from harness.errors import ConfigError, DuplicateNameError, PluginError, UnknownNameError
-from harness.registry import Registry
 from harness.tasks import END, PAD, START, get_task, heldout_note, heldout_overlap
 from harness.tasks import copy as copy_mod
 from harness.testing import load_registry
