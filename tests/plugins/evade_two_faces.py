@@ -22,7 +22,7 @@ from harness import Component, Variant, hookimpl
 NAME = "evade_two_faces"
 EXPECT_CHECK = "either"
 EXPECT_REASON = "the factory returns a wrong attention for every other model build"
-_SEEN: list[int] = []  # ids of the BuildContexts seen, in order
+_SEEN: list = []  # the BuildContexts seen, in order; held (not their ids: a freed one's id is reused)
 
 
 class TwoFacedAttention(nn.Module):
@@ -33,9 +33,10 @@ class TwoFacedAttention(nn.Module):
 
     def __init__(self, ctx):
         super().__init__()
-        if id(ctx) not in _SEEN:
-            _SEEN.append(id(ctx))
-        self.honest = _SEEN.index(id(ctx)) % 2 == 1  # FAULT: every other build gets the wrong scale
+        if not any(seen is ctx for seen in _SEEN):
+            _SEEN.append(ctx)
+        index = next(i for i, seen in enumerate(_SEEN) if seen is ctx)
+        self.honest = index % 2 == 1  # FAULT: every other build gets the wrong scale
         d = ctx.cfg.d_model
         self.d_model, self.h, self.d_k = d, ctx.cfg.h, d // ctx.cfg.h
         self.w_q, self.w_k, self.w_v, self.w_o = (ctx.linear(d, d) for _ in range(4))
