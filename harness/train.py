@@ -365,7 +365,7 @@ class _Loop:
         }
 
 
-_CONTRACTS: dict[tuple, list[str]] = {}
+_CONTRACTS: dict[tuple, tuple[Any, list[str]]] = {}  # key -> (the registry checked, reasons)
 
 
 def contract_reasons(registry, variant: Variant, model_cfg) -> list[str]:
@@ -377,10 +377,11 @@ def contract_reasons(registry, variant: Variant, model_cfg) -> list[str]:
     out = []
     for slot, name in sorted(variant.resolved().items()):
         key = (slot, name, id(registry), repr(model_cfg))
-        if key not in _CONTRACTS:
-            _CONTRACTS[key] = [r.reason() for r in check_components(registry, [(slot, name)], model_cfg)
-                               if not r.ok]
-        out += [f"contract: {line}" for line in _CONTRACTS[key]]
+        held = _CONTRACTS.get(key)
+        if held is None or held[0] is not registry:  # an id is reused once its registry is freed
+            held = _CONTRACTS[key] = (registry, [r.reason() for r in
+                                                 check_components(registry, [(slot, name)], model_cfg) if not r.ok])
+        out += [f"contract: {line}" for line in held[1]]
     return out
 
 
