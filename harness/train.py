@@ -21,6 +21,7 @@ threads, the process-wide settings every trial applies, peak memory, the environ
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import math
 import time
@@ -102,13 +103,11 @@ def noam_lambda(d_model: int, warmup: int, schedule: str = "noam") -> Callable[[
 
 
 def make_optimizer(model: torch.nn.Module, cfg: RunConfig):
-    """Adam(betas=(0.9, 0.98), eps=1e-9) and the LambdaLR schedule of ``cfg`` (Vaswani §5.3).
+    """``(optimizer, scheduler)``: Adam(betas=(0.9, 0.98), eps=1e-9) and the LambdaLR schedule of
+    ``cfg`` (Vaswani §5.3).
 
     Uses ``fused=True`` (one kernel per parameter; on CPU 2x faster than ``foreach``) and
     falls back to ``foreach=True`` where the device or a parameter's dtype has no fused kernel.
-
-    Returns:
-        ``(optimizer, scheduler)``.
     """
     tc = cfg.train
     kwargs = dict(lr=tc.noam_factor, betas=(0.9, 0.98), eps=1e-9)  # LambdaLR multiplies it by the Noam rate
@@ -192,7 +191,8 @@ def train(model, cfg: RunConfig, seed: int, device: torch.device, dtype: str = "
     score it on the task's held-out set (:meth:`harness.tasks.base.Task.evaluate`); returns
     (metrics, curve).
 
-    The curve holds one ``{"step", "split": "train", "loss"}`` row per step and one
+    The curve holds one ``{"step", "split": "train", "loss"}`` row per ``train.log_every`` steps
+    (the mean loss of those steps; the last step always closes a row) and one
     ``{"step", "split": "heldout", "loss", "exact_match", "wall_s"}`` row per evaluation.
     Stops early with status ``diverged`` when the loss or the gradient norm is not finite.
 
@@ -250,7 +250,8 @@ class _Loop:
         self.tokens, self.step, self.train_s = 0, 0, 0.0
         self.solved_step: int | None = None
         self.solved_s: float | None = None
-        self.first_losses: list[float] = []
+        # the losses of steps 1-10 (early_loss), the last 10 (final_train_loss), those since the last curve row
+        self.first_losses, self.last_losses, self.pending = [], collections.deque(maxlen=10), []
         self.warm_s, self.warm_tokens = 0.0, 0  # train_s and tokens after the warm-up steps
 
     def run(self, gen: torch.Generator, progress: Callable[[int, float], None] | None) -> None:
@@ -285,10 +286,17 @@ class _Loop:
 
     def _log(self, step: int, loss_v: float, gnorm_v: float, ntokens: int,
              progress: Callable[[int, float], None] | None) -> bool:
-        """The step's curve row, token count, early losses and progress call; False when the
-        loss or the gradient norm is not finite."""
-        self.curve.append({"step": step, "split": "train", "loss": loss_v})
+        """The step's loss (a curve row, the mean since the last one, every ``train.log_every`` steps,
+        on the last step, on a non-finite one and, with ``stop_at_solved``, before every evaluation),
+        token count, early losses and progress call; False when the loss or the gradient norm is not finite."""
+        tc = self.cfg.train
+        self.pending.append(loss_v)
+        self.last_losses.append(loss_v)
         finite = math.isfinite(loss_v) and math.isfinite(gnorm_v)
+        stop_check = tc.stop_at_solved and tc.eval_every and step % tc.eval_every == 0
+        if step % tc.log_every == 0 or step == tc.steps or not finite or stop_check:
+            self.curve.append({"step": step, "split": "train", "loss": sum(self.pending) / len(self.pending)})
+            self.pending = []
         if finite:
             self.tokens += ntokens
             if step <= 10:
@@ -341,7 +349,7 @@ class _Loop:
                            "exact_match": final["exact_match"], **_rates(final), "wall_s": train_s})
         if self.solved_step is None and final["exact_match"] >= SOLVED:
             self.solved_step, self.solved_s = step, train_s
-        train_losses = [r["loss"] for r in self.curve if r["split"] == "train"]
+        train_losses = list(self.last_losses)
         timed_steps, timed_s, timed_tokens = step, train_s, self.tokens
         if step > WARMUP_STEPS and train_s > self.warm_s:
             timed_steps, timed_s, timed_tokens = step - WARMUP_STEPS, train_s - self.warm_s, self.tokens - self.warm_tokens
@@ -350,7 +358,7 @@ class _Loop:
         return {
             "steps": step,
             "early_loss": sum(self.first_losses) / len(self.first_losses) if self.first_losses else nan,
-            "final_train_loss": sum(train_losses[-10:]) / max(1, len(train_losses[-10:])),
+            "final_train_loss": sum(train_losses) / max(1, len(train_losses)),
             **final,
             "steps_to_solve": self.solved_step if self.solved_step is not None else nan,
             "time_to_solve_s": self.solved_s if self.solved_s is not None else nan,

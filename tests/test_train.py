@@ -322,3 +322,42 @@ def test_step_time_and_tokens_per_s_leave_out_the_warm_up_steps(registry, monkey
 
     row = {"variant": "baseline", "point": "", "seed": 0, "params": 1, **metrics}
     assert aggregate(pd.DataFrame([row]))[0].step_ms == metrics["step_ms"]
+
+
+def test_log_every_averages_the_training_loss_into_fewer_rows_and_changes_no_metric(registry, monkeypatch):
+    """``train.log_every=5`` over 12 steps: train rows at steps 5, 10 and 12, each the mean of the per-step
+    losses of an identical ``log_every=1`` trial; every score and ``final_train_loss`` are the same, and
+    the default keeps the config hash (results/reference/main-job). A trial stopped early (solved at an
+    evaluation between two rows) still gets a row for its last steps, before that evaluation's row."""
+    from harness.store import config_hash
+
+    cfg = get_preset("tiny").override({"train.steps": 12, "train.eval_every": 5})
+    runs = {}
+    for k in (1, 5):
+        model = build_model(registry, registry.variants["baseline"], cfg.model, seed=0)
+        runs[k] = T.train(model, cfg.override({"train.log_every": k}), seed=0, device=torch.device("cpu"))
+    every = [r["loss"] for r in runs[1][1] if r["split"] == "train"]
+    rows = [(r["step"], r["loss"]) for r in runs[5][1] if r["split"] == "train"]
+    assert len(every) == 12 and [s for s, _ in rows] == [5, 10, 12]
+    for (step, loss), lo in zip(rows, (0, 5, 10)):
+        assert loss == pytest.approx(sum(every[lo:step]) / (step - lo), rel=1e-6)
+    held = [[(r["step"], r["loss"], r["exact_match"]) for r in runs[k][1] if r["split"] == "heldout"] for k in (1, 5)]
+    assert held[0] == held[1] and len(held[0]) == 3  # evaluations at 5, 10 and the final one
+    timing = {"train_s", "step_ms", "tokens_per_s", "time_to_solve_s"}
+    a, b = ({k: v for k, v in runs[n][0].items() if k not in timing} for n in (1, 5))
+    assert a.keys() == b.keys() and all(a[k] == b[k] or (a[k] != a[k] and b[k] != b[k]) for k in a)
+    assert config_hash(get_preset("quick").to_dict()) == "df61d0adfdf1"
+    assert config_hash(get_preset("quick").override({"train.log_every": 5}).to_dict()) != "df61d0adfdf1"
+
+    evals = []
+
+    def evaluate(*args, **kwargs):
+        evals.append(1)
+        return {"heldout_ce": 0.1, "heldout_token_acc": 1.0, "exact_match": 1.0}
+
+    monkeypatch.setattr(Task, "evaluate", evaluate)
+    solved = cfg.override({"train.log_every": 4, "train.eval_every": 6, "train.stop_at_solved": True})
+    model = build_model(registry, registry.variants["baseline"], cfg.model, seed=0)
+    metrics, curve = T.train(model, solved, seed=0, device=torch.device("cpu"))
+    assert metrics["steps"] == 6
+    assert [(r["step"], r["split"]) for r in curve] == [(4, "train"), (6, "train"), (6, "heldout"), (6, "heldout")]

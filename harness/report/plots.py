@@ -117,7 +117,7 @@ def _curve_looks(series: list[tuple[str, str]]) -> dict[tuple[str, str], tuple]:
 
 
 def _plot_one_series(axes, g: pd.DataFrame, label: str, color, ls: str) -> None:
-    """One series' training loss (10-step mean), held-out CE and exact-match medians with IQR bands."""
+    """One series' training loss (mean over >= 10 steps), held-out CE and exact-match medians with IQR bands."""
     many = g["seed"].nunique() > 1
     tr = g[g["split"] == "train"].groupby("step")["loss"]
     if len(tr):
@@ -142,7 +142,7 @@ def _label_curve_axes(axes, curves: pd.DataFrame) -> None:
 
     sc = _scale(axes[0], curves.loc[curves["split"] == "train", "loss"])
     axes[0].set(xlabel="optimiser step", ylabel=f"training loss, nats/token ({sc} scale)",
-                title="Training loss (label-smoothed)\nmedian over seeds, IQR band, 10-step mean")
+                title="Training loss (label-smoothed)\nmedian over seeds, IQR band, mean over >= 10 steps")
     sc = _scale(axes[1], curves.loc[curves["split"] == "heldout", "loss"])
     axes[1].set(xlabel="optimiser step", ylabel=f"held-out cross-entropy, nats/token ({sc} scale)",
                 title="Held-out cross-entropy (unsmoothed)\nmedian over seeds, IQR band")
@@ -158,12 +158,15 @@ MAX_OVERLAID = 6  #: more series than this: one small panel per series instead o
 
 
 def _smooth(s: pd.Series) -> pd.Series:
-    return s.rolling(10, min_periods=1).mean()
+    """A training-loss series (index: step) as a running mean over at least 10 steps: 10 rows when
+    every step has a row, fewer when each row is already the mean of ``train.log_every`` steps."""
+    stride = float(pd.Series(s.index).diff().median()) if len(s) > 1 else 1.0
+    return s.rolling(max(1, round(10 / max(stride, 1.0))), min_periods=1).mean()
 
 
 def plot_curves_grid(curves: pd.DataFrame, path: Path, series: list[tuple[str, str]]) -> Path:
     """Small multiples for many variants: one panel per variant (x point) with its training loss
-    (solid, 10-step mean) and held-out cross-entropy (dashed, markers), median over seeds with
+    (solid, mean over >= 10 steps) and held-out cross-entropy (dashed, markers), median over seeds with
     IQR bands; the first series (the baseline) is repeated in grey in every panel."""
     plt = _plt()
     from matplotlib import ticker
@@ -205,7 +208,7 @@ def plot_curves_grid(curves: pd.DataFrame, path: Path, series: list[tuple[str, s
         ax.set_xlabel("optimiser step")
     handles, labels = axes.ravel()[min(1, len(series) - 1)].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=9, frameon=False)
-    fig.suptitle("Training loss (solid, 10-step mean) and held-out cross-entropy (dashed): median over seeds, "
+    fig.suptitle("Training loss (solid, mean over >= 10 steps) and held-out cross-entropy (dashed): median over seeds, "
                  "IQR bands; grey: the baseline", fontsize=11)
     fig.tight_layout(rect=(0, 0.04, 1, 0.97))
     atomic_savefig(fig, path, dpi=100)
