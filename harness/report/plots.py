@@ -151,7 +151,7 @@ def _label_curve_axes(axes, curves: pd.DataFrame) -> None:
     axes[2].axhline(0.99, color="grey", lw=0.8, ls="--")
     for ax in axes:
         ax.grid(alpha=0.3)
-        ax.xaxis.set_major_locator(ticker.MaxNLocator(integer=True))
+        ax.xaxis.set_major_locator(ticker.MaxNLocator(integer=True, nbins=6))  # 5-digit steps must not collide
 
 
 MAX_OVERLAID = 6  #: more series than this: one small panel per series instead of overlaid lines
