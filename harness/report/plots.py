@@ -147,7 +147,7 @@ def _label_curve_axes(axes, curves: pd.DataFrame) -> None:
     axes[1].set(xlabel="optimiser step", ylabel=f"held-out cross-entropy, nats/token ({sc} scale)",
                 title="Held-out cross-entropy (unsmoothed)\nmedian over seeds, IQR band")
     axes[2].set(xlabel="optimiser step", ylabel="held-out exact-match (fraction)", ylim=(-0.02, 1.02),
-                title="Held-out exact-match (greedy)\nmedian over seeds, IQR band")
+                title="Held-out exact-match (run's decoding)\nmedian over seeds, IQR band")
     axes[2].axhline(0.99, color="grey", lw=0.8, ls="--")
     for ax in axes:
         ax.grid(alpha=0.3)
