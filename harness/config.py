@@ -256,7 +256,8 @@ class TrainConfig:
         bucket: length-bucketed training batches, each trimmed to its longest row, for tasks that
             offer them (``g2p``: :meth:`harness.tasks.g2p.G2PTask.batches`); False = fixed width.
         log_every: steps per training-loss row of the trial's curve, each row the mean loss of the
-            steps since the previous one (the last step always gets a row); 1 = one row per step
+            steps since the previous one (the last step and each evaluation's step always get a
+            row); 1 = one row per step
             (default). Long runs set it to keep their trial files and ``curves.csv`` small; the
             metrics do not depend on it.
     """

@@ -192,7 +192,8 @@ def train(model, cfg: RunConfig, seed: int, device: torch.device, dtype: str = "
     (metrics, curve).
 
     The curve holds one ``{"step", "split": "train", "loss"}`` row per ``train.log_every`` steps
-    (the mean loss of those steps; the last step always closes a row) and one
+    and before each evaluation (the mean loss of the steps since the previous row; the last step
+    always closes one) and one
     ``{"step", "split": "heldout", "loss", "exact_match", "wall_s"}`` row per evaluation.
     Stops early with status ``diverged`` when the loss or the gradient norm is not finite.
 
@@ -287,14 +288,14 @@ class _Loop:
     def _log(self, step: int, loss_v: float, gnorm_v: float, ntokens: int,
              progress: Callable[[int, float], None] | None) -> bool:
         """The step's loss (a curve row, the mean since the last one, every ``train.log_every`` steps,
-        on the last step, on a non-finite one and, with ``stop_at_solved``, before every evaluation),
-        token count, early losses and progress call; False when the loss or the gradient norm is not finite."""
+        before every evaluation, on the last step and on a non-finite one), token count, early losses
+        and progress call; False when the loss or the gradient norm is not finite."""
         tc = self.cfg.train
         self.pending.append(loss_v)
         self.last_losses.append(loss_v)
         finite = math.isfinite(loss_v) and math.isfinite(gnorm_v)
-        stop_check = tc.stop_at_solved and tc.eval_every and step % tc.eval_every == 0
-        if step % tc.log_every == 0 or step == tc.steps or not finite or stop_check:
+        evaluates = tc.eval_every and step % tc.eval_every == 0
+        if step % tc.log_every == 0 or evaluates or step == tc.steps or not finite:
             self.curve.append({"step": step, "split": "train", "loss": sum(self.pending) / len(self.pending)})
             self.pending = []
         if finite:
@@ -349,7 +350,6 @@ class _Loop:
                            "exact_match": final["exact_match"], **_rates(final), "wall_s": train_s})
         if self.solved_step is None and final["exact_match"] >= SOLVED:
             self.solved_step, self.solved_s = step, train_s
-        train_losses = list(self.last_losses)
         timed_steps, timed_s, timed_tokens = step, train_s, self.tokens
         if step > WARMUP_STEPS and train_s > self.warm_s:
             timed_steps, timed_s, timed_tokens = step - WARMUP_STEPS, train_s - self.warm_s, self.tokens - self.warm_tokens
@@ -358,7 +358,7 @@ class _Loop:
         return {
             "steps": step,
             "early_loss": sum(self.first_losses) / len(self.first_losses) if self.first_losses else nan,
-            "final_train_loss": sum(train_losses) / max(1, len(train_losses)),
+            "final_train_loss": sum(self.last_losses) / max(1, len(self.last_losses)),
             **final,
             "steps_to_solve": self.solved_step if self.solved_step is not None else nan,
             "time_to_solve_s": self.solved_s if self.solved_s is not None else nan,
