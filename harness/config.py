@@ -394,7 +394,7 @@ PRESETS: dict[str, RunConfig] = {
     "g2p_long": RunConfig(
         ModelConfig(N=2, d_model=128, h=4, d_ff=512, dropout=0.0, vocab=68, max_len=24),
         TrainConfig(task="g2p", batch=128, steps=36000, noam_factor=0.5, warmup=400, label_smoothing=0.1,
-                    eval_every=2000, eval_sequences=100000, bucket=True, beam=4)),
+                    eval_every=2000, eval_sequences=100000, bucket=True, beam=4, log_every=10)),
     "tiny": RunConfig(
         ModelConfig(N=1, d_model=16, h=2, d_ff=32, dropout=0.0, max_len=16),
         TrainConfig(task="copy", seq_len=6, batch=16, steps=20, noam_factor=1.0, warmup=10,
@@ -412,8 +412,8 @@ PRESET_NOTES: dict[str, str] = {
            "batches, greedy decoding, final WER/PER on the whole test split (with --dtype bf16 where the CPU has it); "
            "the training loss is logged as 10-step means",
     "g2p_long": "the g2p model (N=2, d_model=128, dropout 0) trained 9x longer: 36000 steps at batch 128 (about 41 passes over the training words), "
-                "beam search 4; it over-fits after about 10000 steps, add --set model.dropout=0.1 for the WER <= 30 % "
-                "reference (docs/tasks.md)",
+                "beam search 4, 10-step loss means; it over-fits after about 10000 steps, add --set model.dropout=0.1 "
+                "for the WER <= 30 % reference (docs/tasks.md)",
     "tiny": "seconds-long smoke config for tests; does not solve the task",
 }
 
