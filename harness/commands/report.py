@@ -25,7 +25,7 @@ def register(sub, parents):
 def main(args) -> int:
     from ..errors import ConfigError
     from ..experiments import spec_from_meta, write_run_report
-    from ..report import METRICS, resolve_baseline, summary_table, to_markdown, trials_frame
+    from ..report import METRICS, partial_banner, resolve_baseline, summary_table, terminal_table, trials_frame
 
     store = resolve_run(args.run, args.results_dir)
     if args.metric and args.metric not in METRICS:
@@ -43,6 +43,8 @@ def main(args) -> int:
             spec = spec_from_meta(meta)
             metric = args.metric or (spec.metric if spec else "heldout_ce")
             baseline = args.baseline or (spec.baseline if spec else None)
-            print(to_markdown(summary_table(df, resolve_baseline(df, meta, baseline), metric, meta)))
+            for line in partial_banner(store, meta, markdown=False):
+                print(line)
+            print(terminal_table(summary_table(df, resolve_baseline(df, meta, baseline), metric, meta)))
     print(f"report: {path}")
     return 0
