@@ -405,3 +405,16 @@ def test_final_metrics_axis_is_never_narrower_than_the_floor(tmp_path, monkeypat
         assert len(marks) == 1 and marks[0].xy[1] == pytest.approx(y_twin + 0.24)
     for fig in figs:
         fig.clf()
+
+
+def test_a_zoomed_axis_says_so():
+    from harness.report import _plt
+    from harness.report.plots import note_zoom
+
+    plt = _plt()
+    fig, (near, full) = plt.subplots(1, 2)
+    near.set_xlim(0.30, 0.33)
+    full.set_xlim(0.0, 0.33)
+    assert note_zoom(near) and "ZOOMED: the axis starts at 0.3, not 0" in near.get_title()
+    assert not note_zoom(full) and "ZOOMED" not in full.get_title()
+    plt.close(fig)
