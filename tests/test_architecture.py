@@ -149,7 +149,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("harness.experiments", "harness.suite", "harness.suite_report", "harness.launch"),
     ("harness.request", "harness.runner", "harness.executors", "harness.resume"),
     ("harness.train", "harness.measure", "harness.bench", "harness.bench_settings", "harness.overhead",
-     "harness.progress"),
+     "harness.progress", "harness.saved", "harness.tboard"),
     ("harness.report", "harness.stats", "harness.overview"),
     ("harness.checks", "harness.testing"),
     ("harness.tasks",),

@@ -30,6 +30,7 @@ EPILOG = """examples:
   python -m harness run --resume results/20250101-120000        only the missing trials
   python -m harness run --resume results/20250101-120000 --retry-failed   ... and the failed ones
   python -m harness run --executor ray --address ray://head:10001
+  python -m harness run --variants baseline --task g2p --save-models --tensorboard runs/tb
 
 exit codes: 0 all trials ok, 1 a trial failed or diverged, 2 bad input, 130 interrupted"""
 
@@ -54,6 +55,16 @@ def register(sub, parents):
     p.add_argument("--seed-start", type=int, metavar="S", help="first seed (default 0)")
     add_output(p, "run", what="run", default_id="a timestamp",
                quiet_help="no progress bars or per-trial log lines (bars are off anyway when stderr is not a terminal)")
+    o = p.add_argument_group("what else a run keeps")
+    o.add_argument("--tensorboard", nargs="?", const="", default=None, metavar="DIR",
+                   help="write every trial's curves (training loss, learning rate, held-out CE, exact-match, "
+                        "WER/PER) and final metrics with its variant, seed and config as hparams, as TensorBoard "
+                        "events: under RUN_DIR/tensorboard/, or DIR/<run-id>/ when DIR is given; view with "
+                        "tensorboard --logdir DIR (needs: pip install tensorboard)")
+    o.add_argument("--save-models", action="store_true",
+                   help="keep each trial's final weights as RUN_DIR/models/<variant>__s<seed>.pt (state_dict; "
+                        "SHA-256 in the trial file, checked by verify); use them with harness.load_model or "
+                        "python -m harness decode")
     g = p.add_argument_group("resume and execution")
     g.add_argument("--resume", metavar="RUN_DIR", default=None,
                    help="continue the run stored in RUN_DIR (results/<run-id>): run only its missing trials; "
@@ -95,7 +106,8 @@ def request_from_args(args) -> RunRequest:
         seeds=args.seeds, seed_start=args.seed_start, experiment=args.experiment, check=args.check,
         device=args.device, dtype=args.dtype, executor=args.executor, jobs=args.jobs, threads=args.threads,
         address=args.address, plugins=plugin_spec(args), results_dir=args.results_dir, run_id=args.run_id,
-        quiet=args.quiet, resume=args.resume, retry_failed=args.retry_failed, command=command_line(args))
+        quiet=args.quiet, resume=args.resume, retry_failed=args.retry_failed, command=command_line(args),
+        tensorboard=args.tensorboard, save_models=args.save_models)
 
 
 def main(args) -> int:

@@ -125,6 +125,9 @@ def terminal_table(table: pd.DataFrame, width: int = WIDTH) -> str:
             df = _drop(df, LAST_DROPS[-1:], width)
         df = _fit_verdict(df, full, width, 8)
     shown = _markdown(df)
-    if len(df.columns) < len(table.columns) or shown != _markdown(table):
-        shown += f"\n({len(table.columns) - len(df.columns)} more column(s) and the verdicts' reasons: report.md)"
+    more = len(table.columns) - len(df.columns)
+    cut = "verdict" in df and not df["verdict"].equals(table["verdict"])
+    if more or cut:
+        what = [f"{more} more column(s)"] * bool(more) + ["the verdicts' reasons"] * cut
+        shown += f"\n({' and '.join(what)}: report.md)"
     return shown
