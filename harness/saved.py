@@ -83,6 +83,10 @@ def model_problems(root: Path, trials: Sequence[dict]) -> list[str]:
         if not isinstance(rec, dict) or not isinstance(rec.get("file"), str) or not isinstance(rec.get("sha256"), str):
             problems.append(f"trials/{t.get('key', '?')}.json: its 'model' record is not {{file, sha256, bytes}}")
             continue
+        if rec["file"] != f"{MODELS_DIR}/{t.get('key')}.pt":  # never a path outside the run's models/
+            problems.append(f"trials/{t.get('key', '?')}.json: its model file is {rec['file']!r}, not "
+                            f"{MODELS_DIR}/{t.get('key')}.pt")
+            continue
         path = Path(root) / rec["file"]
         if not path.is_file():
             problems.append(f"{rec['file']}: missing (trials/{t.get('key', '?')}.json records it)")

@@ -28,7 +28,8 @@ def g2p_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("saved")
     code = cli.main(["run", "--variants", "baseline", "--task", "g2p", "--preset", "tiny", "--set", "train.steps=150",
                      "--set", "train.eval_every=75", "--save-models", "--tensorboard", str(root / "tb"),
-                     "--results-dir", str(root), "--run-id", "g", "--no-check", "--device", "cpu", "-q"])
+                     "--results-dir", str(root), "--run-id", "g", "--no-check", "--device", "cpu", "--jobs", "1",
+                     "--threads", "1", "-q"])
     assert code == 0
     return root
 
@@ -109,3 +110,12 @@ def test_verify_checks_the_saved_weights(g2p_run, tmp_path, capsys):
         import harness
 
         harness.load_model(run, "baseline", seed=0)
+
+
+def test_a_model_record_cannot_point_outside_the_run(tmp_path):
+    from harness.saved import model_problems
+
+    (tmp_path / "secret.pt").write_bytes(b"x")
+    forged = {"key": "baseline__s0", "model": {"file": "../secret.pt", "sha256": hashlib.sha256(b"x").hexdigest()}}
+    assert model_problems(tmp_path / "run", [forged]) == [
+        "trials/baseline__s0.json: its model file is '../secret.pt', not models/baseline__s0.pt"]
