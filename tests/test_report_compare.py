@@ -129,7 +129,9 @@ def test_terminal_table_fits_120_columns_and_keeps_the_verdict(tmp_path):
         assert all(n in shown for n in names) and "verdict" in shown and "held-out CE" in shown
         assert "report.md" in shown.splitlines()[-1]
         wide = to_markdown(table)
-        assert max(map(len, wide.splitlines())) > 120 and wide in write_report(store).read_text()
+        assert max(map(len, wide.splitlines())) > 120
+        if seeds == 1:  # report.md keeps the wide table (plots are slow: once)
+            assert wide in write_report(store).read_text()
     assert "**better**" in shown and "[95% CI]" in shown  # 8 seeds: the intervals stay
 
 
@@ -162,7 +164,7 @@ def test_partial_run_report_opens_with_a_banner_until_it_is_complete(tmp_path):
     meta.trials = meta.trials[:4]
     meta.status = "complete"  # what a resume to completion leaves
     store.write_meta(meta)
-    assert "Partial run" not in write_report(store).read_text() and partial_banner(store) == []
+    assert partial_banner(store) == [] and partial_banner(store, markdown=False) == []  # report.md: test_resume
 
 
 def test_report_command_rerenders_from_stored_data(tmp_path, capsys):
