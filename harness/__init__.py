@@ -16,6 +16,7 @@ and for users in Python (a notebook, a script), mirroring the command line
     run_dir = harness.run(variants=["baseline", "pre_norm"], seeds=2, preset="tiny")
     result = harness.load_run(run_dir)          # .trials, .curves, .summary (pandas)
     model = harness.build_model("baseline")     # the nn.Module only
+    trained = harness.load_model(run_dir, "baseline", seed=0)   # a run made with save_models=True
 
 Every name that needs torch or pandas is imported on first use (PEP 562 ``__getattr__``),
 so ``import harness`` and ``python -m harness --help`` stay fast.
@@ -39,12 +40,13 @@ _LAZY = {
     "ModelConfig": "config", "TrainConfig": "config", "RunConfig": "config",
     "run": "api", "check": "api", "load_run": "api", "build_model": "api", "LoadedRun": "api",
     "RunFailedError": "api", "list_variants": "api", "list_tasks": "api", "list_presets": "api",
+    "load_model": "api", "decode": "api",
     "RunRequest": "request", "CheckRequest": "request",
 }
 
 __all__ = ["hookimpl", "Component", "Variant", "Task", "Batch", "ModelConfig", "TrainConfig", "RunConfig",
            "HarnessError", "__version__", "run", "check", "load_run", "build_model", "LoadedRun", "RunFailedError",
-           "list_variants", "list_tasks", "list_presets", "RunRequest", "CheckRequest"]
+           "list_variants", "list_tasks", "list_presets", "RunRequest", "CheckRequest", "load_model", "decode"]
 
 
 def __getattr__(name: str):

@@ -78,7 +78,7 @@ def run(variants: _Names = "all", seeds: int | None = None, preset: str | None =
         run_id: str | None = None, *, seed_start: int | None = None, device: str | None = None,
         dtype: str | None = None, jobs: int | str | None = None, threads: int | None = None,
         plugins: _Names = (), plugin_files: _Names = (), quiet: bool = True, load: bool = False,
-        check: bool = True):
+        check: bool = True, tensorboard: str | Path | bool | None = None, save_models: bool = False):
     """Train ``variants`` x ``seeds`` on a task and write the run's report, as
     ``python -m harness run`` does (the same options and defaults, through the same
     :class:`harness.request.RunRequest` and :func:`harness.launch.start_run`).
@@ -101,6 +101,9 @@ def run(variants: _Names = "all", seeds: int | None = None, preset: str | None =
         quiet: no progress lines on stderr (default).
         load: return :func:`load_run` of the run instead of its folder.
         check: record check's equivalence classes before training (``--no-check``: False).
+        tensorboard: ``--tensorboard``: True writes every trial's curves, final metrics and hparams as
+            TensorBoard events in ``<run folder>/tensorboard/``, a folder ``DIR`` in ``DIR/<run id>/``.
+        save_models: ``--save-models``: keep each trial's weights (``models/<key>.pt``; :func:`load_model`).
 
     Returns:
         Path | LoadedRun: the run folder (absolute; report.md, trials.csv, ...), or the loaded run. Trials
@@ -120,18 +123,25 @@ def run(variants: _Names = "all", seeds: int | None = None, preset: str | None =
     request = RunRequest(
         variants=names(variants), preset=preset, overrides=override_items(overrides), seeds=seeds,
         seed_start=seed_start, check=check, device=device, dtype=dtype, jobs=jobs, threads=threads,
-        plugins=_plugin_spec(plugins, plugin_files), results_dir=str(results_dir), run_id=run_id, quiet=quiet)
+        plugins=_plugin_spec(plugins, plugin_files), results_dir=str(results_dir), run_id=run_id, quiet=quiet,
+        tensorboard=None if tensorboard in (None, False) else "" if tensorboard is True else str(tensorboard),
+        save_models=save_models)
     outcome = start_run(request)
     if outcome.interrupted is not None:
         raise outcome.interrupted
+    _raise_if_none_ok(outcome)
+    path = outcome.store.root.resolve()
+    return load_run(path) if load else path
+
+
+def _raise_if_none_ok(outcome) -> None:
+    """Raises RunFailedError when no trial of the run finished ok (naming the first failure)."""
     bad = outcome.bad_rows()
     if bad and len(bad) == outcome.done():
         first = bad[0]
         raise RunFailedError(f"none of the {len(bad)} trial(s) finished ok (first: {first.get('variant')} "
                              f"s{first.get('seed')} {first.get('status')}: {str(first.get('reason', ''))[:200]}); "
                              f"every failure is stored in {outcome.store.root}")
-    path = outcome.store.root.resolve()
-    return load_run(path) if load else path
 
 
 def _plugin_spec(plugins: _Names, plugin_files: _Names) -> PluginSpec:
@@ -309,3 +319,42 @@ def build_model(variant, config=None, *, seed: int = 0, plugins: _Names = (), pl
     else:
         raise ConfigError(f"config must be a ModelConfig, RunConfig, dict or preset name, got {type(config).__name__}")
     return assemble(reg, v, cfg, seed)
+
+
+def load_model(run, variant: str = "baseline", seed: int = 0, point: str = "", *, device: str = "cpu",
+               results_dir: str | Path = "results"):
+    """The trained model of one trial of a run made with ``save_models=True`` (``--save-models``),
+    rebuilt from the run's stored spec (variant, config, plugins) with its final weights, in eval mode.
+
+    Args:
+        run: the run folder, a run id under ``results_dir`` or ``"latest"``.
+        variant, seed, point: which trial (``point``: the sweep point, ``""`` without a sweep).
+        device: ``"cpu"`` or ``"cuda"``.
+
+    Returns:
+        harness.model.EncoderDecoder: ``model(src, tgt)`` gives logits (B, T, V) for ids ``src``
+        (B, S) and ``tgt`` (B, T).
+
+    Raises:
+        ConfigError: no such trial, or the run kept no weights.  StoreError: no such run, or a
+            weights file missing or failing its SHA-256 (docs/python.md).
+    """
+    from .saved import load_model as load
+
+    return load(run, variant, seed, point, device=device, results_dir=str(results_dir))
+
+
+def decode(run, texts: _Names, variant: str = "baseline", seed: int = 0, *, beam: int = 1, point: str = "",
+           device: str = "cpu", results_dir: str | Path = "results") -> list[str]:
+    """``python -m harness decode``: the saved model of one trial on new input, one output per text,
+    read and written by the run's task (g2p: a word's letters in, ARPAbet phonemes out; other tasks:
+    token ids as ``"3 4 5"``); greedy decoding, or beam search of width ``beam``.
+
+    Raises:
+        ConfigError: an input the task cannot read, ``beam < 1``, or what :func:`load_model` raises.
+    """
+    from .saved import decode_texts, load_model as load
+
+    model, cfg, task = load(run, variant, seed, point, device=device, results_dir=str(results_dir),
+                            with_config=True)
+    return decode_texts(model, cfg, task, list(names(texts) or ()), beam=beam, device=device)

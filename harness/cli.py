@@ -30,6 +30,7 @@ COMMANDS = {
     "compare": "compare two runs per variant; exit 1 on a regression",
     "experiments": "list the declarative experiments",
     "verify": "check a stored run's files, checksums and tables",
+    "decode": "run a saved model (run --save-models) on new input",
 }
 
 EPILOG = """examples:

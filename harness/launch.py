@@ -35,6 +35,8 @@ from .runmeta import Execution, Resume, TrialEntry
 from .store import RunMeta, RunStore, config_hash
 from .tasks.base import heldout_note
 from .env import environment, resolve_device
+from .saved import with_save_model
+from .tboard import check_available, run_logdir, trial_writer
 
 #: Trial statuses that ``--retry-failed`` runs again (an invalid variant fails the same way again).
 RETRY_STATUSES = ("failed", "diverged")
@@ -175,6 +177,9 @@ def start_run(req: RunRequest) -> RunOutcome:
     plugins = req.plugins.to_dict()
     specs = make_specs(plan.variants, plan.seeds, plan.config, device, dtype, plugins, points=plan.points,
                        threads=options.trial_threads())
+    specs = with_save_model(specs) if req.save_models else specs
+    if req.tensorboard is not None:
+        check_available()  # before anything is stored
     meta = run_meta(req, reg, plan, specs, device, dtype, options, plugins)
     with executor_session(options, plugins, req.quiet):  # a Ray cluster that cannot be reached stores nothing
         store = RunStore.create(req.results_dir, meta, req.run_id)  # sets meta.run_id
@@ -188,7 +193,8 @@ def start_run(req: RunRequest) -> RunOutcome:
                 store.write_meta(meta)
 
         with store.lock():
-            return drive(store, specs, meta, options, req.quiet, headline, before=before)
+            return drive(store, specs, meta, options, req.quiet, headline, before=before,
+                         after_store=events_writer(req, store, meta))
 
 
 def run_meta(req: RunRequest, reg, plan: Plan, specs: list[PlannedTrial], device: str, dtype: str,
@@ -247,6 +253,7 @@ def resume_run(req: RunRequest) -> RunOutcome:
         options = ExecutionOptions(stored.executor, stored.jobs, stored.threads, stored.address).validate()
     retried = retire_failed(store, specs) if req.retry_failed else []
     todo = [ts for ts in specs if ts.key in set(store.missing(ts.key for ts in specs))]
+    todo = with_save_model(todo) if req.save_models else todo
     options = options.resolved(len(todo), meta.device or "cpu")
     with executor_session(options, meta.plugins or {}, req.quiet), store.lock():
         meta.resumes = [*(meta.resumes or []), Resume(req.command_line(), len(todo), retried,
@@ -254,7 +261,8 @@ def resume_run(req: RunRequest) -> RunOutcome:
         headline = (f"resume {store.root}: {len(specs) - len(todo)} of {len(specs)} trial(s) stored, running the "
                     f"{len(todo)} missing" + (f" ({len(retried)} failed, retried)" if retried else "")
                     + f" on {meta.device or 'cpu'}, {options.describe()}")
-        return drive(store, todo, meta, options, req.quiet, headline, total=len(specs))
+        return drive(store, todo, meta, options, req.quiet, headline, total=len(specs),
+                     after_store=events_writer(req, store, meta))
 
 
 def retire_failed(store: RunStore, specs: list[PlannedTrial]) -> list[str]:
@@ -319,10 +327,16 @@ def requested_plan(req: RunRequest, given: set[str], meta: RunMeta, reg) -> tupl
 
 # ----------------------------------------------------------------------------- execute + report
 
+def events_writer(req: RunRequest, store: RunStore, meta: RunMeta):
+    """``run --tensorboard``: the callback that writes each stored trial's events, or None."""
+    return None if req.tensorboard is None else trial_writer(run_logdir(req.tensorboard, store.root), meta)
+
+
 def drive(store: RunStore, specs: list[PlannedTrial], meta: RunMeta, options: ExecutionOptions, quiet: bool,
-          headline: str, total: int | None = None, before=None) -> RunOutcome:
+          headline: str, total: int | None = None, before=None, after_store=None) -> RunOutcome:
     """Run ``before()`` (the pre-training check), execute ``specs`` into ``store`` and write the report,
-    with Ctrl-C and SIGTERM at any of these phases ending the run as ``interrupted``."""
+    with Ctrl-C and SIGTERM at any of these phases ending the run as ``interrupted``; ``after_store(key,
+    result)`` runs after each trial is stored (``--tensorboard``)."""
     total = len(specs) if total is None else total
     log = log_function(quiet)
     interrupted: KeyboardInterrupt | None = None
@@ -335,7 +349,7 @@ def drive(store: RunStore, specs: list[PlannedTrial], meta: RunMeta, options: Ex
             if before is not None:
                 before()
             if specs:
-                execute(specs, store, options, quiet=quiet, log=log)
+                execute(specs, store, options, quiet=quiet, log=log, after_store=after_store)
         except KeyboardInterrupt as exc:
             interrupted = exc
         meta.run_wall_s = float(meta.run_wall_s or 0.0) + time.perf_counter() - t0

@@ -86,6 +86,10 @@ class RunRequest:
         resume: a stored run's folder: run only its missing trials (``--resume``).
         retry_failed: with ``resume``, run its failed and diverged trials again (``--retry-failed``).
         command: the command line shown in reports (default: the equivalent ``python -m harness run``).
+        tensorboard: write each trial's curves and final metrics as TensorBoard events
+            (:mod:`harness.tboard`): ``""`` under the run folder's ``tensorboard/``, a folder ``DIR``
+            under ``DIR/<run id>/``; None: none.
+        save_models: keep each trial's final weights as ``models/<key>.pt`` (:mod:`harness.saved`).
     """
 
     variants: tuple[str, ...] | None = None
@@ -109,6 +113,8 @@ class RunRequest:
     resume: str | None = None
     retry_failed: bool = False
     command: str | None = None
+    tensorboard: str | None = None
+    save_models: bool = False
 
     def given(self) -> set[str]:
         """Names of the options given (not left to their defaults)."""
@@ -193,7 +199,8 @@ class RunRequest:
         words += [w for item in self.overrides for w in ("--set", item)]
         if self.results_dir != "results":
             words += ["--results-dir", str(self.results_dir)]
-        words += ["--no-check"] * (not self.check) + ["-q"] * self.quiet
+        words += ["--no-check"] * (not self.check) + ["-q"] * self.quiet + ["--save-models"] * self.save_models
+        words += [] if self.tensorboard is None else ["--tensorboard", *([self.tensorboard] if self.tensorboard else [])]
         words = [w for m in self.plugins.modules for w in ("-p", m)] + \
                 [w for f in self.plugins.files for w in ("--plugin", str(f))] + words
         return "python -m harness " + shlex.join(words)

@@ -175,20 +175,24 @@ def with_threads(specs: Iterable[PlannedTrial], threads: int) -> list[PlannedTri
 
 
 def execute(specs: list[PlannedTrial], store: RunStore, options: ExecutionOptions | None = None,
-            quiet: bool = False, log: Callable[[str], None] | None = None) -> list[dict]:
+            quiet: bool = False, log: Callable[[str], None] | None = None,
+            after_store: Callable[[str, dict], None] | None = None) -> list[dict]:
     """Run ``specs`` with the chosen executor (:mod:`harness.executors`) and store each trial
     the moment it ends (:meth:`RunStore.write_trial`, atomic). Returns the results in
     completion order.
 
     Progress: a bar over trials (with ETA) and one bar per running trial, on stderr, silent
     with ``quiet`` or when stderr is not a terminal; ``log`` receives one line per finished
-    trial naming the file it was stored in.
+    trial naming the file it was stored in. Weights a trial returned (``--save-models``) go to
+    ``models/<key>.pt`` first (:func:`harness.saved.store_weights`); ``after_store(key, result)``
+    runs once each trial is stored (``--tensorboard``: :func:`harness.tboard.trial_writer`).
 
     Raises:
         KeyboardInterrupt: Ctrl-C / SIGTERM; every trial finished before it is stored.
         HarnessError: the executor cannot start (e.g. Ray missing or unreachable).
     """
     from . import executors
+    from .saved import store_weights
 
     options = (options or ExecutionOptions()).validate()
     specs = with_threads(specs, options.trial_threads())
@@ -199,7 +203,10 @@ def execute(specs: list[PlannedTrial], store: RunStore, options: ExecutionOption
 
     def on_done(ts: PlannedTrial, result: dict) -> None:
         result["row"].setdefault("point", ts.spec.get("point", ""))
+        store_weights(store.root, ts.key, result)
         path = store.write_trial(ts.key, result)
+        if after_store is not None:
+            after_store(ts.key, result)
         results.append(result)
         outer.update(1)
         if log:

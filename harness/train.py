@@ -34,12 +34,12 @@ from torch.autograd.profiler import record_function
 from . import stats
 from .checks.probes import integrity_reasons
 from .config import RunConfig
-from .env import (autocast, deterministic_cuda, peak_mem_mb, pin_threads, reset_peak_mem, trial_device,
-                  trial_settings)
+from .env import autocast, deterministic_cuda, peak_mem_mb, pin_threads, reset_peak_mem, trial_device, trial_settings
 from .errors import failure_reason
 from .measure import measure
 from .model import build_model, unique_parameter_count
 from .registry import Variant
+from .saved import keep_weights
 from .tasks.base import Batch, Task, future_leak, loss_fn
 from .trial import FAILED, TrialResult, TrialSpec, registry_for
 
@@ -470,8 +470,7 @@ def run_trial(spec: TrialSpec | dict[str, Any], progress: Callable[[int, float],
 
 
 def _run(spec: TrialSpec, result: TrialResult, progress, clock: PhaseClock) -> None:
-    """The body of :func:`run_trial`: build (twice: :func:`twin_reasons`), check the contracts,
-    train; fills ``result``."""
+    """The body of :func:`run_trial`: build (twice: :func:`twin_reasons`), check, train, fill ``result``."""
     cfg = RunConfig.from_dict(spec.config)
     row = result.row
     device = trial_device(spec.device)
@@ -498,3 +497,4 @@ def _run(spec: TrialSpec, result: TrialResult, progress, clock: PhaseClock) -> N
         metrics["status"] = INVALID
     row.update(metrics)
     row["peak_mem_mb"] = peak_mem_mb(device)
+    keep_weights(spec, result, model)  # run --save-models: the state_dict travels back with the result

@@ -53,6 +53,8 @@ class TrialSpec:
         point: the sweep point's name (``""`` when nothing is swept).
         measure: None for a training trial; for a measurement at initialisation, what to measure
             (:func:`harness.measure.measure`: ``{"kind", ...}``) instead of training.
+        save_model: return the trained weights with the result (``run --save-models``; the run
+            stores them as ``models/<key>.pt``: :mod:`harness.saved`).
     """
 
     variant: str
@@ -65,6 +67,7 @@ class TrialSpec:
     threads: int | None = None
     point: str = ""
     measure: dict[str, Any] | None = None
+    save_model: bool = False
 
     @property
     def key(self) -> str:
@@ -79,11 +82,12 @@ class TrialSpec:
     def to_dict(self) -> dict[str, Any]:
         """The plain dict of earlier versions (key order included): ``{"variant", "slots",
         "config", "seed", "device", "dtype", "plugins", "threads", "point"}``, then ``measure``
-        for a measurement."""
+        for a measurement and ``save_model`` when true."""
         out = {"variant": self.variant, "slots": dict(self.slots), "config": self.config, "seed": self.seed,
                "device": self.device, "dtype": self.dtype, "plugins": self.plugins, "threads": self.threads,
                "point": self.point}
-        return out | ({"measure": dict(self.measure)} if self.measure is not None else {})
+        out |= {"measure": dict(self.measure)} if self.measure is not None else {}
+        return out | ({"save_model": True} if self.save_model else {})
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "TrialSpec":
@@ -94,7 +98,8 @@ class TrialSpec:
         """
         return cls(variant=d["variant"], seed=d["seed"], config=d["config"], slots=dict(d.get("slots") or {}),
                    device=d.get("device", "auto"), dtype=d.get("dtype", "fp32"), plugins=d.get("plugins"),
-                   threads=d.get("threads"), point=d.get("point", ""), measure=d.get("measure"))
+                   threads=d.get("threads"), point=d.get("point", ""), measure=d.get("measure"),
+                   save_model=bool(d.get("save_model", False)))
 
     def identity_row(self, device: str, threads: int | None) -> dict[str, Any]:
         """The first columns of the trial's row: variant, its planned slots (``slot_<name>``,

@@ -111,3 +111,26 @@ def test_command_table_help_is_each_commands_own():
     assert full == dict(cli.COMMANDS)
     assert choices(cli.build_parser(commands=())) == full
     assert cli.build_parser().format_help() == cli.build_parser(commands=()).format_help()
+
+
+def _all_parsers(parser, prog=""):
+    """Every (prog, parser) under ``parser``: each command and, recursively, each sub-command."""
+    yield prog or parser.prog, parser
+    for action in parser._actions:
+        if action.__class__.__name__ == "_SubParsersAction":
+            for name, child in action.choices.items():
+                yield from _all_parsers(child, f"{prog} {name}".strip())
+
+
+def test_every_help_renders_clean():
+    """Every command's and sub-command's ``--help`` renders: no argparse internals leak into the
+    text (an unescaped ``%`` in a help string interpolates argparse's dict: ``option_strings``,
+    ``<argparse._ArgumentGroup object ...>``) and no format error is raised."""
+    from harness import cli
+
+    parsers = list(_all_parsers(cli.build_parser()))
+    assert len(parsers) > len(cli.COMMANDS), [p for p, _ in parsers]
+    for prog, parser in parsers:
+        text = parser.format_help()   # raises ValueError/TypeError/KeyError on a bad format
+        for leak in ("option_strings", "<argparse.", "%("):
+            assert leak not in text, f"{prog or 'harness'} --help shows {leak!r}"

@@ -45,7 +45,8 @@ def test_python_page_code_blocks_run(tmp_path, monkeypatch):
     ns: dict = {"__name__": "notebook"}
     for i, block in enumerate(blocks):
         exec(compile(block, f"docs/python.md block {i + 1}", "exec"), ns)
-    assert len(list((tmp_path / "results").iterdir())) == 1  # one run, no stray folders
+    runs = sum(block.count("harness.run(") for block in blocks)
+    assert len(list((tmp_path / "results").iterdir())) == runs  # one folder per run, no stray folders
 # ---- docs/seeds.md and paths: the docs stand on the repository alone ----
 
 _PATH = re.compile(r"(?<![\w.])(?:\.\./)+[^\s)`'\"<>\]]*")

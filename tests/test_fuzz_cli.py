@@ -232,7 +232,7 @@ EXPERIMENT_FILE = st.one_of(
 RUN_OPTIONS = ["--variants", "--grid", "--preset", "--set", "--task", "--device", "--dtype", "--experiment", "--seeds",
                "--seed-start", "--results-dir", "--run-id", "--resume", "--jobs", "--executor", "--address",
                "--threads", "-p", "--plugin", "--strict-plugins", "--quiet", "--help", "--no-check", "--suite",
-               "--retry-failed"]
+               "--retry-failed", "--tensorboard", "--save-models"]
 
 
 @st.composite
@@ -247,8 +247,11 @@ def run_argv(draw):
         argv += ["--run-id", "fz"]  # a valid run id by default, so a folder is looked for where expected
     preset_given = False
     for opt in options:
-        if opt in ("--grid", "--strict-plugins", "--quiet", "--help", "--junk-option", "--no-check", "--retry-failed"):
+        if opt in ("--grid", "--strict-plugins", "--quiet", "--help", "--junk-option", "--no-check", "--retry-failed",
+                   "--save-models"):
             argv.append(opt)
+        elif opt == "--tensorboard":  # its folder is optional: a flag after it keeps a later positional out
+            argv += ["--tensorboard", draw(st.sampled_from(["-q", "results/tb"]))]
         elif opt == "--suite":
             # bad suite names and files; a good one only with an option the suite file owns (exit 2):
             # whole suites run in tests/test_suite.py, not hundreds of times here

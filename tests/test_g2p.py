@@ -169,6 +169,10 @@ def test_tiny_g2p_run_reports_wer_and_per(tmp_path):
     assert math.isclose(float(trials.exact_match[0]), 1 - float(trials.wer[0]))
     report = (run_dir / "report.md").read_text()
     assert "WER IQM [95% CI]" in report and "PER IQM [95% CI]" in report and "beam 2" in report
+    from PIL import Image
+
+    width, height = Image.open(run_dir / "final_metrics.png").size  # four panels, two a row: no strip
+    assert width / height <= 3, (width, height)
     assert "test words of CMUdict" in report and "0/64" in report
     curves = pd.read_csv(run_dir / "curves.csv")
     assert curves[curves.split == "heldout"].wer.notna().all()

@@ -3,7 +3,8 @@ import numpy as np
 import pytest
 
 from harness import cli, stats
-from harness.report import aggregate, summary_table, trials_frame, write_report
+from harness.report import aggregate, summary_table, terminal_table, to_markdown, trials_frame, write_report
+from harness.runmeta import TrialEntry
 from harness.store import RunStore
 from harness.trial import trial_key
 
@@ -107,6 +108,63 @@ def test_one_seed_never_makes_a_claim(tmp_path):
     assert list(table["verdict"]) == ["—", "no claim: 1 pair, sign test 1-0, p = 1.000 (needs >= 6 untied pairs "
                                            "without a loss)"]
     assert "never a claim from one seed" in write_report(store).read_text()
+    # one seed: no interval anywhere in the row, no P(> baseline) figure
+    assert list(table["P(> baseline) [95% CI]"]) == ["(baseline)", "1 seed: no interval"]
+    assert list(table["diverged x/n [Wilson 95%]"]) == ["0/1", "0/1"]
+    shown = terminal_table(table)
+    assert "1.00 [" not in shown and "1 seed: no interval" in shown and "[95% CI]" not in shown
+
+
+def test_terminal_table_fits_120_columns_and_keeps_the_verdict(tmp_path):
+    """The main job's shape (11 variants, one seed) and an 8-seed run with long verdicts: at most
+    120 characters a line; report.md keeps the wide table."""
+    names = ["baseline", "additive_mask", "d2l_attention", "pre_norm", "shared_embeddings", "torch_attention",
+             "seed_000", "seed_001", "seed_002", "seed_003", "seed_004"]
+    for seeds in (1, 8):
+        store = make_run(tmp_path, f"w{seeds}", {n: (0.5 - 0.01 * i, 0.99, ()) for i, n in enumerate(names)},
+                         seeds=seeds)
+        table = summary_table(trials_frame(store))
+        shown = terminal_table(table)
+        assert max(map(len, shown.splitlines())) <= 120, shown
+        assert all(n in shown for n in names) and "verdict" in shown and "held-out CE" in shown
+        assert "report.md" in shown.splitlines()[-1]
+        wide = to_markdown(table)
+        assert max(map(len, wide.splitlines())) > 120
+        if seeds == 1:  # report.md keeps the wide table (plots are slow: once)
+            assert wide in write_report(store).read_text()
+    assert "**better**" in shown and "[95% CI]" in shown  # 8 seeds: the intervals stay
+
+
+def test_retry_failed_is_suggested_only_where_a_retry_can_help(capsys, tmp_path):
+    from harness.commands.run import print_failures
+
+    invalid = {"variant": "leaky", "seed": 0, "status": "invalid", "reason": "future leak"}
+    crashed = {"variant": "flaky", "seed": 1, "status": "failed", "reason": "RuntimeError: CUDA out of memory"}
+    print_failures([invalid], 2, tmp_path)
+    err = capsys.readouterr().err
+    assert "INVALID" in err and "leaky" in err and "--retry-failed" not in err
+    print_failures([invalid, crashed], 3, tmp_path)
+    err = capsys.readouterr().err
+    assert f"python -m harness run --resume {tmp_path} --retry-failed" in err
+
+
+def test_partial_run_report_opens_with_a_banner_until_it_is_complete(tmp_path):
+    from harness.report import partial_banner
+
+    store = make_run(tmp_path, "p", {"baseline": (0.5, 0.99, ()), "pre_norm": (0.4, 1.0, ())}, seeds=2)
+    meta = store.meta()
+    meta.trials = [TrialEntry(key=trial_key(v, s), spec={}) for v in ("baseline", "pre_norm", "seed_004")
+                   for s in range(2)]
+    meta.status = "interrupted"
+    store.write_meta(meta)
+    lines = write_report(store).read_text().splitlines()
+    assert lines[2].startswith("> **Partial run: 4 of 6 planned trials done** (interrupted)")
+    assert f"python -m harness run --resume {store.root}" in lines[2]
+    assert partial_banner(store, markdown=False)[0].startswith("PARTIAL RUN: 4 of 6 planned trials done")
+    meta.trials = meta.trials[:4]
+    meta.status = "complete"  # what a resume to completion leaves
+    store.write_meta(meta)
+    assert partial_banner(store) == [] and partial_banner(store, markdown=False) == []  # report.md: test_resume
 
 
 def test_report_command_rerenders_from_stored_data(tmp_path, capsys):
@@ -349,3 +407,16 @@ def test_final_metrics_axis_is_never_narrower_than_the_floor(tmp_path, monkeypat
         assert len(marks) == 1 and marks[0].xy[1] == pytest.approx(y_twin + 0.24)
     for fig in figs:
         fig.clf()
+
+
+def test_a_zoomed_axis_says_so():
+    from harness.report import _plt
+    from harness.report.plots import note_zoom
+
+    plt = _plt()
+    fig, (near, full) = plt.subplots(1, 2)
+    near.set_xlim(0.30, 0.33)
+    full.set_xlim(0.0, 0.33)
+    assert note_zoom(near) and "ZOOMED: the axis starts at 0.3, not 0" in near.get_title()
+    assert not note_zoom(full) and "ZOOMED" not in full.get_title()
+    plt.close(fig)

@@ -260,6 +260,7 @@ def test_sigkill_then_resume_runs_each_trial_exactly_once(tmp_path):
     assert (df["status"] == "ok").all()
     meta = json.loads((run / "config.json").read_text())
     assert meta["resumes"][0]["missing"] == len(planned) - len(before)
+    assert "Partial run" not in (run / "report.md").read_text() and "PARTIAL RUN" not in res.stdout
 
 
 @pytest.mark.parametrize("sig, extra", [(signal.SIGINT, []), (signal.SIGTERM, ["--jobs", "2"])],
@@ -280,6 +281,10 @@ def test_interrupt_stops_cleanly_with_resume_hint(tmp_path, sig, extra):
     assert last == f"harness: {what}; 1 of 2 trial(s) are stored in {run}; resume with: python -m harness run " \
                    f"--resume {run}"
     assert json.loads((run / "config.json").read_text())["status"] == "interrupted"
+    banner = f"1 of 2 planned trials done** (interrupted); every table, plot and verdict below covers only those. " \
+             f"Resume: `python -m harness run --resume {run}`"
+    assert (run / "report.md").read_text().splitlines()[2] == "> **Partial run: " + banner  # report.md says so first
+    assert out.startswith("PARTIAL RUN: 1 of 2 planned trials done (interrupted)"), out  # and so does the terminal
     if extra:  # the pool's workers (the blocked one included) are gone with the run
         assert not [p for p in block_dir.iterdir() if _state(int(p.name)) not in (None, "Z")]
 
@@ -292,6 +297,7 @@ def test_nan_raise_and_oom_trials_are_isolated(tmp_path):
     assert res.returncode == 1, res.stderr
     assert "Traceback" not in res.stderr
     assert "3 of 5 trial(s) did not finish ok" in res.stderr
+    assert f"--resume {tmp_path / 'faulty'} --retry-failed" in res.stderr  # two crashed: a retry may help
     run = tmp_path / "faulty"
     rows = read_rows(run / "trials.csv")
     # NaN from the first forward: the integrity gate's finite probe fails at initialisation (invalid, never

@@ -8,8 +8,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..config import PRESET_NOTES
-from .common import add_output, add_selection, add_task
+from .common import add_output, add_selection, add_task, preset_notes
 
 if TYPE_CHECKING:
     from ..store import RunMeta
@@ -33,7 +32,7 @@ def register(sub, parents):
     p = sub.add_parser("bench", parents=parents, help="training speed of variants vs torch.nn.Transformer",
                        description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_selection(p)
-    notes = "; ".join(f"{k}: {v}" for k, v in PRESET_NOTES.items())
+    notes = preset_notes()
     p.add_argument("--preset", default="paper", metavar="NAME", help=f"config preset ({notes}). Default: paper")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override one config value, e.g. --set train.batch=40")

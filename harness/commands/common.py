@@ -72,8 +72,14 @@ def check_task(reg: Registry, cfg: RunConfig) -> None:
     reg.task(cfg.train.task).validate(cfg)
 
 
+def preset_notes() -> str:
+    """Every preset's note as one help string, ``%`` doubled: argparse formats help with
+    %-interpolation, so a literal ``%`` ("WER <= 30 %") would print argparse's own dict."""
+    return "; ".join(f"{k}: {v}" for k, v in PRESET_NOTES.items()).replace("%", "%%")
+
+
 def add_config(p: argparse.ArgumentParser) -> None:
-    notes = "; ".join(f"{k}: {v}" for k, v in PRESET_NOTES.items())
+    notes = preset_notes()
     p.add_argument("--preset", default="quick", metavar="NAME", help=f"config preset ({notes}). Default: quick")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override one config value, e.g. --set train.steps=200 --set model.d_model=128")

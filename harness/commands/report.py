@@ -19,15 +19,24 @@ def register(sub, parents):
     p.add_argument("--metric", default=None, metavar="NAME",
                    help="comparison metric of P(variant > baseline) (default: heldout_ce)")
     p.add_argument("--quiet", "-q", action="store_true", help="print only the report path")
+    p.add_argument("--tensorboard", action="store_true",
+                   help="also export the stored trials (curves, final metrics, hparams) as TensorBoard events, "
+                        "under RUN/tensorboard/ (or --logdir DIR/<run-id>/; needs: pip install tensorboard)")
+    p.add_argument("--logdir", default=None, metavar="DIR",
+                   help="with --tensorboard: write the events under DIR/<run-id>/ instead")
     p.set_defaults(func=main)
 
 
 def main(args) -> int:
     from ..errors import ConfigError
     from ..experiments import spec_from_meta, write_run_report
-    from ..report import METRICS, resolve_baseline, summary_table, to_markdown, trials_frame
+    from ..report import METRICS, partial_banner, resolve_baseline, summary_table, terminal_table, trials_frame
 
     store = resolve_run(args.run, args.results_dir)
+    if args.tensorboard or args.logdir:
+        from ..tboard import check_available
+
+        check_available()  # before anything is written
     if args.metric and args.metric not in METRICS:
         raise ConfigError(f"--metric must be one of {', '.join(METRICS)}, got {args.metric!r}")
     df = trials_frame(store)
@@ -43,6 +52,13 @@ def main(args) -> int:
             spec = spec_from_meta(meta)
             metric = args.metric or (spec.metric if spec else "heldout_ce")
             baseline = args.baseline or (spec.baseline if spec else None)
-            print(to_markdown(summary_table(df, resolve_baseline(df, meta, baseline), metric, meta)))
+            for line in partial_banner(store, meta, markdown=False):
+                print(line)
+            print(terminal_table(summary_table(df, resolve_baseline(df, meta, baseline), metric, meta)))
     print(f"report: {path}")
+    if args.tensorboard or args.logdir:
+        from ..tboard import export_run
+
+        folder, n = export_run(store, args.logdir)
+        print(f"tensorboard: {n} trial(s) in {folder}  (tensorboard --logdir {folder})")
     return 0

@@ -30,6 +30,7 @@ EPILOG = """examples:
   python -m harness run --resume results/20250101-120000        only the missing trials
   python -m harness run --resume results/20250101-120000 --retry-failed   ... and the failed ones
   python -m harness run --executor ray --address ray://head:10001
+  python -m harness run --variants baseline --task g2p --save-models --tensorboard runs/tb
 
 exit codes: 0 all trials ok, 1 a trial failed or diverged, 2 bad input, 130 interrupted"""
 
@@ -54,6 +55,16 @@ def register(sub, parents):
     p.add_argument("--seed-start", type=int, metavar="S", help="first seed (default 0)")
     add_output(p, "run", what="run", default_id="a timestamp",
                quiet_help="no progress bars or per-trial log lines (bars are off anyway when stderr is not a terminal)")
+    o = p.add_argument_group("what else a run keeps")
+    o.add_argument("--tensorboard", nargs="?", const="", default=None, metavar="DIR",
+                   help="write every trial's curves (training loss, learning rate, held-out CE, exact-match, "
+                        "WER/PER) and final metrics with its variant, seed and config as hparams, as TensorBoard "
+                        "events: under RUN_DIR/tensorboard/, or DIR/<run-id>/ when DIR is given; view with "
+                        "tensorboard --logdir DIR (needs: pip install tensorboard)")
+    o.add_argument("--save-models", action="store_true",
+                   help="keep each trial's final weights as RUN_DIR/models/<variant>__s<seed>.pt (state_dict; "
+                        "SHA-256 in the trial file, checked by verify); use them with harness.load_model or "
+                        "python -m harness decode")
     g = p.add_argument_group("resume and execution")
     g.add_argument("--resume", metavar="RUN_DIR", default=None,
                    help="continue the run stored in RUN_DIR (results/<run-id>): run only its missing trials; "
@@ -95,7 +106,8 @@ def request_from_args(args) -> RunRequest:
         seeds=args.seeds, seed_start=args.seed_start, experiment=args.experiment, check=args.check,
         device=args.device, dtype=args.dtype, executor=args.executor, jobs=args.jobs, threads=args.threads,
         address=args.address, plugins=plugin_spec(args), results_dir=args.results_dir, run_id=args.run_id,
-        quiet=args.quiet, resume=args.resume, retry_failed=args.retry_failed, command=command_line(args))
+        quiet=args.quiet, resume=args.resume, retry_failed=args.retry_failed, command=command_line(args),
+        tensorboard=args.tensorboard, save_models=args.save_models)
 
 
 def main(args) -> int:
@@ -112,32 +124,54 @@ def main(args) -> int:
 
 
 def print_outcome(outcome: RunOutcome) -> int:
-    """The command line's ending: the summary table and report path on stdout, failures and how
-    to resume on stderr. Returns the exit code (0 ok, 1 a trial not ok, 130 interrupted)."""
-    from ..report import summary_table, to_markdown, trials_frame
+    """The command line's ending: a partial run's banner, the summary table and report path on
+    stdout, failures and how to resume on stderr. Returns the exit code (0 ok, 1 a trial not ok,
+    130 interrupted)."""
+    from ..report import partial_banner
 
     store, meta = outcome.store, outcome.meta
+    if outcome.report is not None:
+        for line in partial_banner(store, meta, markdown=False):
+            print(line)
+        print(terminal_summary(outcome))
+        print(f"\nreport: {outcome.report}  ({meta.run_wall_s or 0.0:.1f} s)")
     if outcome.interrupted is not None:
         what = "terminated (SIGTERM)" if isinstance(outcome.interrupted, Terminated) else "interrupted"
         print(f"harness: {what}; {outcome.done()} of {outcome.total} trial(s) are stored in {store.root}; "
               f"resume with: python -m harness run --resume {store.root}", file=sys.stderr)
         return 130
-    if outcome.table is not None:
-        table = outcome.table
-    else:
-        table = store.summary if store.summary is not None else summary_table(trials_frame(store))  # aggregated once
-    print(to_markdown(table))
-    print(f"\nreport: {outcome.report}  ({meta.run_wall_s or 0.0:.1f} s)")
     bad = outcome.bad_rows()
     if bad:
-        invalid = sorted({r["variant"] for r in bad if r.get("status") == "invalid"})
-        if invalid:
-            print(f"harness: INVALID (excluded from every verdict; see the report's 'Invalid variants'): "
-                  f"{', '.join(invalid)}", file=sys.stderr)
-        print(f"harness: {len(bad)} of {outcome.done()} trial(s) did not finish ok (see the report; after fixing "
-              f"the cause: python -m harness run --resume {store.root} --retry-failed): "
-              + "; ".join(f"{r['variant']} s{r['seed']} {r['status']} ({str(r.get('reason', '')).split('; ')[0][:160]})"
-                          for r in bad[:5])
-              + (" ..." if len(bad) > 5 else ""), file=sys.stderr)
+        print_failures(bad, outcome.done(), store.root)
         return 1
     return 0
+
+
+def terminal_summary(outcome: RunOutcome) -> str:
+    """The results table for the terminal (``report.md`` and ``summary.csv`` keep every column)."""
+    from ..report import summary_table, terminal_table, trials_frame
+
+    store = outcome.store
+    if outcome.table is not None:
+        return terminal_table(outcome.table)
+    table = store.summary if store.summary is not None else summary_table(trials_frame(store))  # aggregated once
+    return terminal_table(table)
+
+
+def print_failures(bad: list[dict], done: int, root) -> None:
+    """On stderr: the invalid variants, then each trial not ok with its reason, and
+    ``--retry-failed`` only when a retry can change the outcome (a crash or divergence: statuses
+    in :data:`harness.launch.RETRY_STATUSES`; an invalid verdict is deterministic and fails again)."""
+    from ..launch import RETRY_STATUSES
+
+    invalid = sorted({r["variant"] for r in bad if r.get("status") == "invalid"})
+    if invalid:
+        print(f"harness: INVALID (excluded from every verdict; see the report's 'Invalid variants'): "
+              f"{', '.join(invalid)}", file=sys.stderr)
+    retryable = [r for r in bad if r.get("status") in RETRY_STATUSES]
+    hint = (f"; after fixing the cause of the failed/diverged ones: python -m harness run --resume {root} "
+            f"--retry-failed" if retryable else "; an invalid variant fails the same way on every retry: fix it")
+    print(f"harness: {len(bad)} of {done} trial(s) did not finish ok (see the report{hint}): "
+          + "; ".join(f"{r['variant']} s{r['seed']} {r['status']} ({str(r.get('reason', '')).split('; ')[0][:160]})"
+                      for r in bad[:5])
+          + (" ..." if len(bad) > 5 else ""), file=sys.stderr)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from ..saved import model_problems
 from ..store import RunMeta, RunStore, tables_text
 from ..trial import CorruptTrialError, read_trial_file
 
@@ -20,6 +21,8 @@ DESCRIPTION = """Check a stored run folder (results/<run-id>/) without changing 
     list), its name is its trial key, and its checksum matches its content (files written
     before checksums existed are checked by schema only);
   * trials.csv and curves.csv are exactly what the trial files render to;
+  * every saved model a trial file records (run --save-models) is there as models/<key>.pt
+    and matches its SHA-256;
   * every trial planned in config.json is stored and none is stored that was not planned --
     unless the run was interrupted (Ctrl-C, SIGTERM, or killed): missing trials of an
     interrupted run are not a problem, verify says how to resume it.
@@ -54,6 +57,7 @@ def verify_run(store: RunStore) -> tuple[list[str], list[str]]:
         problems.append("trials/: missing")
     valid, corrupt = _read_trials(store, problems, notes)
     _check_tables(store, valid, is_run, problems)
+    problems += model_problems(store.root, valid)  # run --save-models: models/<key>.pt against its SHA-256
     # planned trials (config.json of 'python -m harness run') against stored ones
     if not is_run:
         if meta is not None:

@@ -10,7 +10,8 @@ passing :class:`Section` objects to :func:`write_report`.
 
 Modules: :mod:`.frames` (loading and ordering), :mod:`.rows` (the typed rows, "same function"),
 :mod:`.tables` (statistics and tables),
-:mod:`.plots` (matplotlib figures), :mod:`.writer` (``report.md`` and its sections).
+:mod:`.plots` (matplotlib figures), :mod:`.writer` (``report.md`` and its sections), :mod:`.partial`
+(the banner of a partial run), :mod:`.terminal` (the results table in at most 120 columns).
 
 Main table columns (one row per variant x sweep point, the baseline first, as Narang et al.
 2021 Table 1): params; step time (median ms per optimiser step, evaluation excluded); early
@@ -28,20 +29,24 @@ from .frames import (DEFAULT_METRIC, METRICS, SLOT_COLS, TRAINED, curves_frame, 
                      resolve_baseline, trials_frame, variant_order)
 from .plots import (MAX_OVERLAID, _colors, _plt, log_axis, min_span_limits, plot_curves,  # noqa: F401
                     plot_curves_grid, plot_final_metrics, plot_steps_to_solve)
+from .partial import partial_banner, partial_counts
 from .rows import (SAME_FUNCTION, SAME_FUNCTION_TEXT, Count, Interval, MeanStd, MedianIQR, SummaryRow,
                    recorded_classes, same_class)
 from .tables import (aggregate, caption, comparison_cells, environment_block, lr_max, paired_values,
                      same_function_variants, summary_table, sweep_table, to_markdown, variants_table)
 # _plt and _colors (matplotlib on first use, a palette) stay importable from here: main's
 # harness/suite_report.py imports ``from .report import _plt``.
+from .terminal import terminal_table
 from .writer import POSITIONS, ReportContext, Section, invalid_section, unreadable_section, write_report
 
 __all__ = [
     "DEFAULT_METRIC", "MAX_OVERLAID", "METRICS", "POSITIONS", "SAME_FUNCTION", "SAME_FUNCTION_TEXT", "SLOT_COLS",
     "TRAINED", "Count", "Interval", "MeanStd", "MedianIQR", "ReportContext", "Section", "SummaryRow",
     "aggregate", "caption", "comparison_cells", "curves_frame", "environment_block", "invalid_section",
-    "invalid_variants", "log_axis", "lr_max", "min_span_limits", "paired_values", "recorded_classes", "same_class",
+    "invalid_variants", "log_axis", "lr_max", "min_span_limits", "paired_values", "partial_banner", "partial_counts",
+    "recorded_classes", "same_class",
     "same_function_variants", "plot_curves", "plot_curves_grid", "plot_final_metrics",
-    "plot_steps_to_solve", "point_order", "resolve_baseline", "summary_table", "sweep_table", "to_markdown",
+    "plot_steps_to_solve", "point_order", "resolve_baseline", "summary_table", "sweep_table", "terminal_table",
+    "to_markdown",
     "trials_frame", "unreadable_section", "variant_order", "variants_table", "write_report",
 ]

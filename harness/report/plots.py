@@ -243,6 +243,19 @@ def min_span_limits(lo: float, hi: float, fraction: float = MIN_SPAN_FRACTION,
     return new_lo, new_hi
 
 
+def note_zoom(ax, axis: str = "x") -> bool:
+    """Say in ``ax``'s title when its linear ``axis`` does not start at 0 (a zoomed axis makes a
+    small gap look large). Returns whether it is zoomed."""
+    if (ax.get_xscale() if axis == "x" else ax.get_yscale()) != "linear":
+        return False
+    lo, hi = ax.get_xlim() if axis == "x" else ax.get_ylim()
+    if not lo > 0:
+        return False
+    ax.set_title(ax.get_title() + f"\nZOOMED: the axis starts at {lo:.3g}, not 0 (span {hi - lo:.3g})",
+                 fontsize=10)
+    return True
+
+
 def _mark_same_function(ax, rows: list, y_of) -> None:
     """A hatched band and the note :data:`SAME_FUNCTION_MARK` on the rows that check proves compute
     the baseline's function (their differences from it are rounding)."""
@@ -267,7 +280,9 @@ def plot_final_metrics(df: pd.DataFrame, rows: list, path: Path) -> Path | None:
     colors = _colors(len(rows))
     h = max(2.6, 0.42 * len(rows) + 1.4)
     rates = [k for k in RATE_METRICS if any(getattr(r, k, None) is not None for r in rows)]  # g2p: WER, PER
-    fig, axes = plt.subplots(1, 2 + len(rates), figsize=(13 + 5.5 * len(rates), h), sharey=True)
+    n_rows = math.ceil((2 + len(rates)) / 2)  # two panels a row: g2p's four stay readable (not a 24-inch strip)
+    fig, grid = plt.subplots(n_rows, 2, figsize=(13, h * n_rows + 0.4 * (n_rows - 1)), sharey=True, squeeze=False)
+    axes = list(grid.flat)
     rng = np.random.default_rng(0)
     ce_scale = _scale(axes[0], _num(df[df["status"] == "ok"], "heldout_ce"), "x")
     floor = (f"; axis >= {MIN_SPAN_FRACTION:.0%} of the value wide" if ce_scale == "linear" else "")
@@ -289,6 +304,10 @@ def plot_final_metrics(df: pd.DataFrame, rows: list, path: Path) -> Path | None:
         ax.grid(alpha=0.3, axis="x")
     if ce_scale == "linear":
         axes[0].set_xlim(*min_span_limits(*axes[0].get_xlim()))
+    for ax in [axes[0]] + axes[2:2 + len(rates)]:
+        note_zoom(ax)
+    for ax in axes[2 + len(rates):]:
+        ax.set_visible(False)
     axes[1].set_xlim(-0.03, 1.03)
     axes[1].axvline(0.99, color="grey", lw=0.8, ls="--")
     axes[0].set_yticks(range(len(rows)))

@@ -125,6 +125,8 @@ def _fmt_median_iqr(t: MedianIQR, solved: int, n: int) -> str:
     if solved == 0:
         return f"none solved (0/{n})"
     f = stats.fmt_int_or_inf
+    if n == 1:  # one seed: no spread to show
+        return f"{f(med)} (1/1 solved)"
     return f"{f(med)} [{f(q1)}, {f(q3)}] ({solved}/{n} solved)"
 
 
@@ -132,7 +134,13 @@ def _fmt_count(t: Count) -> str:
     k, n, lo, hi = t
     if not n:
         return "—"
+    if n == 1:  # a Wilson interval from one trial ([0.00, 0.79]) says nothing
+        return f"{k}/1"
     return f"{k}/{n} [{lo:.2f}, {hi:.2f}]"
+
+
+#: The P(> baseline) cell of a variant with one seed paired with the baseline.
+ONE_SEED = "1 seed: no interval"
 
 
 def comparison_cells(r: SummaryRow, baseline: str | None) -> tuple[str, str]:
@@ -152,6 +160,8 @@ def comparison_cells(r: SummaryRow, baseline: str | None) -> tuple[str, str]:
         return "= (same function)", f"same function (check: = {baseline}; differences are rounding)"
     if c is None:
         return "—", "no claim: no seed paired with the baseline"
+    if c.n_pairs < 2:  # P = 1.00 [0.21, 1.00] from one pair is no figure at all
+        return ONE_SEED, c.label()
     p_s = stats.fmt_ci(c.p, c.low, c.high, 2) + f" n={c.n_pairs}"
     return p_s, (c.label().replace("better", "**better**", 1) if c.verdict == "better" else c.label())
 

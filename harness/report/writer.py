@@ -6,7 +6,7 @@ experiment, a future overview of ``check``) hands it :class:`Section` objects, e
 position (:data:`POSITIONS`) and either fixed markdown lines or a renderer called with the
 report's :class:`ReportContext`. Adding a section is one more item in ``sections=[...]``.
 
-Order of ``report.md``: title; "Invalid variants"; the command; ``top`` sections; Environment;
+Order of ``report.md``: title; the partial-run banner (:mod:`.partial`); "Invalid variants"; the command; ``top`` sections; Environment;
 Config; Sweep; Variants; Results; Failures; Unreadable trial files; ``after_results`` sections;
 Plots; the trial count and wall time; ``end`` sections.
 """
@@ -24,6 +24,7 @@ import harness.report.plots as plots
 from ..store import RunMeta, RunStore, atomic_write_text
 from .frames import DEFAULT_METRIC, METRICS, TRAINED, _num, curves_frame, invalid_variants, resolve_baseline, \
     trials_frame, variant_order
+from .partial import partial_banner
 from .tables import aggregate, caption, environment_block, summary_table, sweep_table, to_markdown, variants_table
 
 #: Where an extra section goes: after the command block (before Environment), after the
@@ -105,6 +106,7 @@ def write_report(store: RunStore, baseline: str | None = None, metric: str | Non
         return [line for s in sections if s.position == position for line in s.lines(ctx)]
 
     parts = [f"# {title}: run `{meta.run_id or store.root.name}`", ""]
+    parts += partial_banner(store, meta)
     parts += invalid_section(df)
     parts += ["Command:", "", f"```\n{meta.command}\n```", ""]
     parts += at("top")

@@ -146,6 +146,30 @@ class Task:
         the same three keys."""
         return evaluate(model, data, cfg, device, dtype, chunk=chunk, causal=causal)
 
+    def encode_input(self, text: str, cfg: "RunConfig") -> tuple[int, ...]:
+        """New input for ``python -m harness decode`` as source ids (S,), no padding. Default: token
+        ids as text, ``"3 4 5"``, each in ``3 .. model.vocab - 1`` (0 pad, 1 start, 2 end are
+        reserved). Override to read the task's own notation (g2p: a word's letters).
+
+        Raises:
+            ConfigError: naming the input and what the task accepts.
+        """
+        try:
+            ids = tuple(int(t) for t in text.replace(",", " ").split())
+        except ValueError:
+            raise ConfigError(f"task {self.name!r} reads token ids as numbers (e.g. '3 4 5'), got {text!r}") from None
+        if not ids or any(not 3 <= i < cfg.model.vocab for i in ids):
+            raise ConfigError(f"task {self.name!r} takes ids 3..{cfg.model.vocab - 1}, got {text!r}")
+        if len(ids) > cfg.model.max_len:
+            raise ConfigError(f"{text!r} is {len(ids)} tokens long; the model takes at most model.max_len = "
+                              f"{cfg.model.max_len}")
+        return ids
+
+    def decode_output(self, ids: tuple[int, ...], cfg: "RunConfig") -> str:
+        """A decoded output (ids up to the end symbol, which is left out) as text. Default: the ids
+        separated by spaces. Override to write the task's own notation (g2p: ARPAbet phonemes)."""
+        return " ".join(str(i) for i in ids)
+
     def __repr__(self) -> str:
         return f"<task {self.name!r} from {self.plugin or '?'}>"
 

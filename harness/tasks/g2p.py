@@ -196,6 +196,28 @@ class G2PTask(Task):
                 f"excluded: {lex.excluded['symbols']} entries with symbols other than a-z, "
                 f"{lex.excluded['length']} longer than {MAX_LETTERS} letters / {MAX_PHONES} phonemes")
 
+    def encode_input(self, text, cfg):
+        """A word (letters a-z, any case, at most :data:`MAX_LETTERS`) -> its letter ids (S,), as the
+        training data encodes words.
+
+        Raises:
+            ConfigError: a character that is not a letter a-z, or a word that is too long.
+        """
+        word = text.strip().lower()
+        bad = sorted({c for c in word if c not in LETTERS})
+        if not word or bad:
+            raise ConfigError(f"g2p reads words of the letters a-z, got {text!r}"
+                              + (f" (not a letter: {''.join(bad)!r})" if bad else ""))
+        if len(word) > MAX_LETTERS:
+            raise ConfigError(f"g2p words have at most {MAX_LETTERS} letters, {text!r} has {len(word)}")
+        return tuple(LETTER_LOW + LETTERS.index(c) for c in word)
+
+    def decode_output(self, ids, cfg):
+        """Phoneme ids -> ARPAbet without stress marks ("HH AH0 L OW1" is written "HH AH L OW"), as
+        the dictionary's pronunciations are scored; an id outside the phonemes is written ``<id>``."""
+        phones = lexicon().phones
+        return " ".join(phones[i - PHONE_LOW] if PHONE_LOW <= i < PHONE_LOW + N_PHONES else f"<{i}>" for i in ids)
+
     def evaluate(self, model, data, cfg, device, dtype, chunk=None, causal=False):
         """Prefix-only CE and token accuracy (:func:`harness.tasks.base.evaluate`) plus ``wer``,
         ``per`` and ``exact_match`` (= 1 - WER) of free-running decoding (``train.beam``: 1 greedy,

@@ -1,0 +1,133 @@
+"""The results table as the terminal shows it: at most :data:`WIDTH` characters wide.
+
+``report.md`` keeps the main table's every column (:func:`harness.report.summary_table`); the
+terminal shows the columns a reader decides on (variant, held-out CE, exact-match, WER/PER,
+P(> baseline), verdict) and drops the others in a fixed order, then shortens the verdict, until
+the table fits. A column whose cells carry no interval (one seed) loses its ``[95% CI]`` header.
+"""
+from __future__ import annotations
+
+import re
+
+import pandas as pd
+
+#: Characters a terminal line may take (the width of a plain 120-column terminal).
+WIDTH = 120
+
+#: Main-table header -> the terminal's shorter header; columns not named here are kept as they are.
+SHORT = {
+    "held-out CE IQM [95% CI]": "held-out CE [95% CI]",
+    "exact-match IQM [95% CI]": "exact-match [95% CI]",
+    "WER IQM [95% CI]": "WER [95% CI]",
+    "PER IQM [95% CI]": "PER [95% CI]",
+    "steps to EM≥0.99 median [IQR]": "steps to EM≥0.99 [IQR]",
+    "diverged x/n [Wilson 95%]": "diverged",
+}
+
+#: Columns the terminal never shows (report.md has them).
+REPORT_ONLY = ("tokens/s", "time to EM≥0.99 s (median)", "early loss (mean ± std)",
+               "mean held-out CE over training IQM [95% CI]")
+
+#: Columns dropped one by one, first to last, while the table is too wide (header prefixes);
+#: exact-match only where WER is shown (on g2p exact-match is 1 - WER).
+DROP_ORDER = ("steps to EM≥0.99", "params", "step ms", "diverged", "exact-match", "point")
+
+#: Dropped after the verdicts lose their reasons, if the table is still too wide.
+LAST_DROPS = ("PER", "P(>")
+
+#: The verdict column is cut to no fewer than this many characters before ``LAST_DROPS[-1]`` goes.
+MIN_VERDICT = 24
+
+#: A verdict's trailing parenthesis longer than this is left to report.md ("(needs >= 6 untied
+#: pairs without a loss)"); a short one, the test's numbers ("(sign test 6-0, p = 0.031)"), stays
+#: while the table fits.
+MAX_PAREN = 28
+
+
+def _width(df: pd.DataFrame) -> int:
+    return max(len(line) for line in _markdown(df).splitlines())
+
+
+def _markdown(df: pd.DataFrame) -> str:
+    return df.to_markdown(index=False, tablefmt="github")
+
+
+def _clip(text: str, n: int) -> str:
+    text = str(text)
+    return text if len(text) <= n else text[: n - 1].rstrip() + "…"
+
+
+def _short_verdict(text: str, longest: int = MAX_PAREN) -> str:
+    """The verdict without a trailing parenthesis longer than ``longest`` characters
+    ("same function (check: = baseline; ...)" -> "same function")."""
+    m = re.match(r"^(.*\S)\s*(\([^()]*\))$", str(text))
+    return m.group(1) if m and len(m.group(2)) > longest else str(text)
+
+
+def _headers(df: pd.DataFrame) -> pd.DataFrame:
+    """Shorter headers; an interval tag dropped from a column none of whose cells has an interval."""
+    df = df.rename(columns=SHORT)
+    renamed = {}
+    for col in df.columns:
+        if re.search(r"\[(95% CI|IQR)\]", str(col)) and not df[col].astype(str).str.contains(r"\[").any():
+            renamed[col] = re.sub(r"\s*\[(95% CI|IQR)\]", "", str(col))
+    return df.rename(columns=renamed)
+
+
+def _droppable(df: pd.DataFrame, prefix: str) -> list[str]:
+    if prefix == "exact-match" and not any(str(c).startswith("WER") for c in df.columns):
+        return []
+    return [c for c in df.columns if str(c).startswith(prefix)]
+
+
+def _fit_verdict(df: pd.DataFrame, full: pd.Series, width: int, least: int) -> pd.DataFrame:
+    """``df`` with its verdicts cut from ``full`` to fit ``width`` (to no fewer than ``least``)."""
+    out = df.assign(verdict=full)
+    if _width(out) > width:
+        keep = max(least, int(full.astype(str).str.len().max()) - (_width(out) - width))
+        out["verdict"] = full.map(lambda v: _clip(v, keep))
+    return out
+
+
+def _drop(df: pd.DataFrame, prefixes, width: int) -> pd.DataFrame:
+    for prefix in prefixes:
+        if _width(df) <= width:
+            break
+        df = df.drop(columns=_droppable(df, prefix))
+    return df
+
+
+def terminal_table(table: pd.DataFrame, width: int = WIDTH) -> str:
+    """``table`` (the report's main table, or any string table) as GitHub markdown at most
+    ``width`` characters wide where it can be (a single column wider than ``width`` cannot).
+
+    Reductions, in order, until it fits: report-only columns out, interval tags off columns with
+    no interval, long verdict reasons out, :data:`DROP_ORDER`, every verdict reason out,
+    :data:`LAST_DROPS` (the verdict cut to :data:`MIN_VERDICT` characters before the last).
+
+    Returns:
+        The table, then a line pointing to report.md when anything was left out.
+    """
+    if table.empty:
+        return "_no rows_"
+    df = _headers(table.drop(columns=[c for c in REPORT_ONLY if c in table.columns]))
+    if "diverged" in df and df["diverged"].astype(str).str.match(r"^0/\d+").all():
+        df = df.drop(columns=["diverged"])  # nothing diverged: the column says nothing
+    if "verdict" in df:
+        df["verdict"] = df["verdict"].map(_short_verdict)
+    df = _drop(df, DROP_ORDER, width)
+    if "verdict" in df and _width(df) > width:
+        df["verdict"] = df["verdict"].map(lambda v: _short_verdict(v, 0))
+    df = _drop(df, LAST_DROPS[:-1], width)
+    if "verdict" in df:
+        full = df["verdict"]
+        if _width(_fit_verdict(df, full, width, MIN_VERDICT)) > width:
+            df = _drop(df, LAST_DROPS[-1:], width)
+        df = _fit_verdict(df, full, width, 8)
+    shown = _markdown(df)
+    more = len(table.columns) - len(df.columns)
+    cut = "verdict" in df and not df["verdict"].equals(table["verdict"])
+    if more or cut:
+        what = [f"{more} more column(s)"] * bool(more) + ["the verdicts' reasons"] * cut
+        shown += f"\n({' and '.join(what)}: report.md)"
+    return shown

@@ -1,0 +1,169 @@
+"""Saved models: ``run --save-models`` keeps each trial's final weights under the run, and a
+stored run's model can be rebuilt and used on new input.
+
+The path of the weights, for every executor (in this process, a process pool, Ray):
+
+1. the trial (:func:`keep_weights`, the last step of ``harness.train._run``) serialises the
+   trained model's ``state_dict`` (``torch.save``, CPU tensors) into its result as bytes under
+   :data:`WEIGHTS_KEY` when its spec says ``save_model``;
+2. the run, before it stores the trial (:func:`store_weights`, called by
+   :func:`harness.runner.execute`), writes them atomically to ``models/<trial key>.pt`` and puts
+   ``{"file", "sha256", "bytes"}`` in their place under :data:`MODEL_KEY`, so the trial file
+   (itself checksummed) records the weights' SHA-256;
+3. ``python -m harness verify`` checks every recorded file against its SHA-256
+   (:func:`model_problems`); :func:`load_model` checks it too before it loads.
+
+:func:`load_model` rebuilds the module from the trial's stored spec (the variant's slots, the
+config, the plugins) exactly as the trial built it, then loads the weights; :func:`decode_texts`
+runs the task's own decoding (:func:`harness.tasks.decoding.beam_search`, greedy at ``beam=1``)
+on new input read and written by the task (:meth:`harness.Task.encode_input`,
+:meth:`harness.Task.decode_output`; g2p: letters in, ARPAbet out).
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
+
+from .errors import ConfigError, StoreError
+from .trial import TrialSpec, trial_key
+
+if TYPE_CHECKING:
+    import torch
+
+#: Result key of the serialised weights between the trial and the store (never stored).
+WEIGHTS_KEY = "weights"
+#: Trial-file key of the stored weights' record: ``{"file": "models/<key>.pt", "sha256", "bytes"}``.
+MODEL_KEY = "model"
+#: The folder of a run that holds the weights.
+MODELS_DIR = "models"
+
+
+def keep_weights(spec: TrialSpec, result, model: torch.nn.Module) -> None:
+    """Attach ``model``'s ``state_dict`` (bytes of ``torch.save``, tensors on the CPU) to the
+    :class:`harness.trial.TrialResult` ``result`` when ``spec.save_model``; else do nothing."""
+    if not spec.save_model:
+        return
+    import torch
+
+    buf = io.BytesIO()
+    torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, buf)
+    result.extra[WEIGHTS_KEY] = buf.getvalue()
+
+
+def with_save_model(specs: list) -> list:
+    """Planned trials (:class:`harness.runner.PlannedTrial`) whose specs ask for their weights."""
+    return [type(ts)(ts.key, {**ts.spec, "save_model": True}) for ts in specs]
+
+
+def store_weights(root: Path, key: str, result: dict[str, Any]) -> None:
+    """Move the weights a trial returned (:data:`WEIGHTS_KEY`) to ``root/models/<key>.pt``
+    (atomic) and record their file, SHA-256 and size in ``result`` (:data:`MODEL_KEY`). A result
+    without weights is left as it is."""
+    data = result.pop(WEIGHTS_KEY, None)
+    if data is None:
+        return
+    from .store import atomic_write_bytes
+
+    rel = f"{MODELS_DIR}/{key}.pt"
+    (Path(root) / MODELS_DIR).mkdir(exist_ok=True)
+    atomic_write_bytes(Path(root) / rel, data)
+    result[MODEL_KEY] = {"file": rel, "sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+
+
+def model_problems(root: Path, trials: Sequence[dict]) -> list[str]:
+    """``harness verify``'s check of the saved weights: one ``'PATH: what is wrong'`` line per
+    recorded file (:data:`MODEL_KEY` of a stored trial) that is missing or whose SHA-256 differs."""
+    problems = []
+    for t in trials:
+        rec = t.get(MODEL_KEY)
+        if rec is None:
+            continue
+        if not isinstance(rec, dict) or not isinstance(rec.get("file"), str) or not isinstance(rec.get("sha256"), str):
+            problems.append(f"trials/{t.get('key', '?')}.json: its 'model' record is not {{file, sha256, bytes}}")
+            continue
+        if rec["file"] != f"{MODELS_DIR}/{t.get('key')}.pt":  # never a path outside the run's models/
+            problems.append(f"trials/{t.get('key', '?')}.json: its model file is {rec['file']!r}, not "
+                            f"{MODELS_DIR}/{t.get('key')}.pt")
+            continue
+        path = Path(root) / rec["file"]
+        if not path.is_file():
+            problems.append(f"{rec['file']}: missing (trials/{t.get('key', '?')}.json records it)")
+        elif hashlib.sha256(path.read_bytes()).hexdigest() != rec["sha256"]:
+            problems.append(f"{rec['file']}: checksum mismatch (the file changed after the run stored it)")
+    return problems
+
+
+def load_model(run, variant: str, seed: int = 0, point: str = "", *, device: str = "cpu",
+               results_dir: str = "results", with_config: bool = False):
+    """The trained model of one trial of a run made with ``--save-models``, in eval mode.
+
+    Args:
+        run: a run folder, a run id under ``results_dir`` or ``latest``.
+        variant, seed, point: the trial (``point``: the sweep point's name, ``""`` without a sweep).
+        device: where the module is put (``cpu``, ``cuda``).
+        with_config: return ``(model, RunConfig, Task)`` instead of the model alone.
+
+    Returns:
+        harness.model.EncoderDecoder: built from the trial's stored spec (its variant's slots,
+        config and plugins), weights from ``models/<key>.pt``; ``model(src, tgt)`` gives logits
+        (B, T, V) for ids ``src`` (B, S) and ``tgt`` (B, T).
+
+    Raises:
+        StoreError: no such run, or its weights file is missing or fails its checksum.
+        ConfigError: no such trial, or the run was made without ``--save-models``.
+    """
+    import torch
+
+    from .config import RunConfig
+    from .lookup import resolve_run
+    from .model import build_model
+    from .registry import Variant
+    from .trial import registry_for
+
+    store = resolve_run(str(run), results_dir)
+    key = trial_key(variant, int(seed), point)
+    entry = next((t for t in store.meta().trials or [] if t.key == key), None)
+    if entry is None or not entry.spec:
+        have = ", ".join(t.key for t in store.meta().trials or []) or "none"
+        raise ConfigError(f"run {store.root} has no trial {key!r} (variant {variant!r}, seed {seed}); its trials: {have}")
+    trial = store.read_trial(store.trials_dir / f"{key}.json", quarantine=False)
+    rec = (trial or {}).get(MODEL_KEY)
+    if not rec:
+        raise ConfigError(f"trial {key} of {store.root} kept no weights: it was run without --save-models "
+                          f"(python -m harness run ... --save-models)" if trial else
+                          f"trial {key} of {store.root} is not stored (an interrupted run: resume it first)")
+    problems = model_problems(store.root, [dict(trial, key=key)])
+    if problems:
+        raise StoreError(f"{store.root}: {problems[0]}")
+    spec = TrialSpec.from_dict(entry.spec)
+    cfg = RunConfig.from_dict(spec.config)
+    registry = registry_for(spec.plugins)
+    model = build_model(registry, Variant(spec.variant, dict(spec.slots)), cfg.model, seed=spec.seed)
+    state = torch.load(io.BytesIO((store.root / rec["file"]).read_bytes()), map_location="cpu", weights_only=True)
+    model.load_state_dict(state)
+    model = model.to(device).eval()
+    return (model, cfg, registry.task(cfg.train.task)) if with_config else model
+
+
+def decode_texts(model, cfg, task, texts: Sequence[str], beam: int = 1, device: str = "cpu") -> list[str]:
+    """The task's decoding of new input: each text read by ``task.encode_input``, decoded by beam
+    search of width ``beam`` (1: greedy; at most ``model.max_len - 1`` tokens), written by
+    ``task.decode_output``.
+
+    Raises:
+        ConfigError: an input the task cannot read, or ``beam < 1``.
+    """
+    import torch
+
+    from .tasks.base import PAD
+    from .tasks.decoding import beam_search
+
+    if beam < 1:
+        raise ConfigError(f"--beam must be >= 1, got {beam}")
+    rows = [task.encode_input(t, cfg) for t in texts]
+    width = max(len(r) for r in rows)
+    src = torch.tensor([r + (PAD,) * (width - len(r)) for r in rows], dtype=torch.long, device=device)  # (B, S)
+    hyps = beam_search(model, src, cfg.model.max_len - 1, beam, cfg.model.pad)
+    return [task.decode_output(h, cfg) for h in hyps]

@@ -1,0 +1,166 @@
+"""TensorBoard event files of a run's trials: ``run --tensorboard [DIR]``, ``report RUN
+--tensorboard [DIR]`` and ``harness.run(..., tensorboard=DIR)``.
+
+Each trial becomes one TensorBoard run, ``<logdir>/<trial key>`` (``tensorboard --logdir
+<logdir>`` overlays the variants and seeds), written with ``torch.utils.tensorboard.SummaryWriter``
+from the trial's stored record (its curve and its row), by the process that stores the trial, so
+every executor (this process, a pool, Ray) gives the same files, and a finished run exports the
+same events later. What each trial holds:
+
+* scalars, x = the training step: ``train/loss`` (the label-smoothed training loss as the curve
+  stores it: per step, or ``log_every``-step means), ``train/learning_rate`` (the schedule's rate at
+  each logged step: ``noam_factor`` x :func:`harness.train.noam_lambda`, computed from the trial's
+  config, since the curve does not store it), ``heldout/ce`` (nats/token), ``heldout/exact_match``
+  and, where the task scores them, ``heldout/wer`` and ``heldout/per``; any other number a curve
+  point carries (a plugin task's metric, a gradient norm) as ``train/<name>`` or ``heldout/<name>``;
+* hparams (the HParams tab): the variant, seed, sweep point, task, each slot's component and the
+  config's scalar fields (``model.d_model``, ``train.steps``, ...), with the final metrics of the
+  row (``final/heldout_ce``, ``final/exact_match``, ``final/wer``, ``final/per``, ...);
+* a text note ``notes`` naming what the trial's record does not hold (the gradient norm: the
+  training loop computes it for its divergence check but does not store it in the curve).
+
+Requires the ``tensorboard`` package (``pip install -e '.[tensorboard]'``).
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Callable
+
+from .errors import ConfigError
+
+#: Curve keys that are not metrics.
+NOT_METRICS = {"step", "split", "wall_s", "variant", "seed", "point"}
+#: Row columns written as the trial's final metrics (where present and finite).
+FINAL = ("heldout_ce", "exact_match", "heldout_token_acc", "wer", "per", "final_train_loss", "heldout_auc",
+         "steps_to_solve", "train_s")
+#: Quantities a reader looks for; a trial whose record lacks one says so in its ``notes`` text.
+EXPECTED = {"train/grad_norm": "gradient norm: the training loop computes it for its divergence check but "
+                                "does not store it in the trial's curve"}
+
+
+def _writer_class():
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError as exc:  # torch raises ImportError naming tensorboard when it is missing
+        raise ConfigError("--tensorboard needs the tensorboard package: python -m pip install tensorboard "
+                          "(or pip install -e '.[tensorboard]')") from exc
+    return SummaryWriter
+
+
+def check_available() -> None:
+    """Raises ConfigError (one line, how to install it) when ``tensorboard`` is not installed."""
+    _writer_class()
+
+
+def _number(v: Any) -> float | None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    return float(v) if math.isfinite(v) else None
+
+
+def _hparams(row: dict, config: dict) -> dict[str, Any]:
+    """The trial's identity and its config's scalar fields (TensorBoard takes str, bool, int, float)."""
+    out: dict[str, Any] = {"variant": row.get("variant", ""), "seed": int(row.get("seed", 0)),
+                           "point": str(row.get("point") or ""), "status": str(row.get("status", ""))}
+    out.update({k: str(v) for k, v in row.items() if k.startswith("slot_")})
+    for section in ("model", "train"):
+        for k, v in (config.get(section) or {}).items():
+            out[f"{section}.{k}"] = v if isinstance(v, (bool, int, float, str)) else str(v)
+    return out
+
+
+def _learning_rate(config: dict) -> Callable[[int], float] | None:
+    """lr at (1-based) training step t: the rate LambdaLR set before that step, or None (an
+    unreadable config)."""
+    from .config import RunConfig
+    from .train import noam_lambda
+
+    try:
+        cfg = RunConfig.from_dict(config)
+    except Exception:  # noqa: BLE001 - an old or foreign config: no learning-rate curve
+        return None
+    rate = noam_lambda(cfg.model.d_model, cfg.train.warmup, cfg.train.schedule)
+    return lambda t: cfg.train.noam_factor * rate(t - 1)
+
+
+def write_trial(logdir: str | Path, key: str, result: dict, config: dict) -> Path:
+    """Write one stored trial (``{"row", "curve"}``) as the TensorBoard run ``logdir/key``,
+    replacing event files an earlier export left there. ``config``: the trial's
+    ``RunConfig.to_dict()``. Returns the run's folder.
+
+    Raises:
+        ConfigError: tensorboard is not installed.
+    """
+    from torch.utils.tensorboard.summary import hparams
+
+    writer_class = _writer_class()
+    folder = Path(logdir) / key
+    for old in folder.glob("events.out.tfevents.*"):
+        old.unlink()
+    row, curve = result.get("row") or {}, result.get("curve") or []
+    lr = _learning_rate(config)
+    tags: set[str] = set()
+    with writer_class(log_dir=str(folder)) as w:
+        for point in curve:
+            step = int(point.get("step", 0))
+            split = "heldout" if point.get("split") == "heldout" else "train"
+            for name, value in point.items():
+                v = _number(value)
+                if name in NOT_METRICS or v is None:
+                    continue
+                tag = f"{split}/{'ce' if (split, name) == ('heldout', 'loss') else name}"
+                w.add_scalar(tag, v, step)
+                tags.add(tag)
+            if split == "train" and lr is not None:
+                w.add_scalar("train/learning_rate", lr(step), step)
+                tags.add("train/learning_rate")
+        final = {f"final/{k}": _number(row.get(k)) for k in FINAL}
+        final = {k: v for k, v in final.items() if v is not None}
+        for summary in hparams(_hparams(row, config), final):
+            w.file_writer.add_summary(summary)
+        for k, v in final.items():
+            w.add_scalar(k, v, int(row.get("steps") or 0))
+        absent = [text for tag, text in EXPECTED.items() if tag not in tags]
+        if absent:
+            w.add_text("notes", "Not in this trial's record: " + "; ".join(absent))
+    return folder
+
+
+def trial_writer(logdir: str | Path, meta) -> Callable[[str, dict], None]:
+    """``after_store(key, result)`` for :func:`harness.runner.execute`: each stored trial written
+    with its planned spec's config (``meta``: the run's :class:`harness.runmeta.RunMeta`)."""
+    check_available()
+    configs = {t.key: (t.spec or {}).get("config") for t in meta.trials or []}
+
+    def write(key: str, result: dict) -> None:
+        write_trial(logdir, key, result, configs.get(key) or meta.config)
+
+    return write
+
+
+def export_run(store, option: str | None = None) -> tuple[Path, int]:
+    """Write every stored trial of ``store`` (:class:`harness.store.RunStore`) to TensorBoard,
+    under :func:`run_logdir` of ``option`` (``report --tensorboard [DIR]``). Returns
+    ``(the run's event folder, trials written)``.
+
+    Raises:
+        ConfigError: tensorboard is not installed.
+    """
+    folder = run_logdir(option, store.root)
+    write = trial_writer(folder, store.meta())
+    trials = store.load_trials()
+    for t in trials:
+        write(t["key"], t)
+    return folder, len(trials)
+
+
+def default_logdir(run_root: Path) -> Path:
+    """Where a run's events go when no folder is named: ``<run folder>/tensorboard``."""
+    return Path(run_root) / "tensorboard"
+
+
+def run_logdir(option: str | None, run_root: Path) -> Path:
+    """``--tensorboard`` given without a folder (``""``): :func:`default_logdir`; with a folder
+    ``DIR``: ``DIR/<run id>``, so several runs share one ``tensorboard --logdir DIR``."""
+    return default_logdir(run_root) if not option else Path(option) / Path(run_root).name
