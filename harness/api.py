@@ -78,7 +78,7 @@ def run(variants: _Names = "all", seeds: int | None = None, preset: str | None =
         run_id: str | None = None, *, seed_start: int | None = None, device: str | None = None,
         dtype: str | None = None, jobs: int | str | None = None, threads: int | None = None,
         plugins: _Names = (), plugin_files: _Names = (), quiet: bool = True, load: bool = False,
-        check: bool = True):
+        check: bool = True, vectorize_seeds: str | None = None):
     """Train ``variants`` x ``seeds`` on a task and write the run's report, as
     ``python -m harness run`` does (the same options and defaults, through the same
     :class:`harness.request.RunRequest` and :func:`harness.launch.start_run`).
@@ -101,6 +101,7 @@ def run(variants: _Names = "all", seeds: int | None = None, preset: str | None =
         quiet: no progress lines on stderr (default).
         load: return :func:`load_run` of the run instead of its folder.
         check: record check's equivalence classes before training (``--no-check``: False).
+        vectorize_seeds: ``--vectorize-seeds``: ``"auto"`` (default: on with CUDA), ``"on"``, ``"off"``.
 
     Returns:
         Path | LoadedRun: the run folder (absolute; report.md, trials.csv, ...), or the loaded run. Trials
@@ -119,8 +120,8 @@ def run(variants: _Names = "all", seeds: int | None = None, preset: str | None =
         overrides["train.task"] = task
     request = RunRequest(
         variants=names(variants), preset=preset, overrides=override_items(overrides), seeds=seeds,
-        seed_start=seed_start, check=check, device=device, dtype=dtype, jobs=jobs, threads=threads,
-        plugins=_plugin_spec(plugins, plugin_files), results_dir=str(results_dir), run_id=run_id, quiet=quiet)
+        seed_start=seed_start, check=check, device=device, dtype=dtype, jobs=jobs, threads=threads, quiet=quiet,
+        plugins=_plugin_spec(plugins, plugin_files), results_dir=str(results_dir), run_id=run_id, vectorize_seeds=vectorize_seeds)
     outcome = start_run(request)
     if outcome.interrupted is not None:
         raise outcome.interrupted
