@@ -178,7 +178,7 @@ def vectorise_problem(step: GroupStep, models: list[torch.nn.Module], batch: tup
                 with torch.no_grad():
                     loss = step.loss_fn(step.params, step.buffers, *batch)
     except Exception as exc:  # noqa: BLE001 - any error means: not vectorisable
-        return f"its forward/backward does not run under torch.func.vmap ({failure_reason(exc)[:300]})"
+        return f"its forward/backward does not run under torch.func.vmap ({_first_sentence(failure_reason(exc))})"
     finally:
         step.base.train()
     changed = [n for n in before if not torch.equal(before[n], step.buffers[n])]
@@ -204,6 +204,13 @@ def vectorise_problem(step: GroupStep, models: list[torch.nn.Module], batch: tup
         return (f"the vmapped loss of seed {i} of the group ({got[i]:.6g}) differs from its own forward's "
                 f"({own[i]:.6g}) on the same batch: the modules do not batch correctly under vmap")
     return None
+
+
+def _first_sentence(text: str, limit: int = 200) -> str:
+    """The first sentence of an error message (at most ``limit`` characters)."""
+    cut = text.find(". ", 40)
+    text = text[:cut + 1] if cut > 0 else text
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 class _Group:
