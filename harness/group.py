@@ -53,7 +53,7 @@ from .registry import Variant
 from .train import (INVALID, WARMUP_STEPS, PhaseClock, _Loop, contract_reasons, noam_lambda, run_trial,
                     twin_reasons)
 from .trial import TrialResult, TrialSpec, registry_for
-from .vstep import GroupStep, stack_batches
+from .vstep import CapturedStep, GroupStep, bucket_widths, stack_batches
 
 #: ``vectorized_note`` of a vectorised seed trained with dropout > 0.
 DROPOUT_NOTE = ("dropout masks drawn per seed from the group's one RNG stream (vmap randomness='different'), "
@@ -63,6 +63,26 @@ DROPOUT_NOTE = ("dropout masks drawn per seed from the group's one RNG stream (v
 PROBE_RTOL = {"fp32": 1e-4, "bf16": 3e-2}
 
 Progress = Callable[[int, float], None]
+
+#: Environment variable that switches captured steps (CUDA graphs, :class:`harness.vstep.CapturedStep`) of
+#: a vectorised group: ``auto`` (default; on with CUDA), ``on`` (the same: graphs need CUDA), ``off``.
+CAPTURE_ENV = "HARNESS_CAPTURE"
+
+
+def capture_wanted(device: torch.device) -> bool:
+    """Whether a group on ``device`` steps through CUDA graphs (:data:`CAPTURE_ENV`; CUDA only).
+
+    Raises:
+        ConfigError: :data:`CAPTURE_ENV` is not ``auto``, ``on`` or ``off``.
+    """
+    import os
+
+    from .errors import ConfigError
+
+    mode = os.environ.get(CAPTURE_ENV, "auto").strip().lower() or "auto"
+    if mode not in ("auto", "on", "off"):
+        raise ConfigError(f"{CAPTURE_ENV} must be auto, on or off, got {mode!r}")
+    return device.type == "cuda" and mode != "off"
 
 
 def group_key(spec: dict[str, Any]) -> str:
@@ -123,14 +143,15 @@ def run_group(specs: list[TrialSpec | dict[str, Any]], progress: list[Progress |
     progress = list(progress or [None] * len(specs))
     if len({group_key(s.to_dict()) for s in specs}) != 1:
         raise ValueError("run_group: the specs of a group must differ only in their seed")
-    if len(specs) == 1 or specs[0].measure is not None:
+    alone = len(specs) == 1 and not capture_wanted(trial_device(specs[0].device))  # one trial gains only by capture
+    if alone or specs[0].measure is not None:
         return [run_trial(s, progress=p) for s, p in zip(specs, progress)]
     trial_settings()
     pin_threads(specs[0].threads)
     deterministic_cuda()
     t_start = time.perf_counter()
     try:
-        group = _Group(specs, progress)
+        group = _Group(specs, progress, log)
         why = group.prepare()
         if why is None:
             return group.train_all(t_start)
@@ -216,8 +237,8 @@ def _first_sentence(text: str, limit: int = 200) -> str:
 class _Group:
     """The state of one :func:`run_group` call: the K models and their per-seed loops."""
 
-    def __init__(self, specs: list[TrialSpec], progress: list[Progress | None]):
-        self.specs, self.progress = specs, progress
+    def __init__(self, specs: list[TrialSpec], progress: list[Progress | None], log: Callable[[str], None] | None):
+        self.specs, self.progress, self.log = specs, progress, log
         self.cfg = RunConfig.from_dict(specs[0].config)
         self.device = trial_device(specs[0].device)
         self.registry = registry_for(specs[0].plugins)
@@ -250,10 +271,38 @@ class _Group:
         self.last = [next(s) for s in self.streams]
         self.step = GroupStep(self.models, mc.pad, cfg.train.label_smoothing, cfg.train.grad_clip, device, dtype)
         torch.manual_seed(self.specs[0].seed)  # the group's one RNG stream (dropout)
-        return vectorise_problem(self.step, self.models, self._stacked(self.last), cfg, device, dtype)
+        self.captured = None
+        why = vectorise_problem(self.step, self.models, self._stacked(self.last), cfg, device, dtype)
+        if why is None and capture_wanted(device):
+            self.captured = CapturedStep(self.step)
+        return why
 
     def _stacked(self, batches: list) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        return tuple(x.to(self.device) for x in stack_batches(batches, pad=self.cfg.model.pad))
+        """The seeds' batches stacked on the device: padded to the widest, or with a captured step to
+        the smallest of a few static shapes (:func:`harness.vstep.bucket_widths`); pinned and copied
+        without blocking the host on CUDA."""
+        widths = None
+        if getattr(self, "captured", None) is not None:
+            s, t = max(b.src.size(1) for b in batches), max(b.tgt.size(1) for b in batches)
+            full = self.task.widths(self.cfg.train.seq_len)
+            widths = bucket_widths(s, t, full) if s <= full[0] and t <= full[1] else None
+        stacked = stack_batches(batches, widths, pad=self.cfg.model.pad)
+        if self.device.type == "cuda":
+            return tuple(x.pin_memory().to(self.device, non_blocking=True) for x in stacked)
+        return tuple(x.to(self.device) for x in stacked)
+
+    def _step(self, stacked: tuple, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """One group step, through the captured graphs where there are any; a capture that fails is
+        given up with one log line (the step then runs uncaptured)."""
+        if self.captured is not None:
+            try:
+                return self.captured(*stacked)
+            except Exception as exc:  # noqa: BLE001 - capture is an optimisation, never a failure
+                if self.log:
+                    self.log(f"{self.specs[0].variant}: captured step given up at step {step}, the group steps "
+                             f"uncaptured: {_first_sentence(failure_reason(exc))}")
+                self.captured = None
+        return self.step.step(*stacked)
 
     def train_all(self, t_start: float) -> list[dict[str, Any]]:
         """Train the group, score every seed, return the K results."""
@@ -264,7 +313,8 @@ class _Group:
         wall = time.perf_counter() - t_start
         for result in self.results:
             row = result.row
-            row.update({"wall_s": wall / len(self.specs), "group_wall_s": wall, "vectorized": len(self.specs)})
+            row.update({"wall_s": wall / len(self.specs), "group_wall_s": wall, "vectorized": len(self.specs),
+                        "captured": len(self.captured.graphs) if self.captured is not None else 0})
             if self.cfg.model.dropout > 0:
                 row["vectorized_note"] = DROPOUT_NOTE
             row["overhead_share"] = 1.0 - self.clock.seconds["step"] / wall if wall > 0 else math.nan
@@ -317,7 +367,7 @@ class _Group:
                 stacked = self._stacked(batches)
             with clock("step"):
                 self.step.set_lr(tc.noam_factor * lam(step - 1))
-                loss, gnorm = self.step.step(*stacked)
+                loss, gnorm = self._step(stacked, step)
             pending.append((step, loss, gnorm, ntokens))
             evaluates = bool(tc.eval_every and step % tc.eval_every == 0 and step < tc.steps)
             if step % tc.log_every == 0 or evaluates or step == tc.steps or step == WARMUP_STEPS:

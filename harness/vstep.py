@@ -31,13 +31,13 @@ its sequential run (it is a trial of the same distribution).
 from __future__ import annotations
 
 import copy
+import math
 from typing import Callable
 
 import torch
 from torch.func import functional_call, grad_and_value, stack_module_state, vmap
 from torch.nn import functional as F
 
-from .env import autocast
 from .tasks.base import Batch, loss_fn
 
 #: Adam's hyper-parameters of every trial (Vaswani et al. 2017 §5.3; :func:`harness.train.make_optimizer`).
@@ -157,7 +157,8 @@ class GroupStep:
         self.lr = torch.zeros((), dtype=torch.float32, device=device)
 
         def loss_of(p, b, src, tgt, tgt_y):
-            with autocast(device, dtype):
+            # autocast's weight-cast cache off: a captured graph must not keep casts from its capture
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=dtype == "bf16", cache_enabled=False):
                 logits = functional_call(self.base, (p, b), (src, tgt))  # (B, T, V)
             return loss_fn(logits, tgt_y, pad, smoothing)
 
@@ -196,3 +197,72 @@ class GroupStep:
             if name in self.buffers:
                 b.copy_(self.buffers[name][i])
         return model
+
+
+def bucket_widths(s: int, t: int, widths: tuple[int, int], buckets: int = 4) -> tuple[int, int]:
+    """The static shape a batch of widths (``s``, ``t``) is padded to for a captured step: the
+    task's widest (S, T) = ``widths`` cut into ``buckets`` equal steps, and the smallest step that
+    holds both widths (the same step for S and T, so at most ``buckets`` shapes, hence graphs).
+
+    Example: widths (20, 21), 4 buckets (5, 6), (10, 11), (15, 16), (20, 21): (7, 9) -> (10, 11);
+    (3, 4) -> (5, 6); (20, 2) -> (20, 21).
+
+    Raises:
+        ValueError: ``s`` or ``t`` is wider than ``widths``.
+    """
+    if s > widths[0] or t > widths[1]:
+        raise ValueError(f"bucket_widths: a batch of widths ({s}, {t}) is wider than the task's {widths}")
+    steps = [(math.ceil(widths[0] * i / buckets), math.ceil(widths[1] * i / buckets)) for i in range(1, buckets + 1)]
+    return next(w for w in steps if w[0] >= s and w[1] >= t)
+
+
+class CapturedStep:
+    """:meth:`GroupStep.step` replayed as CUDA graphs, one per input shape (``torch.cuda.graph``).
+
+    The first call with a new shape warms the step up on a side stream (:data:`WARMUP_REPLAYS`
+    steps with every seed masked, so nothing moves), then captures one step on static input
+    buffers; every call copies the batch into them, replays the graph and returns copies of the
+    static outputs. The state the graph updates (stacked parameters, Adam moments and step
+    counts, the ``active`` mask, the learning rate tensor) lives outside the graph's pool and is
+    updated in place, so eager code (evaluation, :meth:`GroupStep.load`, :meth:`GroupStep.stop`,
+    :meth:`GroupStep.set_lr`) sees and changes it between replays. No sync inside: the caller reads
+    the losses once per logging interval. CUDA only.
+    """
+
+    WARMUP_REPLAYS = 3
+
+    def __init__(self, step: GroupStep):
+        if step.device.type != "cuda":
+            raise ValueError("CapturedStep needs a CUDA device (CUDA graphs)")
+        self.step = step
+        self.graphs: dict[tuple, tuple] = {}
+
+    def __call__(self, src: torch.Tensor, tgt: torch.Tensor, tgt_y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """As :meth:`GroupStep.step`. Shape: src (K, B, S), tgt/tgt_y (K, B, T) -> (K,), (K,)."""
+        key = (tuple(src.shape), tuple(tgt.shape))
+        held = self.graphs.get(key) or self._capture(key, src, tgt, tgt_y)
+        inputs, outputs, graph = held
+        for static, x in zip(inputs, (src, tgt, tgt_y)):
+            static.copy_(x, non_blocking=True)
+        graph.replay()
+        return outputs[0].clone(), outputs[1].clone()
+
+    def _capture(self, key: tuple, src, tgt, tgt_y) -> tuple:
+        st = self.step
+        inputs = [x.clone() for x in (src, tgt, tgt_y)]
+        active = st.active.clone()
+        st.active.zero_()  # the warm-up steps compute everything and change nothing
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(self.WARMUP_REPLAYS):
+                st.step(*inputs)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(graph):
+                outputs = st.step(*inputs)
+        finally:
+            st.active.copy_(active)
+        self.graphs[key] = (inputs, outputs, graph)
+        return self.graphs[key]

@@ -20,7 +20,7 @@ from harness.runner import ExecutionOptions, PlannedTrial
 from harness.store import RunStore
 from harness.tasks.base import Batch
 from harness.trial import TrialSpec, registry_for
-from harness.vstep import GroupStep, StackedAdam, stack_batches
+from harness.vstep import GroupStep, StackedAdam, bucket_widths, stack_batches
 
 from .conftest import ROOT
 
@@ -71,7 +71,7 @@ def test_vectorised_seeds_equal_their_sequential_trials(on_off):
     # the same trials.csv columns, plus the group's
     cols_on = set(pd.read_csv(on_off["on"] / "trials.csv").columns)
     cols_off = set(pd.read_csv(on_off["off"] / "trials.csv").columns)
-    assert cols_on - cols_off == {"vectorized", "group_wall_s"} and cols_off <= cols_on
+    assert cols_on - cols_off == {"vectorized", "group_wall_s", "captured"} and cols_off <= cols_on
 
 
 def test_the_run_records_how_it_was_executed(on_off):
@@ -137,6 +137,24 @@ def test_stack_batches_pads_to_the_widest_or_to_fixed_widths():
         stack_batches([a, b], widths=(4, 7))
     with pytest.raises(ValueError, match="row counts"):
         stack_batches([a, Batch(b.src[:1], b.tgt[:1], b.tgt_y[:1])])
+
+
+def test_bucket_widths_give_a_few_static_shapes():
+    shapes = {bucket_widths(s, t, (20, 21)) for s in range(1, 21) for t in range(1, 22)}
+    assert shapes == {(5, 6), (10, 11), (15, 16), (20, 21)}
+    assert bucket_widths(10, 11, (20, 21)) == (10, 11) and bucket_widths(11, 2, (20, 21)) == (15, 16)
+    with pytest.raises(ValueError, match="wider than"):
+        bucket_widths(21, 3, (20, 21))
+
+
+def test_capture_is_cuda_only_and_switchable(monkeypatch):
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert not group_mod.capture_wanted(cpu) and group_mod.capture_wanted(cuda)
+    monkeypatch.setenv(group_mod.CAPTURE_ENV, "off")
+    assert not group_mod.capture_wanted(cuda)
+    monkeypatch.setenv(group_mod.CAPTURE_ENV, "sometimes")
+    with pytest.raises(ConfigError, match="auto, on or off"):
+        group_mod.capture_wanted(cuda)
 
 
 def _models(seeds, variant="baseline"):
@@ -244,3 +262,19 @@ def test_a_cuda_group_equals_its_sequential_trials():
     for g, a in zip(grouped, alone):
         assert g["row"]["vectorized"] == 4 and g["row"]["device"] == "cuda"
         assert math.isclose(g["row"]["heldout_ce"], a["row"]["heldout_ce"], rel_tol=CE_RTOL)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_captured_group_equals_the_uncaptured_one(monkeypatch):
+    """The CUDA-graph step (one graph for the copy task's fixed shapes) gives the eager group's rows."""
+    cfg = get_preset("tiny").override({"train.steps": 30, "train.eval_every": 10, "train.log_every": 5})
+    specs = [TrialSpec("baseline", s, cfg.to_dict(), device="cuda") for s in range(4)]
+    captured = group_mod.run_group(specs)
+    monkeypatch.setenv(group_mod.CAPTURE_ENV, "off")
+    eager = group_mod.run_group(specs)
+    for c, e in zip(captured, eager):
+        assert c["row"]["captured"] == 1 and e["row"]["captured"] == 0
+        assert c["row"]["status"] == e["row"]["status"] == "ok"
+        assert math.isclose(c["row"]["heldout_ce"], e["row"]["heldout_ce"], rel_tol=CE_RTOL)
+        assert [r["step"] for r in c["curve"]] == [r["step"] for r in e["curve"]]
