@@ -148,7 +148,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("harness.api",),
     ("harness.experiments", "harness.suite", "harness.suite_report", "harness.launch"),
     ("harness.request", "harness.runner", "harness.executors", "harness.resume"),
-    ("harness.train", "harness.group", "harness.vstep", "harness.measure", "harness.bench", "harness.bench_settings", "harness.overhead",
+    ("harness.train", "harness.group", "harness.vstep", "harness.measure", "harness.bench", "harness.bench_settings", "harness.bench_seeds", "harness.overhead",
      "harness.progress"),
     ("harness.report", "harness.stats", "harness.overview"),
     ("harness.checks", "harness.testing"),
