@@ -147,6 +147,18 @@ def test_bucket_widths_give_a_few_static_shapes():
         bucket_widths(21, 3, (20, 21))
 
 
+def test_bench_group_sizes_arms_on_cpu():
+    from harness.bench_seeds import run_seed_bench, seed_table
+
+    reg, cfg = registry_for(None), get_preset("tiny")
+    rows, info = run_seed_bench(reg.select(["baseline"])[0], cfg, torch.device("cpu"), "fp32", [2], steps=1,
+                                warmup=0, registry=reg)
+    assert [r["arm"] for r in rows] == ["sequential", "vectorised K=2"]  # no captured arm without CUDA
+    assert rows[0]["vs_sequential"] == 1.0 and rows[1]["ms_per_seed_step"] == pytest.approx(rows[1]["step_ms_median"] / 2)
+    assert all(0 < r["mfu"] < 1 for r in rows) and info["tokens_per_step"] > 0
+    assert list(seed_table(rows).columns)[:3] == ["arm", "dtype", "step ms"]
+
+
 def test_capture_is_cuda_only_and_switchable(monkeypatch):
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     assert not group_mod.capture_wanted(cpu) and group_mod.capture_wanted(cuda)
@@ -161,6 +173,24 @@ def _models(seeds, variant="baseline"):
     reg, cfg = registry_for(None), get_preset("tiny")
     v = reg.select([variant])[0]
     return [train_mod.build_model(reg, v, cfg.model, seed=s) for s in seeds], cfg
+
+
+def test_a_seed_is_bitwise_the_same_alone_and_in_a_group_of_4_on_cpu():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        task, out = registry_for(None).task("copy"), []
+        for k in (1, 4):
+            models, cfg = _models(range(k))
+            g = GroupStep(models, 0, 0.1, 0.0, torch.device("cpu"))
+            streams = [task.batches(cfg, torch.Generator().manual_seed(s)) for s in range(k)]
+            for step in range(1, 21):
+                g.set_lr(0.004 * min(step, 10))
+                g.step(*stack_batches([next(s) for s in streams]))
+            out.append({n: p[0].clone() for n, p in g.params.items()})
+    finally:
+        torch.set_num_threads(threads)
+    assert all(torch.equal(out[0][n], out[1][n]) for n in out[0])
 
 
 def test_a_non_finite_seed_is_frozen_and_the_others_step_on():
