@@ -153,8 +153,15 @@ SEED_TABLE = [("arm", "arm", "{}"), ("dtype", "dtype", "{}"), ("step_ms_median",
               ("achieved_gflop_per_s", "GFLOP/s", "{:,.1f}"), ("mfu", "MFU", "{:.1%}")]
 
 
+def _fmt(f: str, x) -> str:
+    """``f`` for strings and large numbers; 3 significant digits for rates below 100."""
+    if isinstance(x, float) and f in ("{:,.0f}", "{:,.1f}") and abs(x) < 100:
+        return f"{x:.3g}"
+    return f.format(x)
+
+
 def seed_table(rows: list[dict]):
     """The rows as a formatted pandas DataFrame (:data:`SEED_TABLE`)."""
     import pandas as pd
 
-    return pd.DataFrame([{h: f.format(r[c]) for c, h, f in SEED_TABLE} for r in rows])
+    return pd.DataFrame([{h: _fmt(f, r[c]) for c, h, f in SEED_TABLE} for r in rows])
