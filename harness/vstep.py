@@ -148,8 +148,10 @@ class GroupStep:
                  device: torch.device, dtype: str = "fp32"):
         self.k, self.grad_clip, self.device = len(models), float(grad_clip), device
         params, buffers = stack_module_state(models)
-        self.params = {n: p.detach().clone() for n, p in params.items()}
+        frozen = {n for n, p in models[0].named_parameters() if not p.requires_grad}  # Adam never sees them
+        self.params = {n: p.detach().clone() for n, p in params.items() if n not in frozen}
         self.buffers = {n: b.detach().clone() for n, b in buffers.items()}
+        self.buffers.update({n: params[n].detach().clone() for n in frozen})
         self.base = copy.deepcopy(models[0]).to("meta")
         self.base.train()
         self.adam = StackedAdam(self.params)
@@ -192,7 +194,7 @@ class GroupStep:
     def load(self, i: int, model: torch.nn.Module) -> torch.nn.Module:
         """Write seed ``i``'s parameters and buffers into ``model`` (same module tree); returns it."""
         for name, p in model.named_parameters():
-            p.copy_(self.params[name][i])
+            p.copy_((self.params[name] if name in self.params else self.buffers[name])[i])
         for name, b in model.named_buffers():
             if name in self.buffers:
                 b.copy_(self.buffers[name][i])
