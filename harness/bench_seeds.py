@@ -112,7 +112,15 @@ def run_seed_bench(variant: Variant, cfg: RunConfig, device: torch.device, dtype
         batches = [task.make_batch(tc.batch, tc.seq_len, mc.vocab, g) for g in gens]
         t_round = time.perf_counter()
         for key in order[r % len(order):] + order[:r % len(order)]:
-            t = built[key].step(batches)
+            try:
+                t = built[key].step(batches)
+            except Exception as exc:  # noqa: BLE001 - a capture that fails drops its arm, not the bench
+                if key[0] != "captured":
+                    raise
+                say(f"{arm_name(*key)} dropped: {type(exc).__name__}: {str(exc)[:200]}")
+                order.remove(key)
+                del built[key]
+                continue
             if r >= warmup:
                 built[key].times.append(t)
         s = matmul_seconds(dtype, device, n)

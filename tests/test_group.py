@@ -42,7 +42,7 @@ def on_off(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("vec")
     out = {}
     for mode in ("on", "off"):
-        out[mode] = harness.run(variants=["baseline", "pre_norm"], seeds=4, preset="tiny", device="cpu", jobs=1,
+        out[mode] = harness.run(variants=["baseline", "pre_norm"], seeds=4, preset="tiny", device="cpu", jobs=1, threads=1,
                                 vectorize_seeds=mode, results_dir=tmp, run_id=mode, check=False)
     return out
 
@@ -77,6 +77,26 @@ def test_vectorised_seeds_equal_their_sequential_trials(on_off):
 def test_the_run_records_how_it_was_executed(on_off):
     assert RunStore.open(on_off["on"]).meta().execution.vectorize_seeds == "on"
     assert RunStore.open(on_off["off"]).meta().execution.vectorize_seeds == "off"
+
+
+def test_resume_runs_the_missing_seeds_as_a_group(on_off, tmp_path):
+    import shutil
+
+    from harness.launch import start_run
+    from harness.request import RunRequest
+
+    folder = tmp_path / "on"
+    shutil.copytree(on_off["on"], folder)
+    for seed in (2, 3):
+        (folder / "trials" / f"pre_norm__s{seed}.json").unlink()
+    outcome = start_run(RunRequest(resume=str(folder), quiet=True))  # the stored threads (1) and vectorize_seeds
+    assert outcome.exit_code == 0 and outcome.meta.execution.vectorize_seeds == "on"
+    again = _trials(folder)
+    assert len(again) == 8 and [again[("pre_norm", s)]["row"]["vectorized"] for s in (2, 3)] == [2, 2]
+    before = _trials(on_off["on"])
+    for seed in (2, 3):  # a group of 2 instead of 4: the same trial within the tolerance
+        assert math.isclose(again[("pre_norm", seed)]["row"]["heldout_ce"],
+                            before[("pre_norm", seed)]["row"]["heldout_ce"], rel_tol=CE_RTOL)
 
 
 def test_auto_is_on_only_where_it_pays():
@@ -157,6 +177,29 @@ def test_bench_group_sizes_arms_on_cpu():
     assert rows[0]["vs_sequential"] == 1.0 and rows[1]["ms_per_seed_step"] == pytest.approx(rows[1]["step_ms_median"] / 2)
     assert all(0 < r["mfu"] < 1 for r in rows) and info["tokens_per_step"] > 0
     assert list(seed_table(rows).columns)[:3] == ["arm", "dtype", "step ms"]
+
+
+def test_a_group_steps_through_its_capture_object(monkeypatch):
+    """The captured path on the CPU with a stand-in for the CUDA graphs: every step goes through it,
+    with batches padded to the task's bucket shapes, and the row counts its shapes."""
+    shapes = []
+
+    class FakeCapture:
+        def __init__(self, step):
+            self.step, self.graphs = step, {}
+
+        def __call__(self, src, tgt, tgt_y):
+            self.graphs[(tuple(src.shape), tuple(tgt.shape))] = None
+            shapes.append((src.size(-1), tgt.size(-1)))
+            return self.step.step(src, tgt, tgt_y)
+
+    monkeypatch.setattr(group_mod, "capture_wanted", lambda device: True)
+    monkeypatch.setattr(group_mod, "CapturedStep", FakeCapture)
+    cfg = get_preset("tiny").override({"train.steps": 4, "train.eval_every": 2, "train.eval_sequences": 16})
+    specs = [TrialSpec("baseline", s, cfg.to_dict(), device="cpu", threads=1) for s in range(2)]
+    rows = [r["row"] for r in group_mod.run_group(specs)]
+    assert len(shapes) == 4 and set(shapes) <= {bucket_widths(6, 7, (6, 7), 4)} | {(6, 7)}
+    assert [r["captured"] for r in rows] == [1, 1] and [r["status"] for r in rows] == ["ok", "ok"]
 
 
 def test_capture_is_cuda_only_and_switchable(monkeypatch):
