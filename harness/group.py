@@ -185,8 +185,8 @@ def vectorise_problem(step: GroupStep, models: list[torch.nn.Module], batch: tup
     and give per-seed losses equal (within :data:`PROBE_RTOL`) to each model's own forward on its rows
     (models with dropout are compared in eval mode). Parameters, moments and the global RNG are left
     unchanged."""
+    from .env import autocast
     from .tasks.base import loss_fn
-    from .train import autocast
 
     before = {n: b.clone() for n, b in step.buffers.items()}
     devices = [device.index or 0] if device.type == "cuda" else []
