@@ -10,8 +10,9 @@ losses, compared with each seed's own forward, show it.
 Its canonical ``weight`` is the gain (weight x jitter), but a tensor outside the state dict is state
 the checks see too: ``check`` flags it (a fresh model loaded with this one's ``state_dict`` computes
 differently) and so does every trial's contract check (``weight`` is not a view of the canonical
-layout), so its trials are ``invalid`` vectorised or not: the fallback must keep that verdict. Expected: a vectorised run falls back to sequential trials with one line naming
-the reason (``EXPECT_FALLBACK`` is a fragment of it), with the same rows as ``--vectorize-seeds off``.
+layout), so its trials are ``invalid`` vectorised or not: the fallback must keep that verdict.
+Expected: a vectorised run falls back to sequential trials with one line naming the reason
+(``EXPECT_FALLBACK`` is a fragment of it), with the same rows as ``--vectorize-seeds off``.
 """
 from __future__ import annotations
 
