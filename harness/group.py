@@ -156,9 +156,7 @@ def run_group(specs: list[TrialSpec | dict[str, Any]], progress: list[Progress |
         if why is None:
             return group.train_all(t_start)
     except Exception as exc:  # noqa: BLE001 - fall back to the sequential trials, which report their own failure
-        why = f"the vectorised group raised {failure_reason(exc)}"
-        if log is None:
-            traceback.print_exc(limit=3)
+        why = f"the vectorised group raised {_first_sentence(failure_reason(exc), 300)}"
     return sequential_fallback(specs, progress, why, log)
 
 
