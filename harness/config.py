@@ -395,6 +395,10 @@ PRESETS: dict[str, RunConfig] = {
         ModelConfig(N=2, d_model=128, h=4, d_ff=512, dropout=0.0, vocab=68, max_len=24),
         TrainConfig(task="g2p", batch=128, steps=36000, noam_factor=0.5, warmup=400, label_smoothing=0.1,
                     eval_every=2000, eval_sequences=100000, bucket=True, beam=4, log_every=10)),
+    "gpu": RunConfig(
+        ModelConfig(N=6, d_model=512, h=8, d_ff=2048, dropout=0.0),
+        TrainConfig(task="copy_fixed", seq_len=32, batch=512, steps=400, noam_factor=0.5, warmup=400,
+                    label_smoothing=0.0, eval_every=100)),
     "tiny": RunConfig(
         ModelConfig(N=1, d_model=16, h=2, d_ff=32, dropout=0.0, max_len=16),
         TrainConfig(task="copy", seq_len=6, batch=16, steps=20, noam_factor=1.0, warmup=10,
@@ -415,6 +419,8 @@ PRESET_NOTES: dict[str, str] = {
                 "beam search 4, 10-step loss means; it over-fits after about 10000 steps, add --set model.dropout=0.1 "
                 "for the WER <= 30 % reference (docs/tasks.md)",
     "tiny": "seconds-long smoke config for tests; does not solve the task",
+    "gpu": "a bench config sized to fill one GPU: the paper's widths at N=6 (d_model=512, d_ff=2048, dropout 0), "
+           "batch 512 x 31 target tokens of the fixed-length copy task (about 16k tokens a step); too large for a CPU",
 }
 
 

@@ -135,12 +135,14 @@ def _missing(f) -> Any:
 class Execution(Record):
     """How a run's trials were executed (``ExecutionOptions.to_dict()``): ``executor``
     (``local``/``ray``), ``jobs`` (worker processes), ``threads`` (intra-op threads per trial,
-    None: unchanged), ``address`` (a Ray cluster's, or None)."""
+    None: unchanged), ``address`` (a Ray cluster's, or None), ``vectorize_seeds`` (``on``: the seeds
+    of a variant trained as vectorised trial groups; absent in runs made before it existed)."""
 
     executor: str = _f((str,), "local", missing="local", always=True)
     jobs: int | str = _f((int, str), 1, missing=1, always=True)  # "auto" before it is resolved
     threads: int | None = _f((int,), None, always=True)
     address: str | None = _f((str,), None, always=True)
+    vectorize_seeds: str | None = _f((str,), None)  # "on"/"off" (``run --vectorize-seeds``); None: before it existed
     extra: dict[str, Any] = _extra()
     _keys: tuple | None = _keys()
 

@@ -126,7 +126,8 @@ def task_request(spec: SuiteSpec, task: str, suite_dir: Path, base: RunRequest, 
     """The run request of one task of the suite (a resumed one when its folder exists): ``base``'s
     plugins, device, dtype and execution with the suite file's variants, preset, seeds and overrides."""
     common = dict(plugins=base.plugins, device=base.device, dtype=base.dtype, executor=base.executor,
-                  jobs=base.jobs, threads=base.threads, address=base.address, quiet=base.quiet)
+                  jobs=base.jobs, threads=base.threads, address=base.address, quiet=base.quiet,
+                  vectorize_seeds=base.vectorize_seeds)
     if resume:
         return RunRequest(resume=str(suite_dir / task), **common)
     return RunRequest(variants=tuple(spec.variants), preset=spec.preset, seeds=spec.seeds,

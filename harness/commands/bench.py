@@ -50,10 +50,27 @@ def register(sub, parents):
                         "the config as given in --dtype; prints target tokens/s of both and the ratio")
     p.add_argument("--old-dtype", default="fp32", choices=["fp32", "bf16"],
                    help="dtype of the --old arm (default fp32)")
+    p.add_argument("--group-sizes", type=group_sizes_arg, default=None, metavar="K[,K...]",
+                   help="seeds per second instead of variants: the first selected variant's step run sequentially, "
+                        "as vectorised trial groups of each K (run --vectorize-seeds on) and, on CUDA, captured as "
+                        "CUDA graphs, side by side with MFU and trials/h, e.g. --group-sizes 1,4,16,64")
     p.add_argument("--no-memory", dest="memory", action="store_false",
                    help="skip the fresh-process peak-memory probes (about 5 s per contender and dtype)")
     add_output(p, "bench")
     p.set_defaults(func=main)
+
+
+def group_sizes_arg(text: str) -> list[int]:
+    """``--group-sizes``: comma-separated positive integers."""
+    import argparse
+
+    try:
+        sizes = [int(x) for x in text.replace(" ", "").split(",") if x]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected group sizes like 1,4,16, got {text!r}") from None
+    if not sizes or any(k < 1 or k > 1024 for k in sizes):
+        raise argparse.ArgumentTypeError(f"group sizes must be between 1 and 1024, got {text!r}")
+    return sizes
 
 
 def render_markdown(rows: list[dict], info: dict, meta: RunMeta) -> str:
@@ -131,6 +148,8 @@ def main(args) -> int:
             f"{args.warmup_steps} warm-up + {args.steps} timed steps each, on {device.type}")
     if args.old:
         return _settings_main(args, variants[0], cfg, reg, device, store, meta, log)
+    if args.group_sizes:
+        return _seeds_main(args, variants[0], cfg, reg, device, dtypes, store, meta, log)
     rows, info = run_bench(variants, cfg, device, dtypes, args.steps, args.warmup_steps, reg, plugins,
                            memory=args.memory, log=log)
     meta.peak_gflop_per_s, meta.bench_s = info["peak_gflop_per_s"], info["bench_s"]
@@ -178,4 +197,39 @@ def _settings_main(args, variant, cfg, reg, device, store, meta, log) -> int:
     print(table)
     print(ratio)
     print(f"\nbench: {store.root / 'bench.md'}")
+    return 0
+
+
+def _seeds_main(args, variant, cfg, reg, device, dtypes, store, meta, log) -> int:
+    """``bench --group-sizes K,...``: sequential vs vectorised vs captured seeds of one variant
+    (:mod:`harness.bench_seeds`); writes bench.csv and bench.md, prints the table."""
+    import pandas as pd
+
+    from ..bench_seeds import run_seed_bench, seed_table
+    from ..store import atomic_write_text
+
+    rows, peaks, seconds = [], {}, 0.0
+    for dtype in dtypes:
+        got, info = run_seed_bench(variant, cfg, device, dtype, args.group_sizes, args.steps, args.warmup_steps,
+                                   reg, log)
+        rows += got
+        peaks.update(info["peak_gflop_per_s"])
+        seconds += info["bench_s"]
+    meta.group_sizes, meta.peak_gflop_per_s, meta.bench_s = args.group_sizes, peaks, seconds
+    store.write_meta(meta)
+    table = seed_table(rows).to_markdown(index=False, tablefmt="github")
+    env = meta.environment
+    md = "\n".join([f"# Seeds per second: {variant.name} ({meta.preset or 'custom'} config, task {cfg.train.task})",
+                    "", "```", meta.command, "```", "", "## Environment", ""]
+                   + [f"- {k}: {v}" for k, v in env.items() if v is not None]
+                   + ["", f"Arms interleaved round-robin (order rotated each round); {args.warmup_steps} warm-up + "
+                      f"{args.steps} timed steps per arm; batch {cfg.train.batch}, label tokens per seed-step "
+                      f"{info['tokens_per_step']}; trials/h counts the {cfg.train.steps} training steps of a trial "
+                      "only (no evaluation, no decoding); MFU against the matmul throughput measured by this "
+                      "command: " + ", ".join(f"{d} {g:,.0f} GFLOP/s" for d, g in peaks.items())
+                      + " (harness.bench_seeds).", "", table]) + "\n"
+    atomic_write_text(store.root / "bench.csv", pd.DataFrame(rows).to_csv(index=False))
+    atomic_write_text(store.root / "bench.md", md)
+    print(table)
+    print(f"\nbench: {store.root / 'bench.md'}  ({seconds:.0f} s)")
     return 0

@@ -26,6 +26,7 @@ continues with --resume results/<run-id> (add --retry-failed to run its failed t
 EPILOG = """examples:
   python -m harness run --variants all --preset tiny -q
   python -m harness run --variants 'seed_*' --seeds 5 --jobs 2
+  python -m harness run --variants baseline --preset g2p --seeds 16 --device cuda --vectorize-seeds on
   python -m harness run --variants baseline pre_norm --task reverse
   python -m harness run --resume results/20250101-120000        only the missing trials
   python -m harness run --resume results/20250101-120000 --retry-failed   ... and the failed ones
@@ -35,7 +36,7 @@ EPILOG = """examples:
 exit codes: 0 all trials ok, 1 a trial failed or diverged, 2 bad input, 130 interrupted"""
 
 #: Options left None by the parser, so that a request can tell "given" from "not given".
-UNSET_OPTIONS = ("variants", "preset", "seeds", "seed_start", "device", "dtype", "executor", "jobs")
+UNSET_OPTIONS = ("variants", "preset", "seeds", "seed_start", "device", "dtype", "executor", "jobs", "vectorize_seeds")
 
 
 def register(sub, parents):
@@ -76,6 +77,10 @@ def register(sub, parents):
                    help="run trials in N local worker processes, each with max(1, cores // N) threads; 'auto' "
                         "(default): on the CPU one process per core with 1 thread each, else 1. Use --jobs 1 "
                         "when the trials' own timings matter")
+    g.add_argument("--vectorize-seeds", choices=["auto", "on", "off"], metavar="{auto,on,off}",
+                   help="train the seeds of each variant as one vectorised trial group (stacked parameters, "
+                        "per-seed Adam; each seed still its own trial record, equal to its sequential trial within "
+                        "the tolerance of docs/running.md); auto (default): on with CUDA, off on the CPU")
     g.add_argument("--executor", choices=["local", "ray"],
                    help="local (this machine; default) or ray (a Ray cluster: pip install -e '.[ray]')")
     g.add_argument("--address", metavar="ADDR", default=None,
@@ -105,9 +110,10 @@ def request_from_args(args) -> RunRequest:
         grid=bool(getattr(args, "grid", False)), preset=args.preset, overrides=tuple(args.overrides or ()),
         seeds=args.seeds, seed_start=args.seed_start, experiment=args.experiment, check=args.check,
         device=args.device, dtype=args.dtype, executor=args.executor, jobs=args.jobs, threads=args.threads,
-        address=args.address, plugins=plugin_spec(args), results_dir=args.results_dir, run_id=args.run_id,
-        quiet=args.quiet, resume=args.resume, retry_failed=args.retry_failed, command=command_line(args),
-        tensorboard=args.tensorboard, save_models=args.save_models)
+        address=args.address, vectorize_seeds=args.vectorize_seeds, plugins=plugin_spec(args),
+        results_dir=args.results_dir, run_id=args.run_id, quiet=args.quiet, resume=args.resume,
+        retry_failed=args.retry_failed, command=command_line(args), tensorboard=args.tensorboard,
+        save_models=args.save_models)
 
 
 def main(args) -> int:

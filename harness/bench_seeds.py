@@ -1,0 +1,175 @@
+"""Seeds per second: one variant's training step run sequentially, vectorised and captured, side by side.
+
+``python -m harness bench --group-sizes 1,4,16`` times, in one process and interleaved round-robin
+(one step of every arm per round, order rotated each round, a fresh batch per seed each round):
+
+* ``sequential``: one model stepped with the loop's own step (:func:`harness.train.train_step`: the
+  fused Adam, the gradient norm, the ``.item()`` syncs of a trial); a seed costs one such step;
+* ``vectorised K``: K models of the variant stacked and stepped as one program
+  (:class:`harness.vstep.GroupStep`, what ``run --vectorize-seeds on`` trains), one step for K seeds;
+* ``captured K`` (CUDA only): the same step replayed as a CUDA graph (:class:`harness.vstep.CapturedStep`).
+
+Each row gives the median step time, the time per seed-step (step / K), seed-steps per second, the
+speed-up over ``sequential``, trials per hour at the config's ``train.steps`` (training steps only:
+the evaluations and the final decoding are not in it), and MFU: K x the model FLOPs of one
+forward + backward (:func:`harness.bench.count_flops`) per step time, over this machine's matmul
+throughput in the same dtype measured by the same command (:func:`harness.bench.matmul_seconds`).
+The batches are drawn and stacked before the clock starts (host-side batch drawing is not timed
+in any arm). On CUDA every step is synchronised before the clock is read.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any, Callable
+
+import torch
+
+from .bench import PEAK_N, _sync, count_flops, matmul_seconds
+from .config import RunConfig
+from .model import build_model, unique_parameter_count
+from .registry import Registry, Variant
+from .train import make_optimizer, noam_lambda, train_step
+from .vstep import CapturedStep, GroupStep, stack_batches
+
+
+def arms(group_sizes: list[int], device: torch.device) -> list[tuple[str, int]]:
+    """``[(kind, K)]``: ``("sequential", 1)``, then ``("vectorised", K)`` per size and, on CUDA,
+    ``("captured", K)`` per size."""
+    out = [("sequential", 1)] + [("vectorised", k) for k in group_sizes]
+    return out + ([("captured", k) for k in group_sizes] if device.type == "cuda" else [])
+
+
+def arm_name(kind: str, k: int) -> str:
+    return kind if kind == "sequential" else f"{kind} K={k}"
+
+
+class _Arm:
+    """The models and step function of one arm."""
+
+    def __init__(self, kind: str, k: int, variant: Variant, cfg: RunConfig, registry: Registry,
+                 device: torch.device, dtype: str):
+        self.kind, self.k, self.cfg, self.device, self.dtype = kind, k, cfg, device, dtype
+        models = [build_model(registry, variant, cfg.model, seed=s).to(device) for s in range(k)]
+        self.params = unique_parameter_count(models[0])
+        self.lam = noam_lambda(cfg.model.d_model, cfg.train.warmup, cfg.train.schedule)
+        self.times: list[float] = []
+        self.steps = 0
+        if kind == "sequential":
+            self.model = models[0]
+            self.opt, self.sched = make_optimizer(self.model, cfg)
+            return
+        self.group = GroupStep(models, cfg.model.pad, cfg.train.label_smoothing, cfg.train.grad_clip, device, dtype)
+        self.run = CapturedStep(self.group) if kind == "captured" else self.group.step
+
+    def step(self, batches: list) -> float:
+        """One timed step on the first K of ``batches``; seconds."""
+        self.steps += 1
+        if self.kind == "sequential":
+            batch = batches[0].to(self.device)
+            _sync(self.device)
+            t0 = time.perf_counter()
+            train_step(self.model, batch, self.opt, self.sched, self.cfg, self.device, self.dtype)
+            _sync(self.device)
+            return time.perf_counter() - t0
+        stacked = [x.to(self.device) for x in stack_batches(batches[:self.k], pad=self.cfg.model.pad)]
+        _sync(self.device)
+        t0 = time.perf_counter()
+        self.group.set_lr(self.cfg.train.noam_factor * self.lam(self.steps - 1))
+        self.run(*stacked)
+        _sync(self.device)
+        return time.perf_counter() - t0
+
+
+def run_seed_bench(variant: Variant, cfg: RunConfig, device: torch.device, dtype: str, group_sizes: list[int],
+                   steps: int, warmup: int, registry: Registry,
+                   log: Callable[[str], None] | None = None) -> tuple[list[dict], dict[str, Any]]:
+    """Time the arms of :func:`arms` for ``variant`` (see the module docstring).
+
+    Args:
+        group_sizes: the K of the vectorised (and captured) arms, each >= 1.
+        steps: timed rounds (>= 1); warmup: untimed rounds first (>= 0; a captured arm captures
+            its graph in its first round).
+
+    Returns:
+        ``(rows, info)``: one row per arm (:func:`seed_rows`); ``{"peak_gflop_per_s", "peak_n",
+        "tokens_per_step", "bench_s"}``.
+    """
+    say = log or (lambda _line: None)
+    t_start = time.perf_counter()
+    tc, mc = cfg.train, cfg.model
+    task = registry.task(tc.task)
+    kmax = max(group_sizes + [1])
+    gens = [torch.Generator().manual_seed(s) for s in range(kmax)]
+    built = {(kind, k): _Arm(kind, k, variant, cfg, registry, device, dtype) for kind, k in arms(group_sizes, device)}
+    first = task.make_batch(tc.batch, tc.seq_len, mc.vocab, gens[0])
+    flops = count_flops(built[("sequential", 1)].model, first.to(device), cfg, device, dtype)
+    n = PEAK_N.get(device.type, 2048)
+    matmul_seconds(dtype, device, n)
+    peak: list[float] = []
+    order = list(built)
+    for r in range(warmup + steps):
+        batches = [task.make_batch(tc.batch, tc.seq_len, mc.vocab, g) for g in gens]
+        t_round = time.perf_counter()
+        for key in order[r % len(order):] + order[:r % len(order)]:
+            try:
+                t = built[key].step(batches)
+            except Exception as exc:  # noqa: BLE001 - a capture that fails drops its arm, not the bench
+                if key[0] != "captured":
+                    raise
+                say(f"{arm_name(*key)} dropped: {type(exc).__name__}: {str(exc)[:200]}")
+                order.remove(key)
+                del built[key]
+                continue
+            if r >= warmup:
+                built[key].times.append(t)
+        s = matmul_seconds(dtype, device, n)
+        if r >= warmup:
+            peak.append(s)
+        say(f"round {r + 1}/{warmup + steps}{' (warm-up)' if r < warmup else ''}: {time.perf_counter() - t_round:.1f} s")
+    peak_gflops = 2 * n ** 3 / statistics.median(peak) / 1e9
+    rows = seed_rows(list(built.values()), flops, first.ntokens, peak_gflops, tc.steps)
+    return rows, {"peak_gflop_per_s": {dtype: peak_gflops}, "peak_n": n, "tokens_per_step": first.ntokens,
+                  "bench_s": time.perf_counter() - t_start}
+
+
+def seed_rows(arms_: list, flops: int, tokens: int, peak_gflops: float, trial_steps: int) -> list[dict]:
+    """One row per arm: ``arm``, ``K``, ``dtype``, ``params``, ``step_ms_median`` (one step of the arm,
+    all K seeds), ``ms_per_seed_step``, ``seed_steps_per_s``, ``vs_sequential`` (seed-steps/s over the
+    sequential arm's), ``trials_per_h`` (3600 / (ms_per_seed_step x ``trial_steps``), training steps
+    only), ``tokens_per_s`` (label tokens of all K seeds), ``achieved_gflop_per_s``, ``mfu``."""
+    rows = []
+    for a in arms_:
+        med = statistics.median(a.times)
+        per_seed = med / a.k
+        achieved = flops * a.k / med / 1e9
+        rows.append({"arm": arm_name(a.kind, a.k), "kind": a.kind, "K": a.k, "dtype": a.dtype, "params": a.params,
+                     "steps_timed": len(a.times), "step_ms_median": med * 1e3, "ms_per_seed_step": per_seed * 1e3,
+                     "seed_steps_per_s": 1.0 / per_seed, "trials_per_h": 3600.0 / (per_seed * trial_steps),
+                     "tokens_per_s": tokens * a.k / med, "gflop_per_seed_step": flops / 1e9,
+                     "achieved_gflop_per_s": achieved, "peak_gflop_per_s": peak_gflops, "mfu": achieved / peak_gflops})
+    seq = next(r for r in rows if r["kind"] == "sequential")
+    for r in rows:
+        r["vs_sequential"] = r["seed_steps_per_s"] / seq["seed_steps_per_s"]
+    return rows
+
+
+#: The printed table: (column, header, format).
+SEED_TABLE = [("arm", "arm", "{}"), ("dtype", "dtype", "{}"), ("step_ms_median", "step ms", "{:.2f}"),
+              ("ms_per_seed_step", "ms / seed-step", "{:.3f}"), ("seed_steps_per_s", "seed-steps/s", "{:,.0f}"),
+              ("vs_sequential", "x sequential", "{:.2f}"), ("trials_per_h", "trials/h (train steps)", "{:,.0f}"),
+              ("achieved_gflop_per_s", "GFLOP/s", "{:,.1f}"), ("mfu", "MFU", "{:.1%}")]
+
+
+def _fmt(f: str, x) -> str:
+    """``f`` for strings and large numbers; 3 significant digits for rates below 100."""
+    if isinstance(x, float) and f in ("{:,.0f}", "{:,.1f}") and abs(x) < 100:
+        return f"{x:.3g}"
+    return f.format(x)
+
+
+def seed_table(rows: list[dict]):
+    """The rows as a formatted pandas DataFrame (:data:`SEED_TABLE`)."""
+    import pandas as pd
+
+    return pd.DataFrame([{h: _fmt(f, r[c]) for c, h, f in SEED_TABLE} for r in rows])

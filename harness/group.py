@@ -1,0 +1,415 @@
+"""Trial groups: the K seeds of one variant x config trained as one vectorised program.
+
+:func:`run_group` takes the specs of K trials that differ only in their seed
+(:func:`group_specs` finds them in a plan) and returns K results, each the
+:meth:`harness.trial.TrialResult.to_dict` of its own trial, with the same columns as
+:func:`harness.train.run_trial`'s plus ``vectorized`` (the group size K) and ``group_wall_s``.
+The training step is :class:`harness.vstep.GroupStep` (stacked parameters, per-seed Adam,
+gradient norm, clipping and masked non-finite skip); everything around it is the sequential
+trial's own code, called per seed on that seed's unstacked model: the build and its twin and
+contract checks (:func:`harness.train.twin_reasons`, :func:`harness.train.contract_reasons`), the
+integrity gate at initialisation and after training
+(:func:`harness.checks.probes.integrity_reasons`), the periodic and final evaluations with their
+future-leak checks, the curve rows and the metrics row (:class:`harness.train._Loop`).
+
+Per seed, as in its sequential trial: batches from its own generator (``Generator().manual_seed
+(seed)``, the same stream), stacked to (K, B, ...) and padded to a common width; a seed whose loss
+or gradient norm goes non-finite is frozen (parameters and moments unchanged; the others go on)
+and ends ``diverged`` with the sequential reason text; with ``train.stop_at_solved`` a solved seed
+stops updating and logging. Where ``model.dropout`` > 0 the seeds' dropout masks come from one RNG
+stream (``vmap(randomness="different")``, seeded with the group's first seed): such a seed is a
+trial of the same distribution, not its sequential trial (the row's ``vectorized_note`` says so).
+
+Timing (honest, per seed): ``train_s``, ``step_ms``, ``tokens_per_s`` and ``time_to_solve_s`` are
+the group's clock (K seeds stepped together: ``step_ms`` is the time of one group step, for all K
+seeds); ``wall_s`` is the seed's share of the group's wall time (``group_wall_s`` / K), so that
+summing ``wall_s`` over a run still gives its trial time; ``group_wall_s`` is the whole group's.
+
+Fallback: before training, :func:`vectorise_problem` tries one vmapped forward and backward on the
+first stacked batch and compares its per-seed losses with each seed's own forward. A module that
+does not vectorise (``.item()`` or a data-dependent Python branch in its forward, an op or
+``autograd.Function`` without a batching rule, a buffer updated in place, a forward whose losses
+disagree with the per-seed ones) makes the group run its trials one after another
+(:func:`harness.train.run_trial`), with one log line saying why; the rows then carry
+``vectorized`` = 0 and the reason in ``vectorized_note``. A group that raises while training falls
+back the same way, so vectorisation never fails a run nor changes a verdict.
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+import traceback
+from typing import Any, Callable
+
+import torch
+
+from .checks.probes import integrity_reasons
+from .config import RunConfig
+from .env import deterministic_cuda, peak_mem_mb, pin_threads, reset_peak_mem, trial_device, trial_settings
+from .errors import failure_reason
+from .model import build_model, unique_parameter_count
+from .registry import Variant
+from .train import (INVALID, WARMUP_STEPS, PhaseClock, _Loop, contract_reasons, noam_lambda, run_trial,
+                    twin_reasons)
+from .trial import TrialResult, TrialSpec, registry_for
+from .vstep import CapturedStep, GroupStep, bucket_widths, stack_batches
+
+#: ``vectorized_note`` of a vectorised seed trained with dropout > 0.
+DROPOUT_NOTE = ("dropout masks drawn per seed from the group's one RNG stream (vmap randomness='different'), "
+                "not the sequential trial's stream")
+#: Relative gap allowed between a vmapped loss and the seed's own forward on the same batch before the
+#: group is judged mis-batched (fp32: reordering the rows' sums moves a loss by ~1e-6; bf16 ~1e-2).
+PROBE_RTOL = {"fp32": 1e-4, "bf16": 3e-2}
+
+Progress = Callable[[int, float], None]
+
+#: Environment variable that switches captured steps (CUDA graphs, :class:`harness.vstep.CapturedStep`) of
+#: a vectorised group: ``auto`` (default; on with CUDA), ``on`` (the same: graphs need CUDA), ``off``.
+CAPTURE_ENV = "HARNESS_CAPTURE"
+
+
+def capture_wanted(device: torch.device) -> bool:
+    """Whether a group on ``device`` steps through CUDA graphs (:data:`CAPTURE_ENV`; CUDA only).
+
+    Raises:
+        ConfigError: :data:`CAPTURE_ENV` is not ``auto``, ``on`` or ``off``.
+    """
+    import os
+
+    from .errors import ConfigError
+
+    mode = os.environ.get(CAPTURE_ENV, "auto").strip().lower() or "auto"
+    if mode not in ("auto", "on", "off"):
+        raise ConfigError(f"{CAPTURE_ENV} must be auto, on or off, got {mode!r}")
+    return device.type == "cuda" and mode != "off"
+
+
+def group_key(spec: dict[str, Any]) -> str:
+    """What a trial shares with the other seeds of its group: its spec without the seed."""
+    return json.dumps({k: v for k, v in spec.items() if k != "seed"}, sort_keys=True, default=str)
+
+
+def group_specs(planned: list, max_size: int = 64) -> list[list]:
+    """``planned`` (:class:`harness.runner.PlannedTrial` objects) as groups of trials that differ only
+    in their seed, at most ``max_size`` each, in order of first appearance (a measurement is never
+    grouped)."""
+    groups: dict[str, list[list]] = {}
+    for ts in planned:
+        key = group_key(ts.spec) if ts.spec.get("measure") is None else f"measure:{ts.key}"
+        chunks = groups.setdefault(key, [[]])
+        if len(chunks[-1]) >= max_size:
+            chunks.append([])
+        chunks[-1].append(ts)
+    return [chunk for chunks in groups.values() for chunk in chunks]
+
+
+def run_groups(planned: list, on_done: Callable[[Any, dict], None], bars=None,
+               log: Callable[[str], None] | None = None, max_size: int = 64) -> None:
+    """The executor of ``--vectorize-seeds on``: ``planned`` (:class:`harness.runner.PlannedTrial`
+    objects) as trial groups of up to ``max_size`` seeds (:func:`group_specs`), one group after
+    another in this process; ``on_done(planned_trial, result)`` for each trial as its group ends
+    (the caller stores it). ``bars``: a :class:`harness.progress.TrialBars` (per-seed bars)."""
+    for chunk in group_specs(list(planned), max_size):
+        enabled = bars is not None and bars.enabled
+        progress = [(lambda step, loss, ts=ts: bars.update(ts, step, loss)) if enabled else None for ts in chunk]
+        try:
+            results = run_group([ts.spec for ts in chunk], progress, log)
+        finally:
+            for ts in chunk:
+                if bars is not None:
+                    bars.close(ts.key)
+        for ts, result in zip(chunk, results):
+            on_done(ts, result)
+
+
+def run_group(specs: list[TrialSpec | dict[str, Any]], progress: list[Progress | None] | None = None,
+              log: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+    """Run K trials that differ only in their seed as one vectorised group; never raises for a
+    failing trial (see the module docstring).
+
+    Args:
+        specs: K :class:`harness.trial.TrialSpec` s or their dicts, equal but for ``seed``.
+        progress: per seed an optional ``progress(step, loss)`` callback.
+        log: receives one line when the group falls back to sequential trials.
+
+    Returns:
+        K :meth:`harness.trial.TrialResult.to_dict` s, in the order of ``specs``.
+
+    Raises:
+        ValueError: the specs differ in more than their seed.
+    """
+    specs = [s if isinstance(s, TrialSpec) else TrialSpec.from_dict(s) for s in specs]
+    progress = list(progress or [None] * len(specs))
+    if len({group_key(s.to_dict()) for s in specs}) != 1:
+        raise ValueError("run_group: the specs of a group must differ only in their seed")
+    alone = len(specs) == 1 and not capture_wanted(trial_device(specs[0].device))  # one trial gains only by capture
+    if alone or specs[0].measure is not None:
+        return [run_trial(s, progress=p) for s, p in zip(specs, progress)]
+    trial_settings()
+    pin_threads(specs[0].threads)
+    deterministic_cuda()
+    t_start = time.perf_counter()
+    try:
+        group = _Group(specs, progress, log)
+        why = group.prepare()
+        if why is None:
+            return group.train_all(t_start)
+    except Exception as exc:  # noqa: BLE001 - fall back to the sequential trials, which report their own failure
+        why = f"the vectorised group raised {_first_sentence(failure_reason(exc), 300)}"
+    return sequential_fallback(specs, progress, why, log)
+
+
+def sequential_fallback(specs: list[TrialSpec], progress: list[Progress | None], why: str,
+                        log: Callable[[str], None] | None) -> list[dict[str, Any]]:
+    """The group's trials one after another (:func:`harness.train.run_trial`), each row marked
+    ``vectorized`` = 0 with ``why`` in ``vectorized_note``; one log line."""
+    s = specs[0]
+    if log:
+        log(f"{s.variant}{' [' + s.point + ']' if s.point else ''}: {len(specs)} seeds run one after another, "
+            f"not vectorised: {why}")
+    out = []
+    for spec, p in zip(specs, progress):
+        result = run_trial(spec, progress=p)
+        result["row"].update({"vectorized": 0, "vectorized_note": why})
+        out.append(result)
+    return out
+
+
+def vectorise_problem(step: GroupStep, models: list[torch.nn.Module], batch: tuple, cfg: RunConfig,
+                      device: torch.device, dtype: str) -> str | None:
+    """Why ``step`` cannot train ``models`` as one group, or None when it can: one vmapped forward and
+    backward on ``batch`` (src (K, B, S), tgt/tgt_y (K, B, T)) must run, leave every buffer as it was,
+    and give per-seed losses equal (within :data:`PROBE_RTOL`) to each model's own forward on its rows
+    (models with dropout are compared in eval mode). Parameters, moments and the global RNG are left
+    unchanged."""
+    from .env import autocast
+    from .tasks.base import loss_fn
+
+    before = {n: b.clone() for n, b in step.buffers.items()}
+    devices = [device.index or 0] if device.type == "cuda" else []
+    dropout = cfg.model.dropout > 0
+    try:
+        with torch.random.fork_rng(devices=devices):
+            _, loss = step.grad_fn(step.params, step.buffers, *batch)
+            if dropout:
+                step.base.eval()
+                with torch.no_grad():
+                    loss = step.loss_fn(step.params, step.buffers, *batch)
+    except Exception as exc:  # noqa: BLE001 - any error means: not vectorisable
+        return f"its forward/backward does not run under torch.func.vmap ({_first_sentence(failure_reason(exc))})"
+    finally:
+        step.base.train()
+    changed = [n for n in before if not torch.equal(before[n], step.buffers[n])]
+    if changed:
+        for n in changed:
+            step.buffers[n].copy_(before[n])
+        return f"a module updates its buffer {changed[0]!r} in place during the forward"
+    own = []
+    with torch.random.fork_rng(devices=devices), torch.no_grad():
+        for i, m in enumerate(models):
+            was = m.training
+            m.train(not dropout)
+            with autocast(device, dtype):
+                logits = m(batch[0][i], batch[1][i])
+            own.append(float(loss_fn(logits, batch[2][i], cfg.model.pad, cfg.train.label_smoothing)))
+            m.train(was)
+    got = loss.tolist()
+    rtol = PROBE_RTOL.get(dtype, 1e-4)
+    bad = [i for i, (a, b) in enumerate(zip(got, own))
+           if not (math.isclose(a, b, rel_tol=rtol, abs_tol=1e-6) or (math.isnan(a) and math.isnan(b)))]
+    if bad:
+        i = bad[0]
+        return (f"the vmapped loss of seed {i} of the group ({got[i]:.6g}) differs from its own forward's "
+                f"({own[i]:.6g}) on the same batch: the modules do not batch correctly under vmap")
+    return None
+
+
+def _first_sentence(text: str, limit: int = 200) -> str:
+    """The first sentence of an error message (at most ``limit`` characters)."""
+    cut = text.find(". ", 40)
+    text = text[:cut + 1] if cut > 0 else text
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+class _Group:
+    """The state of one :func:`run_group` call: the K models and their per-seed loops."""
+
+    def __init__(self, specs: list[TrialSpec], progress: list[Progress | None], log: Callable[[str], None] | None):
+        self.specs, self.progress, self.log = specs, progress, log
+        self.cfg = RunConfig.from_dict(specs[0].config)
+        self.device = trial_device(specs[0].device)
+        self.registry = registry_for(specs[0].plugins)
+        self.task = self.registry.task(self.cfg.train.task)
+        self.clock = PhaseClock()
+        self.results = [TrialResult(row=s.identity_row(self.device.type, torch.get_num_threads())) for s in specs]
+
+    def prepare(self) -> str | None:
+        """Build every seed's model (with the twin and contract checks), run the integrity gate at
+        initialisation, draw each seed's first batch and try the group on it
+        (:func:`vectorise_problem`). Returns why the group cannot be vectorised, or None."""
+        cfg, mc, device, dtype = self.cfg, self.cfg.model, self.device, self.specs[0].dtype
+        variant = Variant(self.specs[0].variant, dict(self.specs[0].slots))
+        self.task.validate(cfg)
+        self.models, self.broken, self.invalid, self.loops, self.streams = [], [], [], [], []
+        with self.clock("build"):
+            for spec, result in zip(self.specs, self.results):
+                model = build_model(self.registry, variant, mc, seed=spec.seed).to(device)
+                self.broken.append(twin_reasons(self.registry, variant, mc, spec.seed, model, device)
+                                   + contract_reasons(self.registry, variant, mc))
+                result.row.update({f"slot_{k}": v for k, v in variant.resolved().items()})
+                result.row["params"] = unique_parameter_count(model)
+                self.models.append(model)
+        reset_peak_mem(device)
+        for spec, model in zip(self.specs, self.models):
+            with self.clock("evaluate"):
+                self.invalid.append(integrity_reasons(model, mc, device, seed=spec.seed, when="at initialisation"))
+            self.loops.append(_Loop(model, cfg, self.task, device, dtype, self.clock))
+            self.streams.append(self.task.batches(cfg, torch.Generator().manual_seed(spec.seed)))
+        self.last = [next(s) for s in self.streams]
+        self.step = GroupStep(self.models, mc.pad, cfg.train.label_smoothing, cfg.train.grad_clip, device, dtype)
+        torch.manual_seed(self.specs[0].seed)  # the group's one RNG stream (dropout)
+        self.captured = None
+        why = vectorise_problem(self.step, self.models, self._stacked(self.last), cfg, device, dtype)
+        if why is None and capture_wanted(device):
+            self.captured = CapturedStep(self.step)
+        return why
+
+    def _stacked(self, batches: list) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The seeds' batches stacked on the device: padded to the widest, or with a captured step to
+        the smallest of a few static shapes (:func:`harness.vstep.bucket_widths`); pinned and copied
+        without blocking the host on CUDA."""
+        widths = None
+        if getattr(self, "captured", None) is not None:
+            s, t = max(b.src.size(1) for b in batches), max(b.tgt.size(1) for b in batches)
+            full = self.task.widths(self.cfg.train.seq_len)
+            widths = bucket_widths(s, t, full) if s <= full[0] and t <= full[1] else None
+        stacked = stack_batches(batches, widths, pad=self.cfg.model.pad)
+        if self.device.type == "cuda":
+            return tuple(x.pin_memory().to(self.device, non_blocking=True) for x in stacked)
+        return tuple(x.to(self.device) for x in stacked)
+
+    def _step(self, stacked: tuple, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """One group step, through the captured graphs where there are any; a capture that fails is
+        given up with one log line (the step then runs uncaptured)."""
+        if self.captured is not None:
+            try:
+                return self.captured(*stacked)
+            except Exception as exc:  # noqa: BLE001 - capture is an optimisation, never a failure
+                if self.log:
+                    self.log(f"{self.specs[0].variant}: captured step given up at step {step}, the group steps "
+                             f"uncaptured: {_first_sentence(failure_reason(exc))}")
+                self.captured = None
+        return self.step.step(*stacked)
+
+    def train_all(self, t_start: float) -> list[dict[str, Any]]:
+        """Train the group, score every seed, return the K results."""
+        self._run()
+        out = []
+        for i, (spec, result) in enumerate(zip(self.specs, self.results)):
+            self._finish(i, spec, result)
+        wall = time.perf_counter() - t_start
+        for result in self.results:
+            row = result.row
+            row.update({"wall_s": wall / len(self.specs), "group_wall_s": wall, "vectorized": len(self.specs),
+                        "captured": len(self.captured.graphs) if self.captured is not None else 0})
+            if self.cfg.model.dropout > 0:
+                row["vectorized_note"] = DROPOUT_NOTE
+            row["overhead_share"] = 1.0 - self.clock.seconds["step"] / wall if wall > 0 else math.nan
+            result.phases = self.clock.to_dict()
+            out.append(result.to_dict())
+        return out
+
+    def _finish(self, i: int, spec: TrialSpec, result: TrialResult) -> None:
+        """Seed ``i``'s final evaluation, integrity gate after training and metrics row (as
+        :func:`harness.train.train` and ``_run`` do them)."""
+        cfg, mc, loop = self.cfg, self.cfg.model, self.loops[i]
+        model = self.step.load(i, self.models[i])
+        invalid = self.invalid[i]
+        try:
+            with self.clock("final_eval"):
+                final = self.task.evaluate(model, self.task.eval_set(cfg.train.eval_sequences, cfg.train.seq_len,
+                                                                     mc.vocab, cfg.train.eval_seed),
+                                           cfg, self.device, spec.dtype)
+                if loop.status == "ok":
+                    loop.check_future(loop.step, final=True)
+                    invalid = invalid + integrity_reasons(model, mc, self.device, seed=spec.seed + 1,
+                                                          when="after training")
+            metrics = loop.metrics(final, invalid + loop.leaks)
+        except Exception as exc:  # noqa: BLE001 - as run_trial: a failing trial, not a failing run
+            result.row.update({"status": "failed", "reason": failure_reason(exc),
+                               "traceback": traceback.format_exc(limit=5)})
+            return
+        broken = self.broken[i]
+        if broken and metrics["status"] != "diverged":
+            metrics["reason"] = "; ".join(broken + ([metrics["reason"]] if metrics["reason"] else []))
+            metrics["status"] = INVALID
+        result.row.update(metrics)
+        result.row["peak_mem_mb"] = peak_mem_mb(self.device)
+        result.curve = loop.curve
+
+    def _run(self) -> None:
+        """The step loop: every seed's batch, one group step, the per-seed logs once per logging
+        interval (one sync), the periodic evaluations; stops when every seed has stopped."""
+        tc, clock, k = self.cfg.train, self.clock, len(self.specs)
+        lam = noam_lambda(self.cfg.model.d_model, tc.warmup, tc.schedule)
+        done = [False] * k
+        pending: list[tuple[int, torch.Tensor, torch.Tensor, list[int]]] = []
+        train_s, t0 = 0.0, time.perf_counter()
+        for step in range(1, tc.steps + 1):
+            with clock("data"):
+                batches = self.last if step == 1 else [self.last[i] if done[i] else next(self.streams[i])
+                                                       for i in range(k)]
+                self.last = batches
+                ntokens = [b.ntokens for b in batches]
+                stacked = self._stacked(batches)
+            with clock("step"):
+                self.step.set_lr(tc.noam_factor * lam(step - 1))
+                loss, gnorm = self._step(stacked, step)
+            pending.append((step, loss, gnorm, ntokens))
+            evaluates = bool(tc.eval_every and step % tc.eval_every == 0 and step < tc.steps)
+            if step % tc.log_every == 0 or evaluates or step == tc.steps or step == WARMUP_STEPS:
+                with clock("log"):
+                    self._flush(pending, done, train_s + time.perf_counter() - t0)
+                pending = []
+            if evaluates and not all(done):
+                train_s += time.perf_counter() - t0
+                self._evaluate(step, done, train_s)
+                t0 = time.perf_counter()
+            if all(done):
+                break
+        train_s += time.perf_counter() - t0
+        for i, loop in enumerate(self.loops):
+            if not done[i]:
+                loop.train_s = train_s
+
+    def _flush(self, pending: list, done: list[bool], train_s: float) -> None:
+        """Read the pending steps' losses and gradient norms (one sync) and log them per seed as the
+        sequential loop does (:meth:`harness.train._Loop._log`); a non-finite step makes its seed
+        ``diverged`` with the sequential reason and stops it."""
+        values = torch.stack([torch.stack([loss, gnorm]) for _, loss, gnorm, _ in pending]).tolist()  # (n, 2, K)
+        for (step, _, _, ntokens), (losses, gnorms) in zip(pending, values):
+            for i, loop in enumerate(self.loops):
+                if done[i]:
+                    continue
+                loop.step = step
+                finite = loop._log(step, losses[i], gnorms[i], ntokens[i], self.progress[i])
+                if step == WARMUP_STEPS:
+                    loop.warm_s, loop.warm_tokens = train_s, loop.tokens
+                if not finite:
+                    loop.status = "diverged"
+                    what = "loss" if not math.isfinite(losses[i]) else "gradient norm"
+                    loop.reason = f"non-finite {what} at step {step}"
+                    loop.train_s, done[i] = train_s, True
+
+    def _evaluate(self, step: int, done: list[bool], train_s: float) -> None:
+        """The periodic evaluation of every seed still training, on its unstacked model; with
+        ``train.stop_at_solved`` a solved seed stops."""
+        for i, loop in enumerate(self.loops):
+            if done[i]:
+                continue
+            self.step.load(i, self.models[i])
+            loop.train_s = train_s
+            if loop._evaluate(step) and self.cfg.train.stop_at_solved:
+                done[i] = True
+                self.step.stop(i)

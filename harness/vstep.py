@@ -1,0 +1,270 @@
+"""The training step of a trial group: K seeds of one variant stepped as one program.
+
+The K models' parameters and buffers are stacked along a new leading dimension
+(``torch.func.stack_module_state``: every tensor gets shape (K, ...), row k = seed k), and one
+``torch.func.vmap`` over ``torch.func.grad_and_value`` of ``functional_call`` computes every
+seed's loss and gradients in one call (the "model ensembling" recipe of the PyTorch tutorials).
+Everything after the backward is written on the stacked tensors so that each seed stays its own
+trial:
+
+- gradient norm per seed (the 2-norm of the seed's gradients, as ``clip_grad_norm_`` computes it)
+  and clipping to ``train.grad_clip`` per seed (``max_norm / (norm + 1e-6)``, clamped to 1);
+- Adam per seed (:class:`StackedAdam`: its moments and step count are rows of stacked tensors),
+  with the learning rate a tensor (the Noam multiplier of ``LambdaLR``), so the step holds no
+  Python number that changes between steps and can be captured as a CUDA graph;
+- a non-finite loss or gradient norm skipped by a mask, not a Python branch: that seed's
+  parameters, moments and step count stay as they were, the other seeds step on, and the seed is
+  frozen from then on (:attr:`GroupStep.active`); early stopping clears its row of the same mask.
+
+Nothing here synchronises with the device: the step returns the per-seed losses and gradient
+norms as (K,) tensors and the caller reads them once per logging interval.
+
+Batches: each seed's batch comes from its own generator; :func:`stack_batches` pads them to a
+common width (pad id 0: masked keys, ignored labels) and stacks them to (K, B, S) / (K, B, T).
+With ``widths`` fixed (the task's :meth:`~harness.tasks.base.Task.widths`) every step has the
+same shapes, which a captured step needs.
+
+Dropout: ``vmap(randomness="different")`` gives every seed its own masks, drawn from the one
+global RNG stream of the process, so a vectorised seed with dropout > 0 is not the same trial as
+its sequential run (it is a trial of the same distribution).
+"""
+from __future__ import annotations
+
+import copy
+import math
+from typing import Callable
+
+import torch
+from torch.func import functional_call, grad_and_value, stack_module_state, vmap
+from torch.nn import functional as F
+
+from .tasks.base import Batch, loss_fn
+
+#: Adam's hyper-parameters of every trial (Vaswani et al. 2017 §5.3; :func:`harness.train.make_optimizer`).
+BETAS, EPS = (0.9, 0.98), 1e-9
+#: What ``torch.nn.utils.clip_grad_norm_`` adds to the norm before dividing.
+CLIP_EPS = 1e-6
+
+
+def _rows(x: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """``x`` (K,) viewed as (K, 1, ..., 1) to broadcast against ``like`` (K, ...)."""
+    return x.view((-1,) + (1,) * (like.dim() - 1))
+
+
+class StackedAdam:
+    """Adam (bias-corrected, ``betas`` = (0.9, 0.98), ``eps`` = 1e-9) on stacked parameters: row k
+    of every tensor is seed k's, with its own first and second moments and its own step count.
+
+    The update is PyTorch's (``torch.optim.Adam``'s single-tensor rule): m <- lerp(m, g, 1 - b1),
+    v <- b2 v + (1 - b2) g^2, p <- p - lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps), with
+    ``lr`` a 0-dim tensor and a (K,) bool ``mask``: a seed whose row is False keeps its parameters,
+    moments and step count (``torch.where``; no Python branch, no sync). Updates in place, so the
+    tensors' storage never changes (a captured graph replays on the same memory).
+
+    Args:
+        params: name -> (K, ...) stacked parameters (updated in place by :meth:`step`).
+    """
+
+    def __init__(self, params: dict[str, torch.Tensor]):
+        first = next(iter(params.values()))
+        self.m = {k: torch.zeros_like(p) for k, p in params.items()}
+        self.v = {k: torch.zeros_like(p) for k, p in params.items()}
+        self.t = torch.zeros(first.size(0), dtype=torch.float32, device=first.device)  # (K,) steps taken
+
+    def step(self, params: dict[str, torch.Tensor], grads: dict[str, torch.Tensor], lr: torch.Tensor,
+             mask: torch.Tensor) -> None:
+        """One masked Adam step. Shape: params, grads name -> (K, ...); lr (); mask (K,) bool."""
+        b1, b2 = BETAS
+        t = self.t + mask.to(self.t.dtype)  # (K,)
+        tc = t.clamp(min=1.0)  # a seed that never stepped: no division by 0 (its row is masked)
+        step_size = lr / (1.0 - torch.pow(b1, tc))  # (K,)
+        bc2_sqrt = (1.0 - torch.pow(b2, tc)).sqrt()  # (K,)
+        for k, p in params.items():
+            g = grads[k].to(p.dtype)
+            keep = _rows(mask, p)
+            m = self.m[k].lerp(g, 1.0 - b1)
+            v = self.v[k].mul(b2).addcmul(g, g, value=1.0 - b2)
+            denom = (v.sqrt() / _rows(bc2_sqrt, p)).add(EPS)
+            new = p - _rows(step_size, p) * (m / denom)
+            self.m[k].copy_(torch.where(keep, m, self.m[k]))
+            self.v[k].copy_(torch.where(keep, v, self.v[k]))
+            p.copy_(torch.where(keep, new, p))
+        self.t.copy_(t)
+
+
+def grad_norms(grads: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Per-seed global gradient 2-norm: the norm of the per-tensor norms (``clip_grad_norm_``'s
+    order). Shape: name -> (K, ...) -> (K,)."""
+    per = [torch.linalg.vector_norm(g.float().flatten(1), dim=1) for g in grads.values()]  # P x (K,)
+    return torch.linalg.vector_norm(torch.stack(per), dim=0)
+
+
+def stack_batches(batches: list[Batch], widths: tuple[int, int] | None = None,
+                  pad: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """K seeds' batches as stacked tensors, each padded on the right with ``pad`` to the widest
+    (or to ``widths`` = (S, T) when given: fixed shapes for a captured step).
+
+    Shape:
+        batches: K x (src (B, S_k), tgt (B, T_k), tgt_y (B, T_k)) ->
+        src (K, B, S), tgt (K, B, T), tgt_y (K, B, T).
+
+    Raises:
+        ValueError: the batches have different numbers of rows, or one is wider than ``widths``.
+    """
+    if len({b.src.size(0) for b in batches}) != 1:
+        raise ValueError(f"stack_batches: the seeds' batches have different row counts "
+                         f"{sorted({b.src.size(0) for b in batches})}")
+    s = max(b.src.size(1) for b in batches)
+    t = max(b.tgt.size(1) for b in batches)
+    if widths is not None:
+        if s > widths[0] or t > widths[1]:
+            raise ValueError(f"stack_batches: a batch of widths ({s}, {t}) is wider than the fixed ({widths[0]}, "
+                             f"{widths[1]})")
+        s, t = widths
+
+    def padded(x, n):
+        return F.pad(x, (0, n - x.size(1)), value=pad) if x.size(1) < n else x
+
+    return (torch.stack([padded(b.src, s) for b in batches]), torch.stack([padded(b.tgt, t) for b in batches]),
+            torch.stack([padded(b.tgt_y, t) for b in batches]))
+
+
+class GroupStep:
+    """The stacked state of K models and their training step (see the module docstring).
+
+    Args:
+        models: K models of one variant (same module tree), on ``device``; their tensors are
+            copied (the models themselves are not trained: :meth:`load` writes a seed's row back).
+        pad, smoothing, grad_clip: the loss's pad id and label smoothing; ``train.grad_clip``.
+        device, dtype: where it runs; ``"fp32"`` or ``"bf16"`` (autocast around the forward).
+
+    Attributes:
+        params, buffers: name -> (K, ...) stacked tensors.
+        active: (K,) bool: the seeds that still step (cleared by a non-finite step or :meth:`stop`).
+        lr: () float32 tensor: the learning rate of the next step (set with :meth:`set_lr`).
+    """
+
+    def __init__(self, models: list[torch.nn.Module], pad: int, smoothing: float, grad_clip: float,
+                 device: torch.device, dtype: str = "fp32"):
+        self.k, self.grad_clip, self.device = len(models), float(grad_clip), device
+        params, buffers = stack_module_state(models)
+        frozen = {n for n, p in models[0].named_parameters() if not p.requires_grad}  # Adam never sees them
+        self.params = {n: p.detach().clone() for n, p in params.items() if n not in frozen}
+        self.buffers = {n: b.detach().clone() for n, b in buffers.items()}
+        self.buffers.update({n: params[n].detach().clone() for n in frozen})
+        self.base = copy.deepcopy(models[0]).to("meta")
+        self.base.train()
+        self.adam = StackedAdam(self.params)
+        self.active = torch.ones(self.k, dtype=torch.bool, device=device)
+        self.lr = torch.zeros((), dtype=torch.float32, device=device)
+
+        def loss_of(p, b, src, tgt, tgt_y):
+            # autocast's weight-cast cache off: a captured graph must not keep casts from its capture
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=dtype == "bf16", cache_enabled=False):
+                logits = functional_call(self.base, (p, b), (src, tgt))  # (B, T, V)
+            return loss_fn(logits, tgt_y, pad, smoothing)
+
+        self.grad_fn: Callable = vmap(grad_and_value(loss_of), randomness="different")
+        self.loss_fn: Callable = vmap(loss_of, randomness="different")
+        self.graph = None
+
+    def set_lr(self, lr: float) -> None:
+        """The next step's learning rate (written into :attr:`lr`, outside any captured graph)."""
+        self.lr.fill_(lr)
+
+    def step(self, src: torch.Tensor, tgt: torch.Tensor, tgt_y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One step of every active seed; no sync. Shape: src (K, B, S), tgt/tgt_y (K, B, T) ->
+        ``(loss (K,), grad_norm (K,))``, float32, before clipping (the seeds' values, also for
+        frozen seeds, whose update is masked)."""
+        grads, loss = self.grad_fn(self.params, self.buffers, src, tgt, tgt_y)
+        gnorm = grad_norms(grads)  # (K,)
+        if self.grad_clip > 0:
+            coef = (self.grad_clip / (gnorm + CLIP_EPS)).clamp(max=1.0)  # (K,)
+            grads = {n: g * _rows(coef, g).to(g.dtype) for n, g in grads.items()}
+        finite = torch.isfinite(loss) & torch.isfinite(gnorm)
+        self.adam.step(self.params, grads, self.lr, self.active & finite)
+        self.active.logical_and_(finite)
+        return loss.detach().float(), gnorm
+
+    def stop(self, i: int) -> None:
+        """Freeze seed ``i`` (early stopping): its row no longer updates."""
+        self.active[i] = False
+
+    @torch.no_grad()
+    def load(self, i: int, model: torch.nn.Module) -> torch.nn.Module:
+        """Write seed ``i``'s parameters and buffers into ``model`` (same module tree); returns it."""
+        for name, p in model.named_parameters():
+            p.copy_((self.params[name] if name in self.params else self.buffers[name])[i])
+        for name, b in model.named_buffers():
+            if name in self.buffers:
+                b.copy_(self.buffers[name][i])
+        return model
+
+
+def bucket_widths(s: int, t: int, widths: tuple[int, int], buckets: int = 4) -> tuple[int, int]:
+    """The static shape a batch of widths (``s``, ``t``) is padded to for a captured step: the
+    task's widest (S, T) = ``widths`` cut into ``buckets`` equal steps, and the smallest step that
+    holds both widths (the same step for S and T, so at most ``buckets`` shapes, hence graphs).
+
+    Example: widths (20, 21), 4 buckets (5, 6), (10, 11), (15, 16), (20, 21): (7, 9) -> (10, 11);
+    (3, 4) -> (5, 6); (20, 2) -> (20, 21).
+
+    Raises:
+        ValueError: ``s`` or ``t`` is wider than ``widths``.
+    """
+    if s > widths[0] or t > widths[1]:
+        raise ValueError(f"bucket_widths: a batch of widths ({s}, {t}) is wider than the task's {widths}")
+    steps = [(math.ceil(widths[0] * i / buckets), math.ceil(widths[1] * i / buckets)) for i in range(1, buckets + 1)]
+    return next(w for w in steps if w[0] >= s and w[1] >= t)
+
+
+class CapturedStep:
+    """:meth:`GroupStep.step` replayed as CUDA graphs, one per input shape (``torch.cuda.graph``).
+
+    The first call with a new shape warms the step up on a side stream (:data:`WARMUP_REPLAYS`
+    steps with every seed masked, so nothing moves), then captures one step on static input
+    buffers; every call copies the batch into them, replays the graph and returns copies of the
+    static outputs. The state the graph updates (stacked parameters, Adam moments and step
+    counts, the ``active`` mask, the learning rate tensor) lives outside the graph's pool and is
+    updated in place, so eager code (evaluation, :meth:`GroupStep.load`, :meth:`GroupStep.stop`,
+    :meth:`GroupStep.set_lr`) sees and changes it between replays. No sync inside: the caller reads
+    the losses once per logging interval. CUDA only.
+    """
+
+    WARMUP_REPLAYS = 3
+
+    def __init__(self, step: GroupStep):
+        if step.device.type != "cuda":
+            raise ValueError("CapturedStep needs a CUDA device (CUDA graphs)")
+        self.step = step
+        self.graphs: dict[tuple, tuple] = {}
+
+    def __call__(self, src: torch.Tensor, tgt: torch.Tensor, tgt_y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """As :meth:`GroupStep.step`. Shape: src (K, B, S), tgt/tgt_y (K, B, T) -> (K,), (K,)."""
+        key = (tuple(src.shape), tuple(tgt.shape))
+        held = self.graphs.get(key) or self._capture(key, src, tgt, tgt_y)
+        inputs, outputs, graph = held
+        for static, x in zip(inputs, (src, tgt, tgt_y)):
+            static.copy_(x, non_blocking=True)
+        graph.replay()
+        return outputs[0].clone(), outputs[1].clone()
+
+    def _capture(self, key: tuple, src, tgt, tgt_y) -> tuple:
+        st = self.step
+        inputs = [x.clone() for x in (src, tgt, tgt_y)]
+        active = st.active.clone()
+        st.active.zero_()  # the warm-up steps compute everything and change nothing
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(self.WARMUP_REPLAYS):
+                st.step(*inputs)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(graph):
+                outputs = st.step(*inputs)
+        finally:
+            st.active.copy_(active)
+        self.graphs[key] = (inputs, outputs, graph)
+        return self.graphs[key]

@@ -1,0 +1,58 @@
+"""Test plugin for trial groups (``run --vectorize-seeds on``): ``.item()`` in the forward.
+
+The LayerNorm reads the largest |x| of its input with ``.item()`` (to pick eps, which always ends
+at 1e-5): a Python number from a tensor, which ``vmap`` refuses.
+
+The function is nn.LayerNorm's (biased variance, eps = 1e-5; canonical ``weight``, ``bias`` (D,)), so
+``check`` passes it and its sequential trials are ordinary; only vectorising its seeds with
+``torch.func.vmap`` fails. Expected: a vectorised run falls back to sequential trials with one line
+naming the reason (``EXPECT_FALLBACK`` is a fragment of it), with the same rows as ``--vectorize-seeds off``.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from harness import Component, Variant, hookimpl
+
+NAME = "vec_item_forward"
+EXPECT_CHECK = "pass"
+EXPECT_REASON = ""
+EXPECT_FALLBACK = "does not run under torch.func.vmap"
+
+
+class _LayerNorm(nn.Module):
+    """nn.LayerNorm's parameters and canonical layout. Shape (..., D) -> (..., D)."""
+
+    def __init__(self, d_model: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(d_model))
+        self.bias = nn.Parameter(torch.zeros(d_model))
+
+    def canonical_state(self):
+        return {"weight": self.weight, "bias": self.bias}
+
+    def load_canonical_state(self, state):
+        with torch.no_grad():
+            self.weight.copy_(state["weight"])
+            self.bias.copy_(state["bias"])
+        return []
+
+
+class ItemLayerNorm(_LayerNorm):
+    def forward(self, x):
+        eps = max(1e-5, 0.0 * x.detach().abs().max().item())  # a Python float from the data
+        return F.layer_norm(x, x.shape[-1:], self.weight, self.bias, eps)
+
+
+@hookimpl
+def harness_add_components():
+    return [Component(NAME, "layer_norm", lambda ctx: ItemLayerNorm(ctx.cfg.d_model), "nn.LayerNorm that reads max|x| with .item()",
+                      "trial-group fallback test plugin")]
+
+
+@hookimpl
+def harness_add_variants():
+    return [Variant(NAME, {"layer_norm": NAME}, summary="baseline with a LayerNorm that calls .item() in its forward",
+                    source="trial-group fallback test plugin")]

@@ -1,0 +1,353 @@
+"""Vectorised trial groups (``run --vectorize-seeds``, :mod:`harness.group`, :mod:`harness.vstep`):
+a group's seeds give their sequential trials' results within the documented tolerance
+(docs/running.md, "Vectorised seeds"), a non-finite seed is frozen without touching the others,
+and a plugin that does not vectorise falls back to sequential trials with one line saying why."""
+from __future__ import annotations
+
+import importlib.util
+import math
+
+import pandas as pd
+import pytest
+import torch
+
+import harness
+from harness import group as group_mod
+from harness import train as train_mod
+from harness.config import get_preset
+from harness.errors import ConfigError
+from harness.runner import ExecutionOptions, PlannedTrial
+from harness.store import RunStore
+from harness.tasks.base import Batch
+from harness.trial import TrialSpec, registry_for
+from harness.vstep import GroupStep, StackedAdam, bucket_widths, stack_batches
+
+from .conftest import ROOT
+
+#: The documented tolerance (docs/running.md): relative gap of a seed's held-out CE (and of any
+#: training-loss row) between its vectorised and its sequential trial, and the absolute gap of its
+#: exact match.
+CE_RTOL, EM_ATOL = 1e-2, 0.02
+#: Before the trajectories drift apart (the first 10 steps at the tiny preset) the losses differ by float
+#: rounding only.
+EARLY_RTOL = 1e-5
+
+FALLBACK_PLUGINS = ["vec_item_forward", "vec_data_branch", "vec_no_batching_rule", "vec_buffer_update",
+                    "vec_plain_tensor"]
+
+
+@pytest.fixture(scope="module")
+def on_off(tmp_path_factory):
+    """``run --variants baseline pre_norm --preset tiny --seeds 4`` with ``--vectorize-seeds on`` and ``off``."""
+    tmp = tmp_path_factory.mktemp("vec")
+    out = {}
+    for mode in ("on", "off"):
+        out[mode] = harness.run(variants=["baseline", "pre_norm"], seeds=4, preset="tiny", device="cpu", jobs=1, threads=1,
+                                vectorize_seeds=mode, results_dir=tmp, run_id=mode, check=False)
+    return out
+
+
+def _trials(folder) -> dict:
+    return {(t["row"]["variant"], t["row"]["seed"]): t for t in RunStore.open(folder).load_trials()}
+
+
+def test_vectorised_seeds_equal_their_sequential_trials(on_off):
+    on, off = _trials(on_off["on"]), _trials(on_off["off"])
+    assert on.keys() == off.keys() and len(on) == 8
+    for key, v in on.items():
+        s = off[key]
+        rv, rs = v["row"], s["row"]
+        assert rv["vectorized"] == 4 and "vectorized" not in rs, key
+        assert rv["status"] == rs["status"] == "ok", key
+        assert math.isclose(rv["heldout_ce"], rs["heldout_ce"], rel_tol=CE_RTOL), key
+        assert abs(rv["exact_match"] - rs["exact_match"]) <= EM_ATOL, key
+        assert [(r["step"], r["split"]) for r in v["curve"]] == [(r["step"], r["split"]) for r in s["curve"]]
+        for a, b in zip(v["curve"], s["curve"]):
+            tol = EARLY_RTOL if a["split"] == "train" and a["step"] <= 10 else CE_RTOL
+            assert math.isclose(a["loss"], b["loss"], rel_tol=tol), (key, a, b)
+        # honest timing: one group clock, the seed's share of the group's wall time
+        assert rv["group_wall_s"] == pytest.approx(4 * rv["wall_s"])
+        assert rv["train_s"] == on[(key[0], 0)]["row"]["train_s"]
+    # the same trials.csv columns, plus the group's
+    cols_on = set(pd.read_csv(on_off["on"] / "trials.csv").columns)
+    cols_off = set(pd.read_csv(on_off["off"] / "trials.csv").columns)
+    assert cols_on - cols_off == {"vectorized", "group_wall_s", "captured"} and cols_off <= cols_on
+
+
+def test_the_run_records_how_it_was_executed(on_off):
+    assert RunStore.open(on_off["on"]).meta().execution.vectorize_seeds == "on"
+    assert RunStore.open(on_off["off"]).meta().execution.vectorize_seeds == "off"
+
+
+def test_resume_runs_the_missing_seeds_as_a_group(on_off, tmp_path):
+    import shutil
+
+    from harness.launch import start_run
+    from harness.request import RunRequest
+
+    folder = tmp_path / "on"
+    shutil.copytree(on_off["on"], folder)
+    for seed in (2, 3):
+        (folder / "trials" / f"pre_norm__s{seed}.json").unlink()
+    outcome = start_run(RunRequest(resume=str(folder), quiet=True))  # the stored threads (1) and vectorize_seeds
+    assert outcome.exit_code == 0 and outcome.meta.execution.vectorize_seeds == "on"
+    again = _trials(folder)
+    assert len(again) == 8 and [again[("pre_norm", s)]["row"]["vectorized"] for s in (2, 3)] == [2, 2]
+    before = _trials(on_off["on"])
+    for seed in (2, 3):  # a group of 2 instead of 4: the same trial within the tolerance
+        assert math.isclose(again[("pre_norm", seed)]["row"]["heldout_ce"],
+                            before[("pre_norm", seed)]["row"]["heldout_ce"], rel_tol=CE_RTOL)
+
+
+def test_auto_is_on_only_where_it_pays():
+    assert ExecutionOptions(jobs="auto").resolved(8, "cpu").vectorize_seeds == "off"
+    cuda = ExecutionOptions(jobs="auto").resolved(8, "cuda")
+    assert cuda.vectorize_seeds == "on" and cuda.jobs == 1
+    assert ExecutionOptions(jobs=2).resolved(8, "cuda").vectorize_seeds == "off"
+    assert ExecutionOptions(jobs="auto", vectorize_seeds="on").resolved(8, "cpu").jobs == 1
+    with pytest.raises(ConfigError, match="--jobs 1"):
+        ExecutionOptions(jobs=2, vectorize_seeds="on").validate()
+    with pytest.raises(ConfigError, match="--vectorize-seeds must be one of"):
+        ExecutionOptions(vectorize_seeds="yes").validate()
+
+
+def test_group_specs_groups_seeds_of_one_variant_and_config():
+    cfg = get_preset("tiny")
+    planned = [PlannedTrial(f"{v}{s}{p}", TrialSpec(v, s, cfg.override({"train.steps": p}).to_dict()).to_dict())
+               for s in range(5) for v in ("a", "b") for p in (3, 4)]
+    groups = group_mod.group_specs(planned, max_size=3)
+    assert [[ts.spec["seed"] for ts in g] for g in groups] == [[0, 1, 2], [3, 4]] * 4
+    assert all(len({(ts.spec["variant"], ts.spec["config"]["train"]["steps"]) for ts in g}) == 1 for g in groups)
+    measured = [PlannedTrial(f"m{s}", {**planned[0].spec, "seed": s, "measure": {"kind": "x"}}) for s in range(2)]
+    assert [len(g) for g in group_mod.group_specs(measured)] == [1, 1]
+
+
+def test_stacked_adam_with_a_tensor_lr_equals_torch_adam():
+    """Row k of the stacked update is torch.optim.Adam on seed k's tensor; a masked row does not move."""
+    g = torch.Generator().manual_seed(0)
+    rows = [torch.randn(3, 5, generator=g) for _ in range(3)]
+    mine = {"w": torch.stack(rows).clone()}
+    adam = StackedAdam(mine)
+    ref = [torch.nn.Parameter(r.clone()) for r in rows]
+    opts = [torch.optim.Adam([p], lr=1.0, betas=(0.9, 0.98), eps=1e-9, foreach=False) for p in ref]
+    mask = torch.tensor([True, True, False])
+    for step, lr in enumerate([0.01, 0.02, 0.03, 0.02, 0.01]):
+        grads = torch.randn(3, 3, 5, generator=g) * 10.0 ** -step  # shrinking gradients: the eps matters late
+        for k, (p, opt) in enumerate(zip(ref, opts)):
+            for group in opt.param_groups:
+                group["lr"] = lr
+            if mask[k]:
+                p.grad = grads[k].clone()
+                opt.step()
+        adam.step(mine, {"w": grads}, torch.tensor(lr), mask)
+    for k in range(3):
+        torch.testing.assert_close(mine["w"][k], ref[k].detach(), rtol=1e-6, atol=1e-7)
+    assert adam.t.tolist() == [5.0, 5.0, 0.0]
+    assert torch.equal(mine["w"][2], rows[2]) and not adam.m["w"][2].any()
+
+
+def test_stack_batches_pads_to_the_widest_or_to_fixed_widths():
+    a = Batch(torch.ones(2, 3, dtype=torch.long), torch.ones(2, 4, dtype=torch.long), torch.ones(2, 4, dtype=torch.long))
+    b = Batch(torch.ones(2, 5, dtype=torch.long), torch.ones(2, 2, dtype=torch.long), torch.ones(2, 2, dtype=torch.long))
+    src, tgt, tgt_y = stack_batches([a, b])
+    assert src.shape == (2, 2, 5) and tgt.shape == tgt_y.shape == (2, 2, 4)
+    assert src[0, :, 3:].eq(0).all() and tgt_y[1, :, 2:].eq(0).all() and src[1].eq(1).all()
+    assert stack_batches([a, b], widths=(6, 7))[0].shape == (2, 2, 6)
+    with pytest.raises(ValueError, match="wider than the fixed"):
+        stack_batches([a, b], widths=(4, 7))
+    with pytest.raises(ValueError, match="row counts"):
+        stack_batches([a, Batch(b.src[:1], b.tgt[:1], b.tgt_y[:1])])
+
+
+def test_bucket_widths_give_a_few_static_shapes():
+    shapes = {bucket_widths(s, t, (20, 21)) for s in range(1, 21) for t in range(1, 22)}
+    assert shapes == {(5, 6), (10, 11), (15, 16), (20, 21)}
+    assert bucket_widths(10, 11, (20, 21)) == (10, 11) and bucket_widths(11, 2, (20, 21)) == (15, 16)
+    with pytest.raises(ValueError, match="wider than"):
+        bucket_widths(21, 3, (20, 21))
+
+
+def test_bench_group_sizes_arms_on_cpu():
+    from harness.bench_seeds import run_seed_bench, seed_table
+
+    reg, cfg = registry_for(None), get_preset("tiny")
+    rows, info = run_seed_bench(reg.select(["baseline"])[0], cfg, torch.device("cpu"), "fp32", [2], steps=1,
+                                warmup=0, registry=reg)
+    assert [r["arm"] for r in rows] == ["sequential", "vectorised K=2"]  # no captured arm without CUDA
+    assert rows[0]["vs_sequential"] == 1.0 and rows[1]["ms_per_seed_step"] == pytest.approx(rows[1]["step_ms_median"] / 2)
+    assert all(0 < r["mfu"] < 1 for r in rows) and info["tokens_per_step"] > 0
+    assert list(seed_table(rows).columns)[:3] == ["arm", "dtype", "step ms"]
+
+
+def test_a_group_steps_through_its_capture_object(monkeypatch):
+    """The captured path on the CPU with a stand-in for the CUDA graphs: every step goes through it,
+    with batches padded to the task's bucket shapes, and the row counts its shapes."""
+    shapes = []
+
+    class FakeCapture:
+        def __init__(self, step):
+            self.step, self.graphs = step, {}
+
+        def __call__(self, src, tgt, tgt_y):
+            self.graphs[(tuple(src.shape), tuple(tgt.shape))] = None
+            shapes.append((src.size(-1), tgt.size(-1)))
+            return self.step.step(src, tgt, tgt_y)
+
+    monkeypatch.setattr(group_mod, "capture_wanted", lambda device: True)
+    monkeypatch.setattr(group_mod, "CapturedStep", FakeCapture)
+    cfg = get_preset("tiny").override({"train.steps": 4, "train.eval_every": 2, "train.eval_sequences": 16})
+    specs = [TrialSpec("baseline", s, cfg.to_dict(), device="cpu", threads=1) for s in range(2)]
+    rows = [r["row"] for r in group_mod.run_group(specs)]
+    assert len(shapes) == 4 and set(shapes) <= {bucket_widths(6, 7, (6, 7), 4)} | {(6, 7)}
+    assert [r["captured"] for r in rows] == [1, 1] and [r["status"] for r in rows] == ["ok", "ok"]
+
+
+def test_capture_is_cuda_only_and_switchable(monkeypatch):
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert not group_mod.capture_wanted(cpu) and group_mod.capture_wanted(cuda)
+    monkeypatch.setenv(group_mod.CAPTURE_ENV, "off")
+    assert not group_mod.capture_wanted(cuda)
+    monkeypatch.setenv(group_mod.CAPTURE_ENV, "sometimes")
+    with pytest.raises(ConfigError, match="auto, on or off"):
+        group_mod.capture_wanted(cuda)
+
+
+def _models(seeds, variant="baseline"):
+    reg, cfg = registry_for(None), get_preset("tiny")
+    v = reg.select([variant])[0]
+    return [train_mod.build_model(reg, v, cfg.model, seed=s) for s in seeds], cfg
+
+
+def test_a_seed_is_bitwise_the_same_alone_and_in_a_group_of_4_on_cpu():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        task, out = registry_for(None).task("copy"), []
+        for k in (1, 4):
+            models, cfg = _models(range(k))
+            g = GroupStep(models, 0, 0.1, 0.0, torch.device("cpu"))
+            streams = [task.batches(cfg, torch.Generator().manual_seed(s)) for s in range(k)]
+            for step in range(1, 21):
+                g.set_lr(0.004 * min(step, 10))
+                g.step(*stack_batches([next(s) for s in streams]))
+            out.append({n: p[0].clone() for n, p in g.params.items()})
+    finally:
+        torch.set_num_threads(threads)
+    assert all(torch.equal(out[0][n], out[1][n]) for n in out[0])
+
+
+def test_a_non_finite_seed_is_frozen_and_the_others_step_on():
+    """Seed 1 of 3 gets an infinite weight before step 3: its parameters, moments and step count stay
+    as they were after step 2; seeds 0 and 2 step as a group without it."""
+    models, cfg = _models([0, 1, 2])
+    task = registry_for(None).task("copy")
+    streams = [task.batches(cfg, torch.Generator().manual_seed(s)) for s in (0, 1, 2)]
+    batches = [[next(s) for s in streams] for _ in range(4)]
+    three = GroupStep(models, 0, 0.1, 1.0, torch.device("cpu"))
+    two = GroupStep([models[0], models[2]], 0, 0.1, 1.0, torch.device("cpu"))
+    first = next(iter(three.params))
+    for step, rows in enumerate(batches, 1):
+        if step == 3:
+            three.params[first][1].fill_(float("inf"))
+            before = {n: (p[1].clone(), three.adam.m[n][1].clone(), three.adam.v[n][1].clone())
+                      for n, p in three.params.items()}
+        for g, bs in ((three, rows), (two, [rows[0], rows[2]])):
+            g.set_lr(0.01 * step)
+            loss, gnorm = g.step(*stack_batches(bs))
+    assert not math.isfinite(loss.tolist()[1] if loss.numel() == 3 else float("nan"))
+    assert three.active.tolist() == [True, False, True] and three.adam.t.tolist() == [4.0, 2.0, 4.0]
+    for n, (p, m, v) in before.items():
+        assert torch.equal(three.params[n][1], p) and torch.equal(three.adam.m[n][1], m), n
+        assert torch.equal(three.adam.v[n][1], v), n
+    for n in three.params:
+        torch.testing.assert_close(three.params[n][[0, 2]], two.params[n], rtol=1e-6, atol=1e-7)
+
+
+def test_a_diverging_seed_ends_as_its_sequential_trial(monkeypatch):
+    """A seed whose model is built with a NaN weight diverges at step 1 with the sequential reason,
+    alone: the group's other seeds are ok and equal their sequential trials."""
+    real = train_mod.build_model
+
+    def poisoned(registry, variant, cfg, seed=0):
+        model = real(registry, variant, cfg, seed=seed)
+        if seed == 1:
+            with torch.no_grad():
+                next(model.parameters()).fill_(float("nan"))
+        return model
+
+    monkeypatch.setattr(train_mod, "build_model", poisoned)
+    monkeypatch.setattr(group_mod, "build_model", poisoned)
+    cfg = get_preset("tiny").override({"train.steps": 4, "train.eval_every": 2})
+    specs = [TrialSpec("baseline", s, cfg.to_dict(), device="cpu", threads=1) for s in range(3)]
+    lines = []
+    grouped = group_mod.run_group(specs, log=lines.append)
+    alone = [train_mod.run_trial(s) for s in specs]
+    assert lines == []  # the probe's first step: seed 1's NaN loss is NaN in both (not a mis-batch)
+    assert [r["row"]["status"] for r in grouped] == [r["row"]["status"] for r in alone] == ["ok", "invalid", "ok"]
+    assert grouped[1]["row"]["reason"] == alone[1]["row"]["reason"]
+    assert "non-finite loss at step 1" in grouped[1]["row"]["reason"] and grouped[1]["row"]["steps"] == 1
+    for i in (0, 2):
+        assert math.isclose(grouped[i]["row"]["heldout_ce"], alone[i]["row"]["heldout_ce"], rel_tol=1e-4)
+        assert grouped[i]["row"]["steps"] == 4
+
+
+def test_a_solved_seed_stops_as_in_its_sequential_trial(monkeypatch):
+    """stop_at_solved with the threshold at 0: every seed stops at its first evaluation, as alone."""
+    monkeypatch.setattr(train_mod, "SOLVED", 0.0)
+    cfg = get_preset("tiny").override({"train.steps": 6, "train.eval_every": 2, "train.stop_at_solved": True})
+    specs = [TrialSpec("baseline", s, cfg.to_dict(), device="cpu", threads=1) for s in range(2)]
+    grouped, alone = group_mod.run_group(specs), [train_mod.run_trial(s) for s in specs]
+    for g, a in zip(grouped, alone):
+        assert g["row"]["steps"] == a["row"]["steps"] == 2 and g["row"]["steps_to_solve"] == 2
+        assert [r["step"] for r in g["curve"]] == [r["step"] for r in a["curve"]]
+
+
+def _plugin(name):
+    path = ROOT / "tests" / "plugins" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"_vec_{name}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return path, mod
+
+
+@pytest.mark.parametrize("name", FALLBACK_PLUGINS)
+def test_a_plugin_that_does_not_vectorise_runs_sequentially_with_one_line(name):
+    path, mod = _plugin(name)
+    plugins = {"modules": [], "files": [str(path)], "strict": False}
+    cfg = get_preset("tiny").override({"train.steps": 2, "train.eval_sequences": 16})
+    specs = [TrialSpec(name, s, cfg.to_dict(), slots={"layer_norm": name}, device="cpu", plugins=plugins, threads=1)
+             for s in range(2)]
+    lines = []
+    grouped = group_mod.run_group(specs, log=lines.append)
+    assert len(lines) == 1 and mod.EXPECT_FALLBACK in lines[0] and "one after another" in lines[0], lines
+    alone = [train_mod.run_trial(s) for s in specs]
+    for g, a in zip(grouped, alone):
+        assert g["row"]["vectorized"] == 0 and mod.EXPECT_FALLBACK in g["row"]["vectorized_note"]
+        assert g["row"]["status"] == a["row"]["status"] and g["row"]["heldout_ce"] == a["row"]["heldout_ce"]
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_cuda_group_equals_its_sequential_trials():
+    cfg = get_preset("tiny").override({"train.steps": 20})
+    specs = [TrialSpec("baseline", s, cfg.to_dict(), device="cuda") for s in range(4)]
+    grouped, alone = group_mod.run_group(specs), [train_mod.run_trial(s) for s in specs]
+    for g, a in zip(grouped, alone):
+        assert g["row"]["vectorized"] == 4 and g["row"]["device"] == "cuda"
+        assert math.isclose(g["row"]["heldout_ce"], a["row"]["heldout_ce"], rel_tol=CE_RTOL)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_captured_group_equals_the_uncaptured_one(monkeypatch):
+    """The CUDA-graph step (one graph for the copy task's fixed shapes) gives the eager group's rows."""
+    cfg = get_preset("tiny").override({"train.steps": 30, "train.eval_every": 10, "train.log_every": 5})
+    specs = [TrialSpec("baseline", s, cfg.to_dict(), device="cuda") for s in range(4)]
+    captured = group_mod.run_group(specs)
+    monkeypatch.setenv(group_mod.CAPTURE_ENV, "off")
+    eager = group_mod.run_group(specs)
+    for c, e in zip(captured, eager):
+        assert c["row"]["captured"] == 1 and e["row"]["captured"] == 0
+        assert c["row"]["status"] == e["row"]["status"] == "ok"
+        assert math.isclose(c["row"]["heldout_ce"], e["row"]["heldout_ce"], rel_tol=CE_RTOL)
+        assert [r["step"] for r in c["curve"]] == [r["step"] for r in e["curve"]]
