@@ -50,6 +50,7 @@ from .env import deterministic_cuda, peak_mem_mb, pin_threads, reset_peak_mem, t
 from .errors import failure_reason
 from .model import build_model, unique_parameter_count
 from .registry import Variant
+from .saved import keep_weights
 from .train import (INVALID, WARMUP_STEPS, PhaseClock, _Loop, contract_reasons, noam_lambda, run_trial,
                     twin_reasons)
 from .trial import TrialResult, TrialSpec, registry_for
@@ -347,6 +348,7 @@ class _Group:
         result.row.update(metrics)
         result.row["peak_mem_mb"] = peak_mem_mb(self.device)
         result.curve = loop.curve
+        keep_weights(spec, result, model)  # run --save-models: this seed's own (unstacked) weights
 
     def _run(self) -> None:
         """The step loop: every seed's batch, one group step, the per-seed logs once per logging
