@@ -63,6 +63,12 @@ DROPOUT_NOTE = ("dropout masks drawn per seed from the group's one RNG stream (v
 #: group is judged mis-batched (fp32: reordering the rows' sums moves a loss by ~1e-6; bf16 ~1e-2).
 PROBE_RTOL = {"fp32": 1e-4, "bf16": 3e-2}
 
+#: Steps whose losses and gradient norms stay on the device before they are read back (one sync):
+#: a seed that goes non-finite is frozen by the step's mask at once and marked ``diverged`` at the
+#: read, with the step it happened at. Reading every step costs a sync a step (on CUDA the
+#: captured step is then bound by the host).
+FLUSH_STEPS = 50
+
 Progress = Callable[[int, float], None]
 
 #: Environment variable that switches captured steps (CUDA graphs, :class:`harness.vstep.CapturedStep`) of
@@ -329,9 +335,10 @@ class _Group:
         invalid = self.invalid[i]
         try:
             with self.clock("final_eval"):
-                final = self.task.evaluate(model, self.task.eval_set(cfg.train.eval_sequences, cfg.train.seq_len,
-                                                                     mc.vocab, cfg.train.eval_seed),
-                                           cfg, self.device, spec.dtype)
+                if getattr(self, "final_set", None) is None:  # one held-out set for the group's seeds
+                    self.final_set = self.task.eval_set(cfg.train.eval_sequences, cfg.train.seq_len, mc.vocab,
+                                                        cfg.train.eval_seed)
+                final = self.task.evaluate(model, self.final_set, cfg, self.device, spec.dtype)
                 if loop.status == "ok":
                     loop.check_future(loop.step, final=True)
                     invalid = invalid + integrity_reasons(model, mc, self.device, seed=spec.seed + 1,
@@ -351,8 +358,10 @@ class _Group:
         keep_weights(spec, result, model)  # run --save-models: this seed's own (unstacked) weights
 
     def _run(self) -> None:
-        """The step loop: every seed's batch, one group step, the per-seed logs once per logging
-        interval (one sync), the periodic evaluations; stops when every seed has stopped."""
+        """The step loop: every seed's batch, one group step, the per-seed logs of the pending steps
+        read back every :data:`FLUSH_STEPS` steps, at each evaluation and at the end (one sync each;
+        the curve's rows are the same as with a read every step), the periodic evaluations; stops
+        when every seed has stopped."""
         tc, clock, k = self.cfg.train, self.clock, len(self.specs)
         lam = noam_lambda(self.cfg.model.d_model, tc.warmup, tc.schedule)
         done = [False] * k
@@ -370,7 +379,7 @@ class _Group:
                 loss, gnorm = self._step(stacked, step)
             pending.append((step, loss, gnorm, ntokens))
             evaluates = bool(tc.eval_every and step % tc.eval_every == 0 and step < tc.steps)
-            if step % tc.log_every == 0 or evaluates or step == tc.steps or step == WARMUP_STEPS:
+            if len(pending) >= FLUSH_STEPS or evaluates or step == tc.steps or step == WARMUP_STEPS:
                 with clock("log"):
                     self._flush(pending, done, train_s + time.perf_counter() - t0)
                 pending = []

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Iterator
 import torch
 
 from ..errors import ConfigError
-from .base import END, PAD, START, Batch, Task, evaluate as prefix_evaluate
+from .base import CUDA_EVAL_CHUNK, END, PAD, START, Batch, Task, evaluate as prefix_evaluate
 from .decoding import beam_search, error_counts
 
 if TYPE_CHECKING:
@@ -232,11 +232,11 @@ def _trim(b: Batch) -> Batch:
 
 
 def evaluate_g2p(model, data: Batch, cfg: "RunConfig", device, dtype: str, chunk: int | None = None) -> dict:
-    """:meth:`G2PTask.evaluate`: chunks of ``chunk`` rows (default 500) in the data's order (the
+    """:meth:`G2PTask.evaluate`: chunks of ``chunk`` rows (default 500; on CUDA :data:`~harness.tasks.base.CUDA_EVAL_CHUNK`) in the data's order (the
     evaluation sets are sorted by length), each trimmed; CE weighted by label tokens."""
     from ..env import autocast
 
-    chunk = chunk or 500
+    chunk = chunk or (CUDA_EVAL_CHUNK if torch.device(device).type == "cuda" else 500)
     was_training = model.training
     model.eval()
     refs = lexicon().refs
