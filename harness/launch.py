@@ -24,6 +24,7 @@ from typing import Any
 from .config import get_preset, parse_overrides, resolve_key
 from .errors import ConfigError
 from .experiments import plan_from_experiment
+from .experiments import run_table
 from .experiments import write_run_report as write_report  # a run's report with its experiment's sections
 from .plugins import PluginSpec
 from .registry import Registry
@@ -168,19 +169,18 @@ def start_run(req: RunRequest) -> RunOutcome:
     plan = plan_run(req, reg)
     for _, point in plan.points:
         reg.task(point.train.task).validate(point)
-    if plan.measure is not None:
-        return plan.measure(req, plan)
     device, dtype = device_name(req.device or "auto", options), req.dtype or "fp32"
     options = options.resolved(len(plan.variants) * len(plan.seeds) * len(plan.points), device)
     plugins = req.plugins.to_dict()
     specs = make_specs(plan.variants, plan.seeds, plan.config, device, dtype, plugins, points=plan.points,
-                       threads=options.trial_threads())
+                       threads=options.trial_threads(), measure=plan.measure)
     meta = run_meta(req, reg, plan, specs, device, dtype, options, plugins)
     with executor_session(options, plugins, req.quiet):  # a Ray cluster that cannot be reached stores nothing
         store = RunStore.create(req.results_dir, meta, req.run_id)  # sets meta.run_id
         headline = (f"run {store.root}: {len(plan.variants)} variant(s) x {len(plan.seeds)} seed(s) x "
                     f"{len(plan.points)} config(s) = {len(specs)} trial(s) on {device}, {options.describe()}")
-        check = req.check and len([v for v in plan.variants if not v.buggy]) > 1
+        # a measurement has no use for the equivalence classes (its report does not show them)
+        check = req.check and plan.measure is None and len([v for v in plan.variants if not v.buggy]) > 1
 
         def before() -> None:
             if check:  # after bad input is refused, inside the interrupt guard
@@ -197,7 +197,7 @@ def run_meta(req: RunRequest, reg, plan: Plan, specs: list[PlannedTrial], device
     store writes."""
     cfg, seeds = plan.config, plan.seeds
     return RunMeta(
-        kind="train", command=req.command_line(), preset=plan.preset, config=cfg.to_dict(),
+        kind=plan.kind, command=req.command_line(), preset=plan.preset, config=cfg.to_dict(),
         variants=[v.name for v in plan.variants], seeds=seeds, device=device, dtype=dtype, plugins=plugins,
         environment={**environment(device, trial_settings_applied=True), "threads": options.trial_threads()},
         experiment=plan.name, points={name: c.to_dict() for name, c in plan.points if name},
@@ -349,7 +349,8 @@ def drive(store: RunStore, specs: list[PlannedTrial], meta: RunMeta, options: Ex
             store.write_meta(meta)
     if not specs and interrupted is None and log:
         log(f"nothing to run: all {total} trial(s) of {store.root} are stored")
-    return RunOutcome(store, meta, report, interrupted, total)
+    table = run_table(store) if report is not None else None  # a measurement's slope table
+    return RunOutcome(store, meta, report, interrupted, total, table=table)
 
 
 # ------------------------------------------------------------------------------------- checking
