@@ -161,7 +161,7 @@ def check(variants: _Names = "all", *, preset: str | None = None, overrides: dic
     Raises:
         HarnessError: bad input (unknown variant, bad config, unknown slot in ``equivalent``).
     """
-    from .launch import start_check
+    from .checking import start_check
 
     request = CheckRequest(variants=names(variants), preset=preset, overrides=override_items(overrides),
                            device=device, dtype=dtype, seed=seed, equivalent=tuple(equivalent),

@@ -13,7 +13,6 @@ and exits 130).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import signal
 import sys
 import threading
@@ -28,7 +27,7 @@ from .experiments import run_table
 from .experiments import write_run_report as write_report  # a run's report with its experiment's sections
 from .plugins import PluginSpec
 from .registry import Registry
-from .request import CONFIG_OPTIONS, TRIAL_OPTIONS, CheckRequest, RunOutcome, RunRequest, Terminated, check_dtype
+from .request import CONFIG_OPTIONS, TRIAL_OPTIONS, RunOutcome, RunRequest, Terminated
 from .resume import (check_code_config, check_components, check_plugins, check_points, check_setting, check_trials,
                      stored_specs)
 from .runner import ExecutionOptions, Plan, PlannedTrial, execute, make_specs
@@ -351,52 +350,3 @@ def drive(store: RunStore, specs: list[PlannedTrial], meta: RunMeta, options: Ex
         log(f"nothing to run: all {total} trial(s) of {store.root} are stored")
     table = run_table(store) if report is not None else None  # a measurement's slope table
     return RunOutcome(store, meta, report, interrupted, total, table=table)
-
-
-# ------------------------------------------------------------------------------------- checking
-
-def check_model_config(preset: str | None, overrides) -> Any:
-    """The check config (or ``preset``'s model) with ``model.*`` overrides.
-
-    Raises:
-        ConfigError: a ``train.*`` override (check builds models only) or an invalid value.
-    """
-    from .checks import CHECK_MODEL
-    from .config import ModelConfig
-
-    base = get_preset(preset).model if preset else CHECK_MODEL
-    values = dataclasses.asdict(base)
-    for key, value in parse_overrides(list(overrides)).items():
-        if key.rpartition(".")[0] == "train":
-            raise ConfigError(f"check builds models only: --set {key} does not apply (use model.<name>, "
-                              f"e.g. --set model.d_model=64)")
-        values[resolve_key(key, ("model",))[1]] = value  # unknown keys: the closest ones, aliases
-    return ModelConfig.from_dict(values)
-
-
-def start_check(req: CheckRequest, reg: Registry | None = None):
-    """Run check on ``req`` (equivalence matrix, PyTorch references, mask probes, faithful bugs).
-
-    Returns:
-        tuple: ``(report, variants, cfg, groups)``: the :class:`harness.checks.CheckReport`, the
-        variants checked, the model config and the equivalence groups used.
-
-    Raises:
-        HarnessError: unknown variant or component, bad config, bad ``equivalent`` item.
-    """
-    from .checks import parse_equivalent, registry_groups, run_checks
-
-    check_dtype(req.dtype)
-    reg = reg or load_registry(req.plugins)
-    variants = reg.grid() if req.grid else reg.select(req.patterns())
-    cfg = check_model_config(req.preset, req.overrides)
-    device = resolve_device(req.device)
-    extra = parse_equivalent(list(req.equivalent))
-    for slot, groups in extra.items():
-        for group in groups:
-            for name in group:
-                reg.component(slot, name)  # UnknownNameError for a typo
-    groups = registry_groups(reg, extra, cfg)
-    report = run_checks(reg, variants, cfg, device=device, dtype=req.dtype, seed=req.seed, groups=groups,
-                        log=log_function(req.quiet), all_components=req.all_components)
-    return report, variants, cfg, groups

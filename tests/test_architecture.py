@@ -146,7 +146,7 @@ def test_no_import_cycle_between_harness_modules():
 LAYERS: list[tuple[str, ...]] = [
     ("harness", "harness.__main__", "harness.cli", "harness.commands"),
     ("harness.api",),
-    ("harness.experiments", "harness.suite", "harness.suite_report", "harness.launch"),
+    ("harness.experiments", "harness.suite", "harness.suite_report", "harness.launch", "harness.checking"),
     ("harness.request", "harness.runner", "harness.executors", "harness.resume"),
     ("harness.train", "harness.measure", "harness.bench", "harness.bench_settings", "harness.overhead",
      "harness.progress"),

@@ -94,7 +94,7 @@ def checks_dir(results_dir: str):
 
 
 def main(args) -> int:
-    from ..launch import start_check
+    from ..checking import start_check
 
     request = request_from_args(args)
     folder = checks_dir(args.results_dir)  # refused before the checks run
