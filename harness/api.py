@@ -140,9 +140,12 @@ def _plugin_spec(plugins: _Names, plugin_files: _Names) -> PluginSpec:
 
 def check(variants: _Names = "all", *, preset: str | None = None, overrides: dict | None = None,
           device: str = "auto", dtype: str = "fp32", seed: int = 0, equivalent: Iterable[str] = (),
-          all_components: bool = False, plugins: _Names = (), plugin_files: _Names = (), quiet: bool = True):
+          all_components: bool = False, plugins: _Names = (), plugin_files: _Names = (), quiet: bool = True,
+          results_dir: str | Path = "results", run_id: str | None = None):
     """Check ``variants`` as ``python -m harness check`` does (equivalence matrix, PyTorch
-    references, mask probes, faithful bugs) and return the report; nothing is stored.
+    references, mask probes, faithful bugs), write the same record
+    (``<results_dir>/checks/<run_id>/``: ``config.json``, ``checks.csv``, ``checks.md``) and
+    return the outcome.
 
     Args:
         variants: ``"all"``, names and globs, as ``--variants``.
@@ -152,21 +155,25 @@ def check(variants: _Names = "all", *, preset: str | None = None, overrides: dic
         equivalent: ``["attention=annotated,my_attn"]``, as ``--equivalent``.
         all_components: hold every registered component to its slot's reference.
         plugins, plugin_files, quiet: as for :func:`run`.
+        results_dir, run_id: where the record goes (default id ``check-<timestamp>``).
 
     Returns:
-        harness.checks.CheckReport: ``.ok`` (every result matches its declaration), the pairs,
-        probes and references; ``harness.checks.render_text(report)`` prints it as the command does
-        (docs/python.md).
+        harness.request.CheckOutcome: ``.ok`` (every result matches its declaration), ``.report``
+        (the :class:`harness.checks.CheckReport`: pairs, probes, references, ``classes()``;
+        ``harness.checks.render_text(outcome.report)`` prints it as the command does), ``.store``
+        (the record's folder), ``.csv``, ``.markdown`` (docs/python.md).
 
     Raises:
-        HarnessError: bad input (unknown variant, bad config, unknown slot in ``equivalent``).
+        HarnessError: bad input (unknown variant, bad config, unknown slot in ``equivalent``, bad
+        ``run_id``), before anything runs.
     """
     from .checking import start_check
 
     request = CheckRequest(variants=names(variants), preset=preset, overrides=override_items(overrides),
                            device=device, dtype=dtype, seed=seed, equivalent=tuple(equivalent),
-                           all_components=all_components, plugins=_plugin_spec(plugins, plugin_files), quiet=quiet)
-    return start_check(request)[0]
+                           all_components=all_components, plugins=_plugin_spec(plugins, plugin_files), quiet=quiet,
+                           results_dir=results_dir, run_id=run_id)
+    return start_check(request)
 
 
 def load_run(path: str | Path, results_dir: str | Path = "results") -> LoadedRun:

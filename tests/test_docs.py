@@ -45,7 +45,9 @@ def test_python_page_code_blocks_run(tmp_path, monkeypatch):
     ns: dict = {"__name__": "notebook"}
     for i, block in enumerate(blocks):
         exec(compile(block, f"docs/python.md block {i + 1}", "exec"), ns)
-    assert len(list((tmp_path / "results").iterdir())) == 1  # one run, no stray folders
+    assert sorted(p.name for p in (tmp_path / "results").iterdir() if p.name != "checks") == \
+        [ns["run_dir"].name]  # one run, no stray folders
+    assert len(list((tmp_path / "results" / "checks").iterdir())) == 1  # harness.check's record
 # ---- docs/seeds.md and paths: the docs stand on the repository alone ----
 
 _PATH = re.compile(r"(?<![\w.])(?:\.\./)+[^\s)`'\"<>\]]*")
