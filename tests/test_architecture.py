@@ -153,7 +153,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("harness.report", "harness.stats", "harness.overview"),
     ("harness.checks", "harness.testing"),
     ("harness.tasks",),
-    ("harness.store", "harness.runmeta", "harness.trial", "harness.lookup"),
+    ("harness.store", "harness.runmeta", "harness.trial", "harness.lookup", "harness.verification"),
     ("harness.model",),
     ("harness.registry", "harness.plugins", "harness.hookspecs", "harness.tasks.base"),
     ("harness.config", "harness.errors", "harness.env"),

@@ -209,7 +209,7 @@ def test_compare_bootstrap_is_paired_by_seed(tmp_path, capsys):
 def test_paired_ci_of_three_pairs_is_their_range():
     """docs/statistics.md: with 3 pairs the paired percentile CI of the IQM (= mean) of B - A runs from the
     smallest to the largest difference, so it excludes 0 exactly when all three share a sign."""
-    from harness.commands.compare import _paired_diff_stat
+    from harness.report.compare import _paired_diff_stat
     a = np.array([1.0, 5.0, 9.0])
     for d in ([0.01, 0.02, 0.05], [-0.01, 0.02, 0.05]):
         lo, hi = stats.bootstrap_ci([a, a + np.array(d)], _paired_diff_stat, paired=True)
