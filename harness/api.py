@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from .errors import HarnessError
 from .plugins import PluginSpec
-from .request import CheckRequest, RunRequest, names, override_items
+from .request import CheckRequest, RunRequest, names, override_items, split_patterns
 
 if TYPE_CHECKING:
     from .store import RunMeta
@@ -174,6 +174,56 @@ def check(variants: _Names = "all", *, preset: str | None = None, overrides: dic
                            all_components=all_components, plugins=_plugin_spec(plugins, plugin_files), quiet=quiet,
                            results_dir=results_dir, run_id=run_id)
     return start_check(request)
+
+
+def compare(run_a: str | Path, run_b: str | Path, *, metrics: _Names | None = None, tolerance: float = 0.0,
+            results_dir: str | Path = "results"):
+    """Compare the reference run ``run_a`` with the candidate ``run_b`` per variant (x sweep point), as
+    ``python -m harness compare`` does (its gate rules: docs/statistics.md).
+
+    Args:
+        run_a, run_b: a run folder, a run id under ``results_dir``, or ``"latest"``.
+        metrics: the metrics to gate (names or a comma-separated string); None: ``heldout_ce`` and
+            ``exact_match``, plus ``wer`` and ``per`` when both runs have them.
+        tolerance: a difference must exceed it (absolute, in the metric's unit) beyond its 95 % CI.
+
+    Returns:
+        harness.report.compare.CompareOutcome: ``.table`` (pandas, one row per variant and metric with
+        a ``status``), ``.ok`` (nothing regressed: the command's exit status 0), ``.regressed``,
+        ``.config_differences``, ``.verdict()``.
+
+    Raises:
+        HarnessError: not a run, a run without trials, a measurement run, nothing in common, an
+        unknown metric or a negative tolerance.
+    """
+    from .lookup import resolve_run
+    from .report.compare import compare_runs
+
+    chosen = None if metrics is None else split_patterns(names(metrics))
+    return compare_runs(resolve_run(str(run_a), str(results_dir)), resolve_run(str(run_b), str(results_dir)),
+                        chosen, tolerance)
+
+
+def verify(run: str | Path, *, results_dir: str | Path = "results"):
+    """Check that a stored run (or a check/bench record) is complete and intact, read-only, as
+    ``python -m harness verify`` does: config.json, every trial file's schema and checksum, the
+    tables against the trial files, planned against stored trials.
+
+    Args:
+        run: a run folder, a run id under ``results_dir``, or ``"latest"``.
+
+    Returns:
+        harness.verification.VerifyOutcome: ``.ok``, ``.problems`` (one line per defect, paths relative
+        to the run folder), ``.notes``, ``.summary()``.
+
+    Raises:
+        HarnessError: ``run`` is not a run folder (a damaged run is never an error: its defects are
+        problems).
+    """
+    from .lookup import resolve_run
+    from .verification import verify_store
+
+    return verify_store(resolve_run(str(run), str(results_dir), records=True))
 
 
 def load_run(path: str | Path, results_dir: str | Path = "results") -> LoadedRun:

@@ -1,4 +1,5 @@
-"""Is a stored run complete and intact? :func:`verify_run`, read-only, for ``python -m harness verify``.
+"""Is a stored run complete and intact? :func:`verify_store` (a :class:`VerifyOutcome`; ``python -m
+harness verify`` prints it, :func:`harness.verify` returns it) and :func:`verify_run`, read-only.
 
 Nothing is moved or rewritten (``report`` and ``run --resume`` quarantine corrupt trial files;
 verify only names them). Each defect is one line, its path relative to the run folder.
@@ -6,9 +7,49 @@ verify only names them). Each defect is one line, its path relative to the run f
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 from .store import RunMeta, RunStore, tables_text
 from .trial import CorruptTrialError, read_trial_file
+
+
+@dataclass
+class VerifyOutcome:
+    """A stored run verified (:func:`verify_store`).
+
+    Attributes:
+        store: the run (or record) folder. problems: one line per defect, its path relative to the
+        folder. notes: one line per remark that is not a defect (legacy files, quarantined files,
+        how to resume an interrupted run). trial_files: the trial files found.
+    """
+
+    store: RunStore
+    problems: list[str]
+    notes: list[str]
+    trial_files: int
+
+    @property
+    def ok(self) -> bool:
+        """No problem was found."""
+        return not self.problems
+
+    @property
+    def exit_code(self) -> int:
+        """0 the run is intact, 1 a problem was found (``python -m harness verify``)."""
+        return 0 if self.ok else 1
+
+    def summary(self) -> str:
+        """One line: how many problems in how many trial files, or ok."""
+        if self.problems:
+            return f"verify {self.store.root}: {len(self.problems)} problem(s) in {self.trial_files} trial file(s)"
+        return f"verify {self.store.root}: ok ({self.trial_files} trial file(s))"
+
+
+def verify_store(store: RunStore) -> VerifyOutcome:
+    """Check ``store`` read-only (:func:`verify_run`). A damaged run never raises: every defect
+    is a problem line."""
+    problems, notes = verify_run(store)
+    return VerifyOutcome(store, problems, notes, len(store.trial_files()))
 
 
 def verify_run(store: RunStore) -> tuple[list[str], list[str]]:

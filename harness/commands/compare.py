@@ -17,16 +17,18 @@ RUN_A is the reference, RUN_B the candidate. For every variant (x sweep point) i
   docs/components.md): **regressed** when any trial of B is invalid. Invalid trials never
   enter the metric rows.
 
+From Python, harness.compare(RUN_A, RUN_B) returns the same comparison.
+
 Exit codes: 1 when anything regressed, 0 otherwise, 2 on bad input (not a run, no trials, a
 measurement run, nothing in common, unknown metric).
 """
+from __future__ import annotations
 
 import argparse
 
-from ..errors import HarnessError
 from ..lookup import resolve_run
-from ..report import METRICS, to_markdown, trials_frame
-from ..report.compare import DEFAULT_METRICS, compare_frames, config_differences
+from ..report import METRICS, to_markdown
+from ..report.compare import DEFAULT_METRICS, compare_runs
 
 
 def register(sub, parents):
@@ -47,36 +49,13 @@ def register(sub, parents):
 
 
 def main(args) -> int:
-    sa, sb = resolve_run(args.run_a, args.results_dir), resolve_run(args.run_b, args.results_dir)
-    da, db = trials_frame(sa), trials_frame(sb)
-    for store, df in ((sa, da), (sb, db)):
-        if df.empty or "status" not in df:
-            raise HarnessError(f"run {str(store.root)!r} has no stored trials to compare")
-        kind = store.meta().kind
-        if kind != "train":
-            raise HarnessError(f"run {str(store.root)!r} is a measurement ({kind}), not a training "
-                               f"run; compare works on training runs")
-    if args.metrics is None:  # the defaults, and the error rates of a task that reports them (g2p)
-        metrics = list(DEFAULT_METRICS) + [m for m in ("wer", "per") if m in da and m in db]
-    else:
-        metrics = [m.strip() for m in args.metrics.split(",") if m.strip()]
-    table = compare_frames(da, db, metrics, args.tolerance)
-    common = table[~table["status"].isin(["only in A", "only in B"])]
-    if common.empty:
-        raise HarnessError(f"runs {sa.root.name!r} and {sb.root.name!r} have no variant (x sweep point) in common")
-    if not (table["point"] != "").any():
-        table = table.drop(columns=["point"])
-    print(f"A: {sa.root}\nB: {sb.root}\n")
-    diffs = config_differences(sa.meta(), sb.meta())
-    if diffs:
-        print("config differences (A -> B): " + "; ".join(diffs) + "\n")
-    print(to_markdown(table))
-    bad = table[table["status"] == "regressed"]
+    metrics = None if args.metrics is None else [m.strip() for m in args.metrics.split(",") if m.strip()]
+    outcome = compare_runs(resolve_run(args.run_a, args.results_dir), resolve_run(args.run_b, args.results_dir),
+                           metrics, args.tolerance)
+    print(f"A: {outcome.run_a.root}\nB: {outcome.run_b.root}\n")
+    if outcome.config_differences:
+        print("config differences (A -> B): " + "; ".join(outcome.config_differences) + "\n")
+    print(to_markdown(outcome.table))
     print()
-    if len(bad):
-        print(f"REGRESSION: {len(bad)} row(s) regressed (see the status and note columns): "
-              + "; ".join(f"{r.variant}{' @ ' + r.point if getattr(r, 'point', '') else ''} {r.metric}"
-                          for r in bad.itertuples()))
-        return 1
-    print("no regression: no metric worse beyond its 95% CI, no new failed or diverged trials beyond the rule")
-    return 0
+    print(outcome.verdict())
+    return outcome.exit_code

@@ -3,13 +3,15 @@
 Read-only: nothing is moved or rewritten (``report`` and ``run --resume`` quarantine corrupt
 trial files; ``verify`` only names them). One line per problem on stdout, then a summary line.
 
+From Python, harness.verify(RUN) returns the same problems and notes.
+
 Exit codes: 0 no problem; 1 at least one problem; 2 bad input (RUN is not a run folder).
 """
 from __future__ import annotations
 
 import argparse
 
-from ..verification import verify_run
+from ..verification import verify_store
 
 DESCRIPTION = """Check a stored run folder (results/<run-id>/) without changing it:
 
@@ -43,16 +45,12 @@ def register(sub, parents):
 def main(args) -> int:
     from ..lookup import resolve_run
 
-    store = resolve_run(args.run, args.results_dir, records=True)  # verify reads check/bench records too
-    problems, notes = verify_run(store)
-    for line in problems:
-        print(f"{store.root}/{line}" if not line.startswith(str(store.root)) else line)
+    outcome = verify_store(resolve_run(args.run, args.results_dir, records=True))  # check/bench records too
+    root = str(outcome.store.root)
+    for line in outcome.problems:
+        print(f"{root}/{line}" if not line.startswith(root) else line)
     if not args.quiet:
-        for line in notes:
+        for line in outcome.notes:
             print(f"note: {line}")
-        n = len(store.trial_files())
-        if problems:
-            print(f"verify {store.root}: {len(problems)} problem(s) in {n} trial file(s)")
-        else:
-            print(f"verify {store.root}: ok ({n} trial file(s))")
-    return 1 if problems else 0
+        print(outcome.summary())
+    return outcome.exit_code

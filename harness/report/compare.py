@@ -6,14 +6,16 @@ compare`` (its rules are in :mod:`harness.commands.compare`'s docstring and docs
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from .. import stats
-from ..errors import ConfigError
+from ..errors import ConfigError, HarnessError
 from ..runmeta import RunMeta
-from .frames import METRICS
+from ..store import RunStore
+from .frames import METRICS, trials_frame
 
 DEFAULT_METRICS = ("heldout_ce", "exact_match")
 
@@ -150,3 +152,78 @@ def config_differences(meta_a: RunMeta, meta_b: RunMeta) -> list[str]:
             if sa.get(k) != sb.get(k):
                 out.append(f"{section}.{k}: {sa.get(k)!r} -> {sb.get(k)!r}")
     return out
+
+
+@dataclass
+class CompareOutcome:
+    """Two runs compared (:func:`compare_runs`).
+
+    Attributes:
+        run_a, run_b: the reference and the candidate run.
+        table: one row per (variant, [point,] metric): ``A``, ``B``, ``B - A [95% CI]``,
+            ``status`` (``regressed``, ``improved``, ``no change``, ``too few seeds``, ``only in A``,
+            ``only in B``) and ``note`` (:func:`compare_frames`; no ``point`` column when nothing is swept).
+        config_differences: ``section.key: A -> B`` for every config value that differs.
+    """
+
+    run_a: RunStore
+    run_b: RunStore
+    table: pd.DataFrame
+    config_differences: list[str]
+
+    @property
+    def regressed(self) -> pd.DataFrame:
+        """The rows whose status is ``regressed``."""
+        return self.table[self.table["status"] == "regressed"]
+
+    @property
+    def ok(self) -> bool:
+        """Nothing regressed."""
+        return self.regressed.empty
+
+    @property
+    def exit_code(self) -> int:
+        """1 when anything regressed, else 0 (``python -m harness compare``)."""
+        return 0 if self.ok else 1
+
+    def verdict(self) -> str:
+        """One line: which rows regressed, or that none did."""
+        if self.ok:
+            return ("no regression: no metric worse beyond its 95% CI, no new failed or diverged trials beyond "
+                    "the rule")
+        return (f"REGRESSION: {len(self.regressed)} row(s) regressed (see the status and note columns): "
+                + "; ".join(f"{r.variant}{' @ ' + r.point if getattr(r, 'point', '') else ''} {r.metric}"
+                            for r in self.regressed.itertuples()))
+
+
+def compare_runs(store_a: RunStore, store_b: RunStore, metrics=None, tolerance: float = 0.0) -> CompareOutcome:
+    """Compare the reference run ``store_a`` with the candidate ``store_b``, per variant (x sweep
+    point): the gate of ``python -m harness compare``.
+
+    Args:
+        metrics: the metrics to gate (names of :data:`harness.report.METRICS`); None: ``heldout_ce``
+            and ``exact_match``, plus ``wer`` and ``per`` when both runs have them (g2p).
+        tolerance: a difference must exceed it (absolute, in the metric's unit) beyond its CI.
+
+    Raises:
+        HarnessError: a run without stored trials, a measurement run, no variant (x point) in
+        common; ConfigError: an unknown metric or a negative tolerance.
+    """
+    da, db = trials_frame(store_a), trials_frame(store_b)
+    for store, df in ((store_a, da), (store_b, db)):
+        if df.empty or "status" not in df:
+            raise HarnessError(f"run {str(store.root)!r} has no stored trials to compare")
+        kind = store.meta().kind
+        if kind != "train":
+            raise HarnessError(f"run {str(store.root)!r} is a measurement ({kind}), not a training "
+                               f"run; compare works on training runs")
+    if metrics is None:  # the defaults, and the error rates of a task that reports them (g2p)
+        metrics = list(DEFAULT_METRICS) + [m for m in ("wer", "per") if m in da and m in db]
+    table = compare_frames(da, db, list(metrics), tolerance)
+    common = table[~table["status"].isin(["only in A", "only in B"])]
+    if common.empty:
+        raise HarnessError(f"runs {store_a.root.name!r} and {store_b.root.name!r} have no variant (x sweep point) "
+                           f"in common")
+    if not (table["point"] != "").any():
+        table = table.drop(columns=["point"])
+    return CompareOutcome(store_a, store_b, table, config_differences(store_a.meta(), store_b.meta()))
