@@ -27,7 +27,7 @@ from .plugins import PluginSpec
 from .request import CheckRequest, RunRequest, names, override_items, split_patterns
 
 if TYPE_CHECKING:
-    from .store import RunMeta
+    from .runmeta import RunMeta
 
 _Names = "str | Iterable[str]"
 
@@ -45,7 +45,7 @@ class LoadedRun:
 
     Attributes:
         path: the run folder (``results/<run-id>``), absolute.
-        meta: its ``config.json`` as a :class:`harness.store.RunMeta` (``command``, ``config``,
+        meta: its ``config.json`` as a :class:`harness.runmeta.RunMeta` (``command``, ``config``,
             ``seeds``, ``environment``, planned ``trials`` ...).
         trials: one row per stored trial, as ``trials.csv`` (``point`` "" without a sweep).
         curves: one row per logged step of every trial (variant, seed, point, split, step, ...).

@@ -31,8 +31,8 @@ from .request import CONFIG_OPTIONS, TRIAL_OPTIONS, RunOutcome, RunRequest, Term
 from .resume import (check_code_config, check_components, check_plugins, check_points, check_setting, check_trials,
                      stored_specs)
 from .runner import ExecutionOptions, Plan, PlannedTrial, execute, make_specs
-from .runmeta import Execution, Resume, TrialEntry
-from .store import RunMeta, RunStore, config_hash
+from .runmeta import Execution, Resume, RunMeta, TrialEntry
+from .store import RunStore, config_hash
 from .tasks.base import heldout_note
 from .env import environment, resolve_device
 

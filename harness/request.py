@@ -18,7 +18,8 @@ from typing import Any, Iterable, Mapping
 from .errors import ConfigError
 from .plugins import PluginSpec
 from .runner import ExecutionOptions, check_plan_size
-from .store import RunMeta, RunStore
+from .runmeta import RunMeta
+from .store import RunStore
 
 #: Defaults of the options that ``--resume`` must tell apart from "not given". name -> default.
 PLAN_DEFAULTS = {"variants": ("all",), "preset": "quick", "seeds": 1, "seed_start": 0}

@@ -21,7 +21,8 @@ from .config import RunConfig
 from .errors import HarnessError, StoreError
 from .registry import Variant
 from .runner import PlannedTrial, make_specs
-from .store import RunMeta, RunStore, config_hash
+from .runmeta import RunMeta
+from .store import RunStore, config_hash
 
 #: Added to every refusal of other options: what to do instead.
 AGAIN = "leave the options out to resume as stored, or start a new run"

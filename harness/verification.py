@@ -9,7 +9,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from .store import RunMeta, RunStore, tables_text
+from .runmeta import RunMeta
+
+from .store import RunStore, tables_text
 from .trial import CorruptTrialError, read_trial_file
 
 

@@ -131,6 +131,28 @@ def test_no_function_over_60_lines():
     assert long == []
 
 
+def imported_from(name: str, roots=(CORE, ROOT / "tests")) -> dict[str, set[str]]:
+    """file (relative to the repository) -> the modules it imports ``name`` from (``from M import name``)."""
+    out: dict[str, set[str]] = {}
+    for root in roots:
+        for path in sorted(root.rglob("*.py")):
+            rel = path.relative_to(ROOT)
+            package = ".".join(rel.parent.parts)
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.ImportFrom) and any(a.name == name for a in node.names):
+                    base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
+                    mod = ".".join(base + ([node.module] if node.module else [])) if node.level else node.module
+                    out.setdefault(str(rel), set()).add(mod)
+    return out
+
+
+def test_run_meta_has_one_address():
+    """``RunMeta`` is imported from ``harness.runmeta``, never through ``harness.store`` (which uses it)."""
+    sources = imported_from("RunMeta")
+    assert len(sources) > 20  # the finder sees the importers
+    assert {f: m for f, m in sources.items() if m != {"harness.runmeta"} and f != "harness/store.py"} == {}
+
+
 def test_no_import_cycle_between_harness_modules():
     graph = import_graph()
     assert graph["harness.suite.run"] >= {"harness.launch"}  # the graph sees function-level imports too

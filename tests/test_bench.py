@@ -17,7 +17,7 @@ from harness.commands.bench import render_markdown
 from harness.config import get_preset
 from harness.model import build_model
 from harness.tasks.copy import make_batch
-from harness.store import RunMeta
+from harness.runmeta import RunMeta
 
 from .conftest import padded_batch
 

@@ -12,7 +12,7 @@ from ..config import PRESET_NOTES
 from .common import add_output, add_selection, add_task
 
 if TYPE_CHECKING:
-    from ..store import RunMeta
+    from ..runmeta import RunMeta
 
 DESCRIPTION = """Measure training speed per variant side by side with a torch.nn.Transformer
 reference of the same config, in one process, interleaved round-robin: step time (median and

@@ -23,7 +23,8 @@ import harness.experiments.figures as figures
 from .. import stats
 from ..config import RunConfig
 from ..report import environment_block, to_markdown, trials_frame
-from ..store import RunMeta, RunStore, atomic_write_text
+from ..runmeta import RunMeta
+from ..store import RunStore, atomic_write_text
 from .parse import spec_from_meta
 from .render import claim_sections, departure_sections, intro_sections
 from .spec import Experiment, ExperimentError

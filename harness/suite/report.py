@@ -15,7 +15,7 @@ from scipy.stats import binom
 from .. import stats
 from ..overview import classes_section
 from ..report.plots import atomic_savefig
-from ..store import RunMeta
+from ..runmeta import RunMeta
 from .spec import SuiteSpec
 
 METRIC_TEXT = {"heldout_ce": "held-out cross-entropy (nats/token, lower is better)",

@@ -15,7 +15,8 @@ import pandas as pd
 from ..errors import ConfigError, StoreError
 from ..overview import check_classes
 from ..request import RunOutcome, RunRequest
-from ..store import RunMeta, RunStore, atomic_write_text
+from ..runmeta import RunMeta
+from ..store import RunStore, atomic_write_text
 from . import report as suite_report
 from .spec import SuiteSpec
 
