@@ -163,8 +163,8 @@ def test_no_import_cycle_between_harness_modules():
 #: below. An entry names a module or a package (and everything in it); ``harness`` alone is the
 #: package's ``__init__`` (the public names, imported on first use). Where the design was silent the
 #: code decided: ``trial`` (the stored trial records, keys, checksums) sits with ``store``, which reads
-#: and writes them, below ``tasks``; ``tasks.base`` (the ``Task`` interface) sits with the plugin
-#: contract, whose ``harness_add_tasks`` hook returns ``Task`` s that the registry checks.
+#: and writes them; ``tasks`` is a leaf under the plugin contract, whose ``harness_add_tasks`` hook
+#: returns ``Task`` s that the registry checks: the registry imports ``tasks.base``, never the reverse.
 LAYERS: list[tuple[str, ...]] = [
     ("harness", "harness.__main__", "harness.cli", "harness.commands"),
     ("harness.api",),
@@ -174,10 +174,10 @@ LAYERS: list[tuple[str, ...]] = [
      "harness.progress"),
     ("harness.report", "harness.stats", "harness.overview"),
     ("harness.checks", "harness.testing"),
-    ("harness.tasks",),
     ("harness.store", "harness.runmeta", "harness.trial", "harness.lookup", "harness.verification"),
     ("harness.model",),
-    ("harness.registry", "harness.plugins", "harness.hookspecs", "harness.tasks.base"),
+    ("harness.registry", "harness.plugins", "harness.hookspecs"),
+    ("harness.tasks",),
     ("harness.config", "harness.errors", "harness.env"),
 ]
 

@@ -37,13 +37,15 @@ def measure_grad_norms(model, cfg: RunConfig, seed: int, batches: int, parameter
 
     Raises:
         ExperimentError: ``parameter`` is not a parameter of the layers.
+        UnknownNameError: no task ``cfg.train.task`` in the registry.
     """
     from ..errors import ConfigError
     from ..measure import measure_grad_norms as measure
-    from ..tasks import get_task
+    from ..trial import registry_for
 
+    task = (registry if registry is not None else registry_for(None)).task(cfg.train.task)
     try:
-        return measure(model, cfg, seed, batches, parameter, device, get_task(cfg.train.task, registry))
+        return measure(model, cfg, seed, batches, parameter, device, task)
     except ConfigError as exc:
         raise ExperimentError(str(exc)) from exc
 

@@ -46,6 +46,7 @@ length-1 rows failed and nothing else (``baseline``, checked per length: 1.000 a
 from __future__ import annotations
 
 import functools
+
 import torch
 
 from ..errors import ConfigError
