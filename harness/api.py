@@ -1,9 +1,12 @@
-"""Python API: the command line's ``run``, ``check`` and reports as functions, and the model alone.
+"""Python API: the command line's ``run``, ``check``, ``compare``, ``verify`` and reports as
+functions, and the model alone.
 
-Re-exported lazily from :mod:`harness` (``harness.run``, ``harness.check``, ``harness.load_run``,
-``harness.build_model``). ``run`` and ``check`` take the command line's options as keyword
-arguments and build the same typed request as ``python -m harness`` (:mod:`harness.request`),
-started by the same function (:mod:`harness.launch`); no command line is built or parsed;
+Re-exported lazily from :mod:`harness` (``harness.run``, ``harness.check``, ``harness.compare``,
+``harness.verify``, ``harness.load_run``, ``harness.build_model``). ``run`` and ``check`` take the
+command line's options as keyword arguments and build the same typed request as ``python -m
+harness`` (:mod:`harness.request`), started by the same function (:mod:`harness.launch`,
+:mod:`harness.checking`); ``compare`` and ``verify`` call the commands' functions
+(:mod:`harness.report.compare`, :mod:`harness.verification`); no command line is built or parsed;
 errors are raised (:class:`harness.HarnessError` subclasses), never printed, and nothing is
 printed unless ``quiet=False`` asks for the progress lines on stderr.
 

@@ -1,5 +1,5 @@
 """Two runs side by side, per variant (x sweep point): the regression gate of ``python -m harness
-compare`` (its rules are in :mod:`harness.commands.compare`'s docstring and docs/statistics.md).
+compare`` and :func:`harness.compare` (its rules: docs/statistics.md, and ``python -m harness compare --help``).
 
 :func:`compare_frames` compares two runs' trial frames; :func:`config_differences` their configs.
 """

@@ -28,9 +28,9 @@ sequences occurred verbatim in seed 0's training stream (every sequence of conte
 86 of 111 of length 4). Here the space of sequences is split by a deterministic hash of the
 content (:func:`split_class`): a sequence of content length >= :data:`MIN_HELDOUT_LENGTH` (2) is
 *held out* iff its class is :data:`HELDOUT_CLASS`, about 1 in :data:`HELDOUT_K`, and every such
-length has sequences on both sides. :func:`make_batch` (training) never returns a held-out
-sequence and :func:`eval_set` returns only held-out ones, so the two are disjoint by
-construction, for every seed; :func:`heldout_overlap` measures it. Training draws its rows as
+length has sequences on both sides. :meth:`HashSplitTask.make_batch` (training) never returns a
+held-out sequence and :meth:`HashSplitTask.eval_set` returns only held-out ones, so the two are
+disjoint by construction, for every seed; :func:`harness.tasks.base.heldout_overlap` measures it. Training draws its rows as
 before (content length 1..L uniform) and then their content by rejection (same generator), so it
 is uniform over the training sequences of each length; evaluation draws lengths 2..L uniformly.
 
@@ -142,7 +142,7 @@ def split_class(task: str, src: torch.Tensor, vocab: int) -> torch.Tensor:
 
     Args:
         task: ``copy``, ``copy_fixed``, ``reverse`` or ``sort``.
-        src: (B, S) int64 source rows as :func:`make_batch` returns them.
+        src: (B, S) int64 source rows as :meth:`HashSplitTask.make_batch` returns them.
         vocab: vocabulary size V.
 
     Shape:
