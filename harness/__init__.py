@@ -39,14 +39,15 @@ _LAZY = {
     "Task": "tasks.base", "Batch": "tasks.base",
     "ModelConfig": "config", "TrainConfig": "config", "RunConfig": "config",
     "run": "api", "check": "api", "load_run": "api", "build_model": "api", "LoadedRun": "api",
-    "RunFailedError": "api", "list_variants": "api", "list_tasks": "api", "list_presets": "api",
+    "RunFailedError": "api", "compare": "api", "verify": "api", "list_variants": "api", "list_tasks": "api", "list_presets": "api",
     "load_model": "api", "decode": "api",
     "RunRequest": "request", "CheckRequest": "request",
 }
 
 __all__ = ["hookimpl", "Component", "Variant", "Task", "Batch", "ModelConfig", "TrainConfig", "RunConfig",
            "HarnessError", "__version__", "run", "check", "load_run", "build_model", "LoadedRun", "RunFailedError",
-           "list_variants", "list_tasks", "list_presets", "RunRequest", "CheckRequest", "load_model", "decode"]
+           "compare", "verify", "list_variants", "list_tasks", "list_presets", "RunRequest", "CheckRequest",
+           "load_model", "decode"]
 
 
 def __getattr__(name: str):

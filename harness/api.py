@@ -1,9 +1,12 @@
-"""Python API: the command line's ``run``, ``check`` and reports as functions, and the model alone.
+"""Python API: the command line's ``run``, ``check``, ``compare``, ``verify`` and reports as
+functions, and the model alone.
 
-Re-exported lazily from :mod:`harness` (``harness.run``, ``harness.check``, ``harness.load_run``,
-``harness.build_model``). ``run`` and ``check`` take the command line's options as keyword
-arguments and build the same typed request as ``python -m harness`` (:mod:`harness.request`),
-started by the same function (:mod:`harness.launch`); no command line is built or parsed;
+Re-exported lazily from :mod:`harness` (``harness.run``, ``harness.check``, ``harness.compare``,
+``harness.verify``, ``harness.load_run``, ``harness.build_model``). ``run`` and ``check`` take the
+command line's options as keyword arguments and build the same typed request as ``python -m
+harness`` (:mod:`harness.request`), started by the same function (:mod:`harness.launch`,
+:mod:`harness.checking`); ``compare`` and ``verify`` call the commands' functions
+(:mod:`harness.report.compare`, :mod:`harness.verification`); no command line is built or parsed;
 errors are raised (:class:`harness.HarnessError` subclasses), never printed, and nothing is
 printed unless ``quiet=False`` asks for the progress lines on stderr.
 
@@ -24,10 +27,10 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from .errors import HarnessError
 from .plugins import PluginSpec
-from .request import CheckRequest, RunRequest, names, override_items
+from .request import CheckRequest, RunRequest, names, override_items, split_patterns
 
 if TYPE_CHECKING:
-    from .store import RunMeta
+    from .runmeta import RunMeta
 
 _Names = "str | Iterable[str]"
 
@@ -45,7 +48,7 @@ class LoadedRun:
 
     Attributes:
         path: the run folder (``results/<run-id>``), absolute.
-        meta: its ``config.json`` as a :class:`harness.store.RunMeta` (``command``, ``config``,
+        meta: its ``config.json`` as a :class:`harness.runmeta.RunMeta` (``command``, ``config``,
             ``seeds``, ``environment``, planned ``trials`` ...).
         trials: one row per stored trial, as ``trials.csv`` (``point`` "" without a sweep).
         curves: one row per logged step of every trial (variant, seed, point, split, step, ...).
@@ -152,9 +155,12 @@ def _plugin_spec(plugins: _Names, plugin_files: _Names) -> PluginSpec:
 
 def check(variants: _Names = "all", *, preset: str | None = None, overrides: dict | None = None,
           device: str = "auto", dtype: str = "fp32", seed: int = 0, equivalent: Iterable[str] = (),
-          all_components: bool = False, plugins: _Names = (), plugin_files: _Names = (), quiet: bool = True):
+          all_components: bool = False, plugins: _Names = (), plugin_files: _Names = (), quiet: bool = True,
+          results_dir: str | Path = "results", run_id: str | None = None):
     """Check ``variants`` as ``python -m harness check`` does (equivalence matrix, PyTorch
-    references, mask probes, faithful bugs) and return the report; nothing is stored.
+    references, mask probes, faithful bugs), write the same record
+    (``<results_dir>/checks/<run_id>/``: ``config.json``, ``checks.csv``, ``checks.md``) and
+    return the outcome.
 
     Args:
         variants: ``"all"``, names and globs, as ``--variants``.
@@ -164,21 +170,75 @@ def check(variants: _Names = "all", *, preset: str | None = None, overrides: dic
         equivalent: ``["attention=annotated,my_attn"]``, as ``--equivalent``.
         all_components: hold every registered component to its slot's reference.
         plugins, plugin_files, quiet: as for :func:`run`.
+        results_dir, run_id: where the record goes (default id ``check-<timestamp>``).
 
     Returns:
-        harness.checks.CheckReport: ``.ok`` (every result matches its declaration), the pairs,
-        probes and references; ``harness.checks.render_text(report)`` prints it as the command does
-        (docs/python.md).
+        harness.request.CheckOutcome: ``.ok`` (every result matches its declaration), ``.report``
+        (the :class:`harness.checks.CheckReport`: pairs, probes, references, ``classes()``;
+        ``harness.checks.render_text(outcome.report)`` prints it as the command does), ``.store``
+        (the record's folder), ``.csv``, ``.markdown`` (docs/python.md).
 
     Raises:
-        HarnessError: bad input (unknown variant, bad config, unknown slot in ``equivalent``).
+        HarnessError: bad input (unknown variant, bad config, unknown slot in ``equivalent``, bad
+        ``run_id``), before anything runs.
     """
-    from .launch import start_check
+    from .checking import start_check
 
     request = CheckRequest(variants=names(variants), preset=preset, overrides=override_items(overrides),
                            device=device, dtype=dtype, seed=seed, equivalent=tuple(equivalent),
-                           all_components=all_components, plugins=_plugin_spec(plugins, plugin_files), quiet=quiet)
-    return start_check(request)[0]
+                           all_components=all_components, plugins=_plugin_spec(plugins, plugin_files), quiet=quiet,
+                           results_dir=results_dir, run_id=run_id)
+    return start_check(request)
+
+
+def compare(run_a: str | Path, run_b: str | Path, *, metrics: _Names | None = None, tolerance: float = 0.0,
+            results_dir: str | Path = "results"):
+    """Compare the reference run ``run_a`` with the candidate ``run_b`` per variant (x sweep point), as
+    ``python -m harness compare`` does (its gate rules: docs/statistics.md).
+
+    Args:
+        run_a, run_b: a run folder, a run id under ``results_dir``, or ``"latest"``.
+        metrics: the metrics to gate (names or a comma-separated string); None: ``heldout_ce`` and
+            ``exact_match``, plus ``wer`` and ``per`` when both runs have them.
+        tolerance: a difference must exceed it (absolute, in the metric's unit) beyond its 95 % CI.
+
+    Returns:
+        harness.report.compare.CompareOutcome: ``.table`` (pandas, one row per variant and metric with
+        a ``status``), ``.ok`` (nothing regressed: the command's exit status 0), ``.regressed``,
+        ``.config_differences``, ``.verdict()``.
+
+    Raises:
+        HarnessError: not a run, a run without trials, a measurement run, nothing in common, an
+        unknown metric or a negative tolerance.
+    """
+    from .lookup import resolve_run
+    from .report.compare import compare_runs
+
+    chosen = None if metrics is None else split_patterns(names(metrics))
+    return compare_runs(resolve_run(str(run_a), str(results_dir)), resolve_run(str(run_b), str(results_dir)),
+                        chosen, tolerance)
+
+
+def verify(run: str | Path, *, results_dir: str | Path = "results"):
+    """Check that a stored run (or a check/bench record) is complete and intact, read-only, as
+    ``python -m harness verify`` does: config.json, every trial file's schema and checksum, the
+    tables against the trial files, planned against stored trials.
+
+    Args:
+        run: a run folder, a run id under ``results_dir``, or ``"latest"``.
+
+    Returns:
+        harness.verification.VerifyOutcome: ``.ok``, ``.problems`` (one line per defect, paths relative
+        to the run folder), ``.notes``, ``.summary()``.
+
+    Raises:
+        HarnessError: ``run`` is not a run folder (a damaged run is never an error: its defects are
+        problems).
+    """
+    from .lookup import resolve_run
+    from .verification import verify_store
+
+    return verify_store(resolve_run(str(run), str(results_dir), records=True))
 
 
 def load_run(path: str | Path, results_dir: str | Path = "results") -> LoadedRun:

@@ -50,7 +50,7 @@ from .checks.contract_base import sinusoidal_pe
 from .env import autocast, environment, peak_mem_mb, reset_peak_mem, trial_settings
 from .model import build_model, unique_parameter_count
 from .registry import Registry, Variant
-from .store import RunMeta
+from .runmeta import RunMeta
 from .tasks.base import Batch, loss_fn
 from .train import make_optimizer, train_step
 from .trial import registry_for

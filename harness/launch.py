@@ -13,7 +13,6 @@ and exits 130).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import signal
 import sys
 import threading
@@ -24,15 +23,16 @@ from typing import Any
 from .config import get_preset, parse_overrides, resolve_key
 from .errors import ConfigError
 from .experiments import plan_from_experiment
+from .experiments import run_table
 from .experiments import write_run_report as write_report  # a run's report with its experiment's sections
 from .plugins import PluginSpec
 from .registry import Registry
-from .request import CONFIG_OPTIONS, TRIAL_OPTIONS, CheckRequest, RunOutcome, RunRequest, Terminated, check_dtype
+from .request import CONFIG_OPTIONS, TRIAL_OPTIONS, RunOutcome, RunRequest, Terminated
 from .resume import (check_code_config, check_components, check_plugins, check_points, check_setting, check_trials,
                      stored_specs)
 from .runner import ExecutionOptions, Plan, PlannedTrial, execute, make_specs
-from .runmeta import Execution, Resume, TrialEntry
-from .store import RunMeta, RunStore, config_hash
+from .runmeta import Execution, Resume, RunMeta, TrialEntry
+from .store import RunStore, config_hash
 from .tasks.base import heldout_note
 from .env import environment, resolve_device
 from .saved import with_save_model
@@ -170,13 +170,11 @@ def start_run(req: RunRequest) -> RunOutcome:
     plan = plan_run(req, reg)
     for _, point in plan.points:
         reg.task(point.train.task).validate(point)
-    if plan.measure is not None:
-        return plan.measure(req, plan)
     device, dtype = device_name(req.device or "auto", options), req.dtype or "fp32"
     options = options.resolved(len(plan.variants) * len(plan.seeds) * len(plan.points), device)
     plugins = req.plugins.to_dict()
     specs = make_specs(plan.variants, plan.seeds, plan.config, device, dtype, plugins, points=plan.points,
-                       threads=options.trial_threads())
+                       threads=options.trial_threads(), measure=plan.measure)
     specs = with_save_model(specs) if req.save_models else specs
     if req.tensorboard is not None:
         check_available()  # before anything is stored
@@ -185,7 +183,8 @@ def start_run(req: RunRequest) -> RunOutcome:
         store = RunStore.create(req.results_dir, meta, req.run_id)  # sets meta.run_id
         headline = (f"run {store.root}: {len(plan.variants)} variant(s) x {len(plan.seeds)} seed(s) x "
                     f"{len(plan.points)} config(s) = {len(specs)} trial(s) on {device}, {options.describe()}")
-        check = req.check and len([v for v in plan.variants if not v.buggy]) > 1
+        # a measurement has no use for the equivalence classes (its report does not show them)
+        check = req.check and plan.measure is None and len([v for v in plan.variants if not v.buggy]) > 1
 
         def before() -> None:
             if check:  # after bad input is refused, inside the interrupt guard
@@ -203,7 +202,7 @@ def run_meta(req: RunRequest, reg, plan: Plan, specs: list[PlannedTrial], device
     store writes."""
     cfg, seeds = plan.config, plan.seeds
     return RunMeta(
-        kind="train", command=req.command_line(), preset=plan.preset, config=cfg.to_dict(),
+        kind=plan.kind, command=req.command_line(), preset=plan.preset, config=cfg.to_dict(),
         variants=[v.name for v in plan.variants], seeds=seeds, device=device, dtype=dtype, plugins=plugins,
         environment={**environment(device, trial_settings_applied=True), "threads": options.trial_threads()},
         experiment=plan.name, points={name: c.to_dict() for name, c in plan.points if name},
@@ -364,53 +363,5 @@ def drive(store: RunStore, specs: list[PlannedTrial], meta: RunMeta, options: Ex
             store.write_meta(meta)
     if not specs and interrupted is None and log:
         log(f"nothing to run: all {total} trial(s) of {store.root} are stored")
-    return RunOutcome(store, meta, report, interrupted, total)
-
-
-# ------------------------------------------------------------------------------------- checking
-
-def check_model_config(preset: str | None, overrides) -> Any:
-    """The check config (or ``preset``'s model) with ``model.*`` overrides.
-
-    Raises:
-        ConfigError: a ``train.*`` override (check builds models only) or an invalid value.
-    """
-    from .checks import CHECK_MODEL
-    from .config import ModelConfig
-
-    base = get_preset(preset).model if preset else CHECK_MODEL
-    values = dataclasses.asdict(base)
-    for key, value in parse_overrides(list(overrides)).items():
-        if key.rpartition(".")[0] == "train":
-            raise ConfigError(f"check builds models only: --set {key} does not apply (use model.<name>, "
-                              f"e.g. --set model.d_model=64)")
-        values[resolve_key(key, ("model",))[1]] = value  # unknown keys: the closest ones, aliases
-    return ModelConfig.from_dict(values)
-
-
-def start_check(req: CheckRequest, reg: Registry | None = None):
-    """Run check on ``req`` (equivalence matrix, PyTorch references, mask probes, faithful bugs).
-
-    Returns:
-        tuple: ``(report, variants, cfg, groups)``: the :class:`harness.checks.CheckReport`, the
-        variants checked, the model config and the equivalence groups used.
-
-    Raises:
-        HarnessError: unknown variant or component, bad config, bad ``equivalent`` item.
-    """
-    from .checks import parse_equivalent, registry_groups, run_checks
-
-    check_dtype(req.dtype)
-    reg = reg or load_registry(req.plugins)
-    variants = reg.grid() if req.grid else reg.select(req.patterns())
-    cfg = check_model_config(req.preset, req.overrides)
-    device = resolve_device(req.device)
-    extra = parse_equivalent(list(req.equivalent))
-    for slot, groups in extra.items():
-        for group in groups:
-            for name in group:
-                reg.component(slot, name)  # UnknownNameError for a typo
-    groups = registry_groups(reg, extra, cfg)
-    report = run_checks(reg, variants, cfg, device=device, dtype=req.dtype, seed=req.seed, groups=groups,
-                        log=log_function(req.quiet), all_components=req.all_components)
-    return report, variants, cfg, groups
+    table = run_table(store) if report is not None else None  # a measurement's slope table
+    return RunOutcome(store, meta, report, interrupted, total, table=table)

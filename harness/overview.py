@@ -12,7 +12,7 @@ import time
 from .errors import HarnessError
 from .report import Section
 from .stats import MIN_PAIRS_SIGN_TEST
-from .store import RunMeta
+from .runmeta import RunMeta
 
 
 def check_classes(registry, variants, full: bool = False) -> dict:

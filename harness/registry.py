@@ -202,15 +202,6 @@ def default_component(slot: str) -> str:
     return default_components()[slot]
 
 
-def __getattr__(name: str):
-    """``SLOTS``: the former table ``slot -> (default component, what it decides)``, now a view
-    computed from the components' declarations (kept for callers that read it)."""
-    if name == "SLOTS":
-        defaults = default_components()
-        return {slot: (defaults[slot], what) for slot, what in SLOT_DOCS.items()}
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 def _call_hook(pm, hookname: str, kind: type, strict: bool, warnings: list[str]) -> list[tuple[Any, str]]:
     """``[(item, plugin name)]`` from ``pm.hook.<hookname>()``, in the plugins' registration order.
 

@@ -18,7 +18,8 @@ from typing import Any, Iterable, Mapping
 from .errors import ConfigError
 from .plugins import PluginSpec
 from .runner import ExecutionOptions, check_plan_size
-from .store import RunMeta, RunStore
+from .runmeta import RunMeta
+from .store import RunStore
 
 #: Defaults of the options that ``--resume`` must tell apart from "not given". name -> default.
 PLAN_DEFAULTS = {"variants": ("all",), "preset": "quick", "seeds": 1, "seed_start": 0}
@@ -224,6 +225,9 @@ class CheckRequest:
         device, dtype, seed: where and how the comparisons run.
         equivalent: ``"SLOT=A,B"`` items (``--equivalent``). all_components: every registered component.
         plugins: plugin modules and files. quiet: no progress lines.
+        results_dir, run_id: the record goes to ``<results_dir>/checks/<run_id>/`` (default id
+            ``check-<timestamp>``).
+        command: the command line shown in the record (default: the equivalent ``python -m harness check``).
     """
 
     variants: tuple[str, ...] = ("all",)
@@ -237,10 +241,68 @@ class CheckRequest:
     all_components: bool = False
     plugins: PluginSpec = field(default_factory=PluginSpec)
     quiet: bool = True
+    results_dir: str | Path = "results"
+    run_id: str | None = None
+    command: str | None = None
 
     def patterns(self) -> list[str]:
         """``variants`` split at commas and spaces."""
         return split_patterns(self.variants)
+
+    def command_line(self) -> str:
+        """The command as the user typed it (``command``), else the equivalent command line."""
+        if self.command:
+            return self.command
+        words = ["check", "--variants", *self.variants] + ["--grid"] * self.grid
+        words += ["--preset", self.preset] if self.preset else []
+        words += [w for item in self.overrides for w in ("--set", item)]
+        words += ["--device", self.device, "--dtype", self.dtype, "--seed", str(self.seed)]
+        words += [w for item in self.equivalent for w in ("--equivalent", item)]
+        words += ["--all-components"] * self.all_components
+        words += ["--run-id", self.run_id] if self.run_id is not None else []
+        words += ["--results-dir", str(self.results_dir)] if str(self.results_dir) != "results" else []
+        words = [w for m in self.plugins.modules for w in ("-p", m)] + \
+                [w for f in self.plugins.files for w in ("--plugin", str(f))] + words + ["-q"] * self.quiet
+        return "python -m harness " + shlex.join(words)
+
+
+@dataclass
+class CheckOutcome:
+    """What a check left: its report and its record (``<results_dir>/checks/<run-id>/``).
+
+    Attributes:
+        report: the :class:`harness.checks.CheckReport` (``.ok``, ``.classes()``, the pairs, probes
+            and references). store: the record's folder. meta: its ``config.json``.
+        variants: the variants checked. config: the model config (:class:`harness.ModelConfig`).
+        groups: the equivalence groups used (``{slot: [set of components]}``).
+    """
+
+    report: Any
+    store: RunStore
+    meta: RunMeta
+    variants: list
+    config: Any
+    groups: dict
+
+    @property
+    def ok(self) -> bool:
+        """Every result matches its declaration (the command's exit status 0)."""
+        return bool(self.report.ok)
+
+    @property
+    def csv(self) -> Path:
+        """``checks.csv``: one row per result."""
+        return self.store.root / "checks.csv"
+
+    @property
+    def markdown(self) -> Path:
+        """``checks.md``: the record as markdown."""
+        return self.store.root / "checks.md"
+
+    @property
+    def exit_code(self) -> int:
+        """0 every result matches its declaration, 1 one does not."""
+        return 0 if self.ok else 1
 
 
 @dataclass

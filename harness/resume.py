@@ -12,8 +12,8 @@ anything runs, the stored ``config.json`` is checked here, in this order:
    and sweep points) and :func:`check_trials` (variants x seeds x points).
 
 Every refusal is a :class:`harness.errors.StoreError` naming the first difference; nothing
-stored is touched. The command (:mod:`harness.commands.run`) turns the options into the
-requested plan; this module only compares.
+stored is touched. :func:`harness.launch.resume_run` turns the options into the requested plan
+(:func:`harness.launch.requested_plan`); this module only compares.
 """
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ from .config import RunConfig
 from .errors import HarnessError, StoreError
 from .registry import Variant
 from .runner import PlannedTrial, make_specs
-from .store import RunMeta, RunStore, config_hash
+from .runmeta import RunMeta
+from .store import RunStore, config_hash
 
 #: Added to every refusal of other options: what to do instead.
 AGAIN = "leave the options out to resume as stored, or start a new run"

@@ -42,10 +42,11 @@ def check_plan_size(n_variants: int, n_seeds: int, n_points: int = 1) -> None:
 
 @dataclass
 class Plan:
-    """What a run trains: variants x seeds x sweep points (each point a name and a config).
+    """What a run trains (or measures): variants x seeds x sweep points (each point a name and a config).
 
-    Built from command-line options by ``harness.commands.run`` or from an experiment file
-    by ``harness.experiments``; ``points`` holds ``("", cfg)`` when nothing is swept.
+    Built from a request's variants, preset and seeds by :func:`harness.launch.plan_run` or from an
+    experiment file by :func:`harness.experiments.plan_from_experiment`; ``points`` holds
+    ``("", cfg)`` when nothing is swept.
     """
 
     variants: list[Variant]
@@ -55,9 +56,11 @@ class Plan:
     name: str = ""
     #: extra entries for the run's config.json (an experiment stores its parsed file here)
     meta: dict = field(default_factory=dict)
-    #: when set, ``run`` calls ``measure(args, plan) -> exit code`` instead of training
-    #: (experiments that measure without training, e.g. gradient norms at initialisation)
-    measure: Callable[..., int] | None = None
+    #: the run's ``config.json`` kind: ``train``, or a measurement kind (``grad_norm_at_init``)
+    kind: str = "train"
+    #: None for training; for experiments that measure without training (e.g. gradient norms at
+    #: initialisation), what every trial measures (``TrialSpec.measure``: ``{"kind", ...}``)
+    measure: dict[str, Any] | None = None
 
     @property
     def config(self) -> RunConfig:
@@ -81,16 +84,17 @@ class PlannedTrial:
 
 def make_specs(variants: Iterable[Variant], seeds: Iterable[int], cfg: RunConfig, device: str,
                dtype: str, plugins: dict, points: list[tuple[str, RunConfig]] | None = None,
-               threads: int | None = None) -> list[PlannedTrial]:
+               threads: int | None = None, measure: dict[str, Any] | None = None) -> list[PlannedTrial]:
     """Planned trials in execution order: seed-major, so an interrupted run has every variant
-    at the first seeds rather than every seed of the first variants."""
+    at the first seeds rather than every seed of the first variants. ``measure``: what every
+    trial measures instead of training (``TrialSpec.measure``), None for training."""
     points = points or [("", cfg)]
     out = []
     for seed in seeds:
         for point, pcfg in points:
             for v in variants:
                 spec = TrialSpec(v.name, seed, pcfg.to_dict(), slots=dict(v.slots), device=device, dtype=dtype,
-                                   plugins=plugins, threads=threads, point=point)
+                                   plugins=plugins, threads=threads, point=point, measure=measure)
                 out.append(PlannedTrial(spec.key, spec.to_dict()))
     return out
 

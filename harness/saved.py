@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from .errors import ConfigError, StoreError
 from .trial import TrialSpec, trial_key
+from .verification import MODEL_KEY, MODELS_DIR
 
 if TYPE_CHECKING:
     import torch
@@ -35,9 +36,6 @@ if TYPE_CHECKING:
 #: Result key of the serialised weights between the trial and the store (never stored).
 WEIGHTS_KEY = "weights"
 #: Trial-file key of the stored weights' record: ``{"file": "models/<key>.pt", "sha256", "bytes"}``.
-MODEL_KEY = "model"
-#: The folder of a run that holds the weights.
-MODELS_DIR = "models"
 
 
 def keep_weights(spec: TrialSpec, result, model: torch.nn.Module) -> None:
@@ -72,27 +70,6 @@ def store_weights(root: Path, key: str, result: dict[str, Any]) -> None:
     result[MODEL_KEY] = {"file": rel, "sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
 
 
-def model_problems(root: Path, trials: Sequence[dict]) -> list[str]:
-    """``harness verify``'s check of the saved weights: one ``'PATH: what is wrong'`` line per
-    recorded file (:data:`MODEL_KEY` of a stored trial) that is missing or whose SHA-256 differs."""
-    problems = []
-    for t in trials:
-        rec = t.get(MODEL_KEY)
-        if rec is None:
-            continue
-        if not isinstance(rec, dict) or not isinstance(rec.get("file"), str) or not isinstance(rec.get("sha256"), str):
-            problems.append(f"trials/{t.get('key', '?')}.json: its 'model' record is not {{file, sha256, bytes}}")
-            continue
-        if rec["file"] != f"{MODELS_DIR}/{t.get('key')}.pt":  # never a path outside the run's models/
-            problems.append(f"trials/{t.get('key', '?')}.json: its model file is {rec['file']!r}, not "
-                            f"{MODELS_DIR}/{t.get('key')}.pt")
-            continue
-        path = Path(root) / rec["file"]
-        if not path.is_file():
-            problems.append(f"{rec['file']}: missing (trials/{t.get('key', '?')}.json records it)")
-        elif hashlib.sha256(path.read_bytes()).hexdigest() != rec["sha256"]:
-            problems.append(f"{rec['file']}: checksum mismatch (the file changed after the run stored it)")
-    return problems
 
 
 def load_model(run, variant: str, seed: int = 0, point: str = "", *, device: str = "cpu",

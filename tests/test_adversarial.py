@@ -22,9 +22,9 @@ from harness.model import build_model
 from harness.plugins import PluginSpec
 from harness.registry import Registry
 from harness.tasks.base import evaluate, loss_fn
-from harness.tasks.copy import eval_set
 
 from .conftest import ROOT
+from .tasks_by_name import eval_set
 
 PLUGINS = ROOT / "tests" / "plugins"
 

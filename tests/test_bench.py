@@ -16,10 +16,10 @@ from harness import bench as B
 from harness.commands.bench import render_markdown
 from harness.config import get_preset
 from harness.model import build_model
-from harness.tasks.copy import make_batch
-from harness.store import RunMeta
+from harness.runmeta import RunMeta
 
 from .conftest import padded_batch
+from .tasks_by_name import make_batch
 
 ROOT = Path(__file__).resolve().parents[1]
 

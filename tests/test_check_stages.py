@@ -10,7 +10,7 @@ import pytest
 from harness.checks import (STAGES, CheckReport, CheckStage, render_markdown, render_text, results_frame, run_checks,
                             stage_registry)
 from harness.errors import HarnessError
-from harness.store import RunMeta
+from harness.runmeta import RunMeta
 
 
 def planted_stage(name: str = "planted", seen: list | None = None) -> CheckStage:

@@ -10,7 +10,7 @@ import torch
 from harness import checks
 from harness.cli import main as cli_main
 from harness.errors import ConfigError
-from harness.store import RunMeta
+from harness.runmeta import RunMeta
 from harness.registry import Variant
 from harness.testing import (assert_differs, assert_equivalent, assert_flagged, assert_mask_component,
                              assert_mask_probes_pass, assert_matches_multihead_attention, assert_matches_nn_transformer,

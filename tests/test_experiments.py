@@ -9,7 +9,7 @@ from harness import experiments as ex
 from harness.errors import UnknownNameError
 from harness.model import build_model
 from harness.request import RunRequest
-from harness.store import RunMeta
+from harness.runmeta import RunMeta
 
 from .conftest import ROOT
 

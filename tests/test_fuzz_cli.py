@@ -37,7 +37,7 @@ from hypothesis import HealthCheck, Phase, example, given, settings  # noqa: E40
 from hypothesis import strategies as st  # noqa: E402
 
 from harness import cli  # noqa: E402
-from harness.commands.verify import verify_run  # noqa: E402
+from harness.verification import verify_run  # noqa: E402
 from harness.config import RunConfig  # noqa: E402
 from harness.store import RunStore  # noqa: E402
 

@@ -12,8 +12,9 @@ import torch
 from harness.config import get_preset
 from harness.errors import ConfigError, UnknownNameError
 from harness.tasks.base import END, PAD, START, count_overlap
-from harness.tasks.copy import (HELDOUT_K, eval_lengths, eval_set, heldout_classes, heldout_note, heldout_overlap,
-                                is_heldout, make_batch, split_class, training_sources)
+from harness.tasks.copy import HELDOUT_K, eval_lengths, heldout_classes, is_heldout, split_class
+
+from .tasks_by_name import eval_set, heldout_note, heldout_overlap, make_batch, training_sources
 
 #: (task, seq_len, vocab): the presets' shapes plus small vocabularies (K < HELDOUT_K) and
 #: the shortest lengths
@@ -179,10 +180,10 @@ def test_vocabularies_without_a_split_are_refused():
 def test_the_overlap_measure_runs_on_one_thread_and_restores_the_callers(monkeypatch):
     """heldout_overlap's batches are small ops (a second intra-op thread made them 24x slower on a
     busy 2-core machine): it draws them on one thread and gives the caller its thread count back."""
-    from harness.tasks import get_task
+    from .tasks_by_name import task_named
     from harness.tasks.base import heldout_overlap
 
-    task, seen = get_task("copy"), []
+    task, seen = task_named("copy"), []
     draw = task.make_batch
 
     def spy(*args, **kwargs):

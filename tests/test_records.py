@@ -50,10 +50,30 @@ def _record(folder, kind: str, mtime: float) -> None:
 def fast_check(monkeypatch):
     """``check`` with the numerical work stubbed out: these tests are about where its record goes."""
     report = SimpleNamespace(ok=True, tf32=None, wall_s=0.0)
-    monkeypatch.setattr("harness.checks.run_checks", lambda *a, **k: report)  # what launch.start_check runs
-    monkeypatch.setattr(check_cmd, "results_frame", lambda rep: __import__("pandas").DataFrame({"section": []}))
-    monkeypatch.setattr(check_cmd, "render_markdown", lambda rep, meta: "# checks\n")
+    monkeypatch.setattr("harness.checks.run_checks", lambda *a, **k: report)  # what checking.start_check runs
+    monkeypatch.setattr("harness.checks.results_frame", lambda rep: __import__("pandas").DataFrame({"section": []}))
+    monkeypatch.setattr("harness.checks.render_markdown", lambda rep, meta: "# checks\n")
     monkeypatch.setattr(check_cmd, "render_text", lambda rep: "checked")
+
+
+def test_the_python_api_check_writes_the_record_the_command_writes(tmp_path, fast_check):
+    """``harness.check`` and ``python -m harness check`` both go through ``checking.start_check``:
+    the same record (config.json, checks.csv, checks.md) under ``<results-dir>/checks/``."""
+    results = tmp_path / "results"
+    outcome = harness.check(variants="baseline", preset="tiny", device="cpu", results_dir=results, run_id="api")
+    assert outcome.ok and outcome.exit_code == 0 and outcome.store.root == results / "checks" / "api"
+    assert harness.cli.main(["check", "--variants", "baseline", "--preset", "tiny", "--device", "cpu", "-q",
+                             "--results-dir", str(results), "--run-id", "cli"]) == 0
+    folders = {name: results / "checks" / name for name in ("api", "cli")}
+    for folder in folders.values():
+        assert sorted(p.name for p in folder.iterdir()) == ["checks.csv", "checks.md", "config.json", "trials"]
+    metas = {n: json.loads((f / "config.json").read_text()) for n, f in folders.items()}
+    assert metas["api"]["command"].startswith("python -m harness check --variants baseline --preset tiny")
+    same = {"run_id", "command", "created", "environment"}
+    assert {k: v for k, v in metas["api"].items() if k not in same} == \
+        {k: v for k, v in metas["cli"].items() if k not in same}
+    with pytest.raises(harness.HarnessError, match="run id"):  # refused before any check runs
+        harness.check(variants="baseline", results_dir=results, run_id="../x")
 
 
 def test_a_dozen_checks_leave_results_showing_runs_only(tmp_path, fast_check, capsys):

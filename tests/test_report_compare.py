@@ -205,6 +205,34 @@ def test_compare_gates_a_degraded_run(tmp_path, capsys):
 ARMS = {"baseline": (0.5, 0.99, ()), "pre_norm": (0.4, 1.0, ())}
 
 
+def test_the_python_api_compares_and_verifies_as_the_commands_do(tmp_path, capsys):
+    """``harness.compare`` / ``harness.verify`` return what ``compare`` / ``verify`` print (one code
+    path below ``commands/``): the same table, verdict and exit status; the same problem lines."""
+    import harness
+    from harness.report import to_markdown
+
+    a = make_run(tmp_path, "a", ARMS, rng_seed=1)
+    worse = make_run(tmp_path, "worse", {"baseline": (0.5, 0.99, ()), "pre_norm": (0.9, 0.6, ())}, rng_seed=3)
+    outcome = harness.compare("a", "worse", results_dir=tmp_path, metrics="heldout_ce,exact_match")
+    assert not outcome.ok and outcome.exit_code == 1
+    assert sorted(outcome.regressed["variant"] + " " + outcome.regressed["metric"]) == \
+        ["pre_norm exact_match", "pre_norm heldout_ce"]
+    assert cli.main(["compare", str(a.root), str(worse.root)]) == 1
+    out = capsys.readouterr().out
+    assert to_markdown(outcome.table) in out and outcome.verdict() in out
+    assert harness.compare(a.root, a.root).ok
+    with pytest.raises(harness.HarnessError, match="unknown metric 'bleu'"):
+        harness.compare(a.root, worse.root, metrics=["bleu"])
+
+    assert harness.verify(a.root).ok
+    (worse.root / "trials.csv").write_text("variant\n")  # tables that no longer match the trial files
+    checked = harness.verify("worse", results_dir=tmp_path)
+    assert not checked.ok and checked.exit_code == 1
+    assert checked.problems[0].startswith("trials.csv: does not match the trial files")
+    assert cli.main(["verify", str(worse.root), "-q"]) == 1
+    assert capsys.readouterr().out.splitlines() == [f"{worse.root}/{line}" for line in checked.problems]
+
+
 def test_compare_candidate_whose_trials_all_failed_is_a_regression(tmp_path, capsys):
     """Before: 5/5 crashed trials left no values, every row said "too few seeds" and it exited 0."""
     a = make_run(tmp_path, "a", ARMS, seeds=5)
@@ -267,7 +295,7 @@ def test_compare_bootstrap_is_paired_by_seed(tmp_path, capsys):
 def test_paired_ci_of_three_pairs_is_their_range():
     """docs/statistics.md: with 3 pairs the paired percentile CI of the IQM (= mean) of B - A runs from the
     smallest to the largest difference, so it excludes 0 exactly when all three share a sign."""
-    from harness.commands.compare import _paired_diff_stat
+    from harness.report.compare import _paired_diff_stat
     a = np.array([1.0, 5.0, 9.0])
     for d in ([0.01, 0.02, 0.05], [-0.01, 0.02, 0.05]):
         lo, hi = stats.bootstrap_ci([a, a + np.array(d)], _paired_diff_stat, paired=True)

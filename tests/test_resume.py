@@ -339,3 +339,55 @@ def test_worker_that_dies_is_recorded_and_the_pool_goes_on(tmp_path):
     assert rows["kills_worker"]["status"] == "failed"
     assert "worker process died" in rows["kills_worker"]["reason"]
     assert all(rows[v]["status"] == "ok" for v in ("baseline", "pre_norm", "seed_001"))
+
+
+GRAD_NORM_EXPERIMENT = """
+description = "grad norm at init, killed and resumed"
+kind = "grad_norm_at_init"
+variants = ["baseline", "blocks"]
+seeds = 1
+preset = "tiny"
+[sweep]
+N = [1, 2]
+[measure]
+batches = 1
+"""
+
+
+def test_measurement_experiment_takes_the_lock_stops_on_sigterm_and_resumes(tmp_path):
+    """A ``grad_norm_at_init`` experiment is an ordinary run (``launch.drive``): while it runs it
+    holds the run lock; with ``--jobs 1`` (the jobs asked for, not a fixed 1), SIGTERM while ``blocks`` waits in its first measurement (its first
+    training-mode forward) stops it as ``interrupted`` with the resume hint; ``--resume`` measures
+    the 3 missing trials (with the stored execution options, as any run) and renders the slope report."""
+    from harness.store import RunStore
+
+    plugin, block_dir, exp = tmp_path / "blocking_plugin.py", tmp_path / "block", tmp_path / "gn_stop.toml"
+    plugin.write_text(textwrap.dedent(BLOCKING_PLUGIN))
+    exp.write_text(GRAD_NORM_EXPERIMENT)
+    block_dir.mkdir()
+    proc = start("--plugin", str(plugin), "run", "--experiment", str(exp), "--results-dir", str(tmp_path),
+                 "--run-id", "gn", "--device", "cpu", "--jobs", "1", BLOCK_DIR=str(block_dir))
+    run = tmp_path / "gn"
+    wait_for_trials(run, 1, proc)
+    wait_until_blocked(block_dir, proc)
+    assert RunStore.open(run).is_locked()
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err, err
+    assert err.strip().splitlines()[-1] == (f"harness: terminated (SIGTERM); 1 of 4 trial(s) are stored in {run}; "
+                                            f"resume with: python -m harness run --resume {run}")
+    meta = json.loads((run / "config.json").read_text())
+    assert meta["status"] == "interrupted" and meta["kind"] == "grad_norm_at_init"
+    assert all(t["spec"]["measure"]["kind"] == "grad_norm_at_init" for t in meta["trials"])
+    assert sorted(stored(run)) == ["baseline__N=1__s0"]
+
+    (block_dir / "release").touch()
+    res = harness_cli("run", "--resume", str(run), BLOCK_DIR=str(block_dir))  # plugins and --jobs 1 as stored
+    assert res.returncode == 0, res.stderr
+    assert "1 of 4 trial(s) stored, running the 3 missing" in res.stderr
+    assert len(stored(run)) == 4
+    meta = json.loads((run / "config.json").read_text())
+    assert meta["status"] == "complete" and meta["execution"]["jobs"] == meta["resumes"][0]["execution"]["jobs"] == 1
+    assert "slope of log" in res.stdout  # the measurement's slope table, not a training summary
+    assert "## Log-log slopes" in (run / "report.md").read_text()

@@ -1,4 +1,4 @@
-"""A run's ``config.json`` reads as the typed :class:`harness.store.RunMeta` and writes back byte for
+"""A run's ``config.json`` reads as the typed :class:`harness.runmeta.RunMeta` and writes back byte for
 byte: every committed reference run round-trips, unknown and foreign-typed keys survive, and a
 reader sees "not recorded" (None) where a stored value has the wrong type."""
 from __future__ import annotations
@@ -8,7 +8,8 @@ import json
 import pytest
 
 from harness.runmeta import Execution, Resume, TrialEntry
-from harness.store import RunMeta, RunStore, load_run
+from harness.runmeta import RunMeta
+from harness.store import RunStore, load_run
 
 from .conftest import ROOT
 

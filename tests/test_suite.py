@@ -11,9 +11,10 @@ import sys
 import pandas as pd
 import pytest
 
-from harness import stats, suite_report
+from harness import stats
+from harness.suite import report as suite_report
 from harness.errors import ConfigError
-from harness.suite import SuiteSpec, load_suite
+from harness.suite.spec import SuiteSpec, load_suite
 
 from .conftest import ROOT
 
@@ -159,7 +160,7 @@ def test_findings_and_negative_control_come_from_the_verdicts():
 def test_collect_marks_the_references_check_class_same_function(tmp_path):
     """The suite's typed rows: a variant in the reference's class that wins every seed by rounding-sized
     margins is "same function" with its raw test kept; one outside the class gets its verdict."""
-    from harness.suite import collect
+    from harness.suite.run import collect
 
     from .test_report_compare import TWIN_ARMS, make_run
 

@@ -16,10 +16,11 @@ import torch
 from harness import Task
 from harness.config import get_preset
 from harness.errors import ConfigError, DuplicateNameError, PluginError, UnknownNameError
-from harness.tasks import END, PAD, START, get_task, heldout_note, heldout_overlap
+from harness.tasks import END, PAD, START, heldout_note, heldout_overlap
 from harness.tasks import copy as copy_mod
 from harness.testing import load_registry
 
+from . import tasks_by_name
 from .conftest import ROOT
 
 TASK_PLUGIN = ROOT / "examples" / "harness-example-task" / "harness_example_task.py"
@@ -65,7 +66,7 @@ def test_copy_tasks_draw_the_same_batches_as_before(registry, task, preset):
         g = torch.Generator().manual_seed(seed)
         assert [digest(t.make_batch(tc.batch, tc.seq_len, v, g)) for _ in range(3)] == GOLDEN[(task, preset, seed)]
         g = torch.Generator().manual_seed(seed)  # the module-level function is the same task
-        assert digest(copy_mod.make_batch(task, tc.batch, tc.seq_len, v, g)) == GOLDEN[(task, preset, seed)][0]
+        assert digest(tasks_by_name.make_batch(task, tc.batch, tc.seq_len, v, g)) == GOLDEN[(task, preset, seed)][0]
     assert digest(t.eval_set(200, tc.seq_len, v, tc.eval_seed)) == GOLDEN[(task, preset, "eval")]
 
 
@@ -147,7 +148,7 @@ def test_task_names_are_checked_against_the_registry(registry):
     assert cfg.train.task == "reverse"
     with pytest.raises(UnknownNameError, match="unknown task 'srot'; did you mean 'sort'"):
         registry.task("srot")
-    assert get_task("sort").name == "sort"
+    assert tasks_by_name.task_named("sort").name == "sort"
 
 
 def test_duplicate_and_nameless_tasks_are_errors(tmp_path):

@@ -16,9 +16,10 @@ from harness.config import get_preset
 from harness.env import autocast, environment, peak_mem_mb, reset_peak_mem, trial_settings
 from harness.model import build_model
 from harness.tasks.base import END, PAD, Task, evaluate, future_leak, greedy_exact_match, loss_fn
-from harness.tasks.copy import eval_set, exact_match, greedy_decode, make_batch
+from harness.tasks.copy import exact_match, greedy_decode
 
 from .conftest import builtin_variant_names
+from .tasks_by_name import eval_set, make_batch
 
 
 class ScriptedCopier:

@@ -16,7 +16,7 @@ from typing import Iterable
 
 from ..config import ModelConfig
 from ..errors import ConfigError
-from ..registry import SLOTS, Registry, Variant
+from ..registry import SLOT_DOCS, Registry, Variant
 from .contracts import declared_groups, reference_key
 
 
@@ -107,8 +107,8 @@ def merge_groups(extra: dict[str, Iterable[Iterable[str]]] | None,
     Raises ConfigError on a slot that does not exist."""
     out = {slot: [set(g) for g in groups] for slot, groups in (base or {}).items()}
     for slot, groups in (extra or {}).items():
-        if slot not in SLOTS:
-            raise ConfigError(f"--equivalent: unknown slot {slot!r}; slots: {', '.join(SLOTS)}")
+        if slot not in SLOT_DOCS:
+            raise ConfigError(f"--equivalent: unknown slot {slot!r}; slots: {', '.join(SLOT_DOCS)}")
         for g in groups:
             new = set(g)
             keep = []
@@ -151,7 +151,7 @@ def expected_relation(a: Variant, b: Variant, groups=None) -> tuple[str, list[st
         else ``("differs", ["norm: post vs pre", ...])`` listing the slots that differ.
     """
     ra, rb = a.resolved(), b.resolved()
-    diffs = [f"{slot}: {ra[slot]} vs {rb[slot]}" for slot in SLOTS
+    diffs = [f"{slot}: {ra[slot]} vs {rb[slot]}" for slot in SLOT_DOCS
              if not same_function(slot, ra[slot], rb[slot], groups)]
     return ("differs" if diffs else "equivalent"), diffs
 

@@ -13,7 +13,7 @@ from .contract_base import SLOT_REFERENCES
 from .inputs import fmt_size
 from .pairs import EQUIVALENT, IDENTICAL, ReferenceResult, TensorDiff
 from .policy import TOLERANCES
-from ..store import RunMeta
+from ..runmeta import RunMeta
 from .report import CheckReport
 
 LEGEND = ("identical: bitwise equal logits and gradients; ≈ x: equivalent, largest max|Δ| x within its threshold; "

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from .common import add_output, add_selection, add_task, preset_notes
 
 if TYPE_CHECKING:
-    from ..store import RunMeta
+    from ..runmeta import RunMeta
 
 DESCRIPTION = """Measure training speed per variant side by side with a torch.nn.Transformer
 reference of the same config, in one process, interleaved round-robin: step time (median and

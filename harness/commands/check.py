@@ -1,7 +1,8 @@
 """``python -m harness check``: which variants compute the same function, and which leak.
 
-Prints the equivalence matrix and writes ``results/checks/<run-id>/checks.csv`` and ``checks.md``
-(see :mod:`harness.checks` for the recipe and docs/checks.md for how to read them): check records
+Prints the equivalence matrix; :func:`harness.checking.start_check` runs the checks and writes
+``results/checks/<run-id>/checks.csv`` and ``checks.md`` (see :mod:`harness.checks` for the recipe
+and docs/checks.md for how to read them), as :func:`harness.check` does: check records
 live in ``<results-dir>/checks/``, apart from the runs, so a dozen checks do not crowd ``ls results``
 and ``report latest`` (docs/running.md).
 """
@@ -9,14 +10,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from pathlib import Path
 
-from ..checks import CHECK_MODEL, TOLERANCES, render_markdown, render_text, results_frame, slot_default
-
-from ..errors import StoreError
+from ..checks import CHECK_MODEL, TOLERANCES, render_text, slot_default
 from ..request import CheckRequest
-from ..env import environment, resolve_device
-from ..store import CHECKS_DIR, RunMeta, RunStore, atomic_write_text
+from ..store import CHECKS_DIR
 from .common import add_output, add_selection, command_line, plugin_spec
 
 #: ``--equivalent`` example: the attention slot's default component and a plugin's (names from the registry)
@@ -77,38 +74,14 @@ def request_from_args(args) -> CheckRequest:
     return CheckRequest(variants=tuple(args.variants), grid=bool(args.grid), preset=args.preset,
                         overrides=tuple(args.overrides), device=args.device, dtype=args.dtype, seed=args.seed,
                         equivalent=tuple(args.equivalent), all_components=args.all_components,
-                        plugins=plugin_spec(args), quiet=args.quiet)
-
-
-def checks_dir(results_dir: str):
-    """``<results_dir>/checks``, where check records go.
-
-    Raises:
-        StoreError: that folder is a run's (a ``run --run-id checks``), not a folder of records.
-    """
-    folder = Path(results_dir) / CHECKS_DIR
-    if (folder / "config.json").is_file():
-        raise StoreError(f"{str(folder)!r} is a run folder, but check records go there; rename that run "
-                         f"or give check another --results-dir")
-    return folder
+                        plugins=plugin_spec(args), quiet=args.quiet, results_dir=args.results_dir,
+                        run_id=args.run_id, command=command_line())
 
 
 def main(args) -> int:
-    from ..launch import start_check
+    from ..checking import start_check
 
-    request = request_from_args(args)
-    folder = checks_dir(args.results_dir)  # refused before the checks run
-    report, variants, cfg, groups = start_check(request)
-    device = resolve_device(args.device)
-    meta = RunMeta("check", command_line(), "", {"model": dataclasses.asdict(cfg)}, [v.name for v in variants],
-                   device.type, environment(device), seeds=[args.seed], dtype=args.dtype,
-                   plugins=request.plugins.to_dict(),
-                   equivalent={s: sorted(sorted(g) for g in gs) for s, gs in groups.items()},
-                   tf32=report.tf32, check_wall_s=report.wall_s, ok=report.ok)
-    store = RunStore.create(folder, meta, args.run_id, prefix="check-")  # sets meta.run_id
-    csv_path, md_path = store.root / "checks.csv", store.root / "checks.md"
-    atomic_write_text(csv_path, results_frame(report).to_csv(index=False))
-    atomic_write_text(md_path, render_markdown(report, meta))
-    print(render_text(report))
-    print(f"\nchecks: {md_path}  {csv_path}  ({report.wall_s:.1f} s)")
-    return 0 if report.ok else 1
+    outcome = start_check(request_from_args(args))
+    print(render_text(outcome.report))
+    print(f"\nchecks: {outcome.markdown}  {outcome.csv}  ({outcome.report.wall_s:.1f} s)")
+    return outcome.exit_code

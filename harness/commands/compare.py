@@ -17,24 +17,18 @@ RUN_A is the reference, RUN_B the candidate. For every variant (x sweep point) i
   docs/components.md): **regressed** when any trial of B is invalid. Invalid trials never
   enter the metric rows.
 
+From Python, harness.compare(RUN_A, RUN_B) returns the same comparison.
+
 Exit codes: 1 when anything regressed, 0 otherwise, 2 on bad input (not a run, no trials, a
 measurement run, nothing in common, unknown metric).
 """
 from __future__ import annotations
 
 import argparse
-import math
 
-import numpy as np
-import pandas as pd
-
-from .. import stats
-from ..errors import ConfigError, HarnessError
-from ..report import METRICS, to_markdown, trials_frame
 from ..lookup import resolve_run
-from ..store import RunMeta
-
-DEFAULT_METRICS = ("heldout_ce", "exact_match")
+from ..report import METRICS, to_markdown
+from ..report.compare import DEFAULT_METRICS, compare_runs
 
 
 def register(sub, parents):
@@ -54,171 +48,14 @@ def register(sub, parents):
     p.set_defaults(func=main)
 
 
-def _paired_diff_stat(a, b, axis=-1):
-    # IQM of the per-seed differences B - A (the two samples are resampled with the same indices)
-    return stats._iqm_axis(b - a)
-
-
-BROKEN = ("failed", "diverged")  #: trial statuses that produced no final metrics
-
-
-def _by_seed(g: pd.DataFrame, metric: str) -> dict:
-    """seed -> finite value of ``metric`` over the finished (status ``ok``) trials of ``g``."""
-    ok = g[g["status"] == "ok"]
-    v = pd.to_numeric(ok[metric], errors="coerce") if metric in ok else pd.Series(np.nan, index=ok.index)
-    return {s: float(x) for s, x in zip(ok["seed"], v) if np.isfinite(x)}
-
-
-def metric_row(ga: pd.DataFrame, gb: pd.DataFrame, metric: str, tolerance: float = 0.0) -> dict:
-    """One metric of one (variant, point): A, B, the paired difference and the status."""
-    higher = METRICS[metric][0]
-    da, db = _by_seed(ga, metric), _by_seed(gb, metric)
-    seeds = sorted(set(da) & set(db))
-    va, vb = np.array([da[s] for s in seeds]), np.array([db[s] for s in seeds])
-    ia, ib = stats.iqm_ci(list(da.values())), stats.iqm_ci(list(db.values()))
-    d = stats.iqm(vb - va) if seeds else float("nan")
-    lo, hi = stats.bootstrap_ci([va, vb], _paired_diff_stat, paired=True)
-    if math.isnan(lo):
-        status = "too few seeds"
-        note = f"{len(seeds)} seed(s) finished in both runs; the paired CI needs >= {stats.MIN_N_FOR_CI}"
-    else:
-        worse_lo, worse_hi = (-hi, -lo) if higher else (lo, hi)  # oriented so > 0 is worse
-        status = ("regressed" if worse_lo > tolerance else
-                  "improved" if worse_hi < -tolerance else "no change")
-        note = f"IQM of per-seed B - A, paired bootstrap over {len(seeds)} seeds"
-    return {"metric": metric, "A": stats.fmt_ci(*ia, 4), "B": stats.fmt_ci(*ib, 4),
-            "B - A [95% CI]": stats.fmt_ci(d, lo, hi, 4), "status": status, "note": note}
-
-
-def _broken(g: pd.DataFrame) -> str:
-    nf, nd = int((g["status"] == "failed").sum()), int((g["status"] == "diverged").sum())
-    lo, hi = stats.wilson_interval(nf + nd, len(g))
-    return f"{nf + nd}/{len(g)} ({nf} failed, {nd} diverged) [{lo:.2f}, {hi:.2f}]"
-
-
-def failure_row(ga: pd.DataFrame, gb: pd.DataFrame) -> dict:
-    """Failed or diverged trials of one (variant, point): the gate rule in the module docstring.
-
-    A failed trial raised (crash, out of memory); a diverged one stopped at a non-finite loss or
-    gradient norm. Both produced no final metrics, so they are gated here, never hidden by
-    ``too few seeds`` in the metric rows.
-    """
-    fail_a = set(ga.loc[ga["status"] == "failed", "seed"])
-    failed_b = gb[gb["status"] == "failed"]
-    d, lo, hi = stats.rate_difference_ci([gb["status"].isin(BROKEN).to_numpy()],
-                                         [ga["status"].isin(BROKEN).to_numpy()])
-    new_crash = failed_b[~failed_b["seed"].isin(fail_a)]
-    if len(gb) and len(failed_b) == len(gb):
-        status, note = "regressed", f"all {len(gb)} trials of B failed"
-    elif len(new_crash):
-        first = new_crash.iloc[0]
-        status = "regressed"
-        note = (f"B failed at seed(s) {', '.join(str(s) for s in new_crash['seed'])} where A did not "
-                f"(seed {first['seed']}: {str(first.get('reason', '') or '?')[:120]})")
-    elif lo > 0:
-        status, note = "regressed", "Newcombe 95% CI of rate(B) - rate(A) above 0"
-    elif hi < 0:
-        status, note = "improved", "Newcombe 95% CI of rate(B) - rate(A) below 0"
-    else:
-        status, note = "no change", "Newcombe 95% CI of rate(B) - rate(A) contains 0"
-    return {"metric": "failed or diverged", "A": _broken(ga), "B": _broken(gb),
-            "B - A [95% CI]": f"{d:+.2f} [{lo:+.2f}, {hi:+.2f}] (rate, Newcombe)",
-            "status": status, "note": note}
-
-
-def integrity_row(ga: pd.DataFrame, gb: pd.DataFrame) -> dict:
-    """Trials marked ``invalid`` (they failed an integrity probe: a leaking mask, non-finite gradients).
-    Any invalid trial in B is a regression, whatever A did: a gate never passes a candidate whose
-    masks leak. Invalid trials never enter the metric rows (only ``ok`` trials do)."""
-    ia, ib = ga[ga["status"] == "invalid"], gb[gb["status"] == "invalid"]
-    if len(ib):
-        first = str(ib.iloc[0].get("reason", "") or "?").split("; ")[0][:160]
-        status, note = "regressed", f"B fails the integrity probes (seed {ib.iloc[0]['seed']}: {first})"
-    else:
-        status, note = "improved", "A's trials failed the integrity probes, B's pass"
-    return {"metric": "invalid (integrity probes)", "A": f"{len(ia)}/{len(ga)}", "B": f"{len(ib)}/{len(gb)}",
-            "B - A [95% CI]": "—", "status": status, "note": note}
-
-
-def compare_frames(a: pd.DataFrame, b: pd.DataFrame, metrics=DEFAULT_METRICS, tolerance: float = 0.0) -> pd.DataFrame:
-    """One row per (variant, point, metric) with A, B, the difference, a status and a note.
-
-    Status: ``regressed``, ``improved`` (the CI lies on the better side), ``no change``
-    (the CI covers the tolerance band), ``too few seeds`` (a paired CI needs
-    :data:`harness.stats.MIN_N_FOR_CI` seeds finished in both runs), ``only in A`` /
-    ``only in B``. Every (variant, point) in both runs also gets a ``failed or diverged`` row
-    (:func:`failure_row`).
-
-    Raises:
-        ConfigError: an unknown metric or a negative tolerance.
-    """
-    for m in metrics:
-        if m not in METRICS:
-            raise ConfigError(f"unknown metric {m!r} for --metrics; expected names from {', '.join(METRICS)}")
-    if tolerance < 0:
-        raise ConfigError(f"--tolerance must be >= 0, got {tolerance}")
-    keys_a = list(dict.fromkeys(zip(a["variant"], a["point"])))
-    keys_b = list(dict.fromkeys(zip(b["variant"], b["point"])))
-    rows = []
-    for key in keys_a + [k for k in keys_b if k not in keys_a]:
-        variant, point = key
-        base = {"variant": variant, "point": point}
-        if key not in keys_b or key not in keys_a:
-            rows.append({**base, "metric": "—", "A": "—", "B": "—", "B - A [95% CI]": "—",
-                         "status": "only in A" if key not in keys_b else "only in B", "note": ""})
-            continue
-        ga = a[(a["variant"] == variant) & (a["point"] == point)]
-        gb = b[(b["variant"] == variant) & (b["point"] == point)]
-        rows += [{**base, **metric_row(ga, gb, m, tolerance)} for m in metrics]
-        rows.append({**base, **failure_row(ga, gb)})
-        if (ga["status"] == "invalid").any() or (gb["status"] == "invalid").any():
-            rows.append({**base, **integrity_row(ga, gb)})
-    return pd.DataFrame(rows)
-
-
-def config_differences(meta_a: RunMeta, meta_b: RunMeta) -> list[str]:
-    """``section.key: A -> B`` for every config value that differs between the runs."""
-    out = []
-    ca, cb = meta_a.config, meta_b.config
-    for section in sorted(set(ca) | set(cb)):
-        sa, sb = ca.get(section) or {}, cb.get(section) or {}
-        for k in sorted(set(sa) | set(sb)):
-            if sa.get(k) != sb.get(k):
-                out.append(f"{section}.{k}: {sa.get(k)!r} -> {sb.get(k)!r}")
-    return out
-
-
 def main(args) -> int:
-    sa, sb = resolve_run(args.run_a, args.results_dir), resolve_run(args.run_b, args.results_dir)
-    da, db = trials_frame(sa), trials_frame(sb)
-    for store, df in ((sa, da), (sb, db)):
-        if df.empty or "status" not in df:
-            raise HarnessError(f"run {str(store.root)!r} has no stored trials to compare")
-        kind = store.meta().kind
-        if kind != "train":
-            raise HarnessError(f"run {str(store.root)!r} is a measurement ({kind}), not a training "
-                               f"run; compare works on training runs")
-    if args.metrics is None:  # the defaults, and the error rates of a task that reports them (g2p)
-        metrics = list(DEFAULT_METRICS) + [m for m in ("wer", "per") if m in da and m in db]
-    else:
-        metrics = [m.strip() for m in args.metrics.split(",") if m.strip()]
-    table = compare_frames(da, db, metrics, args.tolerance)
-    common = table[~table["status"].isin(["only in A", "only in B"])]
-    if common.empty:
-        raise HarnessError(f"runs {sa.root.name!r} and {sb.root.name!r} have no variant (x sweep point) in common")
-    if not (table["point"] != "").any():
-        table = table.drop(columns=["point"])
-    print(f"A: {sa.root}\nB: {sb.root}\n")
-    diffs = config_differences(sa.meta(), sb.meta())
-    if diffs:
-        print("config differences (A -> B): " + "; ".join(diffs) + "\n")
-    print(to_markdown(table))
-    bad = table[table["status"] == "regressed"]
+    metrics = None if args.metrics is None else [m.strip() for m in args.metrics.split(",") if m.strip()]
+    outcome = compare_runs(resolve_run(args.run_a, args.results_dir), resolve_run(args.run_b, args.results_dir),
+                           metrics, args.tolerance)
+    print(f"A: {outcome.run_a.root}\nB: {outcome.run_b.root}\n")
+    if outcome.config_differences:
+        print("config differences (A -> B): " + "; ".join(outcome.config_differences) + "\n")
+    print(to_markdown(outcome.table))
     print()
-    if len(bad):
-        print(f"REGRESSION: {len(bad)} row(s) regressed (see the status and note columns): "
-              + "; ".join(f"{r.variant}{' @ ' + r.point if getattr(r, 'point', '') else ''} {r.metric}"
-                          for r in bad.itertuples()))
-        return 1
-    print("no regression: no metric worse beyond its 95% CI, no new failed or diverged trials beyond the rule")
-    return 0
+    print(outcome.verdict())
+    return outcome.exit_code

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from .common import add_config, add_output, add_selection
 
 if TYPE_CHECKING:
-    from ..store import RunMeta
+    from ..runmeta import RunMeta
 
 DESCRIPTION = """Run one trial per selected variant exactly as 'harness run' does (same loop,
 evaluation and storing; in this process, all cores) and split its wall time into the phases the
@@ -75,7 +75,8 @@ def main(args) -> int:
     from ..overhead import profile_rows, profile_trial, verdict
     from ..runner import make_specs
     from ..env import environment, resolve_device
-    from ..store import RunMeta, RunStore, atomic_write_text
+    from ..runmeta import RunMeta
+    from ..store import RunStore, atomic_write_text
     from .common import command_line, load_registry, resolve_config, select_variants
 
     reg = load_registry(args)

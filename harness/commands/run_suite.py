@@ -28,7 +28,8 @@ def main(args, request: RunRequest, on_task) -> int:
     ``request`` that the suite does not own; ``on_task(outcome)`` shows each task's outcome and
     returns its exit code (the command line's ``print_outcome``). Returns the exit code."""
     from ..launch import load_registry
-    from ..suite import load_suite, run_suite, suite_folder
+    from ..suite.run import run_suite, suite_folder
+    from ..suite.spec import load_suite
 
     check_options(request.given())
     request.validate()

@@ -3,16 +3,15 @@
 Read-only: nothing is moved or rewritten (``report`` and ``run --resume`` quarantine corrupt
 trial files; ``verify`` only names them). One line per problem on stdout, then a summary line.
 
+From Python, harness.verify(RUN) returns the same problems and notes.
+
 Exit codes: 0 no problem; 1 at least one problem; 2 bad input (RUN is not a run folder).
 """
 from __future__ import annotations
 
 import argparse
-import json
 
-from ..saved import model_problems
-from ..store import RunMeta, RunStore, tables_text
-from ..trial import CorruptTrialError, read_trial_file
+from ..verification import verify_store
 
 DESCRIPTION = """Check a stored run folder (results/<run-id>/) without changing it:
 
@@ -21,8 +20,6 @@ DESCRIPTION = """Check a stored run folder (results/<run-id>/) without changing 
     list), its name is its trial key, and its checksum matches its content (files written
     before checksums existed are checked by schema only);
   * trials.csv and curves.csv are exactly what the trial files render to;
-  * every saved model a trial file records (run --save-models) is there as models/<key>.pt
-    and matches its SHA-256;
   * every trial planned in config.json is stored and none is stored that was not planned --
     unless the run was interrupted (Ctrl-C, SIGTERM, or killed): missing trials of an
     interrupted run are not a problem, verify says how to resume it.
@@ -45,145 +42,15 @@ def register(sub, parents):
     p.set_defaults(func=main)
 
 
-def verify_run(store: RunStore) -> tuple[list[str], list[str]]:
-    """Check ``store`` (read-only). Returns ``(problems, notes)``, one line each, paths
-    relative to the run folder. A damaged run never raises: every defect is a problem line."""
-    problems: list[str] = []
-    notes: list[str] = []
-    meta = _read_meta(store, problems)
-    planned = meta.planned_keys() if meta is not None and meta.trials is not None else None
-    is_run = planned is not None
-    if is_run and planned and not store.trials_dir.is_dir():
-        problems.append("trials/: missing")
-    valid, corrupt = _read_trials(store, problems, notes)
-    _check_tables(store, valid, is_run, problems)
-    problems += model_problems(store.root, valid)  # run --save-models: models/<key>.pt against its SHA-256
-    # planned trials (config.json of 'python -m harness run') against stored ones
-    if not is_run:
-        if meta is not None:
-            notes.append("config.json lists no planned trials (not written by 'python -m harness run'); "
-                         "the planned-trials check is skipped")
-        return problems, notes
-    _check_planned(store, meta, planned, {t["key"] for t in valid}, corrupt, problems, notes)
-    return problems, notes
-
-
-def _read_meta(store: RunStore, problems: list[str]) -> RunMeta | None:
-    """``config.json`` as a :class:`RunMeta`, or None (with a problem line) when it holds no JSON object."""
-    raw: object
-    try:
-        raw = json.loads((store.root / "config.json").read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        problems.append(f"config.json: cannot be read as JSON ({str(exc)[:120]})")
-        raw = None
-    if raw is not None and not isinstance(raw, dict):
-        problems.append(f"config.json: holds a JSON {type(raw).__name__}, not a run's config object")
-        raw = None
-    return RunMeta.from_dict(raw) if isinstance(raw, dict) else None
-
-
-def _read_trials(store: RunStore, problems: list[str], notes: list[str]) -> tuple[list[dict], set[str]]:
-    """``(valid trial results with their key, keys of corrupt files)``; corrupt files are problem
-    lines, legacy (checksum-less) files, quarantined files and other files in trials/ notes."""
-    root = store.root
-    valid: list[dict] = []
-    corrupt: set[str] = set()
-    legacy: list[str] = []
-    for path in store.trial_files():
-        try:
-            result = read_trial_file(path)
-        except CorruptTrialError as exc:
-            problems.append(f"{path.relative_to(root)}: {exc.reason}")
-            corrupt.add(path.stem)
-            continue
-        if "checksum" not in result:
-            legacy.append(str(path.relative_to(root)))
-        result["key"] = path.stem
-        valid.append(result)
-    if legacy:
-        notes.append(f"{len(legacy)} trial file(s) written before checksums existed ({', '.join(legacy[:2])}"
-                     f"{' ...' if len(legacy) > 2 else ''}): checked by schema only")
-    for q in store.quarantined():
-        notes.append(f"trials/quarantine/{q['file']}: trials/{q['original']} was moved aside earlier "
-                     f"({q['reason']})")
-    if store.trials_dir.is_dir():
-        leftovers = sorted(p.name for p in store.trials_dir.iterdir() if p.is_file() and p.suffix != ".json")
-        if leftovers:
-            notes.append(f"trials/: {len(leftovers)} other file(s) ({', '.join(leftovers[:3])}"
-                         f"{' ...' if len(leftovers) > 3 else ''}), e.g. temporary files of a killed write; "
-                         f"harmless, never read")
-    return valid, corrupt
-
-
-def _check_tables(store: RunStore, valid: list[dict], is_run: bool, problems: list[str]) -> None:
-    """trials.csv / curves.csv must be what the valid trial files render to."""
-    root = store.root
-    want_trials, want_curves = tables_text(valid)
-    for name, want in (("trials.csv", want_trials), ("curves.csv", want_curves)):
-        path = root / name
-        if not path.is_file():
-            if valid and is_run:  # other commands (profile) store trials without tables
-                problems.append(f"{name}: missing (render it with: python -m harness report {root})")
-            continue
-        try:
-            have = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            problems.append(f"{name}: cannot be read ({exc})")
-            continue
-        if have != want:
-            problems.append(f"{name}: does not match the trial files ({_table_difference(have, want)}; "
-                            f"re-render with: python -m harness report {root})")
-
-
-def _check_planned(store: RunStore, meta: RunMeta, keys: list[str], stored: set[str], corrupt: set[str],
-                   problems: list[str], notes: list[str]) -> None:
-    """Planned trial ``keys`` against the ``stored`` ones: extra files are problems; missing ones
-    are problems of a finished run and a note (how to resume) of an interrupted one."""
-    root = store.root
-    missing = [k for k in keys if k not in stored and k not in corrupt]  # a corrupt file is named above
-    for k in sorted(stored - set(keys)):
-        problems.append(f"trials/{k}.json: not a trial planned in config.json")
-    status = meta.status
-    if not missing:
-        return
-    if status in ("interrupted", "running"):
-        how = ("was interrupted" if status == "interrupted" else
-               "is being written by another process" if store.is_locked() else "was killed")
-        notes.append(f"the run {how}: {len(keys) - len(missing)} of {len(keys)} planned trial(s) stored; "
-                     f"finish it with: python -m harness run --resume {root}")
-        return
-    for k in missing:
-        problems.append(f"trials/{k}.json: missing (planned in config.json"
-                        f"{'; the run finished' if status == 'complete' else ''}; run it again with: "
-                        f"python -m harness run --resume {root})")
-
-
-def _table_difference(have: str, want: str) -> str:
-    """A few words on the first difference between two CSV texts."""
-    a, b = have.splitlines(), want.splitlines()
-    if not a or not b or a[0] != b[0]:
-        return "different columns"
-    if len(a) != len(b):
-        return f"{len(a) - 1} row(s), the trial files give {len(b) - 1}"
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return f"row {i} differs"
-    return "different line endings"
-
-
 def main(args) -> int:
     from ..lookup import resolve_run
 
-    store = resolve_run(args.run, args.results_dir, records=True)  # verify reads check/bench records too
-    problems, notes = verify_run(store)
-    for line in problems:
-        print(f"{store.root}/{line}" if not line.startswith(str(store.root)) else line)
+    outcome = verify_store(resolve_run(args.run, args.results_dir, records=True))  # check/bench records too
+    root = str(outcome.store.root)
+    for line in outcome.problems:
+        print(f"{root}/{line}" if not line.startswith(root) else line)
     if not args.quiet:
-        for line in notes:
+        for line in outcome.notes:
             print(f"note: {line}")
-        n = len(store.trial_files())
-        if problems:
-            print(f"verify {store.root}: {len(problems)} problem(s) in {n} trial file(s)")
-        else:
-            print(f"verify {store.root}: ok ({n} trial file(s))")
-    return 1 if problems else 0
+        print(outcome.summary())
+    return outcome.exit_code

@@ -58,20 +58,20 @@ from __future__ import annotations
 
 from .claims import CLAIM_CHECKS, departures, evaluate_claim, failed_mask, failure_definition, failure_frame
 from .figures import plot_failures, plot_grad_norm_depth, plot_grad_norm_layers
-from .grad_norm import (measure_grad_norms, run_grad_norm, slope_table, write_measurement_report,
+from .grad_norm import (check_parameter, measure_grad_norms, slope_table, write_measurement_report,
                         write_measurement_run_report)
 from .parse import experiment_dirs, experiment_files, find_experiment, load_experiment, parse_experiment, spec_from_meta
 from .plan import n_trials, plan_from_experiment
 from .render import claim_sections, departure_sections, intro_sections, report_sections, result_sections
-from .reporting import write_run_report
+from .reporting import run_table, write_run_report
 from .spec import CHECKS, KINDS, MODEL_FIELDS, REPO_ROOT, TOP_KEYS, TRAIN_FIELDS, Experiment, ExperimentError
 
 __all__ = [
     "CHECKS", "CLAIM_CHECKS", "KINDS", "MODEL_FIELDS", "REPO_ROOT", "TOP_KEYS", "TRAIN_FIELDS", "Experiment",
-    "ExperimentError", "claim_sections", "departure_sections", "departures", "evaluate_claim", "experiment_dirs",
+    "ExperimentError", "check_parameter", "claim_sections", "departure_sections", "departures", "evaluate_claim", "experiment_dirs",
     "experiment_files", "failed_mask", "failure_definition", "failure_frame", "find_experiment",
     "intro_sections", "load_experiment", "measure_grad_norms", "n_trials", "parse_experiment",
     "plan_from_experiment", "plot_failures", "plot_grad_norm_depth", "plot_grad_norm_layers",
-    "report_sections", "result_sections", "run_grad_norm", "slope_table", "spec_from_meta", "write_measurement_report",
-    "write_measurement_run_report", "write_run_report",
+    "report_sections", "result_sections", "slope_table", "spec_from_meta", "write_measurement_report",
+    "run_table", "write_measurement_run_report", "write_run_report",
 ]

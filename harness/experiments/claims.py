@@ -15,7 +15,7 @@ import pandas as pd
 
 from .. import stats
 from ..report import point_order, resolve_baseline, variant_order
-from ..store import RunMeta
+from ..runmeta import RunMeta
 from .spec import MODEL_FIELDS, Experiment, _eval_expr
 
 

@@ -1,17 +1,18 @@
 """The ``grad_norm_at_init`` experiment kind: gradient norms at initialisation against depth.
 
-:func:`run_grad_norm` measures every (variant, seed, depth), stores each measurement as one
-trial and renders its own report (:func:`write_measurement_report`); the predicted log-log
-slopes are data of the experiment file (``[measure] theory_slope``, variant -> slope), read
-by the slope table, the figure and the departures. Each measurement is a trial whose spec carries
-``measure`` (:mod:`harness.measure`), executed by :func:`harness.runner.execute` like every trial.
+The run is an ordinary run (:func:`harness.launch.start_run`: run lock, interrupt guard, status,
+resume, ``--jobs``): its plan (:func:`harness.experiments.plan_from_experiment`) gives every trial
+a spec with ``measure`` (:mod:`harness.measure`), so each (variant, seed, depth) is measured and
+stored as one trial. This module refuses a bad ``measure.parameter`` while planning
+(:func:`check_parameter`) and renders the kind's own report (:func:`write_measurement_report`)
+and its slope table (:func:`slope_table`); the predicted log-log slopes are data of the
+experiment file (``[measure] theory_slope``, variant -> slope), read by the slope table, the
+figure and the departures.
 """
 from __future__ import annotations
 
 import json
 import math
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,8 @@ import harness.experiments.figures as figures
 from .. import stats
 from ..config import RunConfig
 from ..report import environment_block, to_markdown, trials_frame
-from ..store import RunMeta, RunStore, atomic_write_text
+from ..runmeta import RunMeta
+from ..store import RunStore, atomic_write_text
 from .parse import spec_from_meta
 from .render import claim_sections, departure_sections, intro_sections
 from .spec import Experiment, ExperimentError
@@ -35,59 +37,25 @@ def measure_grad_norms(model, cfg: RunConfig, seed: int, batches: int, parameter
 
     Raises:
         ExperimentError: ``parameter`` is not a parameter of the layers.
+        UnknownNameError: no task ``cfg.train.task`` in the registry.
     """
     from ..errors import ConfigError
     from ..measure import measure_grad_norms as measure
-    from ..tasks import get_task
+    from ..trial import registry_for
 
+    task = (registry if registry is not None else registry_for(None)).task(cfg.train.task)
     try:
-        return measure(model, cfg, seed, batches, parameter, device, get_task(cfg.train.task, registry))
+        return measure(model, cfg, seed, batches, parameter, device, task)
     except ConfigError as exc:
         raise ExperimentError(str(exc)) from exc
 
 
-def run_grad_norm(request, plan, exp: Experiment, registry):
-    """``run --experiment`` for ``kind = "grad_norm_at_init"``: measure, store, report. Returns a
-    :class:`harness.request.RunOutcome` whose ``table`` is the slope table.
-
-    Each measurement is stored as one trial (``row``: the last/first-layer norms; ``curve``:
-    one row per layer and stack) so ``report RUN`` re-renders it like any run.
+def check_parameter(plan, exp: Experiment, registry) -> None:
+    """A bad ``measure.parameter`` is bad input: refuse it while planning, before a run folder exists.
 
     Raises:
-        ExperimentError: ``measure.parameter`` is not a layer parameter of a variant (before a
-        run folder exists).
+        ExperimentError: naming the layer parameters of the variant that lacks it.
     """
-    from ..request import RunOutcome
-    from ..runner import ExecutionOptions, PlannedTrial, execute, make_specs
-    from ..env import environment, resolve_device
-
-    device = resolve_device(request.device or "auto")
-    _check_parameter(plan, exp, registry)
-    plugins = request.plugins.to_dict()
-    meta = RunMeta(exp.kind, request.command_line(), exp.preset, plan.config.to_dict(),
-                   [v.name for v in plan.variants], device.type, environment(device), seeds=plan.seeds, dtype="fp32",
-                   plugins=plugins, experiment=exp.name, points={n: c.to_dict() for n, c in plan.points if n},
-                   **plan.meta)
-    store = RunStore.create(request.results_dir, meta, request.run_id)
-    how = {"kind": exp.kind, "batches": exp.measure["batches"], "parameter": exp.measure["parameter"]}
-    specs = [PlannedTrial(ts.key, {**ts.spec, "measure": how})
-             for ts in make_specs(plan.variants, plan.seeds, plan.config, device.type, "fp32", plugins,
-                                  points=plan.points)]
-    log = None if request.quiet else (lambda line: print(line, file=sys.stderr))
-    if log:
-        log(f"measure {store.root}: {len(plan.variants)} variant(s) x {len(plan.seeds)} seed(s) x "
-            f"{len(plan.points)} depth(s) = {len(specs)} measurement(s) on {device.type}")
-    t0 = time.perf_counter()
-    execute(specs, store, ExecutionOptions(jobs=1), quiet=request.quiet)  # the runner, as every trial
-    meta.run_wall_s = time.perf_counter() - t0
-    meta.status = "complete"  # as a training run's: report latest may name it
-    store.write_meta(meta)
-    report = write_measurement_run_report(store)
-    return RunOutcome(store, meta, report, None, len(specs), table=slope_table(trials_frame(store), exp))
-
-
-def _check_parameter(plan, exp: Experiment, registry) -> None:
-    """A bad ``measure.parameter`` is bad input: refuse it before a run folder exists."""
     from ..model import build_model
 
     parameter = exp.measure["parameter"]

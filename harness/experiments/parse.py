@@ -16,7 +16,8 @@ except ModuleNotFoundError:  # Python 3.10
 from ..errors import HarnessError, UnknownNameError
 from ..report import METRICS
 from ..runner import MAX_TRIALS
-from ..store import RunMeta, check_name
+from ..runmeta import RunMeta
+from ..store import check_name
 from .spec import (CHECKS, KINDS, MODEL_FIELDS, REPO_ROOT, TOP_KEYS, Experiment, ExperimentError, _bad, _config_key,
                    _eval_expr, _expect_str, _flatten, _validate_configs)
 

@@ -2,13 +2,12 @@
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import Any
 
 from ..config import parse_overrides
 from ..errors import ConfigError, HarnessError, UnknownNameError
 from ..runner import Plan, check_plan_size
-from .grad_norm import run_grad_norm
+from .grad_norm import check_parameter
 from .parse import find_experiment, load_experiment
 from .spec import Experiment, ExperimentError, _bad, _config_key, _validate_configs
 
@@ -19,11 +18,12 @@ def plan_from_experiment(name: str, registry, request):
 
     ``request`` (a :class:`harness.request.RunRequest`) supplies overrides (``seeds=N`` among them
     sets the seeds) and ``seeds`` / ``seed_start`` (used when ``seeds`` was given). A
-    ``grad_norm_at_init`` experiment gets ``plan.measure`` (it measures instead of training).
+    ``grad_norm_at_init`` experiment gets ``plan.kind`` and ``plan.measure`` (what each trial
+    measures instead of training); it runs through :func:`harness.launch.start_run` like any run.
 
     Raises:
         ExperimentError / UnknownNameError: unknown experiment, malformed file, unknown
-        variant, or a bad override.
+        variant, a bad override, or (a measurement) a ``measure.parameter`` no layer has.
     """
     exp = load_experiment(find_experiment(name))
     overrides = parse_overrides(list(request.overrides))
@@ -58,7 +58,9 @@ def plan_from_experiment(name: str, registry, request):
     plan = Plan(variants, list(exp.seeds), exp.points(), preset=exp.preset, name=exp.name,
                 meta={"experiment_spec": exp.to_meta(), "cli_overrides": list(request.overrides)})
     if exp.kind == "grad_norm_at_init":
-        plan.measure = functools.partial(run_grad_norm, exp=exp, registry=registry)
+        check_parameter(plan, exp, registry)
+        plan.kind = exp.kind
+        plan.measure = {"kind": exp.kind, "batches": exp.measure["batches"], "parameter": exp.measure["parameter"]}
     return plan
 
 

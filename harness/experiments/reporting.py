@@ -1,12 +1,13 @@
-"""The report of a run made from an experiment (or of any run): :func:`write_run_report`."""
+"""The report of a run made from an experiment (or of any run): :func:`write_run_report`, and the
+table the command line shows instead of the results table (:func:`run_table`)."""
 from __future__ import annotations
 
 from pathlib import Path
 
 from ..overview import overview_sections
-from ..report import write_report
+from ..report import trials_frame, write_report
 from ..store import RunStore
-from .grad_norm import write_measurement_run_report
+from .grad_norm import slope_table, write_measurement_run_report
 from .parse import spec_from_meta
 from .render import report_sections
 
@@ -35,3 +36,17 @@ def write_run_report(store: RunStore, baseline: str | None = None, metric: str |
         return write_measurement_run_report(store)
     return write_report(store, baseline=baseline or spec.baseline, metric=metric or spec.metric,
                         sections=overview_sections(meta) + report_sections(spec), title=f"Experiment `{spec.name}`")
+
+
+def run_table(store: RunStore):
+    """The table to show for the run instead of its report's results table: a measurement
+    experiment's slope table (:func:`harness.experiments.grad_norm.slope_table`), None for a
+    training run (``RunOutcome.table``).
+
+    Raises:
+        StoreError: unreadable ``config.json``.
+    """
+    spec = spec_from_meta(store.meta())
+    if spec is None or spec.kind == "train":
+        return None
+    return slope_table(trials_frame(store), spec)

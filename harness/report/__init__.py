@@ -35,7 +35,7 @@ from .rows import (SAME_FUNCTION, SAME_FUNCTION_TEXT, Count, Interval, MeanStd, 
 from .tables import (aggregate, caption, comparison_cells, environment_block, lr_max, paired_values,
                      same_function_variants, summary_table, sweep_table, to_markdown, variants_table)
 # _plt and _colors (matplotlib on first use, a palette) stay importable from here: main's
-# harness/suite_report.py imports ``from .report import _plt``.
+# harness/suite/report.py imports ``from ..report import _plt``.
 from .terminal import terminal_table
 from .writer import POSITIONS, ReportContext, Section, invalid_section, unreadable_section, write_report
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..store import RunMeta, RunStore
+from ..runmeta import RunMeta
+
+from ..store import RunStore
 
 SLOT_COLS = ["slot_norm", "slot_embedding", "slot_attention", "slot_mask"]
 

@@ -10,7 +10,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..store import RunMeta, atomic_write_bytes
+from ..runmeta import RunMeta
+
+from ..store import atomic_write_bytes
 from .frames import RATE_METRICS, _num, point_order, variant_order
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, fields
 from typing import Iterator
 
 from ..stats import Comparison
-from ..store import RunMeta
+from ..runmeta import RunMeta
 
 SAME_FUNCTION = "same function"  #: the verdict of a variant in the baseline's check class
 

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from .. import stats
-from ..store import RunMeta
+from ..runmeta import RunMeta
 from .frames import DEFAULT_METRIC, METRICS, RATE_METRICS, SLOT_COLS, TRAINED, _num, invalid_variants, \
     point_order, resolve_baseline, variant_order
 from .rows import SAME_FUNCTION_TEXT, Count, Interval, MeanStd, MedianIQR, SummaryRow, recorded_classes, same_class

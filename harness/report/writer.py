@@ -21,7 +21,9 @@ import pandas as pd
 
 import harness.report.plots as plots
 
-from ..store import RunMeta, RunStore, atomic_write_text
+from ..runmeta import RunMeta
+
+from ..store import RunStore, atomic_write_text
 from .frames import DEFAULT_METRIC, METRICS, TRAINED, _num, curves_frame, invalid_variants, resolve_baseline, \
     trials_frame, variant_order
 from .partial import partial_banner

@@ -28,9 +28,9 @@ sequences occurred verbatim in seed 0's training stream (every sequence of conte
 86 of 111 of length 4). Here the space of sequences is split by a deterministic hash of the
 content (:func:`split_class`): a sequence of content length >= :data:`MIN_HELDOUT_LENGTH` (2) is
 *held out* iff its class is :data:`HELDOUT_CLASS`, about 1 in :data:`HELDOUT_K`, and every such
-length has sequences on both sides. :func:`make_batch` (training) never returns a held-out
-sequence and :func:`eval_set` returns only held-out ones, so the two are disjoint by
-construction, for every seed; :func:`heldout_overlap` measures it. Training draws its rows as
+length has sequences on both sides. :meth:`HashSplitTask.make_batch` (training) never returns a
+held-out sequence and :meth:`HashSplitTask.eval_set` returns only held-out ones, so the two are
+disjoint by construction, for every seed; :func:`harness.tasks.base.heldout_overlap` measures it. Training draws its rows as
 before (content length 1..L uniform) and then their content by rejection (same generator), so it
 is uniform over the training sequences of each length; evaluation draws lengths 2..L uniformly.
 
@@ -46,19 +46,11 @@ length-1 rows failed and nothing else (``baseline``, checked per length: 1.000 a
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING
 
 import torch
 
 from ..errors import ConfigError
-
-if TYPE_CHECKING:
-    from ..config import RunConfig
-
 from .base import END, PAD, START, Batch, Task
-from .base import heldout_note as _heldout_note
-from .base import heldout_overlap as _heldout_overlap
-from .base import training_sources as _training_sources
 
 #: About 1 in ``HELDOUT_K`` sequences is held out (fewer classes when the vocabulary has fewer
 #: than ``HELDOUT_K`` content symbols, see :func:`heldout_classes`).
@@ -150,7 +142,7 @@ def split_class(task: str, src: torch.Tensor, vocab: int) -> torch.Tensor:
 
     Args:
         task: ``copy``, ``copy_fixed``, ``reverse`` or ``sort``.
-        src: (B, S) int64 source rows as :func:`make_batch` returns them.
+        src: (B, S) int64 source rows as :meth:`HashSplitTask.make_batch` returns them.
         vocab: vocabulary size V.
 
     Shape:
@@ -378,79 +370,6 @@ class CopyLengthTask(Task):
     def split_note(self, seq_len, vocab):
         return (f"sequences of content length {seq_len + 1}-{2 * seq_len}, disjoint from training by "
                 f"construction (training lengths 1-{seq_len})")
-
-
-def _task(name: str) -> Task:
-    """The task called ``name`` in the default registry (:func:`harness.trial.registry_for`).
-
-    Raises:
-        UnknownNameError: no task of that name.
-    """
-    from ..trial import registry_for
-
-    return registry_for(None).task(name)
-
-
-def make_batch(task: str, batch: int, seq_len: int, vocab: int, generator: torch.Generator) -> Batch:
-    """Draw one training batch of the task named ``task`` (``Task.make_batch``) on the CPU; never a
-    held-out sequence.
-
-    The layout is in the module docstring; rows are uniform over the training split of their
-    content length (the split: :func:`split_class`). Deterministic given the generator's state.
-
-    Args:
-        task: a registered task name (built-ins: ``copy``, ``copy_fixed``, ``reverse``, ``sort``,
-            ``copy_length``).
-        batch: rows B.
-        seq_len: longest content length L (``copy``) or row length (``copy_fixed``).
-        vocab: vocabulary size V.
-        generator: the CPU generator the rows are drawn from (advanced in place).
-
-    Shape:
-        ``copy``: src (B, L), tgt and tgt_y (B, L+1). ``copy_fixed``: src (B, L), tgt and tgt_y
-        (B, L-1).
-
-    Raises:
-        UnknownNameError: unknown ``task``.
-        ConfigError: no held-out split exists for ``vocab`` / ``seq_len`` (:func:`heldout_classes`).
-    """
-    return _task(task).make_batch(batch, seq_len, vocab, generator)
-
-
-def eval_set(task: str, n: int, seq_len: int, vocab: int, seed: int) -> Batch:
-    """The fixed held-out set of the task named ``task``: ``n`` held-out sequences drawn from
-    ``seed`` (shared by every trial).
-
-    ``copy``: content lengths are uniform over :func:`eval_lengths` (2..L; length 1 is never held
-    out, see the module docstring); the content is uniform over the held-out sequences of that
-    length, none of which :func:`make_batch` ever returns. Sequences may repeat within the set
-    (13 of the 64 length-2 sequences are held out at the quick preset).
-
-    Shape:
-        as :func:`make_batch` with B = n.
-
-    Raises:
-        as :func:`make_batch`.
-    """
-    return _task(task).eval_set(n, seq_len, vocab, seed)
-
-
-def training_sources(cfg: "RunConfig", seed: int):
-    """The source rows of ``seed``'s training stream on ``cfg.train.task``
-    (:func:`harness.tasks.base.training_sources`)."""
-    return _training_sources(_task(cfg.train.task), cfg, seed)
-
-
-def heldout_overlap(cfg: "RunConfig", seed: int) -> tuple[int, int]:
-    """Measured overlap of the final evaluation set with a seed's training stream
-    (:func:`harness.tasks.base.heldout_overlap` for ``cfg.train.task``). The pre-split code gave
-    397/1000 at the quick preset, seed 0; about 0.4 s at the quick preset on a 2-core CPU."""
-    return _heldout_overlap(_task(cfg.train.task), cfg, seed)
-
-
-def heldout_note(cfg: "RunConfig", seed: int) -> str:
-    """One line for a report (:func:`harness.tasks.base.heldout_note` for ``cfg.train.task``)."""
-    return _heldout_note(_task(cfg.train.task), cfg, seed)
 
 
 @torch.no_grad()

@@ -1,123 +1,26 @@
-"""``python -m harness run --suite [NAME]``: every variant of a suite on every task, one report.
-
-A suite file (``experiments/suites/NAME.toml``; the default is ``default``) names a preset, a
-list of tasks, the variants, the number of paired seeds and the reference variant::
-
-    description = "..."
-    preset = "suite"
-    tasks = ["copy", "reverse", "sort", "copy_length"]
-    variants = ["all"]
-    seeds = 8
-    reference = "baseline"
-    metric = "heldout_ce"        # the verdict metric: heldout_ce (lower is better) or exact_match
-    set = ["train.steps=200"]    # optional --set overrides
-
-Each task is an ordinary run stored in ``results/<suite-id>/<task>/`` (its own report.md, trials
-and checksums; ``run --suite NAME --resume results/<suite-id>`` runs only what is missing). Before
-training, ``check`` (CPU, fp32, seconds) groups the variants into equivalence classes: variants in
-one class compute the same function from the same weights, so any training difference between
-them is floating-point rounding, not the implementation choice. The report shows such a variant
-as "same function" (``=``), never with a verdict; it is the suite's negative control: the report
-counts how often the sign test alone would have given a verdict to one of them (a false positive).
-
-The suite report (``suite.md``, ``suite.csv``, ``suite_verdicts.png``) has per task and variant
-the held-out metric's IQM with its 95 % bootstrap CI, the paired comparison with the reference
-(P(A > B) with its Wilson interval, the sign test and the verdict of :func:`harness.stats.verdict`),
-and findings: which slots changed where a verdict was reached, and where none was.
-"""
+"""Running a suite (see :mod:`harness.suite`): one ordinary run per task (:func:`run_tasks`), the
+verdicts collected into one frame (:func:`collect`), the suite folder and its report
+(:func:`run_suite`, :func:`write_suite_report`)."""
 from __future__ import annotations
 
 import json
 import math
 import time
-import tomllib
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Callable
 
 import pandas as pd
 
-from .errors import ConfigError
-from .overview import check_classes
-from .request import RunOutcome, RunRequest
-from .errors import StoreError
-from .store import RunMeta, RunStore, atomic_write_text
+from ..errors import ConfigError, StoreError
+from ..overview import check_classes
+from ..request import RunOutcome, RunRequest
+from ..runmeta import RunMeta
+from ..store import RunStore, atomic_write_text
+from . import report as suite_report
+from .spec import SuiteSpec
 
-SUITES_DIR = Path(__file__).resolve().parent.parent / "experiments" / "suites"
-SUITE_METRICS = {"heldout_ce": False, "exact_match": True, "wer": False, "per": False}  #: name -> higher is better
 SUITE_FILE = "suite.json"
-
-
-@dataclass
-class SuiteSpec:
-    """A parsed suite file. ``variants`` are names/globs as for ``--variants``."""
-
-    name: str
-    preset: str
-    tasks: list[str]
-    variants: list[str]
-    seeds: int
-    reference: str
-    metric: str = "heldout_ce"
-    overrides: list[str] = field(default_factory=list)
-    description: str = ""
-    path: str = ""
-
-
-def _bad(path: Path, key: str, expected: str, got) -> ConfigError:
-    return ConfigError(f"suite file {path}: {key} must be {expected}, got {got!r}")
-
-
-def _str_list(path: Path, d: dict, key: str, default=None) -> list[str]:
-    value = d.get(key, default)
-    if not isinstance(value, list) or not all(isinstance(x, str) and x for x in value) or (
-            default is None and not value):
-        raise _bad(path, key, "a non-empty list of strings" if default is None else "a list of strings", value)
-    return list(value)
-
-
-def suite_path(name: str) -> Path:
-    """``experiments/suites/NAME.toml``, or NAME itself when it is a path to a .toml file.
-
-    Raises:
-        ConfigError: no such file (the message lists the suites that exist).
-    """
-    p = Path(name) if name.endswith(".toml") or "/" in name else SUITES_DIR / f"{name}.toml"
-    if not p.is_file():
-        known = ", ".join(sorted(q.stem for q in SUITES_DIR.glob("*.toml"))) or "none"
-        raise ConfigError(f"suite {name!r} not found ({p}); suites: {known}")
-    return p
-
-
-def load_suite(name: str = "default") -> SuiteSpec:
-    """Parse and validate a suite file (see the module docstring for the keys).
-
-    Raises:
-        ConfigError: missing file, not UTF-8 TOML, unknown key, a value of the wrong type, seeds
-            outside 1..1000, an unknown metric.
-    """
-    path = suite_path(name)
-    try:
-        d = tomllib.loads(path.read_bytes().decode("utf-8"))
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"suite file {path} is not valid UTF-8 TOML: {str(exc) or type(exc).__name__}") from None
-    known = {"description", "preset", "tasks", "variants", "seeds", "reference", "metric", "set"}
-    unknown = sorted(set(d) - known)
-    if unknown:
-        raise ConfigError(f"suite file {path}: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-    seeds = d.get("seeds")
-    if not isinstance(seeds, int) or isinstance(seeds, bool) or not 1 <= seeds <= 1000:
-        raise _bad(path, "seeds", "an integer in 1..1000", seeds)
-    metric = d.get("metric", "heldout_ce")
-    if metric not in SUITE_METRICS:
-        raise _bad(path, "metric", f"one of {', '.join(SUITE_METRICS)}", metric)
-    for key in ("preset", "reference"):
-        if not isinstance(d.get(key), str) or not d[key]:
-            raise _bad(path, key, "a non-empty string", d.get(key))
-    return SuiteSpec(name=path.stem, preset=d["preset"], tasks=_str_list(path, d, "tasks"),
-                     variants=_str_list(path, d, "variants"), seeds=seeds, reference=d["reference"],
-                     metric=metric, overrides=_str_list(path, d, "set", []),
-                     description=str(d.get("description", "")), path=str(path))
 
 
 # ------------------------------------------------------------------------------------- running
@@ -144,8 +47,8 @@ def run_tasks(spec: SuiteSpec, suite_dir: Path, base: RunRequest, on_task: Calla
     Returns: task -> exit code (0 ok, 1 some trial failed/diverged/invalid, 2 bad input, 130
     interrupted; the suite stops at 2 and 130 and keeps what finished).
     """
-    from .errors import HarnessError
-    from .launch import start_run
+    from ..errors import HarnessError
+    from ..launch import start_run
 
     codes: dict[str, int] = {}
     for i, task in enumerate(spec.tasks, 1):
@@ -207,9 +110,9 @@ def collect(spec: SuiteSpec, suite_dir: Path, classes: list[list[str]]) -> pd.Da
 
     A variant in the reference's check class (``classes``) gets the verdict "same function" (its
     paired outcomes are rounding); ``test_verdict`` keeps what the sign test alone says for every
-    compared row, the negative control's raw material (:func:`harness.suite_report.negative_control`).
+    compared row, the negative control's raw material (:func:`harness.suite.report.negative_control`).
     """
-    from .report import aggregate
+    from ..report import aggregate
 
     rows = []
     for task in spec.tasks:
@@ -302,8 +205,6 @@ def _write_json(path: Path, data: dict) -> None:
 
 def write_suite_report(folder: Path, spec: SuiteSpec, info: dict) -> Path:
     """Write ``suite.md``, ``suite.csv`` and ``suite_verdicts.png`` into ``folder``; returns suite.md."""
-    from . import suite_report
-
     df = collect(spec, folder, info.get("check", {}).get("classes", []))
     env_meta = next((m for t in spec.tasks if (m := _read_meta(folder / t)) is not None), None)
     if len(df):

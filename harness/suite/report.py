@@ -1,5 +1,5 @@
 """The suite's report: ``suite.md``, ``suite.csv`` and ``suite_verdicts.png`` from
-:func:`harness.suite.collect`'s frame (see :mod:`harness.suite` for what a suite is).
+:func:`harness.suite.run.collect`'s frame (see :mod:`harness.suite` for what a suite is).
 
 Every number in the report comes from the task runs stored beside it; the findings are generated
 from the verdicts, never written by hand.
@@ -8,18 +8,15 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pandas as pd
 from scipy.stats import binom
 
-from . import stats
-from .overview import classes_section
-from .report.plots import atomic_savefig
-from .store import RunMeta
-
-if TYPE_CHECKING:  # harness.suite imports this module at run time, never the reverse
-    from .suite import SuiteSpec
+from .. import stats
+from ..overview import classes_section
+from ..report.plots import atomic_savefig
+from ..runmeta import RunMeta
+from .spec import SuiteSpec
 
 METRIC_TEXT = {"heldout_ce": "held-out cross-entropy (nats/token, lower is better)",
                "exact_match": "held-out exact match (fraction of sequences, higher is better)",
@@ -76,7 +73,7 @@ def _pivot(df: pd.DataFrame, spec: SuiteSpec, fmt) -> pd.DataFrame:
 
 
 def _md(df: pd.DataFrame) -> str:
-    from .report import to_markdown
+    from ..report import to_markdown
 
     return to_markdown(df)
 
@@ -172,7 +169,7 @@ def _slot_tally(cmp: pd.DataFrame) -> dict[str, dict[str, list[str]]]:
 
 def plot_verdicts(df: pd.DataFrame, spec: SuiteSpec, path: Path) -> Path | None:
     """Heat map of P(variant beats the reference) per variant x task, verdicts marked (+ / -)."""
-    from .report import _plt
+    from ..report import _plt
 
     plt = _plt()
     if plt is None or df.empty:
@@ -206,7 +203,7 @@ def plot_verdicts(df: pd.DataFrame, spec: SuiteSpec, path: Path) -> Path | None:
 
 def render(df: pd.DataFrame, spec: SuiteSpec, info: dict, env_meta: RunMeta | None) -> str:
     """The whole ``suite.md``. ``info``: command, wall_s, codes, check (see :mod:`harness.suite`)."""
-    from .report import environment_block
+    from ..report import environment_block
 
     comparisons = int((df["relation"] == "check: different").sum()) if len(df) else 0
     head = [f"# transformer-harness suite `{spec.name}`", "", spec.description, "", "Command:", "", "```",
