@@ -55,6 +55,7 @@ FAULTS = {
     "adv_rope_on_v": "RoPE applied to the values too",
     "adv_rope_after_transpose": "RoPE applied to k after the transpose for Q K^T",
     "adv_swiglu_swapped": "gate and up projections swapped",
+    "adv_gqa_tiled": "K/V heads tiled with repeat()",
 }
 GOOD = sorted(p.stem for p in PLUGINS.glob("good_*.py"))
 
@@ -86,6 +87,10 @@ def test_correct_plugins_written_from_scratch_pass_without_flags(name):
     if comp.differs:  # RMSNorm: the size of the declared difference is reported, not hidden
         res = [r for r in report.components if r.name == comp.name]
         assert res and all(r.verdict == "differs as declared" and r.max_abs > 1e-3 for r in res)
+    elif comp.slot == "attention" and report.pairs[0].verdict == "not comparable":  # shapes of its own (MQA)
+        assert "no canonical counterpart" in report.pairs[0].notes[0]
+        assert sorted(report.classes()) == [["baseline"], [name]]
+        assert {r.verdict for r in report.mha} == {"equivalent"}  # through repeated K/V rows
     elif comp.slot == "attention":  # held to nn.MultiheadAttention with every mask in use
         assert [p.verdict for p in report.pairs] in (["identical"], ["equivalent"])
         assert [sorted(c) for c in report.classes()] == [sorted([name, "baseline"])]
@@ -194,7 +199,7 @@ def test_compare_gates_an_invalid_candidate(tmp_path):
 
 
 def test_run_treats_correct_plugins_like_built_ins(tmp_path):
-    good = ["good_d2l_attention", "good_rmsnorm"]
+    good = ["good_d2l_attention", "good_rmsnorm", "good_mqa"]
     cmd = [sys.executable, "-m", "harness"]
     for name in good:
         cmd += ["--plugin", str(PLUGINS / f"{name}.py")]

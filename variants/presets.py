@@ -64,6 +64,10 @@ MODERN = [
     _modern("bias_free", {"projections": "bias_free"}, "baseline with bias-free projections", "PaLM; LLaMA"),
     _modern("packed_attention", {"attention": "sdpa_packed"}, "baseline with packed-QKV SDPA attention",
             "nanoGPT; timm"),
+    _modern("gqa_attention", {"attention": "gqa"},
+            "baseline with grouped-query attention (n_kv_heads K/V heads, default h/2)", "Ainslie et al. 2023; LLaMA-2/3"),
+    _modern("mqa_attention", {"attention": "mqa"}, "baseline with multi-query attention (one K/V head)",
+            "Shazeer 2019; PaLM"),
 ]
 
 

@@ -30,7 +30,10 @@ def reference_attention(query: torch.Tensor, kv: torch.Tensor, state: dict[str, 
 
     Args:
         query: (B, Tq, D); kv: (B, Tk, D) (keys and values).
-        state: ``w_q, w_k, w_v, w_o`` ``.weight`` (D, D) and optional ``.bias`` (D,).
+        state: ``w_q, w_o`` ``.weight`` (D, D), ``w_k, w_v`` ``.weight`` (n_kv d_k, D) and optional
+            ``.bias``; n_kv (read from the ``w_k`` rows) K/V heads, each serving a contiguous group of
+            h / n_kv query heads (query head i reads K/V head i // (h / n_kv): LLaMA's ``repeat_kv``,
+            Ainslie et al. 2023); n_kv = h is multi-head attention.
         keep: (B, 1, Tq, Tk) bool, True = attend.
         fault: "" for the reference, else a key of :data:`ATTENTION_FAULTS` or :data:`POSITION_FAULTS`.
         positions: "" (none), ``"rotary"`` (q and k of each head rotated, :func:`~harness.checks.formulas.rope_reference`)
@@ -39,7 +42,7 @@ def reference_attention(query: torch.Tensor, kv: torch.Tensor, state: dict[str, 
     Returns: (B, Tq, D) float64.
     """
     b, tq, d = query.shape
-    tk, d_k = kv.size(1), d // h
+    tk, d_k, n_kv = kv.size(1), d // h, kv_heads_of(state, h, d // h)
 
     def lin(x, n):
         w = state[f"{n}.weight"].double()
@@ -52,14 +55,15 @@ def reference_attention(query: torch.Tensor, kv: torch.Tensor, state: dict[str, 
     if fault == "k_is_v":
         v = k
 
-    def split(x, length):  # (B, L, D) -> (B, H, L, d_k)
+    def split(x, length, heads=h):  # (B, L, heads*d_k) -> (B, heads, L, d_k)
         if fault == "no_transpose":
-            return x.reshape(b, h, length, d_k)
-        return x.view(b, length, h, d_k).transpose(1, 2)
+            return x.reshape(b, heads, length, d_k)
+        return x.reshape(b, length, heads, d_k).transpose(1, 2)
 
     if fault == "rope_before_split" and positions == "rotary":
         q, k = rope_reference(q), rope_reference(k)  # (B, L, D): frequencies over d_model
-    q, k, v = split(q, tq), split(k, tk), split(v, tk)
+    q, k, v = split(q, tq), split(k, tk, n_kv), split(v, tk, n_kv)
+    k, v = _grouped_kv(k, h, fault), _grouped_kv(v, h, fault)
     q, k, v, kt = _rotated(q, k, v, fault) if positions == "rotary" else (q, k, v, None)
     scale = {"scale_d_model": 1.0 / d, "scale_sqrt_d_model": 1.0 / math.sqrt(d), "no_scale": 1.0,
              "scale_d_k": 1.0 / d_k}.get(fault, 1.0 / math.sqrt(d_k))
@@ -80,6 +84,29 @@ def reference_attention(query: torch.Tensor, kv: torch.Tensor, state: dict[str, 
     x = torch.matmul(p, v)  # (B, H, Tq, d_k)
     x = x.reshape(b, tq, d) if fault == "no_transpose" else x.transpose(1, 2).reshape(b, tq, d)  # (B, Tq, D)
     return x if fault == "no_out_proj" else lin(x, "w_o")
+
+
+def kv_heads_of(state: dict[str, torch.Tensor], h: int, d_k: int) -> int:
+    """n_kv, the K/V heads of canonical attention ``state``: the ``w_k`` rows / d_k (h for multi-head attention).
+
+    Raises:
+        ValueError: ``w_k`` rows not a multiple of d_k, n_kv not dividing h, or ``w_v`` of another shape.
+    """
+    rows = state["w_k.weight"].size(0)
+    n_kv = rows // d_k
+    if n_kv < 1 or n_kv * d_k != rows or h % n_kv or state["w_v.weight"].shape != state["w_k.weight"].shape:
+        raise ValueError(f"w_k {tuple(state['w_k.weight'].shape)} / w_v {tuple(state['w_v.weight'].shape)}: the rows "
+                         f"must be n_kv * d_k = n_kv * {d_k} with n_kv dividing h = {h}")
+    return n_kv
+
+
+def _grouped_kv(x: torch.Tensor, h: int, fault: str) -> torch.Tensor:
+    """(B, n_kv, Tk, d_k) -> (B, H, Tk, d_k): K/V head j serves query heads j*g .. (j+1)*g - 1, g = H / n_kv
+    (``repeat_interleave``); the ``kv_heads_tiled`` fault tiles them (``repeat``: query head i reads i % n_kv)."""
+    n_kv = x.size(1)
+    if n_kv == h:
+        return x
+    return x.repeat(1, h // n_kv, 1, 1) if fault == "kv_heads_tiled" else x.repeat_interleave(h // n_kv, dim=1)
 
 
 def _rotated(q, k, v, fault: str):
@@ -110,6 +137,9 @@ ATTENTION_FAULTS: dict[str, str] = {
     "mask_rows_permuted": "the mask folded into the heads with repeat() where the heads are batch-major "
                           "(repeat_interleave): each row gets another row's mask",
     "no_out_proj": "the output projection w_o is not applied",
+    "kv_heads_tiled": "K/V heads tiled with repeat() where each K/V head serves a contiguous group of query heads "
+                      "(LLaMA's repeat_kv = repeat_interleave over the head axis): query head i reads K/V head "
+                      "i % n_kv instead of i // (h / n_kv)",
 }
 
 #: Known ways attention code mishandles positions that act inside it (tried when the check gives the
