@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import signal
 import sys
 import threading
@@ -34,7 +35,7 @@ from .runner import ExecutionOptions, Plan, PlannedTrial, execute, make_specs
 from .runmeta import Execution, Resume, TrialEntry
 from .store import RunMeta, RunStore, config_hash
 from .tasks.base import heldout_note
-from .env import environment, resolve_device
+from .env import environment, resolve_device, threads_pinned
 
 #: Trial statuses that ``--retry-failed`` runs again (an invalid variant fails the same way again).
 RETRY_STATUSES = ("failed", "diverged")
@@ -386,6 +387,8 @@ def start_check(req: CheckRequest, reg: Registry | None = None):
     from .checks import parse_equivalent, registry_groups, run_checks
 
     check_dtype(req.dtype)
+    if req.threads is not None and (not isinstance(req.threads, int) or req.threads < 1):
+        raise ConfigError(f"--threads must be an integer >= 1 (0 on the command line: torch's default), got {req.threads!r}")
     reg = reg or load_registry(req.plugins)
     variants = reg.grid() if req.grid else reg.select(req.patterns())
     cfg = check_model_config(req.preset, req.overrides)
@@ -396,6 +399,25 @@ def start_check(req: CheckRequest, reg: Registry | None = None):
             for name in group:
                 reg.component(slot, name)  # UnknownNameError for a typo
     groups = registry_groups(reg, extra, cfg)
-    report = run_checks(reg, variants, cfg, device=device, dtype=req.dtype, seed=req.seed, groups=groups,
-                        log=log_function(req.quiet), all_components=req.all_components)
+    with threads_pinned(req.threads) as threads:
+        report = run_checks(reg, variants, cfg, device=device, dtype=req.dtype, seed=req.seed, groups=groups,
+                            log=log_function(req.quiet), all_components=req.all_components)
+    slow = slow_check_note(report.wall_s, len(variants), threads)
+    if slow:
+        print(slow, file=sys.stderr, flush=True)
     return report, variants, cfg, groups
+
+
+#: seconds per checked variant above which ``check`` says why it may be slow
+SLOW_CHECK_S_PER_VARIANT = 2.0
+
+
+def slow_check_note(wall_s: float, n_variants: int, threads: int) -> str:
+    """One line when a check took over :data:`SLOW_CHECK_S_PER_VARIANT` per variant (about 10x its time
+    on a quiet core), naming the likely cause: other processes on the cores (load average) or threads."""
+    if wall_s <= SLOW_CHECK_S_PER_VARIANT * max(1, n_variants):
+        return ""
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    return (f"harness: note: check took {wall_s:.1f} s for {n_variants} variant(s) with {threads} torch thread(s); "
+            f"load average {load:.1f} on {os.cpu_count()} core(s): other processes share the cores"
+            + (" and more threads than free cores oversubscribe them (try --threads 1)" if threads > 1 else ""))

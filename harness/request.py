@@ -213,6 +213,9 @@ class CheckRequest:
         device, dtype, seed: where and how the comparisons run.
         equivalent: ``"SLOT=A,B"`` items (``--equivalent``). all_components: every registered component.
         plugins: plugin modules and files. quiet: no progress lines.
+        threads: torch intra-op threads while checking (default 1: the check's tensors are probe-sized,
+            and more threads than free cores make it 10-100x slower on a busy machine); None keeps
+            torch's setting. Restored afterwards.
     """
 
     variants: tuple[str, ...] = ("all",)
@@ -226,6 +229,7 @@ class CheckRequest:
     all_components: bool = False
     plugins: PluginSpec = field(default_factory=PluginSpec)
     quiet: bool = True
+    threads: int | None = 1
 
     def patterns(self) -> list[str]:
         """``variants`` split at commas and spaces."""

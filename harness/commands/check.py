@@ -68,6 +68,9 @@ def register(sub, parents):
     p.add_argument("--all-components", action="store_true",
                    help="hold every registered component (installed plugins included) to its slot's reference, "
                         "not only the components the selected variants use")
+    p.add_argument("--threads", type=int, default=1, metavar="N",
+                   help="torch threads while checking (default 1: probe-sized tensors gain nothing from more, and "
+                        "more threads than free cores make check 10-100x slower on a busy machine; 0: torch's default)")
     add_output(p, "check", default_id=f"check-<timestamp>, in <results-dir>/{CHECKS_DIR}/")
     p.set_defaults(func=main)
 
@@ -77,7 +80,8 @@ def request_from_args(args) -> CheckRequest:
     return CheckRequest(variants=tuple(args.variants), grid=bool(args.grid), preset=args.preset,
                         overrides=tuple(args.overrides), device=args.device, dtype=args.dtype, seed=args.seed,
                         equivalent=tuple(args.equivalent), all_components=args.all_components,
-                        plugins=plugin_spec(args), quiet=args.quiet)
+                        plugins=plugin_spec(args), quiet=args.quiet,
+                        threads=args.threads or None)
 
 
 def checks_dir(results_dir: str):
