@@ -57,6 +57,11 @@ FAULTS = {
     "adv_rope_after_transpose": "RoPE applied to k after the transpose for Q K^T",
     "adv_swiglu_swapped": "gate and up projections swapped",
     "adv_gqa_tiled": "K/V heads tiled with repeat()",
+    "adv_rope_base": "RoPE base 1000 instead of 10000",
+    "adv_rope_k_only": "RoPE applied to k only",
+    "adv_alibi_linear_slopes": "ALiBi slopes linear in the head index",
+    "adv_swiglu_no_act": "no activation on the gate",
+    "adv_rmsnorm_eps_outside": "eps added outside the square root",
 }
 GOOD = sorted(p.stem for p in PLUGINS.glob("good_*.py"))
 
