@@ -71,3 +71,32 @@ def test_n_kv_heads_must_divide_h(n_kv, ok):
     else:
         with pytest.raises(ConfigError, match="n_kv_heads must divide h"):
             cfg.validate()
+
+
+def test_alibi_written_from_the_docs_slope_rule_passes_at_six_heads():
+    """At h = 6 (not a power of 2) the docs' rule (interleaved slopes from 2n heads) is the check's formula
+    and the built-in's: the plugin passes and is measured the built-in's function (one class)."""
+    from .conftest import ROOT
+
+    reg = Registry.from_plugins(PluginSpec(files=[str(ROOT / "tests" / "plugins" / "good_alibi.py")], strict=True))
+    cfg = ModelConfig(N=1, d_model=36, h=6, d_ff=32, dropout=0.1, vocab=11, pad=0, max_len=32)
+    report = checks.run_checks(reg, reg.select(["good_alibi", "alibi_positions"]), cfg)
+    assert report.failures() == []
+    assert sorted(report.classes()) == [["alibi_positions", "good_alibi"]]
+
+
+def test_alibi_with_the_power_of_2_rule_at_six_heads_is_named(tmp_path):
+    from harness.checks.contracts import check_positional
+
+    from .conftest import ROOT
+
+    src = (ROOT / "tests" / "plugins" / "good_alibi.py").read_text()
+    wrong = src.replace("    n = 1 << (h.bit_length() - 1)\n    return geometric(n) + geometric(2 * n)[0::2][: h - n]",
+                        "    return geometric(h)")
+    assert wrong != src
+    f = tmp_path / "alibi_geometric.py"
+    f.write_text(wrong)
+    reg = Registry.from_plugins(PluginSpec(files=[str(f)], strict=True))
+    cfg = ModelConfig(N=1, d_model=36, h=6, d_ff=32, vocab=11, max_len=32)
+    failed = [r for r in check_positional(reg.component("positional", "good_alibi"), cfg) if not r.ok]
+    assert failed and "ALiBi slopes 2^(-8i/h) for h = 6, not a power of 2" in failed[0].reason()

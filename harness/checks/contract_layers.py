@@ -96,7 +96,8 @@ def check_norm(comp: Component, cfg: ModelConfig, seed: int = 0) -> list[Compone
         if "norm.weight" not in state:
             return [(component_result(comp, label, VIOLATES, False, detail=(
                 f"no LayerNorm child named 'norm' made with ctx.layer_norm() (canonical names: "
-                f"{', '.join(sorted(state)) or 'none'})")))]
+                f"{', '.join(sorted(state)) or 'none'}); a residual block with no LayerNorm (ReZero, "
+                f"x + alpha * sublayer(x)) declares it: Component(..., has_layer_norm=False, differs=\"...\")")))]
         ln = nn.LayerNorm(cfg.d_model).double()
         with torch.no_grad():
             ln.weight.copy_(state["norm.weight"])

@@ -20,8 +20,10 @@ FORMULAS: dict[str, dict[str, str]] = {
         "learned_absolute": "x * sqrt(d_model) + weight[:L], weight the canonical (max_len, D) table (GPT-2, BERT)",
         "rotary": "x * sqrt(d_model) on the embeddings; in self-attention each head's q and k rotated as complex "
                 "pairs (x_2i + i x_2i+1) * exp(i pos theta_i), theta_i = 10000^(-2i/d_k) (RoFormer eq. 12/34)",
-        "linear_biases": "x * sqrt(d_model) on the embeddings; -m_h |i - j| added to head h's scaled scores, m_h the "
-                 "geometric sequence starting at 2^(-8/H) with ratio 2^(-8/H) (Press et al. 2022 §3)",
+        "linear_biases": "x * sqrt(d_model) on the embeddings; -m_h |i - j| added to head h's scaled scores; for H a "
+                 "power of 2, m_h = 2^(-8h/H), h = 1..H (the geometric sequence from 2^(-8/H) with ratio 2^(-8/H)); "
+                 "otherwise, with n the power of 2 below H, the n slopes for n heads followed by the 1st, 3rd, 5th, "
+                 "... slopes for 2n heads until H slopes (Press et al. 2022 §3 and its code)",
     },
     "layer_norm": {
         "rms_norm": "a / RMS(a) * g with RMS(a) = sqrt(mean(a^2) + 1e-6), no mean, no bias (Zhang & Sennrich 2019 "
