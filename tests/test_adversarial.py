@@ -62,6 +62,7 @@ FAULTS = {
     "adv_alibi_linear_slopes": "ALiBi slopes linear in the head index",
     "adv_swiglu_no_act": "no activation on the gate",
     "adv_rmsnorm_eps_outside": "eps added outside the square root",
+    "adv_window_off_by_one": "a window of w + 1 keys",
 }
 GOOD = sorted(p.stem for p in PLUGINS.glob("good_*.py"))
 

@@ -66,6 +66,9 @@ MODERN = [
             "nanoGPT; timm"),
     _modern("gqa_attention", {"attention": "gqa"},
             "baseline with grouped-query attention (n_kv_heads K/V heads, default h/2)", "Ainslie et al. 2023; LLaMA-2/3"),
+    _modern("sliding_window", {"mask": "sliding_window"},
+            "baseline with sliding-window causal self-attention in the decoder (w = model.window, default "
+            "max_len // 4)", "Mistral (Jiang et al. 2023)"),
     _modern("mqa_attention", {"attention": "mqa"}, "baseline with multi-query attention (one K/V head)",
             "Shazeer 2019; PaLM"),
 ]

@@ -18,8 +18,9 @@ from ..model import canonical_state_dict
 from ..registry import Component
 from ..model import PositionHooks
 from .contract_base import (CONFORMS, CRASHES, TAKES_NO_POSITIONS, VIOLATES, ComponentResult, ReferenceMask, component_result, crash_result,
-                            judge, load_random_state, output_gap, reference_components, sibling_context)
-from .formulas import alibi_reference, rope_reference
+                            judge, load_random_state, output_gap, reference_components, sibling_context,
+                            unknown_formula)
+from .formulas import WINDOW_FAULTS, alibi_reference, rope_reference, window_keep
 from .inputs import describe_exception, fmt_size, padded_batch
 
 # --------------------------------------------------------------------------- attention
@@ -291,12 +292,16 @@ def check_mask(comp: Component, cfg: ModelConfig, seed: int = 0) -> list[Compone
     padding must give what ``fully_masked_row`` declares. The diagnosis names the pattern
     (shifted causal mask, padding ignored, mask inverted).
     """
+    bad = unknown_formula(comp)
+    if bad:
+        return bad
     style = sibling_context(cfg, reference_components(mask=comp)).make("mask")
     g = torch.Generator().manual_seed(seed + 41)
     problems = {"padding": [], "causal": [], "finite": []}
     worst = {"padding": 0.0, "causal": 0.0}
+    window = cfg.sliding_window() if comp.reference == "sliding_window" else 0
     for bs, s_len, t_len, bseed in ((4, 9, 10, seed), (3, 7, 12, seed + 1)):
-        _mask_batch(style, cfg, g, padded_batch(cfg, bs, s_len, t_len, seed=bseed), problems, worst)
+        _mask_batch(style, cfg, g, padded_batch(cfg, bs, s_len, t_len, seed=bseed), problems, worst, window)
     out: list[ComponentResult] = []
     for kind in ("padding", "causal"):
         label = f"{kind} semantics (softmax at real query rows)"
@@ -314,14 +319,15 @@ def check_mask(comp: Component, cfg: ModelConfig, seed: int = 0) -> list[Compone
 
 
 def _mask_batch(style, cfg: ModelConfig, g: torch.Generator, batch, problems: dict[str, list[str]],
-                worst: dict[str, float]) -> None:
+                worst: dict[str, float], window: int = 0) -> None:
     """One padded batch of :func:`check_mask`: softmax(apply(scores, mask)) for the source padding and
-    the target (padding & causal) masks against the reference masked softmax; adds to ``problems``
-    (kind -> messages) and raises ``worst`` (kind -> largest error at real query rows)."""
+    the target (padding & causal, within ``window`` keys when given: :func:`~harness.checks.formulas.window_keep`)
+    masks against the reference masked softmax; adds to ``problems`` (kind -> messages) and raises ``worst``
+    (kind -> largest error at real query rows)."""
     src, tgt, _ = batch
     b, s, t, h = src.size(0), src.size(1), tgt.size(1), cfg.h
     rows = (tgt != cfg.pad)[:, None, :].expand(b, h, t)  # (B, H, T) real query rows
-    causal = torch.ones(t, t, dtype=torch.bool).tril()
+    causal = window_keep(t, window) if window else torch.ones(t, t, dtype=torch.bool).tril()
     cases = {"padding": (torch.randn(b, h, t, s, generator=g), lambda: style.src_mask(src, cfg.pad),
                          (src != cfg.pad)[:, None, None, :].expand(b, h, t, s)),
              "causal": (torch.randn(b, h, t, t, generator=g), lambda: style.tgt_mask(tgt, cfg.pad),
@@ -348,7 +354,19 @@ def _mask_batch(style, cfg: ModelConfig, g: torch.Generator, batch, problems: di
         err = float(d.max()) if d.numel() else 0.0
         worst[kind] = max(worst[kind], err)
         if err > 1e-6:
-            problems[kind].append(diagnose_mask(kind, p, keep, rows, cfg, src, tgt))
+            problems[kind].append(_window_fault(p, tgt, cfg.pad, window, rows) if window and kind == "causal" else
+                                  diagnose_mask(kind, p, keep, rows, cfg, src, tgt))
+
+
+def _window_fault(p: torch.Tensor, tgt: torch.Tensor, pad: int, w: int, rows: torch.Tensor) -> str:
+    """The :data:`~harness.checks.formulas.WINDOW_FAULTS` entry whose keep-mask gives the weights ``p``
+    (B, H, T, T) non-zero exactly where they are, at real query ``rows`` (B, H, T); else a generic line."""
+    seen = (p > 0) & rows[..., None]
+    real = (tgt != pad)[:, None, None, :]
+    for fault, text in WINDOW_FAULTS.items():
+        if torch.equal(seen, (real & window_keep(tgt.size(1), w, fault)).expand_as(p) & rows[..., None]):
+            return f"{text} (w = {w})"
+    return f"the sliding-window mask's weights differ from the causal window i - {w} < j <= i at real query rows"
 
 
 def _classify_row(p: torch.Tensor) -> str:

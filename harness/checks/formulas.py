@@ -39,6 +39,34 @@ FORMULAS: dict[str, dict[str, str]] = {
     },
 }
 
+FORMULAS["mask"] = {
+    "sliding_window": "causal with a window of w keys (ModelConfig.sliding_window()): query i attends to the real "
+                      "keys j with i - w < j <= i, itself included (Mistral, Jiang et al. 2023; HF Mistral's mask "
+                      "j > i - sliding_window); the source padding mask unchanged",
+}
+
+
+def window_keep(t: int, w: int, fault: str = "") -> torch.Tensor:
+    """(T, T) bool: the sliding-window causal keep-mask, i - w < j <= i (or as ``fault`` of
+    :data:`WINDOW_FAULTS` makes it)."""
+    i = torch.arange(t)[:, None]
+    j = torch.arange(t)[None, :]
+    if fault == "two_sided":
+        return (i - j).abs() < w
+    width = {"one_more": w + 1, "one_less": w - 1, "no_window": t + 1}.get(fault, w)
+    return (j <= i) & (i - j < width)
+
+
+#: Known sliding-window mistakes -> what the check prints.
+WINDOW_FAULTS = {
+    "one_more": "a window of w + 1 keys (i - w <= j <= i: 'positions between i - W and i' read inclusively) where "
+                "the window holds w keys, itself included (j > i - w)",
+    "one_less": "a window of w - 1 keys (itself not counted in w) where the window holds w keys, itself included",
+    "no_window": "no window: plain causal attention (every earlier key kept)",
+    "two_sided": "a two-sided window |i - j| < w (Longformer's local attention) where the sliding window is causal",
+}
+
+
 #: gated formulas: canonical ``w_gate``, ``w_up`` (inner, D) and ``w_down`` (D, inner) -- names of their own,
 #: since their inner width (Shazeer's 2/3 d_ff) differs from the ReLU FFN's ``w_1`` / ``w_2``
 GATED = ("ffn_swiglu", "ffn_geglu")
