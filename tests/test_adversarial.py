@@ -63,6 +63,7 @@ FAULTS = {
     "adv_swiglu_no_act": "no activation on the gate",
     "adv_rmsnorm_eps_outside": "eps added outside the square root",
     "adv_window_off_by_one": "a window of w + 1 keys",
+    "adv_qk_norm_d_model": "QK-norm statistics over d_model",
 }
 GOOD = sorted(p.stem for p in PLUGINS.glob("good_*.py"))
 

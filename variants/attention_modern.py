@@ -5,6 +5,9 @@
   each serving a contiguous group of h / n_kv query heads: query head i reads K/V head i // (h / n_kv),
   as LLaMA's ``repeat_kv`` (``x[:, :, None].expand(...).reshape(...)``, i.e. ``repeat_interleave``
   over the head axis). With n_kv = h it is multi-head attention.
+* ``qk_norm``: multi-head attention with QK-norm (RMSNorm over d_k on each head's q and k, gains
+  ``q_norm.weight``, ``k_norm.weight`` (d_k,), before RoPE; Gemma 3, Qwen3, OLMo 2), held to the check's
+  ``qk_rmsnorm`` formula.
 * ``mqa``: multi-query attention (Shazeer 2019, "Fast Transformer Decoding"; PaLM, Falcon): one K/V head
   shared by every query head (n_kv = 1 whatever the config says).
 
@@ -99,6 +102,45 @@ class GroupedQueryAttention(nn.Module):
         return self.w_o(x.transpose(1, 2).reshape(b, tq, self.h * self.d_k))  # (B, Tq, D)
 
 
+class QKNormAttention(GroupedQueryAttention):
+    """Multi-head attention with QK-norm: each head's q and k RMS-normalised over d_k (eps 1e-6) times
+    learned gains ``q_norm.weight``, ``k_norm.weight`` (d_k,), after the head split and before RoPE
+    (Gemma 3 and Qwen3's ``q_norm`` / ``k_norm``; OLMo 2 normalises the whole projection instead;
+    Dehghani et al. 2023 introduced it with LayerNorm to keep attention logits bounded)."""
+
+    eps = 1e-6
+
+    def __init__(self, ctx):
+        super().__init__(ctx, n_kv=ctx.cfg.h)
+        self.q_norm = nn.Parameter(torch.ones(self.d_k))
+        self.k_norm = nn.Parameter(torch.ones(self.d_k))
+
+    def canonical_state(self):
+        return {**super().canonical_state(), "q_norm.weight": self.q_norm, "k_norm.weight": self.k_norm}
+
+    def load_canonical_state(self, state):
+        with torch.no_grad():
+            self.q_norm.copy_(state["q_norm.weight"])
+            self.k_norm.copy_(state["k_norm.weight"])
+        return super().load_canonical_state(state)
+
+    def rms(self, x: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * g  # (B, H, L, d_k)
+
+    def forward(self, query, key, value, mask=None):
+        b, tq = query.size(0), query.size(1)
+        q = self.rms(self.split(self.w_q(query), self.h), self.q_norm)  # (B, H, Tq, d_k)
+        k = self.rms(self.split(self.w_k(key), self.h), self.k_norm)  # (B, H, Tk, d_k)
+        v = self.split(self.w_v(value), self.h)  # (B, H, Tk, d_k)
+        q, k = self.positions.rotate(q, k)
+        scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(self.d_k)  # (B, H, Tq, Tk)
+        scores = self.positions.bias(scores)
+        if mask is not None:
+            scores = self.apply_mask(scores, mask)
+        x = torch.matmul(self.dropout(scores.softmax(dim=-1)), v)  # (B, H, Tq, d_k)
+        return self.w_o(x.transpose(1, 2).reshape(b, tq, self.h * self.d_k))  # (B, Tq, D)
+
+
 @hookimpl
 def harness_add_components():
     return [
@@ -107,4 +149,9 @@ def harness_add_components():
                   "query heads (repeat_kv)", "Ainslie et al. 2023 (GQA); LLaMA repeat_kv"),
         Component("mqa", "attention", lambda ctx: GroupedQueryAttention(ctx, n_kv=1),
                   "multi-query attention: one K/V head shared by every query head", "Shazeer 2019; PaLM"),
+        Component("qk_norm", "attention", QKNormAttention,
+                  "multi-head attention with RMSNorm on each head's q and k (gains (d_k,)), before RoPE",
+                  "Dehghani et al. 2023; OLMo 2; Gemma 3, Qwen3",
+                  differs="QK-norm: each head's q and k RMS-normalised over d_k with learned gains before the dot "
+                          "product (Gemma 3, Qwen3; OLMo 2)", reference="qk_rmsnorm"),
     ]

@@ -107,7 +107,7 @@ def harness_add_components():
                   "causal within a window of w keys (model.window, default max_len // 4), bool keep-mask",
                   "Mistral (Jiang et al. 2023); Longformer local attention",
                   differs="sliding-window causal attention: query i attends to i - w < j <= i only, not to every "
-                          "earlier key (Mistral, Jiang et al. 2023)", reference="sliding_window"),
+                          "earlier key (Mistral, Jiang et al. 2023)", reference="causal_window"),
         Component("additive", "mask", lambda ctx: AdditiveMask(),
                   "float 0/-inf added to scores; fully masked row -> NaN", "happy-llm (seed 002)",
                   fully_masked_row="nan"),

@@ -39,8 +39,13 @@ FORMULAS: dict[str, dict[str, str]] = {
     },
 }
 
+FORMULAS["attention"] = {
+    "qk_rmsnorm": "scaled dot-product attention with QK-norm: each head's q and k RMS-normalised over d_k (eps 1e-6) "
+                  "times learned gains q_norm.weight, k_norm.weight (d_k,), after the head split and before RoPE "
+                  "(Dehghani et al. 2023; OLMo 2; Gemma 3, Qwen3 q_norm / k_norm)",
+}
 FORMULAS["mask"] = {
-    "sliding_window": "causal with a window of w keys (ModelConfig.sliding_window()): query i attends to the real "
+    "causal_window": "causal with a window of w keys (ModelConfig.sliding_window()): query i attends to the real "
                       "keys j with i - w < j <= i, itself included (Mistral, Jiang et al. 2023; HF Mistral's mask "
                       "j > i - sliding_window); the source padding mask unchanged",
 }

@@ -103,11 +103,12 @@ def bug_rows(report: CheckReport) -> list[dict]:
 
 def class_text(report: CheckReport, cls: list[str]) -> str:
     """``{a, b}``, and for a variant alone in its class because no other variant can hold its canonical
-    parameters, the reason (:func:`~harness.checks.runs.layout_conflict`)."""
+    parameters (every pair of it not comparable), the reason (:func:`~harness.checks.runs.layout_conflict`)."""
     text = "{" + ", ".join(cls) + "}"
     if len(cls) == 1:
-        apart = [p for p in report.results.get("pairs", []) if cls[0] in (p.a, p.b) and p.verdict == NOT_COMPARABLE]
-        if apart:
+        mine = [p for p in report.results.get("pairs", []) if cls[0] in (p.a, p.b)]
+        apart = [p for p in mine if p.verdict == NOT_COMPARABLE]
+        if apart and len(apart) == len(mine):  # alone because nothing else can hold its parameters
             text += f": in a class of its own ({apart[0].notes[0].split(' (a component')[0]})"
     return text
 

@@ -3,7 +3,7 @@
 Fault: the target mask keeps i - w <= j <= i (Mistral's "positions between i - W and i" read with both
 ends included) where the window holds w keys, itself included (i - w < j <= i, HF Mistral's
 ``j > i - sliding_window``). Causal, padded keys blocked, nothing leaks; declared as the sliding-window
-formula (``reference="sliding_window"``), which it misses by one key per row.
+formula (``reference="causal_window"``), which it misses by one key per row.
 
 Expected: ``check`` fails naming the fault ("a window of w + 1 keys").
 """
@@ -41,7 +41,7 @@ class OffByOneWindow:
 def harness_add_components():
     return [Component(NAME, "mask", lambda ctx: OffByOneWindow(ctx.cfg.sliding_window()),
                       "sliding window with w + 1 keys", "adversarial test plugin",
-                      differs="sliding-window causal attention (Mistral)", reference="sliding_window")]
+                      differs="sliding-window causal attention (Mistral)", reference="causal_window")]
 
 
 @hookimpl
