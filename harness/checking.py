@@ -5,11 +5,13 @@ and :func:`harness.check` take (:func:`start_check`: the checks, then the record
 from __future__ import annotations
 
 import dataclasses
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
 from .config import get_preset, parse_overrides, resolve_key
-from .env import environment, resolve_device
+from .env import environment, resolve_device, threads_pinned
 from .errors import ConfigError, StoreError
 from .launch import load_registry, log_function
 from .registry import Registry
@@ -71,6 +73,8 @@ def start_check(req: CheckRequest, reg: Registry | None = None) -> CheckOutcome:
     from .checks import parse_equivalent, registry_groups, run_checks
 
     check_dtype(req.dtype)
+    if req.threads is not None and (not isinstance(req.threads, int) or req.threads < 1):
+        raise ConfigError(f"--threads must be an integer >= 1 (0 on the command line: torch's default), got {req.threads!r}")
     if req.run_id is not None:
         check_name(req.run_id)
     folder = checks_dir(req.results_dir)
@@ -84,8 +88,12 @@ def start_check(req: CheckRequest, reg: Registry | None = None) -> CheckOutcome:
             for name in group:
                 reg.component(slot, name)  # UnknownNameError for a typo
     groups = registry_groups(reg, extra, cfg)
-    report = run_checks(reg, variants, cfg, device=device, dtype=req.dtype, seed=req.seed, groups=groups,
-                        log=log_function(req.quiet), all_components=req.all_components)
+    with threads_pinned(req.threads) as threads:
+        report = run_checks(reg, variants, cfg, device=device, dtype=req.dtype, seed=req.seed, groups=groups,
+                            log=log_function(req.quiet), all_components=req.all_components)
+    slow = slow_check_note(report.wall_s, len(variants), threads)
+    if slow:
+        print(slow, file=sys.stderr, flush=True)
     store, meta = write_check_record(req, folder, report, variants, cfg, groups, device)
     return CheckOutcome(report, store, meta, variants, cfg, groups)
 
@@ -107,3 +115,18 @@ def write_check_record(req: CheckRequest, folder: Path, report, variants, cfg, g
     atomic_write_text(store.root / "checks.csv", results_frame(report).to_csv(index=False))
     atomic_write_text(store.root / "checks.md", render_markdown(report, meta))
     return store, meta
+
+
+#: seconds per checked variant above which ``check`` says why it may be slow
+SLOW_CHECK_S_PER_VARIANT = 2.0
+
+
+def slow_check_note(wall_s: float, n_variants: int, threads: int) -> str:
+    """One line when a check took over :data:`SLOW_CHECK_S_PER_VARIANT` per variant (about 10x its time
+    on a quiet core), naming the likely cause: other processes on the cores (load average) or threads."""
+    if wall_s <= SLOW_CHECK_S_PER_VARIANT * max(1, n_variants):
+        return ""
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    return (f"harness: note: check took {wall_s:.1f} s for {n_variants} variant(s) with {threads} torch thread(s); "
+            f"load average {load:.1f} on {os.cpu_count()} core(s): other processes share the cores"
+            + (" and more threads than free cores oversubscribe them (try --threads 1)" if threads > 1 else ""))

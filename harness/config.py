@@ -184,6 +184,14 @@ class ModelConfig:
             accepts only 0, the tasks' pad id (their data and loss use 0 = pad, 1 = start,
             2 = end, ``harness.tasks.base``); other values are for building models directly.
         max_len: longest sequence the positional encoding supports.
+        n_kv_heads: key/value heads of a grouped-query attention component (``attention=gqa``;
+            Ainslie et al. 2023): each K/V head serves a contiguous group of h / n_kv_heads query
+            heads (LLaMA's ``repeat_kv``); 1 is multi-query attention (Shazeer 2019), h is
+            multi-head attention. 0 (default): not set, the component's own default. Must divide h.
+            Components with h K/V heads (every other built-in) ignore it.
+        window: keys a sliding-window causal mask keeps (``mask=sliding_window``; Mistral, Jiang et al.
+            2023): query i attends to j with i - window < j <= i, itself included. 0 (default): not set,
+            :meth:`sliding_window` gives max(2, max_len // 4). Other masks ignore it.
 
     Raises:
         ConfigError: on any out-of-range value (see :meth:`validate`).
@@ -197,10 +205,16 @@ class ModelConfig:
     vocab: int = 11
     pad: int = 0
     max_len: int = 64
+    n_kv_heads: int = 0
+    window: int = 0
 
     @property
     def d_k(self) -> int:
         return self.d_model // self.h
+
+    def sliding_window(self) -> int:
+        """The sliding-window mask's window w: ``window`` when set, else max(2, max_len // 4)."""
+        return self.window or max(2, self.max_len // 4)
 
     def validate(self) -> "ModelConfig":
         if self.N < 1:
@@ -221,6 +235,11 @@ class ModelConfig:
             raise ConfigError(f"pad must be a token id in [0, vocab), got {self.pad}")
         if self.max_len < 2:
             raise ConfigError(f"max_len must be >= 2, got {self.max_len}")
+        if self.window < 0:
+            raise ConfigError(f"window must be >= 0 (0: not set), got {self.window}")
+        if self.n_kv_heads < 0 or (self.n_kv_heads and self.h % self.n_kv_heads):
+            raise ConfigError(f"n_kv_heads must divide h (or be 0: not set): got n_kv_heads={self.n_kv_heads}, "
+                              f"h={self.h} (try one of {[n for n in range(1, self.h + 1) if self.h % n == 0]})")
         return self
 
     @classmethod

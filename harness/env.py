@@ -8,11 +8,12 @@ features that can move results (Bouthillier et al. 2021).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import re
 import resource
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 
@@ -64,6 +65,19 @@ def pin_threads(threads: int | None) -> int:
     if threads:
         torch.set_num_threads(int(threads))
     return torch.get_num_threads()
+
+
+@contextlib.contextmanager
+def threads_pinned(threads: int | None) -> Iterator[int]:
+    """``torch.set_num_threads(threads)`` inside the block (nothing when None), restored afterwards;
+    yields the intra-op threads in use."""
+    before = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(int(threads))
+    try:
+        yield torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)
 
 
 def deterministic_cuda() -> None:

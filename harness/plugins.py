@@ -50,6 +50,7 @@ BUILTIN_MODULES = (
     "variants.positional",
     "variants.embedding",
     "variants.attention",
+    "variants.attention_modern",
     "variants.mask",
     "variants.feed_forward",
     "variants.presets",

@@ -66,8 +66,8 @@ class Component:
             ``"nan"`` (declared: softmax of an all -inf row). Rows of a real batch must be
             finite whatever is declared here.
         reference: the name of an independent reference formula in the checks
-            (:data:`harness.checks.formulas.FORMULAS`, e.g. ``"rope"``, ``"alibi"``, ``"learned"``,
-            ``"rmsnorm"``, ``"swiglu"``) that a component declaring ``differs=`` is held to instead of
+            (:data:`harness.checks.formulas.FORMULAS`: ``"rotary"``, ``"linear_biases"``,
+            ``"learned_absolute"``, ``"rms_norm"``, ``"ffn_relu"``, ``"ffn_gelu"``, ``"ffn_swiglu"``, ``"ffn_geglu"``) that a component declaring ``differs=`` is held to instead of
             the slot's default reference: ``check`` fails it when it differs from that formula and
             reports the size of its declared difference from the slot's reference as well. A component
             ``equivalent_to=`` one with a ``reference`` is held to the same formula.

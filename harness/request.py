@@ -228,6 +228,9 @@ class CheckRequest:
         results_dir, run_id: the record goes to ``<results_dir>/checks/<run_id>/`` (default id
             ``check-<timestamp>``).
         command: the command line shown in the record (default: the equivalent ``python -m harness check``).
+        threads: torch intra-op threads while checking (default 1: the check's tensors are probe-sized,
+            and more threads than free cores make it 10-100x slower on a busy machine); None keeps
+            torch's setting. Restored afterwards.
     """
 
     variants: tuple[str, ...] = ("all",)
@@ -244,6 +247,7 @@ class CheckRequest:
     results_dir: str | Path = "results"
     run_id: str | None = None
     command: str | None = None
+    threads: int | None = 1
 
     def patterns(self) -> list[str]:
         """``variants`` split at commas and spaces."""

@@ -8,6 +8,7 @@ The plugins are loaded by file, as a user would (``--plugin``), and none of them
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -55,6 +56,14 @@ FAULTS = {
     "adv_rope_on_v": "RoPE applied to the values too",
     "adv_rope_after_transpose": "RoPE applied to k after the transpose for Q K^T",
     "adv_swiglu_swapped": "gate and up projections swapped",
+    "adv_gqa_tiled": "K/V heads tiled with repeat()",
+    "adv_rope_base": "RoPE base 1000 instead of 10000",
+    "adv_rope_k_only": "RoPE applied to k only",
+    "adv_alibi_linear_slopes": "ALiBi slopes linear in the head index",
+    "adv_swiglu_no_act": "no activation on the gate",
+    "adv_rmsnorm_eps_outside": "eps added outside the square root",
+    "adv_window_off_by_one": "a window of w + 1 keys",
+    "adv_qk_norm_d_model": "QK-norm statistics over d_model",
 }
 GOOD = sorted(p.stem for p in PLUGINS.glob("good_*.py"))
 
@@ -79,13 +88,25 @@ def test_check_catches_the_undeclared_fault_and_names_it(name):
 
 @pytest.mark.parametrize("name", GOOD)
 def test_correct_plugins_written_from_scratch_pass_without_flags(name):
+    """Each passes with no flags; one with a built-in twin (``TWIN``: RoPE, ALiBi, RMSNorm, SwiGLU) is measured
+    the same function as the twin and shares its equivalence class, whatever the two declare."""
+    twin = re.search(r'^TWIN = "(\w+)"', (PLUGINS / f"{name}.py").read_text(), re.M)
     reg = _registry(name)
-    report = checks.run_checks(reg, reg.select([name, "baseline"]))
+    report = checks.run_checks(reg, reg.select([name, "baseline"] + ([twin.group(1)] if twin else [])))
     assert report.failures() == []
     comp = next(c for c in reg.components.values() if c.plugin.endswith(f"{name}.py"))
-    if comp.differs:  # RMSNorm: the size of the declared difference is reported, not hidden
+    if twin:
+        assert sorted([name, twin.group(1)]) in [sorted(c) for c in report.classes()], report.classes()
+        assert "baseline" not in next(c for c in report.classes() if name in c)
+    if comp.differs and comp.reference:  # held to the formula it names
+        assert {r.verdict for r in report.components if r.name == comp.name} >= {"conforms"}
+    elif comp.differs:  # RMSNorm: the size of the declared difference is reported, not hidden
         res = [r for r in report.components if r.name == comp.name]
         assert res and all(r.verdict == "differs as declared" and r.max_abs > 1e-3 for r in res)
+    elif comp.slot == "attention" and report.pairs[0].verdict == "not comparable":  # shapes of its own (MQA)
+        assert "no canonical counterpart" in report.pairs[0].notes[0]
+        assert sorted(report.classes()) == [["baseline"], [name]]
+        assert {r.verdict for r in report.mha} == {"equivalent"}  # through repeated K/V rows
     elif comp.slot == "attention":  # held to nn.MultiheadAttention with every mask in use
         assert [p.verdict for p in report.pairs] in (["identical"], ["equivalent"])
         assert [sorted(c) for c in report.classes()] == [sorted([name, "baseline"])]
@@ -194,7 +215,7 @@ def test_compare_gates_an_invalid_candidate(tmp_path):
 
 
 def test_run_treats_correct_plugins_like_built_ins(tmp_path):
-    good = ["good_d2l_attention", "good_rmsnorm"]
+    good = ["good_d2l_attention", "good_rmsnorm", "good_mqa"]
     cmd = [sys.executable, "-m", "harness"]
     for name in good:
         cmd += ["--plugin", str(PLUGINS / f"{name}.py")]

@@ -25,7 +25,8 @@ def reg():
 def test_the_modern_group_is_kept_out_of_all_and_selected_by_group(reg):
     modern = {v.name for v in reg.select(["group:modern"])}
     assert {"modern", "rope_positions", "alibi_positions", "learned_positions", "rmsnorm", "swiglu_ffn",
-            "geglu_ffn", "gelu_ffn", "packed_attention", "bias_free"} == modern
+            "geglu_ffn", "gelu_ffn", "packed_attention", "bias_free", "gqa_attention", "mqa_attention",
+            "sliding_window", "qk_norm_attention"} == modern
     assert not modern & {v.name for v in reg.select(["all"])}
     assert reg.variants["modern"].slots["feed_forward"] == "swiglu"
     assert reg.defaults["feed_forward"] == "relu"

@@ -48,6 +48,22 @@ class BoolMask:
         return scores.masked_fill(mask == 0, self.fill)
 
 
+class SlidingWindowMask(BoolMask):
+    """Sliding-window causal attention (Mistral, Jiang et al. 2023; Longformer's local attention, one-sided):
+    the target mask keeps key j for query i when i - w < j <= i (w keys, itself included; HF Mistral's
+    ``j > i - sliding_window``), w = ``ModelConfig.sliding_window()``; the source mask is padding only.
+    Keep-mask convention, fill -1e9. Shape: ``tgt_mask`` (B, 1, T, T), ``src_mask`` (B, 1, 1, S)."""
+
+    def __init__(self, window: int):
+        self.window = window
+
+    def tgt_mask(self, tgt, pad):
+        t = tgt.size(1)
+        i = torch.arange(t, device=tgt.device)[:, None]
+        j = torch.arange(t, device=tgt.device)[None, :]
+        return (tgt != pad)[:, None, None, :] & (j <= i) & (i - j < self.window)  # (B, 1, T, T)
+
+
 class AdditiveMask:
     """0 / -inf float mask added to the scores (happy-llm, PyTorch's float masks)."""
 
@@ -87,6 +103,11 @@ def harness_add_components():
         Component("bool", "mask", lambda ctx: BoolMask(),
                   "bool keep-mask, masked_fill(mask == 0, -1e9); fully masked row -> uniform",
                   "Annotated Transformer (seeds 000, 004)", fully_masked_row="uniform", default=True),
+        Component("sliding_window", "mask", lambda ctx: SlidingWindowMask(ctx.cfg.sliding_window()),
+                  "causal within a window of w keys (model.window, default max_len // 4), bool keep-mask",
+                  "Mistral (Jiang et al. 2023); Longformer local attention",
+                  differs="sliding-window causal attention: query i attends to i - w < j <= i only, not to every "
+                          "earlier key (Mistral, Jiang et al. 2023)", reference="causal_window"),
         Component("additive", "mask", lambda ctx: AdditiveMask(),
                   "float 0/-inf added to scores; fully masked row -> NaN", "happy-llm (seed 002)",
                   fully_masked_row="nan"),

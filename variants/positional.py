@@ -194,5 +194,6 @@ def harness_add_components():
         Component("alibi", "positional", ALiBiPositional,
                   "x*sqrt(d_model); -m_h |i - j| added to self-attention scores", "Press et al. 2022 (ALiBi)",
                   differs="no additive PE: -m_h * |i - j| added to the scores of every self-attention, slopes "
-                          "2^(-8h/H) (Press et al. 2022)", reference="linear_biases"),
+                          "2^(-8h/H), interleaved from 2n heads when H is not a power of 2 (Press et al. 2022)",
+                  reference="linear_biases"),
     ]

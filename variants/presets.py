@@ -64,6 +64,15 @@ MODERN = [
     _modern("bias_free", {"projections": "bias_free"}, "baseline with bias-free projections", "PaLM; LLaMA"),
     _modern("packed_attention", {"attention": "sdpa_packed"}, "baseline with packed-QKV SDPA attention",
             "nanoGPT; timm"),
+    _modern("gqa_attention", {"attention": "gqa"},
+            "baseline with grouped-query attention (n_kv_heads K/V heads, default h/2)", "Ainslie et al. 2023; LLaMA-2/3"),
+    _modern("sliding_window", {"mask": "sliding_window"},
+            "baseline with sliding-window causal self-attention in the decoder (w = model.window, default "
+            "max_len // 4)", "Mistral (Jiang et al. 2023)"),
+    _modern("qk_norm_attention", {"attention": "qk_norm"},
+            "baseline with QK-norm (RMSNorm on each head's q and k)", "Gemma 3; Qwen3; OLMo 2"),
+    _modern("mqa_attention", {"attention": "mqa"}, "baseline with multi-query attention (one K/V head)",
+            "Shazeer 2019; PaLM"),
 ]
 
 

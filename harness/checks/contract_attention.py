@@ -18,33 +18,36 @@ from ..model import canonical_state_dict
 from ..registry import Component
 from ..model import PositionHooks
 from .contract_base import (CONFORMS, CRASHES, TAKES_NO_POSITIONS, VIOLATES, ComponentResult, ReferenceMask, component_result, crash_result,
-                            judge, load_random_state, output_gap, reference_components, sibling_context)
-from .formulas import alibi_reference, rope_reference
+                            formula_result, judge, load_random_state, output_gap, reference_components,
+                            sibling_context, unknown_formula)
+from .formulas import WINDOW_FAULTS, alibi_reference, rope_reference, window_keep
 from .inputs import describe_exception, fmt_size, padded_batch
 
 # --------------------------------------------------------------------------- attention
 
 def reference_attention(query: torch.Tensor, kv: torch.Tensor, state: dict[str, torch.Tensor], h: int,
-                        keep: torch.Tensor, fault: str = "", positions: str = "") -> torch.Tensor:
+                        keep: torch.Tensor, fault: str = "", positions: str = "", formula: str = "") -> torch.Tensor:
     """Multi-head attention in float64 from canonical weights, optionally with one known ``fault``.
 
     Args:
         query: (B, Tq, D); kv: (B, Tk, D) (keys and values).
-        state: ``w_q, w_k, w_v, w_o`` ``.weight`` (D, D) and optional ``.bias`` (D,).
-        keep: (B, 1, Tq, Tk) bool, True = attend.
-        fault: "" for the reference, else a key of :data:`ATTENTION_FAULTS` or :data:`POSITION_FAULTS`.
+        state: ``w_q, w_o`` ``.weight`` (D, D), ``w_k, w_v`` ``.weight`` (n_kv d_k, D) and optional
+            ``.bias``; n_kv (read from the ``w_k`` rows) K/V heads, each serving a contiguous group of
+            h / n_kv query heads (query head i reads K/V head i // (h / n_kv): LLaMA's ``repeat_kv``,
+            Ainslie et al. 2023); n_kv = h is multi-head attention.
+        keep: (B, 1, Tq, Tk) bool, True = attend. fault: "" or a key of :data:`ATTENTION_FAULTS`, :data:`POSITION_FAULTS`
+            or :data:`QK_NORM_FAULTS`. formula: "" or ``"qk_rmsnorm"`` (:func:`qk_normed`, the gains from ``state``).
         positions: "" (none), ``"rotary"`` (q and k of each head rotated, :func:`~harness.checks.formulas.rope_reference`)
             or ``"linear_biases"`` (:func:`~harness.checks.formulas.alibi_reference` added to the scaled scores).
 
     Returns: (B, Tq, D) float64.
     """
     b, tq, d = query.shape
-    tk, d_k = kv.size(1), d // h
+    tk, d_k, n_kv = kv.size(1), d // h, kv_heads_of(state, h, d // h)
 
     def lin(x, n):
-        w = state[f"{n}.weight"].double()
         bias = state.get(f"{n}.bias")
-        return F.linear(x.double(), w, None if bias is None else bias.double())
+        return F.linear(x.double(), state[f"{n}.weight"].double(), None if bias is None else bias.double())
 
     q, k, v = lin(query, "w_q"), lin(kv, "w_k"), lin(kv, "w_v")
     if fault == "kv_swapped":
@@ -52,14 +55,16 @@ def reference_attention(query: torch.Tensor, kv: torch.Tensor, state: dict[str, 
     if fault == "k_is_v":
         v = k
 
-    def split(x, length):  # (B, L, D) -> (B, H, L, d_k)
+    def split(x, length, heads=h):  # (B, L, heads*d_k) -> (B, heads, L, d_k)
         if fault == "no_transpose":
-            return x.reshape(b, h, length, d_k)
-        return x.view(b, length, h, d_k).transpose(1, 2)
+            return x.reshape(b, heads, length, d_k)
+        return x.reshape(b, length, heads, d_k).transpose(1, 2)
 
     if fault == "rope_before_split" and positions == "rotary":
         q, k = rope_reference(q), rope_reference(k)  # (B, L, D): frequencies over d_model
-    q, k, v = split(q, tq), split(k, tk), split(v, tk)
+    q, k, v = split(q, tq), split(k, tk, n_kv), split(v, tk, n_kv)
+    q, k = qk_normed(q, k, state, formula, fault)
+    k, v = _grouped_kv(k, h, fault), _grouped_kv(v, h, fault)
     q, k, v, kt = _rotated(q, k, v, fault) if positions == "rotary" else (q, k, v, None)
     scale = {"scale_d_model": 1.0 / d, "scale_sqrt_d_model": 1.0 / math.sqrt(d), "no_scale": 1.0,
              "scale_d_k": 1.0 / d_k}.get(fault, 1.0 / math.sqrt(d_k))
@@ -80,6 +85,58 @@ def reference_attention(query: torch.Tensor, kv: torch.Tensor, state: dict[str, 
     x = torch.matmul(p, v)  # (B, H, Tq, d_k)
     x = x.reshape(b, tq, d) if fault == "no_transpose" else x.transpose(1, 2).reshape(b, tq, d)  # (B, Tq, D)
     return x if fault == "no_out_proj" else lin(x, "w_o")
+
+
+def _rms(x: torch.Tensor, g: torch.Tensor, dims=(-1,)) -> torch.Tensor:
+    return x / (x.pow(2).mean(dims, keepdim=True) + 1e-6).sqrt() * g.double()
+
+
+def qk_normed(q: torch.Tensor, k: torch.Tensor, state: dict[str, torch.Tensor], formula: str, fault: str = ""):
+    """QK-norm (``formula="qk_rmsnorm"``): each head's q and k (B, heads, L, d_k) RMS-normalised over d_k,
+    eps 1e-6, times the gains ``q_norm.weight``, ``k_norm.weight`` (d_k,), before RoPE (Gemma 3, Qwen3;
+    Dehghani et al. 2023, OLMo 2); or as a :data:`QK_NORM_FAULTS` entry does it. Unchanged without ``formula``."""
+    if formula != "qk_rmsnorm":
+        return q, k
+    gq, gk = state["q_norm.weight"], state["k_norm.weight"]
+    if fault == "qk_norm_d_model":  # statistics over every head's features (B, L, D) instead of each head's d_k
+        return _rms(q, gq, (1, 3)), _rms(k, gk, (1, 3))
+    if fault == "qk_norm_q_only":
+        return _rms(q, gq), k.double()
+    if fault == "qk_norm_gains_swapped":
+        return _rms(q, gk), _rms(k, gq)
+    return _rms(q, gq), _rms(k, gk)
+
+
+#: Known QK-norm mistakes (tried for a component declaring ``reference="qk_rmsnorm"``).
+QK_NORM_FAULTS: dict[str, str] = {
+    "qk_norm_d_model": "QK-norm statistics over d_model (all heads together) where each head is normalised over "
+                       "its own d_k",
+    "qk_norm_q_only": "QK-norm applied to q only (k not normalised)",
+    "qk_norm_gains_swapped": "QK-norm gains swapped (q_norm.weight used on k and k_norm.weight on q)",
+}
+
+
+def kv_heads_of(state: dict[str, torch.Tensor], h: int, d_k: int) -> int:
+    """n_kv, the K/V heads of canonical attention ``state``: the ``w_k`` rows / d_k (h for multi-head attention).
+
+    Raises:
+        ValueError: ``w_k`` rows not a multiple of d_k, n_kv not dividing h, or ``w_v`` of another shape.
+    """
+    rows = state["w_k.weight"].size(0)
+    n_kv = rows // d_k
+    if n_kv < 1 or n_kv * d_k != rows or h % n_kv or state["w_v.weight"].shape != state["w_k.weight"].shape:
+        raise ValueError(f"w_k {tuple(state['w_k.weight'].shape)} / w_v {tuple(state['w_v.weight'].shape)}: the rows "
+                         f"must be n_kv * d_k = n_kv * {d_k} with n_kv dividing h = {h}")
+    return n_kv
+
+
+def _grouped_kv(x: torch.Tensor, h: int, fault: str) -> torch.Tensor:
+    """(B, n_kv, Tk, d_k) -> (B, H, Tk, d_k): K/V head j serves query heads j*g .. (j+1)*g - 1, g = H / n_kv
+    (``repeat_interleave``); the ``kv_heads_tiled`` fault tiles them (``repeat``: query head i reads i % n_kv)."""
+    n_kv = x.size(1)
+    if n_kv == h:
+        return x
+    return x.repeat(1, h // n_kv, 1, 1) if fault == "kv_heads_tiled" else x.repeat_interleave(h // n_kv, dim=1)
 
 
 def _rotated(q, k, v, fault: str):
@@ -110,6 +167,9 @@ ATTENTION_FAULTS: dict[str, str] = {
     "mask_rows_permuted": "the mask folded into the heads with repeat() where the heads are batch-major "
                           "(repeat_interleave): each row gets another row's mask",
     "no_out_proj": "the output projection w_o is not applied",
+    "kv_heads_tiled": "K/V heads tiled with repeat() where each K/V head serves a contiguous group of query heads "
+                      "(LLaMA's repeat_kv = repeat_interleave over the head axis): query head i reads K/V head "
+                      "i % n_kv instead of i // (h / n_kv)",
 }
 
 #: Known ways attention code mishandles positions that act inside it (tried when the check gives the
@@ -173,6 +233,9 @@ def check_attention(comp: Component, cfg: ModelConfig, seed: int = 0) -> list[Co
     :func:`reference_attention`. Compared at real query rows (padded query rows are never scored).
     Eval mode must be deterministic (no dropout left on). On a difference the known faults
     (:data:`POSITION_FAULTS` with positions, then :data:`ATTENTION_FAULTS`) are tried for a diagnosis."""
+    bad = unknown_formula(comp)
+    if bad:
+        return bad
     inputs = _attention_inputs(cfg, seed)
     positions = {"": None, "rotary": PositionHooks(_ReferenceRoPE(), cfg.h), "linear_biases": PositionHooks(_ReferenceALiBi(cfg.h), cfg.h)}
     out = []
@@ -209,7 +272,7 @@ def _attention_case_result(comp, ctx, cfg: ModelConfig, seed: int, kind: str, po
     kv = x if kind == "self" else mem
     mask = ReferenceMask().tgt_mask(tgt, cfg.pad) if kind == "self" else ReferenceMask().src_mask(src, cfg.pad)
     keep = mask.expand(x.size(0), 1, x.size(1), kv.size(1))
-    ref = reference_attention(x, kv, state, cfg.h, keep, positions=pos)
+    ref = reference_attention(x, kv, state, cfg.h, keep, positions=pos, formula=comp.reference)
     runs = {prec: _attention_case(attn, x, kv, mask, dt) for prec, dt in
             (("float64", torch.float64), ("float32", torch.float32))}
     again = _attention_case(attn, x, kv, mask, torch.float64)
@@ -226,23 +289,23 @@ def _attention_case_result(comp, ctx, cfg: ModelConfig, seed: int, kind: str, po
     gap, thr = gaps[prec]
     diagnosis = ""
     if gap > thr:
-        diagnosis = _diagnose_attention(runs[prec][real], x, kv, state, cfg.h, keep, real, pos)
+        diagnosis = _diagnose_attention(runs[prec][real], x, kv, state, cfg.h, keep, real, pos, comp.reference)
         if gaps["float64"][0] <= gaps["float64"][1]:
             diagnosis = f"right in float64 but not in float32 ({diagnosis or 'unknown fault'})"
-    return judge(comp, label, gap, thr, diagnosis)
+    return formula_result(comp, label, gap, thr, diagnosis) if comp.reference else judge(comp, label, gap, thr, diagnosis)
 
 
-def _diagnose_attention(got: torch.Tensor, x, kv, state, h: int, keep, real, positions: str = "") -> str:
+def _diagnose_attention(got: torch.Tensor, x, kv, state, h: int, keep, real, positions: str = "", formula: str = "") -> str:
     """The first :data:`POSITION_FAULTS` (with ``positions``) or :data:`ATTENTION_FAULTS` entry that
     reproduces ``got`` (rows at ``real``), compared where ``got`` is finite; "" when none does."""
     finite = torch.isfinite(got)
     note = "" if finite.all() else " (and NaN or inf in the output)"
     if not finite.any():
         return "the output is NaN or inf at every real query row"
-    faults = {**(POSITION_FAULTS if positions else {}), **ATTENTION_FAULTS}
+    faults = {**(QK_NORM_FAULTS if formula else {}), **(POSITION_FAULTS if positions else {}), **ATTENTION_FAULTS}
     for fault, text in faults.items():
         try:
-            alt = reference_attention(x, kv, state, h, keep, fault, positions)[real]
+            alt = reference_attention(x, kv, state, h, keep, fault, positions, formula)[real]
         except RuntimeError:  # a fault that cannot apply to these shapes
             continue
         g2, t2 = output_gap(got[finite], alt[finite])
@@ -261,12 +324,16 @@ def check_mask(comp: Component, cfg: ModelConfig, seed: int = 0) -> list[Compone
     padding must give what ``fully_masked_row`` declares. The diagnosis names the pattern
     (shifted causal mask, padding ignored, mask inverted).
     """
+    bad = unknown_formula(comp)
+    if bad:
+        return bad
     style = sibling_context(cfg, reference_components(mask=comp)).make("mask")
     g = torch.Generator().manual_seed(seed + 41)
     problems = {"padding": [], "causal": [], "finite": []}
     worst = {"padding": 0.0, "causal": 0.0}
+    window = cfg.sliding_window() if comp.reference == "causal_window" else 0
     for bs, s_len, t_len, bseed in ((4, 9, 10, seed), (3, 7, 12, seed + 1)):
-        _mask_batch(style, cfg, g, padded_batch(cfg, bs, s_len, t_len, seed=bseed), problems, worst)
+        _mask_batch(style, cfg, g, padded_batch(cfg, bs, s_len, t_len, seed=bseed), problems, worst, window)
     out: list[ComponentResult] = []
     for kind in ("padding", "causal"):
         label = f"{kind} semantics (softmax at real query rows)"
@@ -284,14 +351,15 @@ def check_mask(comp: Component, cfg: ModelConfig, seed: int = 0) -> list[Compone
 
 
 def _mask_batch(style, cfg: ModelConfig, g: torch.Generator, batch, problems: dict[str, list[str]],
-                worst: dict[str, float]) -> None:
+                worst: dict[str, float], window: int = 0) -> None:
     """One padded batch of :func:`check_mask`: softmax(apply(scores, mask)) for the source padding and
-    the target (padding & causal) masks against the reference masked softmax; adds to ``problems``
-    (kind -> messages) and raises ``worst`` (kind -> largest error at real query rows)."""
+    the target (padding & causal, within ``window`` keys when given: :func:`~harness.checks.formulas.window_keep`)
+    masks against the reference masked softmax; adds to ``problems`` (kind -> messages) and raises ``worst``
+    (kind -> largest error at real query rows)."""
     src, tgt, _ = batch
     b, s, t, h = src.size(0), src.size(1), tgt.size(1), cfg.h
     rows = (tgt != cfg.pad)[:, None, :].expand(b, h, t)  # (B, H, T) real query rows
-    causal = torch.ones(t, t, dtype=torch.bool).tril()
+    causal = window_keep(t, window) if window else torch.ones(t, t, dtype=torch.bool).tril()
     cases = {"padding": (torch.randn(b, h, t, s, generator=g), lambda: style.src_mask(src, cfg.pad),
                          (src != cfg.pad)[:, None, None, :].expand(b, h, t, s)),
              "causal": (torch.randn(b, h, t, t, generator=g), lambda: style.tgt_mask(tgt, cfg.pad),
@@ -318,7 +386,19 @@ def _mask_batch(style, cfg: ModelConfig, g: torch.Generator, batch, problems: di
         err = float(d.max()) if d.numel() else 0.0
         worst[kind] = max(worst[kind], err)
         if err > 1e-6:
-            problems[kind].append(diagnose_mask(kind, p, keep, rows, cfg, src, tgt))
+            problems[kind].append(_window_fault(p, tgt, cfg.pad, window, rows) if window and kind == "causal" else
+                                  diagnose_mask(kind, p, keep, rows, cfg, src, tgt))
+
+
+def _window_fault(p: torch.Tensor, tgt: torch.Tensor, pad: int, w: int, rows: torch.Tensor) -> str:
+    """The :data:`~harness.checks.formulas.WINDOW_FAULTS` entry whose keep-mask gives the weights ``p``
+    (B, H, T, T) non-zero exactly where they are, at real query ``rows`` (B, H, T); else a generic line."""
+    seen = (p > 0) & rows[..., None]
+    real = (tgt != pad)[:, None, None, :]
+    for fault, text in WINDOW_FAULTS.items():
+        if torch.equal(seen, (real & window_keep(tgt.size(1), w, fault)).expand_as(p) & rows[..., None]):
+            return f"{text} (w = {w})"
+    return f"the sliding-window mask's weights differ from the causal window i - {w} < j <= i at real query rows"
 
 
 def _classify_row(p: torch.Tensor) -> str:

@@ -36,7 +36,7 @@ SLOT_REFERENCES: dict[str, str] = {
             "no LayerNorm (ReZero, Bachlechner et al. 2021)",
     "positional": "x * sqrt(d_model) + PE[:L] with the sinusoidal PE of Vaswani et al. 2017 §3.5, dropout after; "
                   "nothing inside attention (a component that rotates q and k or biases the scores declares it "
-                  "and names its formula: reference=\"rope\" / \"alibi\")",
+                  "and names its formula: reference=\"rotary\" / \"linear_biases\", harness.checks.formulas.FORMULAS)",
     "embedding": "src(ids) = src.weight[ids] and tgt(ids) = tgt.weight[ids], one lookup per token and nothing "
                  "else; logits(x) = x generator.weight^T + generator.bias (Vaswani et al. 2017 §3.4)",
     "projections": "linear(d_in, d_out) returns an nn.Linear-like module: y = x weight^T (+ bias), weight "

@@ -21,7 +21,7 @@ from ..registry import Component
 from .contract_base import (ATOL, CONFORMS, VIOLATES, ComponentResult, component_result, crash_result, formula_result,
                             judge, load_random_state, output_gap, reference_components, sibling_context,
                             unknown_formula)
-from .formulas import rmsnorm_reference
+from .formulas import rmsnorm_faults, rmsnorm_reference
 from .inputs import padded_batch
 
 # --------------------------------------------------------------------------- layer_norm, norm
@@ -50,10 +50,13 @@ def check_layer_norm(comp: Component, cfg: ModelConfig, seed: int = 0) -> list[C
         return [crash_result(comp, label, exc)]
     held = []
     if comp.reference == "rms_norm":
-        g2, t2 = output_gap(got, rmsnorm_reference(x, ref.weight.detach()))
-        held = [formula_result(comp, "vs RMSNorm a / RMS(a) * g (Zhang & Sennrich 2019)", g2, t2,
-                               "with the mean subtracted (a LayerNorm without bias)" if output_gap(
-                                   got, F.layer_norm(x, (cfg.d_model,), ref.weight.detach(), eps=1e-6))[0] <= t2 else "")]
+        xs = torch.cat([x, x[:1] * 1e-3])  # a row of activations ~1e-3: mean(a^2) ~ eps, where eps's place shows
+        with torch.no_grad():
+            got_s = mod(xs)
+        g2, t2 = output_gap(got_s, rmsnorm_reference(xs, ref.weight.detach()))
+        fault = next((text for text, alt in rmsnorm_faults(xs, ref.weight.detach()).items()
+                      if output_gap(got_s, alt)[0] <= output_gap(got_s, alt)[1]), "") if g2 > t2 else ""
+        held = [formula_result(comp, "vs RMSNorm a / RMS(a) * g (Zhang & Sennrich 2019)", g2, t2, fault)]
         label = "declared difference vs nn.LayerNorm(d_model)"
     gap, thr = output_gap(got, want)
     diagnosis = ""
@@ -93,7 +96,8 @@ def check_norm(comp: Component, cfg: ModelConfig, seed: int = 0) -> list[Compone
         if "norm.weight" not in state:
             return [(component_result(comp, label, VIOLATES, False, detail=(
                 f"no LayerNorm child named 'norm' made with ctx.layer_norm() (canonical names: "
-                f"{', '.join(sorted(state)) or 'none'})")))]
+                f"{', '.join(sorted(state)) or 'none'}); a residual block with no LayerNorm (ReZero, "
+                f"x + alpha * sublayer(x)) declares it: Component(..., has_layer_norm=False, differs=\"...\")")))]
         ln = nn.LayerNorm(cfg.d_model).double()
         with torch.no_grad():
             ln.weight.copy_(state["norm.weight"])

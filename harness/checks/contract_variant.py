@@ -96,7 +96,7 @@ def variant_contract(s: CheckSession, v: Variant) -> list[ProbeResult]:
     src, tgt, labels = (t.to(s.device) for t in s.batch)
     keep = tgt != s.cfg.pad
     try:
-        model, _ = load_variant(s.registry, v, s.cfg, s.state)
+        model, _ = load_variant(s.registry, v, s.cfg, s.state_for(v.name))
         model = model.to(s.device).eval()
         model.zero_grad(set_to_none=True)
         logits = model(src, tgt)

@@ -20,8 +20,10 @@ FORMULAS: dict[str, dict[str, str]] = {
         "learned_absolute": "x * sqrt(d_model) + weight[:L], weight the canonical (max_len, D) table (GPT-2, BERT)",
         "rotary": "x * sqrt(d_model) on the embeddings; in self-attention each head's q and k rotated as complex "
                 "pairs (x_2i + i x_2i+1) * exp(i pos theta_i), theta_i = 10000^(-2i/d_k) (RoFormer eq. 12/34)",
-        "linear_biases": "x * sqrt(d_model) on the embeddings; -m_h |i - j| added to head h's scaled scores, m_h the "
-                 "geometric sequence starting at 2^(-8/H) with ratio 2^(-8/H) (Press et al. 2022 §3)",
+        "linear_biases": "x * sqrt(d_model) on the embeddings; -m_h |i - j| added to head h's scaled scores; for H a "
+                 "power of 2, m_h = 2^(-8h/H), h = 1..H (the geometric sequence from 2^(-8/H) with ratio 2^(-8/H)); "
+                 "otherwise, with n the power of 2 below H, the n slopes for n heads followed by the 1st, 3rd, 5th, "
+                 "... slopes for 2n heads until H slopes (Press et al. 2022 §3 and its code)",
     },
     "layer_norm": {
         "rms_norm": "a / RMS(a) * g with RMS(a) = sqrt(mean(a^2) + 1e-6), no mean, no bias (Zhang & Sennrich 2019 "
@@ -36,6 +38,39 @@ FORMULAS: dict[str, dict[str, str]] = {
         "ffn_geglu": "(GELU(x W) * x V) W_2; W = w_gate, V = w_up, W_2 = w_down (Shazeer 2020 eq. 6)",
     },
 }
+
+FORMULAS["attention"] = {
+    "qk_rmsnorm": "scaled dot-product attention with QK-norm: each head's q and k RMS-normalised over d_k (eps 1e-6) "
+                  "times learned gains q_norm.weight, k_norm.weight (d_k,), after the head split and before RoPE "
+                  "(Dehghani et al. 2023; OLMo 2; Gemma 3, Qwen3 q_norm / k_norm)",
+}
+FORMULAS["mask"] = {
+    "causal_window": "causal with a window of w keys (ModelConfig.sliding_window()): query i attends to the real "
+                      "keys j with i - w < j <= i, itself included (Mistral, Jiang et al. 2023; HF Mistral's mask "
+                      "j > i - sliding_window); the source padding mask unchanged",
+}
+
+
+def window_keep(t: int, w: int, fault: str = "") -> torch.Tensor:
+    """(T, T) bool: the sliding-window causal keep-mask, i - w < j <= i (or as ``fault`` of
+    :data:`WINDOW_FAULTS` makes it)."""
+    i = torch.arange(t)[:, None]
+    j = torch.arange(t)[None, :]
+    if fault == "two_sided":
+        return (i - j).abs() < w
+    width = {"one_more": w + 1, "one_less": w - 1, "no_window": t + 1}.get(fault, w)
+    return (j <= i) & (i - j < width)
+
+
+#: Known sliding-window mistakes -> what the check prints.
+WINDOW_FAULTS = {
+    "one_more": "a window of w + 1 keys (i - w <= j <= i: 'positions between i - W and i' read inclusively) where "
+                "the window holds w keys, itself included (j > i - w)",
+    "one_less": "a window of w - 1 keys (itself not counted in w) where the window holds w keys, itself included",
+    "no_window": "no window: plain causal attention (every earlier key kept)",
+    "two_sided": "a two-sided window |i - j| < w (Longformer's local attention) where the sliding window is causal",
+}
+
 
 #: gated formulas: canonical ``w_gate``, ``w_up`` (inner, D) and ``w_down`` (D, inner) -- names of their own,
 #: since their inner width (Shazeer's 2/3 d_ff) differs from the ReLU FFN's ``w_1`` / ``w_2``
@@ -98,6 +133,19 @@ def alibi_faults(h: int, tq: int, tk: int) -> dict[str, torch.Tensor]:
                 alibi_reference(h, tq, tk, slopes[:h])
     out["ALiBi slopes in reverse order (head 0 gets the smallest slope)"] = \
         alibi_reference(h, tq, tk, alibi_slopes_reference(h).flip(0))
+    if h & (h - 1):
+        plain = torch.tensor([2.0 ** (-8.0 * (i + 1) / h) for i in range(h)], dtype=torch.float64)
+        out[f"ALiBi slopes 2^(-8i/h) for h = {h}, not a power of 2: the paper takes the {1 << (h.bit_length() - 1)} "
+            f"slopes of the power of 2 below, then every other slope for {2 << (h.bit_length() - 1)} heads"] = \
+            alibi_reference(h, tq, tk, plain)
+    linear = torch.arange(1, h + 1, dtype=torch.float64) / h
+    out["ALiBi slopes linear in the head index (m_h = h / H) where the paper's are geometric (2^(-8/H), "
+        "2^(-16/H), ...)"] = alibi_reference(h, tq, tk, linear)
+    out["ALiBi slopes 1/2, 1/4, 1/8, ... (ratio 1/2 whatever H) where the paper's ratio is 2^(-8/H)"] = \
+        alibi_reference(h, tq, tk, torch.tensor([2.0 ** -(i + 1) for i in range(h)], dtype=torch.float64))
+    signed = torch.arange(tq, dtype=torch.float64)[:, None] - torch.arange(tk, dtype=torch.float64)[None, :]
+    out["ALiBi bias on the signed distance -m (i - j) instead of -m |i - j| (keys after the query rewarded)"] = \
+        -alibi_slopes_reference(h)[:, None, None] * signed
     out["ALiBi bias added with the wrong sign (+m |i - j|: distant keys rewarded)"] = -alibi_reference(h, tq, tk)
     out["no ALiBi bias reaches the scores"] = torch.zeros(h, tq, tk, dtype=torch.float64)
     return out
@@ -118,9 +166,18 @@ def rope_faults(q: torch.Tensor, k: torch.Tensor, d_model: int) -> dict[str, tor
             scores(rope_reference(q, dims=d_model), rope_reference(k, dims=d_model)),
         "RoPE rotates by -pos * theta (sin sign flipped)":
             scores(rope_reference(q, sign=-1.0), rope_reference(k, sign=-1.0)),
-        "RoPE applied to q only": scores(rope_reference(q), k.double()),
+        "RoPE applied to q only (k not rotated)": scores(rope_reference(q), k.double()),
+        "RoPE applied to k only (q not rotated)": scores(q.double(), rope_reference(k)),
+        "RoPE exponent -i/d_k instead of -2i/d_k (theta_i = 10000^(-i/d_k): the factor 2 missing)":
+            scores(rope_reference(q, dims=2 * d_k), rope_reference(k, dims=2 * d_k)),
+        **{f"RoPE base {base:g} instead of 10000 (theta_i = {base:g}^(-2i/d_k))":
+           scores(rope_reference(q, base=base), rope_reference(k, base=base)) for base in ROPE_BASES},
         "no rotation reaches q and k": scores(q.double(), k.double()),
     }
+
+
+#: RoPE bases other code uses, tried as faults against RoFormer's 10000 (LLaMA-3: 500000; Code LLaMA: 1e6)
+ROPE_BASES = (100.0, 1000.0, 100000.0, 500000.0, 1000000.0)
 
 
 # --------------------------------------------------------------------------- layer_norm
@@ -130,6 +187,22 @@ def rmsnorm_reference(x: torch.Tensor, g: torch.Tensor, eps: float = 1e-6) -> to
     x = x.double()
     rms = (x.pow(2).sum(-1, keepdim=True) / x.size(-1) + eps).sqrt()
     return x / rms * g.double()
+
+
+def rmsnorm_faults(x: torch.Tensor, g: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Known RMSNorm mistakes -> their output (..., D), on x (..., D) with gain g (D,)."""
+    x, g = x.double(), g.double()
+    ms = x.pow(2).mean(-1, keepdim=True)
+    centred = x - x.mean(-1, keepdim=True)
+    return {
+        "with the mean subtracted (a LayerNorm without bias)":
+            centred / (centred.pow(2).mean(-1, keepdim=True) + 1e-6).sqrt() * g,
+        "eps added outside the square root: a / (sqrt(mean(a^2)) + eps)": x / (ms.sqrt() + 1e-6) * g,
+        "the sum of squares where the mean is meant: a / sqrt(sum(a^2) + eps)":
+            x / (x.pow(2).sum(-1, keepdim=True) + 1e-6).sqrt() * g,
+        "divided by mean(a^2) without the square root": x / (ms + 1e-6) * g,
+        "the gain g not applied": x / (ms + 1e-6).sqrt(),
+    }
 
 
 # --------------------------------------------------------------------------- feed_forward
@@ -152,7 +225,8 @@ def ffn_reference(formula: str, x: torch.Tensor, state: dict[str, torch.Tensor],
                   up: str = "w_up", act: str | None = None) -> torch.Tensor:
     """The feed-forward ``formula`` (:data:`FORMULAS`) on x (..., D) with canonical ``state``; ``gate`` /
     ``up`` / ``act`` only change for the faults (:func:`ffn_faults`)."""
-    acts = {"ffn_relu": torch.relu, "ffn_gelu": _gelu, "ffn_swiglu": _swish, "ffn_geglu": _gelu}
+    acts = {"ffn_relu": torch.relu, "ffn_gelu": _gelu, "ffn_swiglu": _swish, "ffn_geglu": _gelu,
+            "identity": lambda u: u}
     f = acts[act or formula]
     if formula in GATED:
         return _lin(f(_lin(x, state, gate)) * _lin(x, state, up), state, "w_down")
@@ -171,11 +245,16 @@ def ffn_faults(formula: str, x: torch.Tensor, state: dict[str, torch.Tensor]) ->
         names = {"ffn_swiglu": "SiLU/Swish", "ffn_geglu": "GELU"}
         out[f"a {names[other]} gate where {formula} means {names[formula]}"] = \
             ffn_reference(formula, x, state, act=other)
+        out[f"no activation on the gate (x W * x V, a bilinear layer) where {formula} applies {names[formula]} to "
+            f"x W"] = ffn_reference(formula, x, state, act="identity")
+        out[f"a ReLU gate (ReGLU) where {formula} means {names[formula]}"] = \
+            ffn_reference(formula, x, state, act="ffn_relu")
     else:
         for other in ("ffn_relu", "ffn_gelu"):
             if other != formula:
                 out[f"{other[4:].upper()} where {formula[4:].upper()} is meant"] = \
                     ffn_reference(formula, x, state, act=other)
+        out["no activation between w_1 and w_2 (two linear maps)"] = ffn_reference(formula, x, state, act="identity")
         if formula == "ffn_gelu":
             u = _lin(x, state, "w_1")
             approx = 0.5 * u * (1 + torch.tanh(math.sqrt(2 / math.pi) * (u + 0.044715 * u ** 3)))

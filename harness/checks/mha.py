@@ -1,6 +1,9 @@
 """Attention components against ``torch.nn.MultiheadAttention`` with mapped weights.
 
 ``in_proj_weight`` = [w_q; w_k; w_v] (3D, D), ``out_proj`` = w_o; MHA's bool masks mean True = blocked.
+Grouped-query attention (``w_k``, ``w_v`` of (n_kv d_k, D)) is mapped to the multi-head attention that
+computes the same function: each K/V head's rows repeated for its h / n_kv query heads; the MHA
+gradients of the repeats are summed back per K/V head.
 
 Shape letters: B batch, S source length, T target length, D = d_model.
 """
@@ -22,21 +25,38 @@ def _resolved_components(registry: Registry, slots: dict[str, str]):
     return {slot: registry.component(slot, name) for slot, name in Variant("_check", slots).resolved().items()}
 
 
-def _mha_state(attn_state: dict[str, torch.Tensor], has_bias: bool) -> dict[str, torch.Tensor]:
-    out = {"in_proj_weight": torch.cat([attn_state[f"w_{x}.weight"] for x in "qkv"]),
+def _grouped(t: torch.Tensor, d: int, h: int) -> torch.Tensor:
+    """K/V rows (n_kv d_k, ...) of grouped-query attention -> the (D, ...) rows of the multi-head attention
+    computing the same function: each K/V head's rows repeated for its h / n_kv query heads (repeat_kv)."""
+    d_k = d // h
+    n_kv = t.size(0) // d_k
+    return t.reshape(n_kv, 1, d_k, *t.shape[1:]).expand(n_kv, h // n_kv, d_k, *t.shape[1:]).reshape(d, *t.shape[1:])
+
+
+def _mha_state(attn_state: dict[str, torch.Tensor], has_bias: bool, h: int) -> dict[str, torch.Tensor]:
+    d = attn_state["w_q.weight"].size(0)
+    out = {"in_proj_weight": torch.cat([_grouped(attn_state[f"w_{x}.weight"], d, h) for x in "qkv"]),
            "out_proj.weight": attn_state["w_o.weight"]}
     if has_bias:
-        out["in_proj_bias"] = torch.cat([attn_state[f"w_{x}.bias"] for x in "qkv"])
+        out["in_proj_bias"] = torch.cat([_grouped(attn_state[f"w_{x}.bias"], d, h) for x in "qkv"])
         out["out_proj.bias"] = attn_state["w_o.bias"]
     return out
 
 
-def _mha_grads(mha: nn.MultiheadAttention, d: int) -> dict[str, torch.Tensor]:
+def _ungrouped(g: torch.Tensor, rows: int, h: int) -> torch.Tensor:
+    """The gradient of grouped K/V rows (``rows`` = n_kv d_k) from the MHA gradient (D, ...) of their repeats."""
+    d = g.size(0)
+    n_kv = rows // (d // h)
+    return g.reshape(n_kv, h // n_kv, d // h, *g.shape[1:]).sum(1).reshape(rows, *g.shape[1:])
+
+
+def _mha_grads(mha: nn.MultiheadAttention, d: int, rows: dict[str, int]) -> dict[str, torch.Tensor]:
     out = {"w_o.weight": mha.out_proj.weight.grad}
+    h = mha.num_heads
     for i, x in enumerate("qkv"):
-        out[f"w_{x}.weight"] = mha.in_proj_weight.grad[i * d:(i + 1) * d]
+        out[f"w_{x}.weight"] = _ungrouped(mha.in_proj_weight.grad[i * d:(i + 1) * d], rows[x], h)
         if mha.in_proj_bias is not None:
-            out[f"w_{x}.bias"] = mha.in_proj_bias.grad[i * d:(i + 1) * d]
+            out[f"w_{x}.bias"] = _ungrouped(mha.in_proj_bias.grad[i * d:(i + 1) * d], rows[x], h)
     if mha.out_proj.bias is not None:
         out["w_o.bias"] = mha.out_proj.bias.grad
     return {k: v.detach().cpu().clone() for k, v in out.items()}
@@ -90,7 +110,7 @@ def compare_attention_with_mha(registry: Registry, attention: str, mask: str | N
         (o, og, m, mg), (o64, og64, m64, mg64) = runs["lp"], runs["fp64"]
         out = tensor_diff("output", o, m, o64, m64, tol, real)
         padded = max_abs_diff(o[~real].double(), m[~real].double()) if (~real).any() else None
-        grads = [tensor_diff(n, og[n], mg[n], og64[n], mg64[n], tol) for n in sorted(og)]
+        grads = [tensor_diff(n, og[n], mg[n], og64[n], mg64[n], tol) for n in sorted(og) if n in mg]  # QK-norm gains: ours only
         results.append(reference_verdict(subject, reference, expected, out, grads, buggy, padded))
     return results
 
@@ -114,7 +134,7 @@ def _attention_pair(comps, cfg, kind, prec, x, mem, r, src, tgt, device, dtype, 
     load_canonical_state_dict(attn, state)
     has_bias = "w_q.bias" in state
     mha = nn.MultiheadAttention(cfg.d_model, cfg.h, dropout=0.0, bias=has_bias, batch_first=True)
-    mha.load_state_dict(_mha_state(state, has_bias))
+    mha.load_state_dict(_mha_state(state, has_bias, cfg.h))
     attn, mha = attn.to(device, wdtype).eval(), mha.to(device, wdtype).eval()
     src, tgt = src.to(device), tgt.to(device)
     style = ctx.mask
@@ -135,7 +155,7 @@ def _attention_pair(comps, cfg, kind, prec, x, mem, r, src, tgt, device, dtype, 
             out = module(q, kv, kv, ours_mask) if module is attn else \
                 module(q, kv, kv, need_weights=False, **ref_kw)[0]
         (out.to(wdtype) * weight).sum().backward()
-        grads = canonical_grads(attn) if module is attn else _mha_grads(mha, cfg.d_model)
+        grads = canonical_grads(attn) if module is attn else _mha_grads(mha, cfg.d_model, {x: state[f"w_{x}.weight"].size(0) for x in "qkv"})
         grads["input query"] = q.grad.detach().cpu().clone()
         if kind == "cross":
             grads["input memory"] = kv.grad.detach().cpu().clone()

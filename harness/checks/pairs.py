@@ -17,7 +17,7 @@ from ..config import ModelConfig
 from ..registry import Registry, Variant
 from .inputs import fmt_size
 from .policy import Tolerance, expected_relation
-from .runs import CheckSession, VariantRun
+from .runs import CheckSession, VariantRun, layout_conflict
 
 
 @dataclass
@@ -114,13 +114,20 @@ class PairResult:
         """The compared tensor with the largest max|Δ| / threshold."""
         return max(self.diffs, key=lambda d: d.ratio, default=None)
 
+    @property
+    def same_function(self) -> bool:
+        """Measured the same function: logits and every shared canonical gradient within their thresholds
+        (through the canonical views), whatever the two declare. A declared difference measured the same
+        (``no difference (declared different)``) is a note, not a failure, and joins the class too."""
+        return self.verdict in (IDENTICAL, EQUIVALENT, UNEXPECTED_SAME) and self.logits is not None
+
     def cell(self) -> str:
         """Short text for the equivalence matrix ("FAIL" only for a pair that fails the check)."""
         size = max((d.max_abs for d in self.diffs), default=None)
         return {IDENTICAL: "identical", EQUIVALENT: f"≈ {fmt_size(size)}",
                 DECLARED: f"≠ {fmt_size(self.logits.max_abs if self.logits else None)}",
                 UNEXPECTED: f"FAIL ≠ {fmt_size(size)}", UNEXPECTED_SAME: f"≈ {fmt_size(size)} (declared ≠)",
-                CRASHES: "FAIL crash"}.get(self.verdict, self.verdict)
+                CRASHES: "FAIL crash", NOT_COMPARABLE: "no counterpart"}.get(self.verdict, self.verdict)
 
     def explain(self) -> str:
         """One paragraph a reader understands (used in assertion messages)."""
@@ -152,6 +159,12 @@ def layout_relation(ra: "VariantRun", rb: "VariantRun", expected: str, declared:
     if not layout:
         return expected, declared
     return "differs", declared + ["parameter layout: " + "; ".join(layout)]
+
+
+def not_comparable(a: str, b: str, expected: str, declared: list[str], reason: str) -> PairResult:
+    """A pair whose variants cannot hold one canonical state (:func:`~harness.checks.runs.layout_conflict`):
+    never a failure, never one class."""
+    return PairResult(a, b, expected, declared, NOT_COMPARABLE, True, notes=[reason])
 
 
 def compare_runs(ra: VariantRun, rb: VariantRun, expected: str, declared: list[str], tol: Tolerance,
@@ -192,6 +205,9 @@ def compare_variants(registry: Registry, a: str | Variant, b: str | Variant, cfg
     with session.tf32_off():
         session.load_state([va, vb])
         ra, rb = session.run(va), session.run(vb)
+    conflict = layout_conflict(va.name, vb.name, session.shapes)
+    if conflict:
+        return not_comparable(va.name, vb.name, expected or rel, declared, conflict)
     if expected is None:
         rel, declared = layout_relation(ra, rb, rel, declared)
     return compare_runs(ra, rb, expected or rel, declared, session.tol, session.keep)

@@ -11,7 +11,7 @@ import json
 
 from .contract_base import SLOT_REFERENCES
 from .inputs import fmt_size
-from .pairs import EQUIVALENT, IDENTICAL, ReferenceResult, TensorDiff
+from .pairs import EQUIVALENT, IDENTICAL, NOT_COMPARABLE, ReferenceResult, TensorDiff
 from .policy import TOLERANCES
 from ..runmeta import RunMeta
 from .report import CheckReport
@@ -101,6 +101,18 @@ def bug_rows(report: CheckReport) -> list[dict]:
                     b.flagged, detail=" | ".join(b.reasons)) for b in report.bugs]
 
 
+def class_text(report: CheckReport, cls: list[str]) -> str:
+    """``{a, b}``, and for a variant alone in its class because no other variant can hold its canonical
+    parameters (every pair of it not comparable), the reason (:func:`~harness.checks.runs.layout_conflict`)."""
+    text = "{" + ", ".join(cls) + "}"
+    if len(cls) == 1:
+        mine = [p for p in report.results.get("pairs", []) if cls[0] in (p.a, p.b)]
+        apart = [p for p in mine if p.verdict == NOT_COMPARABLE]
+        if apart and len(apart) == len(mine):  # alone because nothing else can hold its parameters
+            text += f": in a class of its own ({apart[0].notes[0].split(' (a component')[0]})"
+    return text
+
+
 def class_summary(report: CheckReport) -> list[dict]:
     """Per equivalence class (and per PyTorch reference): the largest error seen and the tolerance
     it was held to (the pair and tensor closest to its threshold)."""
@@ -110,7 +122,7 @@ def class_summary(report: CheckReport) -> list[dict]:
             continue
         members = set(cls)
         inside = [p for p in report.results.get("pairs", [])
-                  if p.a in members and p.b in members and p.verdict in (IDENTICAL, EQUIVALENT)]
+                  if p.a in members and p.b in members and p.same_function]
         out.append(_summary_row(", ".join(cls), [(f"{p.a} vs {p.b}", p.diffs) for p in inside]))
     for label, name in (("attention components vs nn.MultiheadAttention", "mha"),
                         ("stacks vs nn.Transformer", "transformer"), ("cpu vs cuda", "devices")):
@@ -147,7 +159,7 @@ def render_text(report: CheckReport) -> str:
         parts += ["Equivalence matrix (" + f"{report.device}, {report.dtype}; " + LEGEND + ")", "",
                   _md(matrix_frame(report)), ""]
         parts += ["Equivalence classes:", ""]
-        parts += [f"  {{{', '.join(c)}}}" for c in report.classes()]
+        parts += [f"  {class_text(report, c)}" for c in report.classes()]
         parts += ["", _md(pd.DataFrame(class_summary(report))), ""]
     if report.results.get("bugs"):
         parts += ["Faithful-bug variants:", ""]
@@ -219,7 +231,7 @@ def md_variants(report: CheckReport) -> list[str]:
     if not report.variants:
         return []
     parts = ["## Equivalence matrix", "", LEGEND, "", _md(matrix_frame(report)), "", "## Equivalence classes", ""]
-    parts += [f"- {{{', '.join(c)}}}" for c in report.classes()]
+    parts += [f"- {class_text(report, c)}" for c in report.classes()]
     parts += ["", "Largest error seen in each class (and per PyTorch reference) and the tolerance it was held to:",
               "", _md(pd.DataFrame(class_summary(report))), "", "## Pairs", ""]
     rows = [{"A": p.a, "B": p.b, "expected": p.expected, "verdict": p.verdict,

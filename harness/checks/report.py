@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from ..config import ModelConfig
 from ..errors import HarnessError
-from .pairs import EQUIVALENT, IDENTICAL, PairResult
+from .pairs import PairResult
 from .policy import Tolerance
 
 if TYPE_CHECKING:
@@ -148,7 +148,8 @@ class CheckReport:
 
 
 def classes_of(names: list[str], pairs: list[PairResult]) -> list[list[str]]:
-    """Connected components of ``names`` under the identical/equivalent ``pairs``, largest first."""
+    """Connected components of ``names`` under the ``pairs`` measured the same function
+    (:attr:`~harness.checks.pairs.PairResult.same_function`, whatever they declare), largest first."""
     parent = {v: v for v in names}
 
     def find(x):
@@ -158,7 +159,7 @@ def classes_of(names: list[str], pairs: list[PairResult]) -> list[list[str]]:
         return x
 
     for p in pairs:
-        if p.verdict in (IDENTICAL, EQUIVALENT):
+        if p.same_function:
             parent[find(p.a)] = find(p.b)
     groups: dict[str, list[str]] = {}
     for v in names:

@@ -26,15 +26,30 @@ def reference_state(registry: Registry, variants: Iterable[Variant], cfg: ModelC
     """One canonical state covering every canonical name of ``variants``.
 
     Returns:
-        ``(state, errors)``: the state (:func:`draw_reference_state` over the union of names)
-        and ``{variant: crash reason}`` for variants that could not even be built.
-
-    Raises:
-        HarnessError: two variants use one canonical name with different shapes (a component
-            that does not follow its slot's canonical layout).
+        ``(state, errors)``: the state (:func:`draw_reference_state` over the union of names; a name
+        two variants export with different shapes takes the first variant's shape: see
+        :func:`variant_shapes` for the per-variant layouts) and ``{variant: crash reason}`` for
+        variants that could not even be built.
     """
-    shapes: dict[str, tuple[int, ...]] = {}
-    owner: dict[str, str] = {}
+    shapes, errors = variant_shapes(registry, variants, cfg, seed)
+    union: dict[str, tuple[int, ...]] = {}
+    for own in shapes.values():
+        for name, shape in own.items():
+            union.setdefault(name, shape)
+    return draw_reference_state(union, seed), errors
+
+
+def variant_shapes(registry: Registry, variants: Iterable[Variant], cfg: ModelConfig,
+                   seed: int = 0) -> tuple[dict[str, dict[str, tuple[int, ...]]], dict[str, str]]:
+    """Each buildable variant's canonical layout ``{variant: {name: shape}}`` and ``{variant: crash reason}``.
+
+    A component may give its canonical parameters shapes of its own (grouped-query attention's
+    ``w_k`` (n_kv d_k, D), a SwiGLU at inner width d_ff): each variant then holds a state drawn over
+    its own shapes (:func:`draw_reference_state` is a function of (seed, name, shape), so names with one
+    shape get one value everywhere), and a pair with a name in two shapes is not comparable
+    (:func:`layout_conflict`).
+    """
+    shapes: dict[str, dict[str, tuple[int, ...]]] = {}
     errors: dict[str, str] = {}
     for v in variants:
         try:
@@ -44,14 +59,21 @@ def reference_state(registry: Registry, variants: Iterable[Variant], cfg: ModelC
         except Exception as exc:  # noqa: BLE001 - reported per variant
             errors[v.name] = describe_exception(exc)
             continue
-        for name, t in canonical_state_dict(model).items():
-            if name in shapes and shapes[name] != tuple(t.shape):
-                raise HarnessError(f"canonical parameter {name!r} has shape {shapes[name]} in variant "
-                                   f"{owner[name]!r} but {tuple(t.shape)} in {v.name!r}; a component does not "
-                                   f"follow its slot's canonical layout (see harness/model.py)")
-            shapes.setdefault(name, tuple(t.shape))
-            owner.setdefault(name, v.name)
-    return draw_reference_state(shapes, seed), errors
+        shapes[v.name] = {name: tuple(t.shape) for name, t in canonical_state_dict(model).items()}
+    return shapes, errors
+
+
+def layout_conflict(a: str, b: str, shapes: dict[str, dict[str, tuple[int, ...]]]) -> str:
+    """Why variants ``a`` and ``b`` cannot hold one canonical state ("" when they can): the first
+    canonical name they export with different shapes."""
+    sa, sb = shapes.get(a, {}), shapes.get(b, {})
+    clash = sorted(n for n in set(sa) & set(sb) if sa[n] != sb[n])
+    if not clash:
+        return ""
+    more = f" and {len(clash) - 1} more" if len(clash) > 1 else ""
+    return (f"no canonical counterpart: {clash[0]} has shape {sa[clash[0]]} in {a} but {sb[clash[0]]} in "
+            f"{b}{more} (a component with parameter shapes of its own); compared by its own contract only, "
+            f"in an equivalence class of its own")
 
 
 def load_variant(registry: Registry, variant: Variant, cfg: ModelConfig, state: dict[str, torch.Tensor],
@@ -163,6 +185,7 @@ class CheckSession:
     batch: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
     groups: dict | None = None
     state: dict[str, torch.Tensor] = field(default_factory=dict)
+    shapes: dict[str, dict[str, tuple[int, ...]]] = field(default_factory=dict)
     build_errors: dict[str, str] = field(default_factory=dict)
     tf32: str = ""
     runs: dict[str, VariantRun] = field(default_factory=dict)
@@ -199,17 +222,28 @@ class CheckSession:
             yield self
 
     def load_state(self, variants: Iterable[Variant]) -> None:
-        """Draw the reference canonical state covering ``variants`` (:func:`reference_state`).
+        """Draw the reference canonical state covering ``variants`` (:func:`reference_state`) and keep
+        each variant's layout (:func:`variant_shapes`, :meth:`state_for`)."""
+        self.shapes, self.build_errors = variant_shapes(self.registry, variants, self.cfg, self.seed)
+        union: dict[str, tuple[int, ...]] = {}
+        for own in self.shapes.values():
+            for name, shape in own.items():
+                union.setdefault(name, shape)
+        self.state = draw_reference_state(union, self.seed)
 
-        Raises:
-            HarnessError: inconsistent canonical layouts.
-        """
-        self.state, self.build_errors = reference_state(self.registry, variants, self.cfg, self.seed)
+    def state_for(self, name: str) -> dict[str, torch.Tensor]:
+        """The reference state variant ``name`` holds: :attr:`state`, or one drawn over its own shapes
+        where they differ from it (the same values for every name of the same shape)."""
+        own = self.shapes.get(name, {})
+        if all(tuple(self.state[n].shape) == shape for n, shape in own.items() if n in self.state):
+            return self.state
+        return draw_reference_state(own, self.seed)
 
     def run(self, variant: Variant) -> VariantRun:
         """``variant``'s :class:`VariantRun` on :attr:`batch` holding :attr:`state` (run once, then kept)."""
         if variant.name not in self.runs:
             self.runs[variant.name] = (
                 VariantRun(variant.name, error=self.build_errors[variant.name]) if variant.name in self.build_errors
-                else run_variant(self.registry, variant, self.cfg, self.state, self.batch, self.device, self.dtype))
+                else run_variant(self.registry, variant, self.cfg, self.state_for(variant.name), self.batch, self.device,
+                                 self.dtype))
         return self.runs[variant.name]

@@ -17,11 +17,11 @@ from .inputs import describe_exception, fmt_size
 from .masks import MaskComponentResult, mask_result
 from .mha import compare_attention_with_mha
 from .pairs import CRASHES, NOT_COMPARABLE, UNEXPECTED, PairResult, ReferenceResult, compare_runs, layout_relation, \
-    max_abs_diff
+    max_abs_diff, not_comparable
 from .policy import Tolerance, expected_relation, get_tolerance
 from .probes import ProbeResult, run_probes
 from .report import BugResult, CheckContext, CheckReport
-from .runs import CheckSession, VariantRun, load_variant, run_variant
+from .runs import CheckSession, VariantRun, layout_conflict, load_variant, run_variant
 from .ties import TieResult, check_ties
 from .transformer import compare_with_nn_transformer
 
@@ -50,6 +50,10 @@ def pairs_of(s: CheckSession, clean: list[Variant]) -> list[PairResult]:
     pairs = []
     for a, b in itertools.combinations(clean, 2):
         ra, rb = s.runs[a.name], s.runs[b.name]
+        conflict = layout_conflict(a.name, b.name, s.shapes)
+        if conflict:
+            pairs.append(not_comparable(a.name, b.name, *expected_relation(a, b, s.declared()), conflict))
+            continue
         rel, declared = layout_relation(ra, rb, *expected_relation(a, b, s.declared()))
         pairs.append(compare_runs(ra, rb, rel, declared, s.tol, s.keep))
     return pairs
@@ -76,7 +80,7 @@ def probe_model(s: CheckSession, v: Variant) -> list[ProbeResult]:
     """The probes of :func:`harness.checks.probes.run_probes` on ``v`` holding the session's state."""
     thr = _threshold_for(s.runs[v.name], s.tol, s.keep)
     try:
-        model, _ = load_variant(s.registry, v, s.cfg, s.state)
+        model, _ = load_variant(s.registry, v, s.cfg, s.state_for(v.name))
         return run_probes(model.to(s.device), s.batch, s.cfg, thr, device=s.device, dtype=s.dtype, seed=s.seed,
                           name=v.name)
     except Exception as exc:  # noqa: BLE001
@@ -107,7 +111,7 @@ def run_transformer(ctx: CheckContext) -> list[ReferenceResult]:
     out = []
     for v in ctx.variants:
         if v.name not in s.build_errors:
-            out += compare_with_nn_transformer(s.registry, v, s.cfg, s.state, device=s.device, dtype=s.dtype,
+            out += compare_with_nn_transformer(s.registry, v, s.cfg, s.state_for(v.name), device=s.device, dtype=s.dtype,
                                                seed=s.seed, groups=s.declared())
     return out
 
@@ -126,7 +130,7 @@ def attention_combos(variants, keys) -> list[tuple[str, str, str]]:
 def run_ties(ctx: CheckContext) -> list[TieResult]:
     """Tied parameters of every (non-buggy) variant that runs."""
     s = ctx.session
-    return [check_ties(ctx.registry, v, s.cfg, s.state, device=s.device, tol=s.tol, seed=ctx.seed) for v in ctx.clean
+    return [check_ties(ctx.registry, v, s.cfg, s.state_for(v.name), device=s.device, tol=s.tol, seed=ctx.seed) for v in ctx.clean
             if not s.runs[v.name].error]
 
 
@@ -140,7 +144,7 @@ def run_devices(ctx: CheckContext) -> list[ReferenceResult]:
     tol = get_tolerance(s.dtype, "cuda")
     out = []
     for v in clean:
-        theirs = run_variant(s.registry, v, s.cfg, s.state, s.batch, other, s.dtype)
+        theirs = run_variant(s.registry, v, s.cfg, s.state_for(v.name), s.batch, other, s.dtype)
         res = compare_runs(s.runs[v.name], theirs, "equivalent", [], tol, s.keep)
         out.append(ReferenceResult(v.name, f"{s.device.type} vs {other.type}", "equivalent", res.verdict, res.ok,
                                    res.logits, res.grad_max, res.grad_worst, detail="; ".join(res.notes)))

@@ -143,8 +143,15 @@ def compare_with_nn_transformer(registry: Registry, variant: Variant, cfg: Model
     tol = get_tolerance(dtype, device.type)
     out = []
     probe, _ = load_variant(registry, variant, cfg, state)
-    has_bias = any(k.endswith("self_attn.w_q.bias") for k in canonical_state_dict(probe))
+    canon = canonical_state_dict(probe)
+    has_bias = any(k.endswith("self_attn.w_q.bias") for k in canon)
+    other = sorted(k for k, t in canon.items() if k.endswith(("attn.w_k.weight", "attn.w_v.weight"))
+                   and tuple(t.shape) != (cfg.d_model, cfg.d_model))
     for label, first, final, bias, reason in nn_transformer_structure(variant, groups, registry, has_bias):
+        if other and not reason:
+            reason = (f"{other[0]} has shape {tuple(canon[other[0]].shape)}, not (d_model, d_model): K/V heads shared "
+                      f"by groups of query heads, which nn.Transformer's MultiheadAttention cannot hold (the attention "
+                      f"component is compared with nn.MultiheadAttention through repeated K/V rows instead)")
         if reason:
             out.append(ReferenceResult(variant.name, label, NOT_COMPARABLE, NOT_COMPARABLE, True, detail=reason,
                                        buggy=variant.buggy))

@@ -65,6 +65,9 @@ def register(sub, parents):
     p.add_argument("--all-components", action="store_true",
                    help="hold every registered component (installed plugins included) to its slot's reference, "
                         "not only the components the selected variants use")
+    p.add_argument("--threads", type=int, default=1, metavar="N",
+                   help="torch threads while checking (default 1: probe-sized tensors gain nothing from more, and "
+                        "more threads than free cores make check 10-100x slower on a busy machine; 0: torch's default)")
     add_output(p, "check", default_id=f"check-<timestamp>, in <results-dir>/{CHECKS_DIR}/")
     p.set_defaults(func=main)
 
@@ -75,7 +78,7 @@ def request_from_args(args) -> CheckRequest:
                         overrides=tuple(args.overrides), device=args.device, dtype=args.dtype, seed=args.seed,
                         equivalent=tuple(args.equivalent), all_components=args.all_components,
                         plugins=plugin_spec(args), quiet=args.quiet, results_dir=args.results_dir,
-                        run_id=args.run_id, command=command_line())
+                        run_id=args.run_id, command=command_line(), threads=args.threads or None)
 
 
 def main(args) -> int:

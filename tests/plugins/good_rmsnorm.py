@@ -21,6 +21,7 @@ from torch import nn
 from harness import Component, Variant, hookimpl
 
 NAME = "good_rmsnorm"
+TWIN = "rmsnorm"
 EXPECT_CHECK = "pass"
 EXPECT_REASON = ""
 DIFFERS = "RMSNorm: no mean subtraction, no bias (Zhang & Sennrich 2019)"
