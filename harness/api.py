@@ -97,13 +97,11 @@ def run(variants: _Names = "all", seeds: int | None = None, preset: str | None =
             (``python -m harness list`` describes them; :data:`harness.config.PRESETS`).
         overrides: ``{"train.steps": 200, "model.d_model": 128}``, as ``--set KEY=VALUE``.
         task: the task (``--task``; default the preset's).
-        results_dir, run_id: where the run folder is made (``results/<run-id>``; default id: a
-            timestamp).
+        results_dir, run_id: where the run folder is made (``results/<run-id>``; default id: a timestamp).
         device, dtype, jobs, threads: as ``--device`` (``auto``), ``--dtype`` (``fp32``),
             ``--jobs`` (``auto``), ``--threads``.
         plugins, plugin_files: plugin modules (``-p``) and files (``--plugin``) to load.
-        quiet: no progress lines on stderr (default).
-        load: return :func:`load_run` of the run instead of its folder.
+        quiet: no progress lines on stderr (default). load: return :func:`load_run` of the run, not its folder.
         check: record check's equivalence classes before training (``--no-check``: False).
         tensorboard: ``--tensorboard``: True writes every trial's curves, final metrics and hparams as
             TensorBoard events in ``<run folder>/tensorboard/``, a folder ``DIR`` in ``DIR/<run id>/``.

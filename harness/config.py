@@ -30,7 +30,8 @@ RENAMED: dict[str, dict[str, str]] = {"train": {"lr": "noam_factor"}}
 
 #: Config keys added after runs were stored, with their defaults: section -> {name: default}. A
 #: key at its default is left out of the hash (:func:`hash_view`), so stored runs stay resumable.
-ADDED: dict[str, dict[str, Any]] = {"train": {"beam": 1, "bucket": False, "log_every": 1}}
+ADDED: dict[str, dict[str, Any]] = {"train": {"beam": 1, "bucket": False, "log_every": 1},
+                                   "model": {"n_kv_heads": 0, "window": 0}}
 
 
 def renamed(data: Any, section: str, where: str) -> Any:

@@ -28,14 +28,13 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from .errors import ConfigError, StoreError
 from .trial import TrialSpec, trial_key
-from .verification import MODEL_KEY, MODELS_DIR
+from .verification import MODEL_KEY, MODELS_DIR, model_problems
 
 if TYPE_CHECKING:
     import torch
 
 #: Result key of the serialised weights between the trial and the store (never stored).
 WEIGHTS_KEY = "weights"
-#: Trial-file key of the stored weights' record: ``{"file": "models/<key>.pt", "sha256", "bytes"}``.
 
 
 def keep_weights(spec: TrialSpec, result, model: torch.nn.Module) -> None:

@@ -6,13 +6,22 @@ verify only names them). Each defect is one line, its path relative to the run f
 """
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
 
 from .runmeta import RunMeta
 
 from .store import RunStore, tables_text
 from .trial import CorruptTrialError, read_trial_file
+
+#: Trial-file key of a saved model's record (``run --save-models``): ``{"file": "models/<key>.pt",
+#: "sha256", "bytes"}`` (:mod:`harness.saved` writes it, :func:`model_problems` checks it).
+MODEL_KEY = "model"
+#: The folder of a run that holds the saved weights.
+MODELS_DIR = "models"
 
 
 @dataclass

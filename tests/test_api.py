@@ -50,7 +50,7 @@ def test_readme_example_runs_and_load_run_matches_report_md(tmp_path, monkeypatc
     assert result.path == ns["run_dir"] and result.path.parent == tmp_path / "results"
     assert sorted(zip(result.trials.variant, result.trials.seed)) == [("baseline", 0), ("pre_norm", 0)]
     assert set(result.curves.split) == {"train", "heldout"}
-    assert isinstance(ns["model"], torch.nn.Module) and ns["report"].ok
+    assert isinstance(ns["model"], torch.nn.Module) and ns["outcome"].ok
     report_md = (result.path / "report.md").read_text()
     assert "python -m harness run --variants baseline pre_norm" in report_md  # the equivalent command line
     table = {row["variant"]: row for row in _results_table(report_md)}
@@ -138,7 +138,8 @@ def test_readme_example_in_a_jupyter_kernel(tmp_path):
     assert not [o for o in outputs if o.get("output_type") == "error"], outputs
     text = "".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream" and o.get("name") == "stdout")
     assert "baseline" in text and "finite: True" in text and text.strip().endswith("2")
-    assert len([p for p in (tmp_path / "results").iterdir() if p.is_dir()]) == 1
+    folders = [p.name for p in (tmp_path / "results").iterdir() if p.is_dir()]
+    assert "checks" in folders and len(folders) == 2  # harness.check's record and the one run
 
 
 def test_a_run_whose_trials_all_fail_raises(tmp_path):

@@ -113,7 +113,7 @@ def test_verify_checks_the_saved_weights(g2p_run, tmp_path, capsys):
 
 
 def test_a_model_record_cannot_point_outside_the_run(tmp_path):
-    from harness.saved import model_problems
+    from harness.verification import model_problems
 
     (tmp_path / "secret.pt").write_bytes(b"x")
     forged = {"key": "baseline__s0", "model": {"file": "../secret.pt", "sha256": hashlib.sha256(b"x").hexdigest()}}

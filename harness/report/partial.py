@@ -6,7 +6,8 @@ stored trials and ``config.json``'s planned keys and status, never stored in the
 """
 from __future__ import annotations
 
-from ..store import RunMeta, RunStore
+from ..runmeta import RunMeta
+from ..store import RunStore
 
 #: ``config.json`` status -> how the banner names it.
 STATUS_WORDS = {"interrupted": "interrupted", "running": "still running, or killed before it could record an end"}
