@@ -39,5 +39,5 @@ def main(args) -> int:
     outputs = decode(args.run, args.inputs, args.variant, args.seed, beam=args.beam, point=args.point,
                      device=args.device, results_dir=args.results_dir)
     for text, out in zip(args.inputs, outputs):
-        print(f"{text}\t{out}")
+        print(f"{text}\t{out or '(empty: the model emitted the end symbol first; an under-trained model does)'}")
     return 0
