@@ -7,8 +7,9 @@ from the trial's stored record (its curve and its row), by the process that stor
 every executor (this process, a pool, Ray) gives the same files, and a finished run exports the
 same events later. What each trial holds:
 
-* scalars, x = the training step: ``train/loss`` (the label-smoothed training loss as the curve
-  stores it: per step, or ``log_every``-step means), ``train/learning_rate`` (the schedule's rate at
+* scalars, x = the training step: ``train/loss`` and ``train/grad_norm`` (the label-smoothed
+  training loss and the gradient norm before clipping, as the curve stores them: per step, or
+  ``log_every``-step means), ``train/learning_rate`` (the schedule's rate at
   each logged step: ``noam_factor`` x :func:`harness.train.noam_lambda`, computed from the trial's
   config, since the curve does not store it), ``heldout/ce`` (nats/token), ``heldout/exact_match``
   and, where the task scores them, ``heldout/wer`` and ``heldout/per``; any other number a curve
@@ -16,8 +17,8 @@ same events later. What each trial holds:
 * hparams (the HParams tab): the variant, seed, sweep point, task, each slot's component and the
   config's scalar fields (``model.d_model``, ``train.steps``, ...), with the final metrics of the
   row (``final/heldout_ce``, ``final/exact_match``, ``final/wer``, ``final/per``, ...);
-* a text note ``notes`` naming what the trial's record does not hold (the gradient norm: the
-  training loop computes it for its divergence check but does not store it in the curve).
+* a text note ``notes`` naming what the trial's record does not hold (the gradient norm, in a
+  trial stored before the curve's training rows held ``grad_norm``).
 
 Requires the ``tensorboard`` package (``pip install -e '.[tensorboard]'``).
 """
@@ -35,8 +36,8 @@ NOT_METRICS = {"step", "split", "wall_s", "variant", "seed", "point"}
 FINAL = ("heldout_ce", "exact_match", "heldout_token_acc", "wer", "per", "final_train_loss", "heldout_auc",
          "steps_to_solve", "train_s")
 #: Quantities a reader looks for; a trial whose record lacks one says so in its ``notes`` text.
-EXPECTED = {"train/grad_norm": "gradient norm: the training loop computes it for its divergence check but "
-                                "does not store it in the trial's curve"}
+EXPECTED = {"train/grad_norm": "gradient norm: the trial was stored before its curve rows held "
+                                "\"grad_norm\" (runs made before that change)"}
 
 
 def _writer_class():

@@ -191,9 +191,9 @@ def train(model, cfg: RunConfig, seed: int, device: torch.device, dtype: str = "
     score it on the task's held-out set (:meth:`harness.tasks.base.Task.evaluate`); returns
     (metrics, curve).
 
-    The curve holds one ``{"step", "split": "train", "loss"}`` row per ``train.log_every`` steps
-    and before each evaluation (the mean loss of the steps since the previous row; the last step
-    always closes one) and one
+    The curve holds one ``{"step", "split": "train", "loss", "grad_norm"}`` row per ``train.log_every``
+    steps and before each evaluation (the means of the steps since the previous row, the gradient
+    norm before clipping; the last step always closes one) and one
     ``{"step", "split": "heldout", "loss", "exact_match", "wall_s"}`` row per evaluation.
     Stops early with status ``diverged`` when the loss or the gradient norm is not finite.
 
@@ -267,8 +267,7 @@ class _Loop:
             with clock("data"):
                 batch = next(stream).to(self.device)
             with clock("step"):
-                loss_v, gnorm_v = train_step(self.model, batch, self.opt, self.sched, self.cfg, self.device,
-                                             self.dtype)
+                loss_v, gnorm_v = train_step(self.model, batch, self.opt, self.sched, self.cfg, self.device, self.dtype)
             with clock("log"):
                 finite = self._log(step, loss_v, gnorm_v, batch.ntokens, progress)
             if step == WARMUP_STEPS:
@@ -291,12 +290,13 @@ class _Loop:
         before every evaluation, on the last step and on a non-finite one), token count, early losses
         and progress call; False when the loss or the gradient norm is not finite."""
         tc = self.cfg.train
-        self.pending.append(loss_v)
+        self.pending.append((loss_v, gnorm_v))  # the curve row's loss and gradient norm (before clipping)
         self.last_losses.append(loss_v)
         finite = math.isfinite(loss_v) and math.isfinite(gnorm_v)
         evaluates = tc.eval_every and step % tc.eval_every == 0
         if step % tc.log_every == 0 or evaluates or step == tc.steps or not finite:
-            self.curve.append({"step": step, "split": "train", "loss": sum(self.pending) / len(self.pending)})
+            n, (losses, norms) = len(self.pending), zip(*self.pending)
+            self.curve.append({"step": step, "split": "train", "loss": sum(losses) / n, "grad_norm": sum(norms) / n})
             self.pending = []
         if finite:
             self.tokens += ntokens
