@@ -201,7 +201,7 @@ def parallel_faults(x: torch.Tensor, subs: list, ln) -> dict[str, torch.Tensor]:
         seq = seq + f(ln(seq))
     y = ln(x)
     first = subs[0](y)
-    return {
+    out = {
         "sequential pre-norm: each sub-layer reads LayerNorm of the previous one's residual output "
         "(x + f_1(LN(x)), then + f_2(LN(...))) instead of all reading the same LayerNorm(x)": seq,
         "the FFN applied to the attention output (x + a + f_2(a), a = f_1(LN(x))) instead of to LayerNorm(x)":
@@ -213,6 +213,10 @@ def parallel_faults(x: torch.Tensor, subs: list, ln) -> dict[str, torch.Tensor]:
         "only the first sub-layer (attention) reaches the output: x + f_1(LN(x))": x + first,
         "the last sub-layer (FFN) alone reaches the output: x + f_n(LN(x))": x + subs[-1](y),
     }
+    if len(subs) > 2:
+        out["only the first two sub-layers summed (a block written for the encoder's two: the decoder's third, "
+            "the FFN, dropped)"] = x + first + subs[1](y)
+    return out
 
 
 # --------------------------------------------------------------------------- layer_norm
