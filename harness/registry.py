@@ -22,7 +22,8 @@ if TYPE_CHECKING:
 #: variant leaves out takes the slot's default component, the one that declares
 #: ``Component(..., default=True)`` (for the built-ins: the paper's choice).
 SLOT_DOCS: dict[str, str] = {
-    "norm": "where LayerNorm sits around each sub-layer (post-norm / pre-norm), or none (has_layer_norm=False)",
+    "norm": "where LayerNorm sits around each sub-layer (post-norm / pre-norm), or none (has_layer_norm=False), "
+            "or one for all of a layer's sub-layers, summed (parallel = True)",
     "embedding": "source/target embeddings and generator: separate or one shared matrix",
     "attention": "how multi-head attention is written (heads split, matmul vs bmm, SDPA)",
     "mask": "how masks are made and applied to attention scores (bool keep-mask / additive)",
