@@ -10,7 +10,10 @@ Slot protocols (what a component's ``factory(ctx)`` must return):
   (True when the encoder and decoder end with a LayerNorm, as pre-norm needs). It owns one
   LayerNorm child named ``norm`` made with ``ctx.layer_norm()``, unless its registration
   declares ``has_layer_norm=False`` (ReZero's ``x + alpha * sublayer(x)``): then it makes
-  none and ``final_norm`` is optional (default False: no final LayerNorm).
+  none and ``final_norm`` is optional (default False: no final LayerNorm). A class attribute
+  ``parallel = True`` declares a *parallel block* (GPT-J; PaLM §2): the layer makes one such module
+  and calls ``forward(x, sublayers)`` once with the list of all its sub-layers (encoder: self-attention,
+  FFN; decoder: self-attention, cross-attention, FFN), e.g. x + sum_i sublayer_i(LayerNorm(x)).
 * ``layer_norm``: a new ``nn.Module`` normalising the last dimension D, with canonical
   parameters ``weight`` and ``bias`` of shape (D,).
 * ``projections``: a callable ``linear(d_in, d_out) -> nn.Linear`` used by attention and the FFN.
@@ -162,34 +165,53 @@ class BuildContext:
         return self.make("layer_norm")
 
 
+def residual_blocks(ctx: BuildContext, n: int) -> nn.ModuleList:
+    """The ``norm`` component's blocks around a layer's ``n`` sub-layers: ``n`` of them, or one when its class
+    declares ``parallel = True`` (it then receives all ``n`` sub-layers at once, see :func:`run_sublayers`)."""
+    first = ctx.make("norm")
+    if getattr(type(first), "parallel", False):
+        return nn.ModuleList([first])
+    return nn.ModuleList([first] + [ctx.make("norm") for _ in range(n - 1)])
+
+
+def run_sublayers(blocks: nn.ModuleList, x: torch.Tensor, sublayers: list) -> torch.Tensor:
+    """x (B, L, D) through the sub-layers (callables (B, L, D) -> (B, L, D)): one after another, each
+    wrapped by its block, or all handed at once to a parallel block (``blocks[0](x, sublayers)``)."""
+    if getattr(type(blocks[0]), "parallel", False):
+        return blocks[0](x, sublayers)
+    for block, sublayer in zip(blocks, sublayers):
+        x = block(x, sublayer)
+    return x
+
+
 class EncoderLayer(nn.Module):
-    """Self-attention then FFN, each wrapped by the norm component's residual block."""
+    """Self-attention then FFN, each wrapped by the norm component's residual block (one parallel block
+    around both when the component declares ``parallel = True``)."""
 
     def __init__(self, ctx: BuildContext):
         super().__init__()
         self.self_attn = ctx.attention()
         self.feed_forward = ctx.make("feed_forward")
-        self.sublayer = nn.ModuleList([ctx.make("norm") for _ in range(2)])
+        self.sublayer = residual_blocks(ctx, 2)
 
     def forward(self, x: torch.Tensor, src_mask) -> torch.Tensor:
-        x = self.sublayer[0](x, lambda y: self.self_attn(y, y, y, src_mask))
-        return self.sublayer[1](x, self.feed_forward)
+        return run_sublayers(self.sublayer, x, [lambda y: self.self_attn(y, y, y, src_mask), self.feed_forward])
 
 
 class DecoderLayer(nn.Module):
-    """Masked self-attention, source attention over the memory, FFN."""
+    """Masked self-attention, source attention over the memory, FFN (each wrapped, or one parallel block)."""
 
     def __init__(self, ctx: BuildContext):
         super().__init__()
         self.self_attn = ctx.attention()
         self.src_attn = ctx.attention(cross=True)
         self.feed_forward = ctx.make("feed_forward")
-        self.sublayer = nn.ModuleList([ctx.make("norm") for _ in range(3)])
+        self.sublayer = residual_blocks(ctx, 3)
 
     def forward(self, x, memory, src_mask, tgt_mask) -> torch.Tensor:
-        x = self.sublayer[0](x, lambda y: self.self_attn(y, y, y, tgt_mask))
-        x = self.sublayer[1](x, lambda y: self.src_attn(y, memory, memory, src_mask))
-        return self.sublayer[2](x, self.feed_forward)
+        return run_sublayers(self.sublayer, x, [lambda y: self.self_attn(y, y, y, tgt_mask),
+                                                lambda y: self.src_attn(y, memory, memory, src_mask),
+                                                self.feed_forward])
 
 
 class Stack(nn.Module):

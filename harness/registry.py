@@ -22,7 +22,8 @@ if TYPE_CHECKING:
 #: variant leaves out takes the slot's default component, the one that declares
 #: ``Component(..., default=True)`` (for the built-ins: the paper's choice).
 SLOT_DOCS: dict[str, str] = {
-    "norm": "where LayerNorm sits around each sub-layer (post-norm / pre-norm), or none (has_layer_norm=False)",
+    "norm": "where LayerNorm sits around each sub-layer (post-norm / pre-norm), or none (has_layer_norm=False), "
+            "or one for all of a layer's sub-layers, summed (parallel = True)",
     "embedding": "source/target embeddings and generator: separate or one shared matrix",
     "attention": "how multi-head attention is written (heads split, matmul vs bmm, SDPA)",
     "mask": "how masks are made and applied to attention scores (bool keep-mask / additive)",
@@ -67,7 +68,7 @@ class Component:
             finite whatever is declared here.
         reference: the name of an independent reference formula in the checks
             (:data:`harness.checks.formulas.FORMULAS`: ``"rotary"``, ``"linear_biases"``,
-            ``"learned_absolute"``, ``"rms_norm"``, ``"ffn_relu"``, ``"ffn_gelu"``, ``"ffn_swiglu"``, ``"ffn_geglu"``) that a component declaring ``differs=`` is held to instead of
+            ``"learned_absolute"``, ``"rms_norm"``, ``"ffn_relu"``, ``"ffn_gelu"``, ``"ffn_swiglu"``, ``"ffn_geglu"``, ``"parallel_block"``) that a component declaring ``differs=`` is held to instead of
             the slot's default reference: ``check`` fails it when it differs from that formula and
             reports the size of its declared difference from the slot's reference as well. A component
             ``equivalent_to=`` one with a ``reference`` is held to the same formula.

@@ -64,6 +64,7 @@ FAULTS = {
     "adv_rmsnorm_eps_outside": "eps added outside the square root",
     "adv_window_off_by_one": "a window of w + 1 keys",
     "adv_qk_norm_d_model": "QK-norm statistics over d_model",
+    "adv_parallel_two_norms_sequential": "sequential pre-norm: each sub-layer reads LayerNorm of the previous",
 }
 GOOD = sorted(p.stem for p in PLUGINS.glob("good_*.py"))
 

@@ -26,7 +26,7 @@ def test_the_modern_group_is_kept_out_of_all_and_selected_by_group(reg):
     modern = {v.name for v in reg.select(["group:modern"])}
     assert {"modern", "rope_positions", "alibi_positions", "learned_positions", "rmsnorm", "swiglu_ffn",
             "geglu_ffn", "gelu_ffn", "packed_attention", "bias_free", "gqa_attention", "mqa_attention",
-            "sliding_window", "qk_norm_attention"} == modern
+            "sliding_window", "qk_norm_attention", "parallel_block"} == modern
     assert not modern & {v.name for v in reg.select(["all"])}
     assert reg.variants["modern"].slots["feed_forward"] == "swiglu"
     assert reg.defaults["feed_forward"] == "relu"
@@ -38,9 +38,26 @@ def test_every_modern_variant_passes_check_and_packed_attention_is_the_baseline(
     assert sorted(report.classes()[0]) == ["baseline", "packed_attention"]
     formulas = {(r.name, r.verdict) for r in report.components if r.check.startswith(("vs ", "embeddings vs formula",
                                                                                         "inside"))}
-    for name in ("rope", "alibi", "learned", "rmsnorm", "swiglu", "geglu", "gelu"):
+    for name in ("rope", "alibi", "learned", "rmsnorm", "swiglu", "geglu", "gelu", "parallel"):
         assert (name, "conforms") in formulas, name  # held to its own formula, not only "differs as declared"
     assert all("FAIL" not in p.cell() for p in report.pairs)
+
+
+def test_a_parallel_block_layer_sums_every_sub_layer_of_one_layernorm(reg):
+    """norm=parallel (GPT-J; PaLM §2): each layer holds one block and its output is x + sum_i f_i(LN(x)) with
+    the decoder's cross-attention in the sum; the stacks end with a LayerNorm."""
+    model = build_model(reg, reg.variants["parallel_block"], TINY).eval()
+    enc, dec = model.encoder.layers[0], model.decoder.layers[0]
+    assert len(enc.sublayer) == len(dec.sublayer) == 1 and isinstance(model.decoder.norm, torch.nn.LayerNorm)
+    g = torch.Generator().manual_seed(0)
+    x, mem = torch.randn(2, 5, TINY.d_model, generator=g), torch.randn(2, 4, TINY.d_model, generator=g)
+    src_mask, tgt_mask = model.make_masks(torch.randint(1, 11, (2, 4)), torch.randint(1, 11, (2, 5)))
+    with torch.no_grad():
+        y = enc.sublayer[0].norm(x)
+        torch.testing.assert_close(enc(x, tgt_mask), x + enc.self_attn(y, y, y, tgt_mask) + enc.feed_forward(y))
+        y = dec.sublayer[0].norm(x)
+        want = x + dec.self_attn(y, y, y, tgt_mask) + dec.src_attn(y, mem, mem, src_mask) + dec.feed_forward(y)
+        torch.testing.assert_close(dec(x, mem, src_mask, tgt_mask), want)
 
 
 def test_a_passing_pair_that_was_declared_different_is_not_shown_as_fail():

@@ -112,8 +112,8 @@ def test_select_all_names_globs_and_unknown(registry):
     with pytest.raises(UnknownNameError, match="baseline"):
         registry.select(["baselin"])
     sizes = [len(registry.slot_components(s)) for s in ("norm", "embedding", "attention", "mask")]
-    assert sizes == [2, 2, 8, 4]  # attention: + gqa, mqa, qk_norm; mask: + sliding_window
-    assert len(registry.grid()) == 2 * 2 * 8 * 4
+    assert sizes == [3, 2, 8, 4]  # norm: + parallel; attention: + gqa, mqa, qk_norm; mask: + sliding_window
+    assert len(registry.grid()) == 3 * 2 * 8 * 4
 
 
 def test_kit_loads_a_plugin_that_is_also_installed(monkeypatch):

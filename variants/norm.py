@@ -48,6 +48,33 @@ class PreNormResidual(nn.Module):
         return x + self.dropout(sublayer(self.norm(x)))
 
 
+class ParallelResidual(nn.Module):
+    """Parallel block (GPT-J; PaLM §2): ``x + sum_i dropout(sublayer_i(norm(x)))``, one LayerNorm for all.
+
+    ``parallel = True``: the layer calls ``forward(x, sublayers)`` once with all its sub-layers
+    (:func:`harness.model.run_sublayers`). Encoder: y = x + Attn(LN(x)) + FFN(LN(x)), as GPT-J / PaLM.
+    Decoder (encoder-decoder, which GPT-J and PaLM do not cover): self-attention, cross-attention (queries
+    LN(x), keys and values the memory) and the FFN all from the same LN(x), summed -- the one rule "every
+    sub-layer of a layer reads LN(x)", so no sub-layer waits for another (the point of the parallel
+    formulation); the cross-attention then cannot condition on the same layer's self-attention output.
+    The residual stream is never normalised, so the stacks end with a LayerNorm (``final_norm = True``,
+    GPT-J's ``ln_f``), as pre-norm. Dropout on each branch (GPT-J's resid_dropout per sub-layer).
+    Shape: x (B, L, D) -> (B, L, D).
+    """
+
+    final_norm = True
+    parallel = True
+
+    def __init__(self, ctx):
+        super().__init__()
+        self.norm = ctx.layer_norm()
+        self.dropout = nn.Dropout(ctx.cfg.dropout)
+
+    def forward(self, x, sublayers):
+        y = self.norm(x)
+        return x + sum(self.dropout(sublayer(y)) for sublayer in sublayers)
+
+
 @hookimpl
 def harness_add_components():
     return [
@@ -56,4 +83,12 @@ def harness_add_components():
         Component("pre", "norm", PreNormResidual,
                   "x + dropout(sublayer(LayerNorm(x))), final LayerNorm in encoder and decoder",
                   "Annotated Transformer SublayerConnection (seeds 000, 002, 004); Xiong et al. 2020"),
+        Component("parallel", "norm", ParallelResidual,
+                  "x + sum_i dropout(sublayer_i(LayerNorm(x))): attention and FFN from one LayerNorm, summed; "
+                  "final LayerNorm in encoder and decoder",
+                  "GPT-J (Wang & Komatsuzaki 2021); PaLM (Chowdhery et al. 2022 §2, Parallel Layers)",
+                  differs="parallel block: every sub-layer of a layer reads the same LayerNorm(x) and their outputs "
+                          "are summed into the residual (decoder: self-attention, cross-attention and FFN all from "
+                          "one LN(x)), not chained one after another",
+                  reference="parallel_block"),
     ]

@@ -71,6 +71,9 @@ MODERN = [
             "max_len // 4)", "Mistral (Jiang et al. 2023)"),
     _modern("qk_norm_attention", {"attention": "qk_norm"},
             "baseline with QK-norm (RMSNorm on each head's q and k)", "Gemma 3; Qwen3; OLMo 2"),
+    _modern("parallel_block", {"norm": "parallel"},
+            "baseline with parallel blocks: attention and FFN from one LayerNorm, summed (final LayerNorm)",
+            "GPT-J (Wang & Komatsuzaki 2021); PaLM (Chowdhery et al. 2022 §2)"),
     _modern("mqa_attention", {"attention": "mqa"}, "baseline with multi-query attention (one K/V head)",
             "Shazeer 2019; PaLM"),
 ]

@@ -33,7 +33,8 @@ SLOT_REFERENCES: dict[str, str] = {
     "norm": "final_norm = False: post-norm LayerNorm(x + sublayer(x)); final_norm = True: pre-norm "
             "x + sublayer(LayerNorm(x)) and a final LayerNorm after each stack (Xiong et al. 2020); declared "
             "has_layer_norm=False: x + a * sublayer(x), a fixed gain that gradients reach at initialisation, "
-            "no LayerNorm (ReZero, Bachlechner et al. 2021)",
+            "no LayerNorm (ReZero, Bachlechner et al. 2021); class attribute parallel = True: the formula parallel_block, "
+            "x + sum_i sublayer_i(LayerNorm(x)) (GPT-J; PaLM §2)",
     "positional": "x * sqrt(d_model) + PE[:L] with the sinusoidal PE of Vaswani et al. 2017 §3.5, dropout after; "
                   "nothing inside attention (a component that rotates q and k or biases the scores declares it "
                   "and names its formula: reference=\"rotary\" / \"linear_biases\", harness.checks.formulas.FORMULAS)",

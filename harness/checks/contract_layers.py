@@ -21,7 +21,7 @@ from ..registry import Component
 from .contract_base import (ATOL, CONFORMS, VIOLATES, ComponentResult, component_result, crash_result, formula_result,
                             judge, load_random_state, output_gap, reference_components, sibling_context,
                             unknown_formula)
-from .formulas import rmsnorm_faults, rmsnorm_reference
+from .formulas import FORMULAS, parallel_faults, parallel_reference, rmsnorm_faults, rmsnorm_reference
 from .inputs import padded_batch
 
 # --------------------------------------------------------------------------- layer_norm, norm
@@ -82,12 +82,18 @@ def check_norm(comp: Component, cfg: ModelConfig, seed: int = 0) -> list[Compone
     LayerNorm(x + f(x)) when False, pre-norm x + f(LayerNorm(x)) when True, with the reference
     ``nn.LayerNorm`` as its LayerNorm and a fixed random sub-layer f; eval mode, float64. A component
     registered with ``has_layer_norm=False`` is held to the residual contract instead
-    (:func:`check_residual`)."""
+    (:func:`check_residual`); one whose class declares ``parallel = True`` (or that declares
+    ``reference="parallel_block"``) to the parallel block (:func:`check_parallel`)."""
+    bad = unknown_formula(comp)
+    if bad:
+        return bad
     if not comp.has_layer_norm:
         return check_residual(comp, cfg, seed)
     label = "residual block vs the formula final_norm claims"
     try:
         mod = comp.factory(sibling_context(cfg, reference_components(norm=comp)))
+        if getattr(type(mod), "parallel", False) or comp.reference == "parallel_block":
+            return check_parallel(comp, mod, cfg, seed)
         final = getattr(type(mod), "final_norm", None)
         if not isinstance(final, bool):
             return [(component_result(comp, label, VIOLATES, False, detail=(
@@ -126,6 +132,57 @@ def check_norm(comp: Component, cfg: ModelConfig, seed: int = 0) -> list[Compone
         else:
             diagnosis = f"matches neither post-norm nor pre-norm (declares {claims})"
     return [judge(comp, label, gap, thr, diagnosis)]
+
+
+def check_parallel(comp: Component, mod: nn.Module, cfg: ModelConfig, seed: int = 0) -> list[ComponentResult]:
+    """A parallel block (``parallel = True``; GPT-J, PaLM §2) vs x + sum_i f_i(LayerNorm(x))
+    (:func:`~harness.checks.formulas.parallel_reference`) with 2 sub-layers (the encoder's) and 3 (the
+    decoder's), each a fixed random tanh(Linear), its LayerNorm holding random gains; eval mode, float64.
+
+    Returns:
+        a failing result when the class lacks ``parallel = True`` or ``final_norm = True``; else the formula's
+        result (the nearest fault of :func:`~harness.checks.formulas.parallel_faults` named on a miss) and the
+        size of the difference from chained pre-norm (a failure unless declared with ``differs=``).
+    """
+    label = "vs the parallel block x + sum_i sublayer_i(LayerNorm(x)) (PaLM §2, GPT-J)"
+    if not getattr(type(mod), "parallel", False) or getattr(type(mod), "final_norm", None) is not True:
+        return [component_result(comp, label, VIOLATES, False, diagnosis=(
+            "declares reference='parallel_block' but its class has no parallel = True: the layers would wrap each "
+            "sub-layer in a block of its own" if not getattr(type(mod), "parallel", False) else
+            "a parallel block never normalises the residual stream: its class needs final_norm = True (a final "
+            "LayerNorm after each stack, GPT-J's ln_f)"))]
+    try:
+        state = load_random_state(mod, seed)
+        if "norm.weight" not in state:
+            return [component_result(comp, label, VIOLATES, False, diagnosis=(
+                "no LayerNorm child named 'norm' made with ctx.layer_norm(): a parallel block has one LayerNorm"))]
+        ln = nn.LayerNorm(cfg.d_model).double()
+        with torch.no_grad():
+            ln.weight.copy_(state["norm.weight"])
+            ln.bias.copy_(state.get("norm.bias", torch.zeros(cfg.d_model)))
+        x, first, _ = _random_sublayer(cfg, seed)
+        subs = [first] + [_random_sublayer(cfg, seed + 7 * i)[1] for i in (1, 2)]
+        mod = mod.double().eval()
+        gaps, fault, chained = [], "", []
+        with torch.no_grad():
+            for n in (2, 3):
+                got = mod(x, list(subs[:n]))
+                gap, thr = output_gap(got, parallel_reference(x, subs[:n], ln))
+                gaps.append((gap, thr))
+                faults = parallel_faults(x, subs[:n], ln)
+                chained.append(output_gap(got, next(iter(faults.values()))))
+                if gap > thr and not fault:
+                    fault = next((f"{text} ({n} sub-layers)" for text, alt in faults.items()
+                                  if output_gap(got, alt)[0] <= output_gap(got, alt)[1]), "")
+    except Exception as exc:  # noqa: BLE001
+        return [crash_result(comp, label, exc)]
+    worst, chained = (max(g, key=lambda gt: gt[0] / gt[1]) for g in (gaps, chained))
+    off = worst[0] > worst[1]
+    held = component_result(comp, label, VIOLATES if off else CONFORMS, not off, *worst, (fault or (
+        f"differs from the parallel block's formula ({FORMULAS['norm']['parallel_block']})")) if off else "")
+    return [held, judge(comp, "declared difference vs chained pre-norm x + sublayer(LayerNorm(x))", *chained,
+                        "" if comp.differs else "a parallel block computes neither post-norm nor pre-norm: declare it "
+                        "with differs=\"...\", reference=\"parallel_block\"")]
 
 
 def _random_sublayer(cfg: ModelConfig, seed: int):

@@ -44,6 +44,11 @@ FORMULAS["attention"] = {
                   "times learned gains q_norm.weight, k_norm.weight (d_k,), after the head split and before RoPE "
                   "(Dehghani et al. 2023; OLMo 2; Gemma 3, Qwen3 q_norm / k_norm)",
 }
+FORMULAS["norm"] = {
+    "parallel_block": "parallel block (class attribute parallel = True): x + sum_i sublayer_i(LayerNorm(x)) over all "
+                      "the layer's sub-layers, one LayerNorm, outputs summed into the residual; final_norm = True "
+                      "(GPT-J; PaLM §2 'Parallel Layers': y = x + MLP(LN(x)) + Attention(LN(x)))",
+}
 FORMULAS["mask"] = {
     "causal_window": "causal with a window of w keys (ModelConfig.sliding_window()): query i attends to the real "
                       "keys j with i - w < j <= i, itself included (Mistral, Jiang et al. 2023; HF Mistral's mask "
@@ -178,6 +183,40 @@ def rope_faults(q: torch.Tensor, k: torch.Tensor, d_model: int) -> dict[str, tor
 
 #: RoPE bases other code uses, tried as faults against RoFormer's 10000 (LLaMA-3: 500000; Code LLaMA: 1e6)
 ROPE_BASES = (100.0, 1000.0, 100000.0, 500000.0, 1000000.0)
+
+
+# --------------------------------------------------------------------------- norm (parallel block)
+
+def parallel_reference(x: torch.Tensor, subs: list, ln) -> torch.Tensor:
+    """PaLM §2 / GPT-J: x + sum_i f_i(LN(x)); x (B, L, D), ``subs`` callables (B, L, D) -> (B, L, D),
+    ``ln`` the block's LayerNorm."""
+    y = ln(x)
+    return x + sum(f(y) for f in subs)
+
+
+def parallel_faults(x: torch.Tensor, subs: list, ln) -> dict[str, torch.Tensor]:
+    """Known parallel-block mistakes -> their output (B, L, D), for ``subs`` of 2 or more sub-layers."""
+    seq = x
+    for f in subs:
+        seq = seq + f(ln(seq))
+    y = ln(x)
+    first = subs[0](y)
+    out = {
+        "sequential pre-norm: each sub-layer reads LayerNorm of the previous one's residual output "
+        "(x + f_1(LN(x)), then + f_2(LN(...))) instead of all reading the same LayerNorm(x)": seq,
+        "the FFN applied to the attention output (x + a + f_2(a), a = f_1(LN(x))) instead of to LayerNorm(x)":
+            x + first + sum(f(first) for f in subs[1:]),
+        "the residual x dropped: sum_i f_i(LN(x)) without x": sum(f(y) for f in subs),
+        "the sub-layers read x, not LayerNorm(x): x + sum_i f_i(x)": x + sum(f(x) for f in subs),
+        "post-norm of the sum: LayerNorm(x + sum_i f_i(x))": ln(x + sum(f(x) for f in subs)),
+        "the sub-layers' outputs averaged, not summed: x + mean_i f_i(LN(x))": x + sum(f(y) for f in subs) / len(subs),
+        "only the first sub-layer (attention) reaches the output: x + f_1(LN(x))": x + first,
+        "the last sub-layer (FFN) alone reaches the output: x + f_n(LN(x))": x + subs[-1](y),
+    }
+    if len(subs) > 2:
+        out["only the first two sub-layers summed (a block written for the encoder's two: the decoder's third, "
+            "the FFN, dropped)"] = x + first + subs[1](y)
+    return out
 
 
 # --------------------------------------------------------------------------- layer_norm
