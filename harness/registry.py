@@ -394,8 +394,14 @@ class Registry:
 
     def grid(self) -> list[Variant]:
         """The full factorial over :data:`MAIN_SLOTS` (non-buggy components), named
-        ``grid-<norm>-<embedding>-<attention>-<mask>``; other slots at their defaults."""
-        choices = [sorted(self.slot_components(s)) for s in MAIN_SLOTS]
+        ``grid-<norm>-<embedding>-<attention>-<mask>``; other slots at their defaults.
+
+        A component that only variants of a ``group`` use (``group:modern``'s GQA, QK-norm, sliding
+        window, parallel block, packed QKV) stays in its group, as its variants stay out of ``all``:
+        the grid crosses the choices of ``all`` and every component no variant names (a plugin's)."""
+        grouped = {(s, c) for v in self.variants.values() if v.group for s, c in v.slots.items()}
+        ungrouped = {(s, c) for v in self.variants.values() if not v.group for s, c in v.resolved(self.defaults or None).items()}
+        choices = [sorted(c for c in self.slot_components(s) if (s, c) not in grouped - ungrouped) for s in MAIN_SLOTS]
         out = []
         for combo in itertools.product(*choices):
             name = "grid-" + "-".join(combo)

@@ -113,7 +113,21 @@ def test_select_all_names_globs_and_unknown(registry):
         registry.select(["baselin"])
     sizes = [len(registry.slot_components(s)) for s in ("norm", "embedding", "attention", "mask")]
     assert sizes == [3, 2, 8, 4]  # norm: + parallel; attention: + gqa, mqa, qk_norm; mask: + sliding_window
-    assert len(registry.grid()) == 3 * 2 * 8 * 4
+    # the grid crosses the choices of `all`: group:modern's components (parallel, sdpa_packed, gqa, mqa,
+    # qk_norm, sliding_window) stay in their group, as their variants stay out of `all`
+    assert len(registry.grid()) == 2 * 2 * 4 * 3
+    assert not any(v.slots["attention"] in ("gqa", "sdpa_packed") or v.slots["norm"] == "parallel"
+                   for v in registry.grid())
+
+
+def test_grid_takes_a_plugin_component_that_no_variant_names(tmp_path):
+    plugin = tmp_path / "mask_plugin.py"
+    plugin.write_text("from harness import Component, hookimpl\nfrom variants.mask import BoolMask\n\n"
+                      "@hookimpl\ndef harness_add_components():\n"
+                      "    return [Component('bool2', 'mask', lambda ctx: BoolMask(), 'bool again', "
+                      "equivalent_to='bool')]\n")
+    reg = Registry.from_plugins(PluginSpec(files=[plugin]))
+    assert len(reg.grid()) == 2 * 2 * 4 * 4 and any(v.slots["mask"] == "bool2" for v in reg.grid())
 
 
 def test_kit_loads_a_plugin_that_is_also_installed(monkeypatch):
