@@ -166,3 +166,25 @@ def test_report_compare_and_verify_handed_a_check_record(tmp_path, fast_check, c
     assert harness.cli.main(["verify", str(record)]) == 0
     out = capsys.readouterr().out
     assert "planned-trials check is skipped" in out and f"verify {record}: ok" in out
+
+
+def test_verify_reads_a_gzipped_curves_table_and_catches_a_changed_one(tmp_path):
+    """Committed references keep big curves tables as curves.csv.gz: verify reads them in place of
+    curves.csv and still finds a table that does not match the trial files."""
+    import gzip
+    import shutil
+
+    from harness.store import RunStore
+    from harness.verification import verify_run
+
+    run = tmp_path / "run"
+    shutil.copytree(REFERENCE, run)
+    text = (run / "curves.csv").read_bytes()
+    (run / "curves.csv").unlink()
+    (run / "curves.csv.gz").write_bytes(gzip.compress(text))
+    assert verify_run(RunStore(run))[0] == []  # no problem (its notes: trial files older than checksums)
+    (run / "curves.csv.gz").write_bytes(gzip.compress(text.replace(b"\n1,", b"\n2,", 1)))
+    problems, _ = verify_run(RunStore(run))
+    assert len(problems) == 1 and problems[0].startswith("curves.csv.gz: does not match the trial files")
+    (run / "curves.csv.gz").write_bytes(b"not gzip")
+    assert verify_run(RunStore(run))[0][0].startswith("curves.csv.gz: cannot be read")
