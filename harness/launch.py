@@ -22,7 +22,7 @@ from typing import Any
 
 from .config import get_preset, parse_overrides, resolve_key
 from .errors import ConfigError
-from .experiments import plan_from_experiment
+from .experiments import plan_from_experiment, spec_from_meta
 from .experiments import run_table
 from .experiments import write_run_report as write_report  # a run's report with its experiment's sections
 from .plugins import PluginSpec
@@ -310,7 +310,8 @@ def requested_plan(req: RunRequest, given: set[str], meta: RunMeta, reg) -> tupl
     experiment = req.experiment if "experiment" in given else (meta.experiment or None)
     if experiment:
         check_experiment_options(given)
-        plan = plan_from_experiment(experiment, reg, req)
+        stored = None if "experiment" in given else spec_from_meta(meta)  # the run's own record, not the name
+        plan = plan_from_experiment(experiment, reg, req, exp=stored)
         return [v.name for v in plan.variants], plan.seeds, plan.points
     preset = req.preset if "preset" in given else (meta.preset or "quick")
     points = [("", resolve_config(preset, req.overrides, reg))]

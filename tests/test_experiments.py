@@ -266,3 +266,19 @@ def test_theory_slope_is_data_of_the_experiment_file(tmp_path):
     meta = {"experiment": "xiong_grad_norm_at_init",
             "experiment_spec": {**exp.to_meta(), "measure": {"batches": 16, "parameter": "feed_forward.w_2.weight"}}}
     assert ex.spec_from_meta(RunMeta.from_dict(meta)).measure["theory_slope"] == {"baseline": 0.0, "pre_norm": -0.5}
+
+
+def test_a_run_from_an_experiment_file_path_resumes_from_its_own_record(tmp_path, monkeypatch):
+    """A run started from a .toml path (not a name the lookup knows) resumes with options given
+    (here --set) from the experiment stored in its config.json; it failed with 'unknown
+    experiment' when the resume looked the experiment up by name."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "elsewhere").mkdir()
+    toml = tmp_path / "elsewhere" / "mini.toml"
+    toml.write_text('description = "smoke"\nsource = "test"\nvariants = ["baseline"]\nbaseline = "baseline"\n'
+                    'metric = "heldout_ce"\nseeds = 2\npreset = "tiny"\n\n[config]\ntrain.steps = 5\n')
+    assert cli.main(["run", "--experiment", str(toml), "--run-id", "x", "--no-check", "-q"]) == 0
+    run = tmp_path / "results" / "x"
+    (run / "trials" / "baseline__s1.json").unlink()
+    assert cli.main(["run", "--resume", str(run), "--set", "train.steps=5", "-q"]) == 0
+    assert (run / "trials" / "baseline__s1.json").is_file()

@@ -13,8 +13,10 @@ from .spec import Experiment, ExperimentError, _bad, _config_key, _validate_conf
 
 
 
-def plan_from_experiment(name: str, registry, request):
-    """The :class:`harness.runner.Plan` of experiment NAME (or a path to a .toml file).
+def plan_from_experiment(name: str, registry, request, exp=None):
+    """The :class:`harness.runner.Plan` of experiment NAME (or a path to a .toml file), or of
+    ``exp`` (an :class:`~harness.experiments.spec.Experiment`, e.g. the one a run stored: a run
+    made from a file that is elsewhere now, or from a path, resumes from its own record).
 
     ``request`` (a :class:`harness.request.RunRequest`) supplies overrides (``seeds=N`` among them
     sets the seeds) and ``seeds`` / ``seed_start`` (used when ``seeds`` was given). A
@@ -25,7 +27,7 @@ def plan_from_experiment(name: str, registry, request):
         ExperimentError / UnknownNameError: unknown experiment, malformed file, unknown
         variant, a bad override, or (a measurement) a ``measure.parameter`` no layer has.
     """
-    exp = load_experiment(find_experiment(name))
+    exp = exp if exp is not None else load_experiment(find_experiment(name))
     overrides = parse_overrides(list(request.overrides))
     seeds_override = overrides.pop("seeds", None)
     if seeds_override is None and request.seeds is not None:
