@@ -250,6 +250,7 @@ class _Group:
         self.task = self.registry.task(self.cfg.train.task)
         self.clock = PhaseClock()
         self.results = [TrialResult(row=s.identity_row(self.device.type, torch.get_num_threads())) for s in specs]
+        self.final_set = None  # the final evaluation's held-out set, built once for the group (_finish)
 
     def prepare(self) -> str | None:
         """Build every seed's model (with the twin and contract checks), run the integrity gate at
@@ -335,7 +336,7 @@ class _Group:
         invalid = self.invalid[i]
         try:
             with self.clock("final_eval"):
-                if getattr(self, "final_set", None) is None:  # one held-out set for the group's seeds
+                if self.final_set is None:  # one held-out set for the group's seeds
                     self.final_set = self.task.eval_set(cfg.train.eval_sequences, cfg.train.seq_len, mc.vocab,
                                                         cfg.train.eval_seed)
                 final = self.task.evaluate(model, self.final_set, cfg, self.device, spec.dtype)

@@ -166,7 +166,6 @@ class GroupStep:
 
         self.grad_fn: Callable = vmap(grad_and_value(loss_of), randomness="different")
         self.loss_fn: Callable = vmap(loss_of, randomness="different")
-        self.graph = None
 
     def set_lr(self, lr: float) -> None:
         """The next step's learning rate (written into :attr:`lr`, outside any captured graph)."""
