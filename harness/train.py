@@ -45,7 +45,7 @@ from .trial import FAILED, TrialResult, TrialSpec, registry_for
 
 #: Names of the ``torch.profiler.record_function`` ranges that mark a trial's phases (about
 #: 10 us each when no profiler runs). ``step`` is the model's own work; every other phase is the
-#: harness's overhead (what each covers: :data:`harness.overhead.PHASE_NOTES`).
+#: harness's overhead (what each covers: :data:`harness.perf.overhead.PHASE_NOTES`).
 PHASES = {k: f"harness.{k}" for k in ("build", "data", "step", "log", "evaluate", "final_eval", "store")}
 
 

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 import torch
 
-from harness import bench as B
+from harness.perf import bench as B
 from harness.commands.bench import render_markdown
 from harness.config import get_preset
 from harness.model import build_model

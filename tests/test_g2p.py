@@ -181,7 +181,7 @@ def test_tiny_g2p_run_reports_wer_and_per(tmp_path):
 
 
 def test_settings_bench_runs_both_arms_on_their_own_streams():
-    from harness.bench_settings import run_settings_bench, settings_table
+    from harness.perf.settings import run_settings_bench, settings_table
 
     reg = harness.registry.Registry.from_plugins()
     new = resolve_config("tiny", ["train.task=g2p", "train.bucket=True", "train.batch=32"], reg)

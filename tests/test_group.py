@@ -168,7 +168,7 @@ def test_bucket_widths_give_a_few_static_shapes():
 
 
 def test_bench_group_sizes_arms_on_cpu():
-    from harness.bench_seeds import run_seed_bench, seed_table
+    from harness.perf.seeds import run_seed_bench, seed_table
 
     reg, cfg = registry_for(None), get_preset("tiny")
     rows, info = run_seed_bench(reg.select(["baseline"])[0], cfg, torch.device("cpu"), "fp32", [2], steps=1,

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness import overhead as O
+from harness.perf import overhead as O
 from harness.config import get_preset
 from harness.runner import ExecutionOptions, make_specs
 from harness.train import PHASES

@@ -77,7 +77,7 @@ def render_markdown(rows: list[dict], info: dict, meta: RunMeta) -> str:
     """``bench.md``: command, environment, config, machine peaks, table, summary, notes."""
     import json
 
-    from ..bench import PROBE_STEPS, REFERENCE, summary_lines, table_frame
+    from ..perf.bench import PROBE_STEPS, REFERENCE, summary_lines, table_frame
 
     env = meta.environment
     lines = [f"# Speed benchmark ({meta.preset or 'custom'} config)", "", "```", meta.command, "```", "",
@@ -123,7 +123,7 @@ def write_outputs(store_root: Path, rows: list[dict], info: dict, meta: RunMeta)
 
 
 def main(args) -> int:
-    from ..bench import BenchError, bench_meta, run_bench, summary_lines, table_frame
+    from ..perf.bench import BenchError, bench_meta, run_bench, summary_lines, table_frame
     from .common import plugin_spec
     from ..env import resolve_device, trial_settings
     from ..store import RunStore
@@ -167,11 +167,11 @@ def main(args) -> int:
 
 def _settings_main(args, variant, cfg, reg, device, store, meta, log) -> int:
     """``bench --old KEY=VALUE ...``: one variant under old and new settings, interleaved
-    (:mod:`harness.bench_settings`); writes bench.csv and bench.md, prints the table and the ratio."""
+    (:mod:`harness.perf.settings`); writes bench.csv and bench.md, prints the table and the ratio."""
     import pandas as pd
 
-    from ..bench import BenchError
-    from ..bench_settings import run_settings_bench, settings_table
+    from ..perf.bench import BenchError
+    from ..perf.settings import run_settings_bench, settings_table
     from ..config import parse_overrides
     from ..store import atomic_write_text
 
@@ -191,7 +191,7 @@ def _settings_main(args, variant, cfg, reg, device, store, meta, log) -> int:
                     "```", "", "## Environment", ""] + [f"- {k}: {v}" for k, v in env.items() if v is not None]
                    + ["", f"Arms interleaved, order alternating each round; {args.warmup_steps} warm-up + "
                       f"{args.steps} timed steps per arm; target tokens/s = label tokens of the timed steps / "
-                      "their summed step time (harness.bench_settings).", "", table, "", ratio]) + "\n"
+                      "their summed step time (harness.perf.settings).", "", table, "", ratio]) + "\n"
     atomic_write_text(store.root / "bench.csv", pd.DataFrame(rows).to_csv(index=False))
     atomic_write_text(store.root / "bench.md", md)
     print(table)
@@ -202,10 +202,10 @@ def _settings_main(args, variant, cfg, reg, device, store, meta, log) -> int:
 
 def _seeds_main(args, variant, cfg, reg, device, dtypes, store, meta, log) -> int:
     """``bench --group-sizes K,...``: sequential vs vectorised vs captured seeds of one variant
-    (:mod:`harness.bench_seeds`); writes bench.csv and bench.md, prints the table."""
+    (:mod:`harness.perf.seeds`); writes bench.csv and bench.md, prints the table."""
     import pandas as pd
 
-    from ..bench_seeds import run_seed_bench, seed_table
+    from ..perf.seeds import run_seed_bench, seed_table
     from ..store import atomic_write_text
 
     rows, peaks, seconds = [], {}, 0.0
@@ -227,7 +227,7 @@ def _seeds_main(args, variant, cfg, reg, device, dtypes, store, meta, log) -> in
                       f"{info['tokens_per_step']}; trials/h counts the {cfg.train.steps} training steps of a trial "
                       "only (no evaluation, no decoding); MFU against the matmul throughput measured by this "
                       "command: " + ", ".join(f"{d} {g:,.0f} GFLOP/s" for d, g in peaks.items())
-                      + " (harness.bench_seeds).", "", table]) + "\n"
+                      + " (harness.perf.seeds).", "", table]) + "\n"
     atomic_write_text(store.root / "bench.csv", pd.DataFrame(rows).to_csv(index=False))
     atomic_write_text(store.root / "bench.md", md)
     print(table)

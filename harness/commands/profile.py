@@ -47,7 +47,7 @@ def render_markdown(frame, lines: list[str], meta: RunMeta) -> str:
     """profile.md: command, environment, config, the phase table and the verdicts."""
     import json
 
-    from ..overhead import OVERHEAD_TARGET
+    from ..perf.overhead import OVERHEAD_TARGET
 
     env = meta.environment
     out = [f"# Harness overhead per trial ({meta.preset or 'custom'} config)", "", "```", meta.command, "```", "",
@@ -72,7 +72,7 @@ def main(args) -> int:
     import pandas as pd
 
     from .common import plugin_spec
-    from ..overhead import profile_rows, profile_trial, verdict
+    from ..perf.overhead import profile_rows, profile_trial, verdict
     from ..runner import make_specs
     from ..env import environment, resolve_device
     from ..runmeta import RunMeta

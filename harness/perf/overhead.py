@@ -51,8 +51,8 @@ def profile_trial(spec: dict[str, Any], write: Callable[[dict], Any],
     """
     import contextlib
 
-    from .env import trial_settings
-    from .train import PHASES, PhaseClock, run_trial
+    from ..env import trial_settings
+    from ..train import PHASES, PhaseClock, run_trial
 
     trial_settings()  # once per process (torch's deterministic mode imports torch._inductor: ~1.3 s), not per trial
     clock = PhaseClock()

@@ -12,8 +12,8 @@
 Each row gives the median step time, the time per seed-step (step / K), seed-steps per second, the
 speed-up over ``sequential``, trials per hour at the config's ``train.steps`` (training steps only:
 the evaluations and the final decoding are not in it), and MFU: K x the model FLOPs of one
-forward + backward (:func:`harness.bench.count_flops`) per step time, over this machine's matmul
-throughput in the same dtype measured by the same command (:func:`harness.bench.matmul_seconds`).
+forward + backward (:func:`harness.perf.bench.count_flops`) per step time, over this machine's matmul
+throughput in the same dtype measured by the same command (:func:`harness.perf.bench.matmul_seconds`).
 The batches are drawn and stacked before the clock starts (host-side batch drawing is not timed
 in any arm). On CUDA every step is synchronised before the clock is read.
 """
@@ -26,11 +26,11 @@ from typing import Any, Callable
 import torch
 
 from .bench import PEAK_N, _sync, count_flops, matmul_seconds
-from .config import RunConfig
-from .model import build_model, unique_parameter_count
-from .registry import Registry, Variant
-from .train import make_optimizer, noam_lambda, train_step
-from .vstep import CapturedStep, GroupStep, stack_batches
+from ..config import RunConfig
+from ..model import build_model, unique_parameter_count
+from ..registry import Registry, Variant
+from ..train import make_optimizer, noam_lambda, train_step
+from ..vstep import CapturedStep, GroupStep, stack_batches
 
 
 def arms(group_sizes: list[int], device: torch.device) -> list[tuple[str, int]]:

@@ -20,11 +20,11 @@ from typing import Callable
 import torch
 
 from .bench import _sync
-from .config import RunConfig
-from .env import trial_settings
-from .model import build_model
-from .registry import Registry, Variant
-from .train import make_optimizer, train_step
+from ..config import RunConfig
+from ..env import trial_settings
+from ..model import build_model
+from ..registry import Registry, Variant
+from ..train import make_optimizer, train_step
 
 
 @dataclass

@@ -44,16 +44,16 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from .config import ModelConfig, RunConfig
-from .errors import HarnessError
-from .checks.contract_base import sinusoidal_pe
-from .env import autocast, environment, peak_mem_mb, reset_peak_mem, trial_settings
-from .model import build_model, unique_parameter_count
-from .registry import Registry, Variant
-from .runmeta import RunMeta
-from .tasks.base import Batch, loss_fn
-from .train import make_optimizer, train_step
-from .trial import registry_for
+from ..config import ModelConfig, RunConfig
+from ..errors import HarnessError
+from ..checks.contract_base import sinusoidal_pe
+from ..env import autocast, environment, peak_mem_mb, reset_peak_mem, trial_settings
+from ..model import build_model, unique_parameter_count
+from ..registry import Registry, Variant
+from ..runmeta import RunMeta
+from ..tasks.base import Batch, loss_fn
+from ..train import make_optimizer, train_step
+from ..trial import registry_for
 
 #: Name of the ``torch.nn.Transformer`` reference contender.
 REFERENCE = "nn.Transformer"
@@ -246,7 +246,7 @@ def memory_probe(name: str, slots: dict | None, cfg: RunConfig, device: str, dty
                           "plugins": plugins, "steps": steps, "threads": torch.get_num_threads()})
     root = str(Path(__file__).resolve().parents[1])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)}
-    proc = subprocess.run([sys.executable, "-m", "harness.bench"], input=payload, capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "harness.perf.bench"], input=payload, capture_output=True, text=True,
                           env=env, timeout=timeout_s)
     if proc.returncode != 0 or not proc.stdout.strip():
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
@@ -255,7 +255,7 @@ def memory_probe(name: str, slots: dict | None, cfg: RunConfig, device: str, dty
 
 
 def _probe_main(payload: str) -> None:
-    """Body of the memory-probe process (``python -m harness.bench``, the spec as JSON on stdin)."""
+    """Body of the memory-probe process (``python -m harness.perf.bench``, the spec as JSON on stdin)."""
     spec = json.loads(payload)
     torch.set_num_threads(int(spec["threads"]))
     trial_settings()
@@ -467,5 +467,5 @@ def bench_meta(command: str, preset: str, cfg: RunConfig, device: torch.device, 
                    reference=REFERENCE)
 
 
-if __name__ == "__main__":  # memory probe: python -m harness.bench < spec.json
+if __name__ == "__main__":  # memory probe: python -m harness.perf.bench < spec.json
     _probe_main(sys.stdin.read())
