@@ -7,7 +7,7 @@
 The training step is :class:`harness.vstep.GroupStep` (stacked parameters, per-seed Adam,
 gradient norm, clipping and masked non-finite skip); everything around it is the sequential
 trial's own code, called per seed on that seed's unstacked model: the build and its twin and
-contract checks (:func:`harness.train.twin_reasons`, :func:`harness.train.contract_reasons`), the
+contract checks (:func:`harness.checks.gate.twin_reasons`, :func:`harness.checks.gate.contract_reasons`), the
 integrity gate at initialisation and after training
 (:func:`harness.checks.probes.integrity_reasons`), the periodic and final evaluations with their
 future-leak checks, the curve rows and the metrics row (:class:`harness.train._Loop`).
@@ -44,6 +44,7 @@ from typing import Any, Callable
 
 import torch
 
+from .checks.gate import contract_reasons, twin_reasons
 from .checks.probes import integrity_reasons
 from .config import RunConfig
 from .env import deterministic_cuda, peak_mem_mb, pin_threads, reset_peak_mem, trial_device, trial_settings
@@ -51,8 +52,7 @@ from .errors import failure_reason
 from .model import build_model, unique_parameter_count
 from .registry import Variant
 from .saved import keep_weights
-from .train import (INVALID, WARMUP_STEPS, PhaseClock, _Loop, contract_reasons, noam_lambda, run_trial,
-                    twin_reasons)
+from .train import INVALID, WARMUP_STEPS, PhaseClock, _Loop, noam_lambda, run_trial
 from .trial import TrialResult, TrialSpec, registry_for
 from .vstep import CapturedStep, GroupStep, bucket_widths, stack_batches
 

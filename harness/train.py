@@ -32,6 +32,7 @@ import torch
 from torch.autograd.profiler import record_function
 
 from . import stats
+from .checks.gate import contract_reasons, twin_reasons
 from .checks.probes import integrity_reasons
 from .config import RunConfig
 from .env import autocast, deterministic_cuda, peak_mem_mb, pin_threads, reset_peak_mem, trial_device, trial_settings
@@ -371,60 +372,6 @@ class _Loop:
             "status": status,
             "reason": reason,
         }
-
-
-_CONTRACTS: dict[tuple, tuple[Any, list[str]]] = {}  # key -> (the registry checked, reasons)
-
-
-def contract_reasons(registry, variant: Variant, model_cfg) -> list[str]:
-    """One line per component of ``variant`` that breaks its slot's contract (an undeclared
-    difference from the slot's reference, see :mod:`harness.checks.contracts`), checked with the trial's
-    model config; cached per process. Declared differences pass; declared bugs are reported."""
-    from .checks.contracts import check_components
-
-    out = []
-    for slot, name in sorted(variant.resolved().items()):
-        key = (slot, name, id(registry), repr(model_cfg))
-        held = _CONTRACTS.get(key)
-        if held is None or held[0] is not registry:  # an id is reused once its registry is freed
-            held = _CONTRACTS[key] = (registry, [r.reason() for r in
-                                                 check_components(registry, [(slot, name)], model_cfg) if not r.ok])
-        out += [f"contract: {line}" for line in held[1]]
-    return out
-
-
-def twin_reasons(registry, variant: Variant, model_cfg, seed: int, model, device) -> list[str]:
-    """A second build of ``variant`` from the same seed must be the same model as ``model``: the
-    same module tree (names and classes, the mask style's class included), the same weights and
-    the same eval-mode logits on the run gate's batch (within the gate's threshold). A component
-    factory that returns something else on another call -- an honest object to the contract check,
-    another one to the trial -- fails; one line per difference found first (empty: the same)."""
-    from .checks.probes import GATE_ATOL, GATE_RTOL, gate_batch
-
-    twin = build_model(registry, variant, model_cfg, seed=seed).to(device)
-
-    def tree(m):
-        return [(n, type(x).__module__, type(x).__qualname__) for n, x in m.named_modules()] + \
-            [("mask_style", type(m.mask_style).__module__, type(m.mask_style).__qualname__)]
-
-    what = "two builds of the variant from seed %d differ in their %%s: a component's factory does not " \
-           "return the same thing on every call" % seed
-    if tree(model) != tree(twin):
-        return [f"build: {what % 'module tree (names, classes)'}"]
-    mine, theirs = model.state_dict(), twin.state_dict()
-    if mine.keys() != theirs.keys() or any(not torch.equal(mine[k], theirs[k]) for k in mine):
-        return [f"build: {what % 'weights'}"]
-    src, tgt, _ = gate_batch(model_cfg, seed=seed)
-    was_training = model.training
-    devices = [device.index or 0] if device.type == "cuda" else []
-    with torch.random.fork_rng(devices=devices), torch.inference_mode():
-        model.eval()
-        twin.eval()
-        a, b = model(src.to(device), tgt.to(device)).float(), twin(src.to(device), tgt.to(device)).float()
-    model.train(was_training)
-    if not torch.allclose(a, b, rtol=GATE_RTOL, atol=GATE_ATOL, equal_nan=True):
-        return [f"build: {what % 'outputs (eval mode, same weights, same batch)'}"]
-    return []
 
 
 def run_trial(spec: TrialSpec | dict[str, Any], progress: Callable[[int, float], None] | None = None,

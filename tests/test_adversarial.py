@@ -18,6 +18,7 @@ import torch
 
 from harness import checks
 from harness import train as T
+from harness.checks import gate as G
 from harness.config import get_preset
 from harness.model import build_model
 from harness.plugins import PluginSpec
@@ -303,7 +304,7 @@ def test_a_factory_that_hands_out_two_different_components_is_caught_at_build():
     assert row["status"] == T.INVALID
     assert "two builds of the variant from seed 0 differ in their outputs" in row["reason"]
     base = build_model(reg, reg.variants["baseline"], cfg.model, seed=0)  # an honest variant passes
-    assert T.twin_reasons(reg, reg.variants["baseline"], cfg.model, 0, base, torch.device("cpu")) == []
+    assert G.twin_reasons(reg, reg.variants["baseline"], cfg.model, 0, base, torch.device("cpu")) == []
 
 
 def test_an_attention_that_never_asks_for_positions_fails_only_where_it_drops_them():

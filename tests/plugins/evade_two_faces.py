@@ -8,7 +8,7 @@ trial trains is the other. Both share one class (the fault is a per-instance fla
 the class alone sees nothing. Deliberate cheating, documented as such; not declared buggy.
 
 Expected: ``run`` marks it invalid before training: a second build of the variant from the same
-seed is not the same model (``harness.train.twin_reasons``: same weights, other outputs).
+seed is not the same model (``harness.checks.gate.twin_reasons``: same weights, other outputs).
 """
 from __future__ import annotations
 
