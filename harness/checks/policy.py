@@ -151,7 +151,7 @@ def expected_relation(a: Variant, b: Variant, groups=None) -> tuple[str, list[st
         else ``("differs", ["norm: post vs pre", ...])`` listing the slots that differ.
     """
     ra, rb = a.resolved(), b.resolved()
-    diffs = [f"{slot}: {ra[slot]} vs {rb[slot]}" for slot in SLOT_DOCS
-             if not same_function(slot, ra[slot], rb[slot], groups)]
+    diffs = [f"{slot}: {ra.get(slot)} vs {rb.get(slot)}" for slot in dict.fromkeys([*ra, *rb])  # a plugin's slots too
+             if not same_function(slot, ra.get(slot), rb.get(slot), groups)]
     return ("differs" if diffs else "equivalent"), diffs
 
