@@ -9,6 +9,7 @@ Shape letters: B batch, L length, S source length, T target length, D = d_model.
 from __future__ import annotations
 
 import math
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 import torch
@@ -24,6 +25,12 @@ from .inputs import describe_exception, draw_reference_state, fmt_size
 #: slot -> what every component of the slot must compute (unless it declares otherwise), derived from
 #: the built-in slots' declarations (:data:`harness.slots.BUILTIN`, ``Slot.reference``).
 SLOT_REFERENCES: dict[str, str] = {s.name: s.reference for s in BUILTIN}
+
+#: slot -> component: the siblings for a plugin's slots (their default components; the harness has no
+#: reference of its own for them) while a registry with such slots is checked (set by
+#: :func:`harness.checks.contracts.check_components`), so a component that asks ``ctx.make`` for one is
+#: checked on its own like any other.
+PLUGIN_SIBLINGS: ContextVar[dict[str, Component]] = ContextVar("plugin_siblings", default={})
 
 ATOL = 1e-5  #: absolute floor of every component check (output units)
 RTOL = 1e-4  #: relative part, times max |reference|
@@ -123,6 +130,7 @@ def reference_components(**overrides: Component) -> dict[str, Component]:
     """Sibling components for checking one component on its own: the harness's reference mask,
     ``nn.LayerNorm`` and biased ``nn.Linear``; ``overrides`` puts the component under test in its slot."""
     base = {
+        **PLUGIN_SIBLINGS.get(),
         "mask": Component("_reference", "mask", lambda ctx: ReferenceMask()),
         "layer_norm": Component("_reference", "layer_norm", lambda ctx: nn.LayerNorm(ctx.cfg.d_model)),
         "projections": Component("_reference", "projections", lambda ctx: nn.Linear),

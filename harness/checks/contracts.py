@@ -49,7 +49,7 @@ from ..errors import PluginError
 from ..registry import Component, Registry
 from ..slots import Slot, builtin_slot
 from .contract_attention import check_attention, check_mask
-from .contract_base import ComponentResult, reference_components, sibling_context
+from .contract_base import PLUGIN_SIBLINGS, ComponentResult, reference_components, sibling_context
 from .contract_layers import check_embedding, check_layer_norm, check_norm, check_projections
 from .contract_positions import check_feed_forward, check_positional
 from .inputs import CHECK_MODEL
@@ -98,7 +98,17 @@ def check_component(comp: Component, cfg: ModelConfig, seed: int = 0, slot: Slot
 
 def check_components(registry: Registry, keys: list[tuple[str, str]], cfg: ModelConfig,
                      seed: int = 0) -> list[ComponentResult]:
-    """:func:`check_component` for each ``(slot, name)`` in ``keys``."""
+    """:func:`check_component` for each ``(slot, name)`` in ``keys``; a plugin's slots take their default
+    component as the sibling (:data:`~harness.checks.contract_base.PLUGIN_SIBLINGS`)."""
+    token = PLUGIN_SIBLINGS.set({s: registry.component(s, registry.defaults[s]) for s in registry.slots
+                                 if builtin_slot(s) is None and s in registry.defaults})
+    try:
+        return _check_each(registry, keys, cfg, seed)
+    finally:
+        PLUGIN_SIBLINGS.reset(token)
+
+
+def _check_each(registry: Registry, keys: list[tuple[str, str]], cfg: ModelConfig, seed: int) -> list[ComponentResult]:
     out = []
     for slot, name in keys:
         comp = registry.component(slot, name)
