@@ -146,8 +146,10 @@ class Slot:
             slot, ``"package.module:function"`` (called as ``function(component, cfg, seed) ->
             list[ComponentResult]``). Empty: ``check`` holds the slot's components to nothing on
             their own (they are still inside every model-level check of the variants using them).
-        main: a main slot: varied by the single-change variants and ``--grid``, and a column of the
-            trial tables (``slot_<name>``) even where no variant of a run changes it.
+        main: a main slot: varied by ``--grid`` (and by the built-in single-change variants); the built-in
+            main slots' columns are the trial tables' slot columns when a run varies no slot
+            (:data:`harness.report.frames.SLOT_COLS`). Every slot is a column ``slot_<name>`` of the trial
+            records, and the tables show each slot that the run's variants vary.
         plugin: the plugin that declared it (set by the registry).
 
     Raises (when registered, :class:`harness.registry.Registry`):
