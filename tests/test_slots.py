@@ -10,6 +10,7 @@ import pytest
 import harness
 from harness.checks.contract_base import SLOT_REFERENCES
 from harness.checks.contracts import CHECKS, check_component, check_components, slot_check
+from harness.checks.policy import registry_groups
 from harness.cli import main as cli_main
 from harness.config import ModelConfig
 from harness.errors import DuplicateNameError, PluginError, UnknownNameError
@@ -57,6 +58,8 @@ def test_a_new_slot_is_checked_by_the_check_it_names(reg):
     assert [(r.slot, r.verdict) for r in res] == [("activation", "conforms"), ("feed_forward", "differs as declared")]
     wrong = Component("plain_relu", "activation", lambda ctx: __import__("torch").nn.ReLU())
     assert [r.verdict for r in check_component(wrong, cfg, slot=reg.slots["activation"])] == ["violates its slot"]
+    assert registry_groups(reg, {"activation": [{"squared_relu", "other"}]})["activation"] == (
+        frozenset({"squared_relu", "other"}),)                                # --equivalent knows the plugin's slot
     missing = dataclasses.replace(reg.slots["activation"], check="check_activation")  # not in harness.checks
     with pytest.raises(PluginError, match="check='check_activation' is not a contract check"):
         check_component(wrong, cfg, slot=missing)
