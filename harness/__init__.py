@@ -2,7 +2,7 @@
 
 Public API for plugin authors::
 
-    from harness import hookimpl, Component, Variant, Task
+    from harness import hookimpl, BuildContext, Component, Slot, Variant, Task
 
     @hookimpl
     def harness_add_variants():
@@ -35,7 +35,7 @@ hookimpl = pluggy.HookimplMarker("harness")
 
 #: public name -> the submodule that defines it, imported on first access.
 _LAZY = {
-    "Component": "registry", "Variant": "registry",
+    "Component": "registry", "Variant": "registry", "Slot": "slots", "BuildContext": "model",
     "Task": "tasks.base", "Batch": "tasks.base",
     "ModelConfig": "config", "TrainConfig": "config", "RunConfig": "config",
     "run": "api", "check": "api", "load_run": "api", "build_model": "api", "LoadedRun": "api",
@@ -44,7 +44,7 @@ _LAZY = {
     "RunRequest": "request", "CheckRequest": "request",
 }
 
-__all__ = ["hookimpl", "Component", "Variant", "Task", "Batch", "ModelConfig", "TrainConfig", "RunConfig",
+__all__ = ["hookimpl", "Component", "Variant", "Slot", "BuildContext", "Task", "Batch", "ModelConfig", "TrainConfig", "RunConfig",
            "HarnessError", "__version__", "run", "check", "load_run", "build_model", "LoadedRun", "RunFailedError",
            "compare", "verify", "list_variants", "list_tasks", "list_presets", "RunRequest", "CheckRequest",
            "load_model", "decode"]

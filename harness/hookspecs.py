@@ -14,6 +14,27 @@ hookspec = pluggy.HookspecMarker("harness")
 
 
 @hookspec
+def harness_add_slots():
+    """Offer new slots: axes of choice beside the built-in ones (:data:`harness.slots.BUILTIN`).
+
+    When it fires: as :func:`harness_add_components`, before it (a component names its slot).
+
+    How results combine: concatenated and sorted by name; a name declared twice, or the name of a
+    built-in slot, is an error naming both plugins. A new slot needs exactly one component declaring
+    ``default=True``. The assembler (:mod:`harness.model`) builds only the built-in slots; a new
+    slot's components are made by other components that ask for them, ``ctx.make("slot name")``
+    (docs/plugins.md, "A new slot").
+
+    Returns:
+        list[harness.Slot]: may be empty.
+
+    Raises:
+        As for :func:`harness_add_components`; a slot whose name is not an identifier or whose
+        protocol is not a class is a :class:`harness.errors.PluginError` naming the plugin.
+    """
+
+
+@hookspec
 def harness_add_components():
     """Offer components: implementations of one slot each.
 

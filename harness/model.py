@@ -3,39 +3,11 @@
 Shape letters used throughout: B batch, S source length, T target length, D = d_model,
 H = h heads, d_k = D / H, V vocabulary.
 
-Slot protocols (what a component's ``factory(ctx)`` must return):
-
-* ``norm``: a new ``nn.Module`` per call with ``forward(x, sublayer) -> x`` wrapping one
-  sub-layer with its residual connection, and a class attribute ``final_norm: bool``
-  (True when the encoder and decoder end with a LayerNorm, as pre-norm needs). It owns one
-  LayerNorm child named ``norm`` made with ``ctx.layer_norm()``, unless its registration
-  declares ``has_layer_norm=False`` (ReZero's ``x + alpha * sublayer(x)``): then it makes
-  none and ``final_norm`` is optional (default False: no final LayerNorm). A class attribute
-  ``parallel = True`` declares a *parallel block* (GPT-J; PaLM §2): the layer makes one such module
-  and calls ``forward(x, sublayers)`` once with the list of all its sub-layers (encoder: self-attention,
-  FFN; decoder: self-attention, cross-attention, FFN), e.g. x + sum_i sublayer_i(LayerNorm(x)).
-* ``layer_norm``: a new ``nn.Module`` normalising the last dimension D, with canonical
-  parameters ``weight`` and ``bias`` of shape (D,).
-* ``projections``: a callable ``linear(d_in, d_out) -> nn.Linear`` used by attention and the FFN.
-* ``positional``: a new ``nn.Module`` per call (one for the source, one for the target) mapping
-  raw token embeddings (B, L, D) to the encoder/decoder input (B, L, D). Positions that act
-  inside attention are optional methods of the same module: ``rotate_qk(q (..., Lq, d_k),
-  k (..., Lk, d_k)) -> (q, k)`` (RoPE), ``score_bias(tq, tk, device, dtype) -> (H, Tq, Tk)``
-  (ALiBi), and ``qk_order(d_k) -> LongTensor (d_k,)`` (the canonical feature each of its own
-  features is, for a rotation written in another layout). Attention reaches them through
-  ``ctx.positions`` (:class:`PositionHooks`), never the module itself.
-* ``feed_forward``: a new ``nn.Module`` per call, (B, L, D) -> (B, L, D), made with
-  ``ctx.linear``; canonical parameters ``w_1``, ``w_2`` (and ``w_3`` for a gated one).
-* ``embedding``: one ``nn.Module`` with ``src(ids (B, S)) -> (B, S, D)``,
-  ``tgt(ids (B, T)) -> (B, T, D)`` (raw lookups) and ``logits(x (B, T, D)) -> (B, T, V)``.
-* ``attention``: a new ``nn.Module`` per call with
-  ``forward(query (B, Tq, D), key (B, Tk, D), value (B, Tk, D), mask) -> (B, Tq, D)``;
-  the mask is whatever the mask component made and is applied with ``ctx.mask.apply``;
-  positions with ``ctx.positions.rotate(q, k)`` on the split heads and
-  ``ctx.positions.bias(scores)`` on the scaled scores (no-ops unless the positional component
-  acts inside attention; cross-attention always gets the no-op).
-* ``mask``: one object with ``src_mask(src (B, S), pad)``, ``tgt_mask(tgt (B, T), pad)`` and
-  ``apply(scores (..., Tq, Tk), mask) -> scores``.
+Slot protocols (what a component's ``factory(ctx)`` must return, with shapes and canonical
+parameters) are declared once, with each slot, in :mod:`harness.slots` (``Slot.protocol``:
+``NormBlock``, ``Embedding``, ``Attention``, ``MaskStyle``, ``LayerNormModule``, ``Positional``,
+``Projections``, ``FeedForward``). The assembler builds the built-in slots; a plugin's slot is made
+by the components that ask for it (``ctx.make(name)``, :class:`BuildContext`).
 
 Canonical parameters: a module that stores parameters in its own layout defines
 ``canonical_state() -> dict`` and ``load_canonical_state(dict) -> list[str]`` (notes on
@@ -54,6 +26,7 @@ import torch
 from torch import nn
 
 from .config import ModelConfig
+from .errors import UnknownNameError
 from .registry import Component, Registry, Variant
 
 
@@ -112,10 +85,30 @@ NO_POSITIONS = PositionHooks()
 
 @dataclass
 class BuildContext:
-    """What a component's factory receives: the config and its sibling slots' products.
+    """What a component's factory receives: the config and its sibling slots' products (public:
+    ``from harness import BuildContext``; docs/plugins.md).
 
-    Components never import each other; they ask the context (``ctx.mask``, ``ctx.positions``,
-    ``ctx.linear(...)``, ``ctx.layer_norm()``) for what they need.
+    Components never import each other; they ask the context for what they need.
+
+    Attributes:
+        cfg: the :class:`harness.config.ModelConfig`: ``d_model`` (D), ``h`` (H, d_k = D / H), ``d_ff``,
+            ``N``, ``dropout``, ``vocab`` (V), ``pad``, ``max_len``, ``n_kv_heads``.
+        components: slot -> the variant's :class:`harness.registry.Component` for it (every slot of the
+            registry, a plugin's slots included).
+        mask: the variant's mask object (one per model, shared; :class:`harness.slots.MaskStyle`).
+        positions: the :class:`PositionHooks` of the attention module being built: ``rotate(q, k)`` on
+            split heads (..., L, d_k), ``bias(scores)`` on scaled scores (B, H or 1, Tq, Tk).
+        linear(d_in, d_out): a projection from the ``projections`` slot: weight (d_out, d_in).
+        layer_norm(): a new LayerNorm over D from the ``layer_norm`` slot.
+        attention(cross=False): a new attention module; ``cross=True`` for cross-attention (no positions).
+        make(slot): a new product of ``slot``'s component, e.g. ``ctx.make("feed_forward")`` or a plugin
+            slot's ``ctx.make("activation")``.
+
+    Example::
+
+        def factory(ctx: BuildContext) -> nn.Module:   # a feed_forward component
+            return nn.Sequential(ctx.linear(ctx.cfg.d_model, ctx.cfg.d_ff), nn.ReLU(),
+                                 ctx.linear(ctx.cfg.d_ff, ctx.cfg.d_model))   # (B, L, D) -> (B, L, D)
     """
 
     cfg: ModelConfig
@@ -126,7 +119,13 @@ class BuildContext:
     _cross: bool = False
 
     def make(self, slot: str) -> Any:
-        """Call the slot's component factory and return a new product."""
+        """Call the slot's component factory and return a new product.
+
+        Raises:
+            UnknownNameError: no component for ``slot`` in this build (a slot no plugin declared).
+        """
+        if slot not in self.components:
+            raise UnknownNameError("slot", slot, self.components, "ctx.make(): slots of this build")
         return self.components[slot].factory(self)
 
     def _shared(self, slot: str) -> Any:

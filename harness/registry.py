@@ -14,27 +14,16 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from .errors import DuplicateNameError, HarnessError, PluginError, UnknownNameError
 from .plugins import PluginSpec, builtin_plugin_manager, get_plugin_manager
+from .slots import BUILTIN, Slot, main_slots
 
 if TYPE_CHECKING:
     from .tasks.base import Task
 
-#: slot -> what the slot decides. Every variant gets a component for every slot; a slot a
-#: variant leaves out takes the slot's default component, the one that declares
+#: slot -> what the slot decides, for the built-in slots (derived from :data:`harness.slots.BUILTIN`; a
+#: registry's own slots, plugins' included, are :attr:`Registry.slots`). Every variant gets a component for
+#: every slot; a slot a variant leaves out takes the slot's default component, the one that declares
 #: ``Component(..., default=True)`` (for the built-ins: the paper's choice).
-SLOT_DOCS: dict[str, str] = {
-    "norm": "where LayerNorm sits around each sub-layer (post-norm / pre-norm), or none (has_layer_norm=False), "
-            "or one for all of a layer's sub-layers, summed (parallel = True)",
-    "embedding": "source/target embeddings and generator: separate or one shared matrix",
-    "attention": "how multi-head attention is written (heads split, matmul vs bmm, SDPA)",
-    "mask": "how masks are made and applied to attention scores (bool keep-mask / additive)",
-    "layer_norm": "the LayerNorm formula (nn.LayerNorm / the notes' unbiased std + eps)",
-    "positional": "positions: added to the embeddings (sinusoidal, learned), rotating q and k (RoPE) or biasing "
-                  "the scores (ALiBi) inside self-attention; and the embedding scale",
-    "projections": "whether attention and FFN projections carry a bias",
-    "feed_forward": "the position-wise feed-forward network (ReLU / GELU / gated SwiGLU, GEGLU)",
-}
-#: The slots the built-in single-change variants and ``--grid`` vary.
-MAIN_SLOTS = ("norm", "embedding", "attention", "mask")
+SLOT_DOCS: dict[str, str] = {s.name: s.decides for s in BUILTIN}
 
 
 @dataclass(frozen=True)
@@ -43,9 +32,10 @@ class Component:
 
     Args:
         name: component name, unique within its slot (e.g. ``"pre"``).
-        slot: one of :data:`SLOT_DOCS`.
-        factory: ``factory(ctx: harness.model.BuildContext)`` returning what the slot's
-            protocol asks for (documented per slot in ``harness/model.py``).
+        slot: the name of a :class:`harness.slots.Slot` (a built-in one of :data:`SLOT_DOCS`, or one a
+            plugin declares with ``harness_add_slots``).
+        factory: ``factory(ctx: harness.BuildContext)`` returning what the slot's protocol asks
+            for (``Slot.protocol``; the built-in slots' protocols are in :mod:`harness.slots`).
         summary: one line for ``list`` and reports.
         source: where it comes from (paper section, seed note, d2l section).
         default: the slot's default component, taken by every variant that leaves the slot out.
@@ -148,17 +138,19 @@ class Variant:
                 the built-ins declare (:func:`default_components`).
         """
         defaults = default_components() if defaults is None else defaults
-        return {slot: self.slots.get(slot, defaults[slot]) for slot in SLOT_DOCS}
+        out = {slot: self.slots.get(slot, comp) for slot, comp in defaults.items()}
+        return out | {slot: comp for slot, comp in self.slots.items() if slot not in out}  # a plugin's slot
 
 
-def declared_defaults(components: Iterable[Component]) -> dict[str, str]:
-    """slot -> the one component of ``components`` declaring ``default=True``.
+def declared_defaults(components: Iterable[Component], slots: Iterable[str] = tuple(SLOT_DOCS)) -> dict[str, str]:
+    """slot -> the one component of ``components`` declaring ``default=True``, for each of ``slots``
+    (default: the built-in slots).
 
     Raises:
         PluginError: a slot with no default, or with two (naming the components' plugins), or a
             ``buggy`` component declaring it.
     """
-    by_slot: dict[str, list[Component]] = {slot: [] for slot in SLOT_DOCS}
+    by_slot: dict[str, list[Component]] = {slot: [] for slot in slots}
     for comp in components:
         if comp.default:
             if comp.buggy:
@@ -269,7 +261,11 @@ class Registry:
     """
 
     def __init__(self, components: Iterable[Component] = (), variants: Iterable[Variant] = (),
-                 warnings: list[str] | None = None, tasks: Iterable[Task] = ()):
+                 warnings: list[str] | None = None, tasks: Iterable[Task] = (), slots: Iterable[Slot] = ()):
+        #: slot name -> its declaration: the built-in slots (:data:`harness.slots.BUILTIN`), then plugins' ones.
+        self.slots: dict[str, Slot] = {s.name: dataclasses.replace(s, plugin="harness.slots") for s in BUILTIN}
+        for s in slots:
+            self.add_slot(s)
         self.components: dict[tuple[str, str], Component] = {}
         self.variants: dict[str, Variant] = {}
         self.tasks: dict[str, Task] = {}
@@ -297,6 +293,8 @@ class Registry:
         warnings: list[str] = []
         pm = get_plugin_manager(spec, warnings)
         reg = cls(warnings=warnings)
+        for slot, plugin in sorted(_call_hook(pm, "harness_add_slots", Slot, spec.strict, warnings), key=lambda sp: sp[0].name):
+            reg.add_slot(dataclasses.replace(slot, plugin=plugin))
         comps = _call_hook(pm, "harness_add_components", Component, spec.strict, warnings)
         for comp, plugin in sorted(comps, key=lambda cp: (cp[0].slot, cp[0].name)):
             reg.add_component(dataclasses.replace(comp, plugin=plugin))
@@ -312,7 +310,7 @@ class Registry:
             reg.validate_component(comp)
         for var in reg.variants.values():
             reg.validate_variant(var)
-        reg.defaults = declared_defaults(reg.components.values())
+        reg.defaults = declared_defaults(reg.components.values(), reg.slots)
         for name, var in list(reg.variants.items()):  # every slot explicit: no later caller can fall back
             reg.variants[name] = dataclasses.replace(var, slots=var.resolved(reg.defaults))  # to other defaults
         return reg
@@ -341,9 +339,21 @@ class Registry:
                                        [n for (s, n) in self.components if s == comp.slot and n != comp.name],
                                        f"equivalent_to= of {where}")
 
+    def add_slot(self, slot: Slot) -> None:
+        """Add a plugin's slot (see :class:`harness.slots.Slot` for what it raises)."""
+        if not isinstance(slot.name, str) or not slot.name.isidentifier():
+            raise PluginError(f"plugin {slot.plugin!r}: slot name {slot.name!r} is not an identifier")
+        if not isinstance(slot.protocol, type):
+            raise PluginError(f"plugin {slot.plugin!r}: slot {slot.name!r}: protocol must be a class (a "
+                              f"typing.Protocol giving the shapes), got {type(slot.protocol).__name__}")
+        if slot.name in self.slots:
+            raise DuplicateNameError(f"slot {slot.name!r} is declared by two plugins: "
+                                     f"{self.slots[slot.name].plugin!r} and {slot.plugin!r}")
+        self.slots[slot.name] = slot
+
     def add_component(self, comp: Component) -> None:
-        if comp.slot not in SLOT_DOCS:
-            raise UnknownNameError("slot", comp.slot, SLOT_DOCS, f"component {comp.name!r} from plugin {comp.plugin!r}")
+        if comp.slot not in self.slots:
+            raise UnknownNameError("slot", comp.slot, self.slots, f"component {comp.name!r} from plugin {comp.plugin!r}")
         key = (comp.slot, comp.name)
         if key in self.components:
             other = self.components[key]
@@ -376,8 +386,8 @@ class Registry:
 
     def validate_variant(self, var: Variant) -> None:
         for slot, comp in var.slots.items():
-            if slot not in SLOT_DOCS:
-                raise UnknownNameError("slot", slot, SLOT_DOCS, f"in variant {var.name!r} from plugin {var.plugin!r}")
+            if slot not in self.slots:
+                raise UnknownNameError("slot", slot, self.slots, f"in variant {var.name!r} from plugin {var.plugin!r}")
             if (slot, comp) not in self.components:
                 raise UnknownNameError(f"{slot} component", comp, self.slot_components(slot, True),
                                        f"in variant {var.name!r} from plugin {var.plugin!r}")
@@ -386,27 +396,28 @@ class Registry:
         return [n for (s, n), c in self.components.items() if s == slot and (include_buggy or not c.buggy)]
 
     def component(self, slot: str, name: str) -> Component:
-        if slot not in SLOT_DOCS:
-            raise UnknownNameError("slot", slot, SLOT_DOCS)
+        if slot not in self.slots:
+            raise UnknownNameError("slot", slot, self.slots)
         if (slot, name) not in self.components:
             raise UnknownNameError(f"{slot} component", name, self.slot_components(slot, True))
         return self.components[(slot, name)]
 
     def grid(self) -> list[Variant]:
-        """The full factorial over :data:`MAIN_SLOTS` (non-buggy components), named
+        """The full factorial over the main slots (:func:`harness.slots.main_slots`; non-buggy components), named
         ``grid-<norm>-<embedding>-<attention>-<mask>``; other slots at their defaults.
 
         A component that only variants of a ``group`` use (``group:modern``'s GQA, QK-norm, sliding
         window, parallel block, packed QKV) stays in its group, as its variants stay out of ``all``:
         the grid crosses the choices of ``all`` and every component no variant names (a plugin's)."""
+        main = main_slots(self.slots.values())
         grouped = {(s, c) for v in self.variants.values() if v.group for s, c in v.slots.items()}
         ungrouped = {(s, c) for v in self.variants.values() if not v.group for s, c in v.resolved(self.defaults or None).items()}
-        choices = [sorted(c for c in self.slot_components(s) if (s, c) not in grouped - ungrouped) for s in MAIN_SLOTS]
+        choices = [sorted(c for c in self.slot_components(s) if (s, c) not in grouped - ungrouped) for s in main]
         out = []
         for combo in itertools.product(*choices):
             name = "grid-" + "-".join(combo)
-            out.append(Variant(name, Variant(name, dict(zip(MAIN_SLOTS, combo))).resolved(self.defaults or None),
-                               summary=", ".join(f"{s}={c}" for s, c in zip(MAIN_SLOTS, combo)),
+            out.append(Variant(name, Variant(name, dict(zip(main, combo))).resolved(self.defaults or None),
+                               summary=", ".join(f"{s}={c}" for s, c in zip(main, combo)),
                                source="full factorial (--grid)", plugin="harness.registry"))
         return out
 

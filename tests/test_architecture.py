@@ -177,7 +177,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("harness.checks", "harness.testing"),
     ("harness.store", "harness.runmeta", "harness.trial", "harness.lookup", "harness.verification"),
     ("harness.model",),
-    ("harness.registry", "harness.plugins", "harness.hookspecs"),
+    ("harness.registry", "harness.slots", "harness.plugins", "harness.hookspecs"),
     ("harness.tasks",),
     ("harness.config", "harness.errors", "harness.env"),
 ]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from harness import Component, Variant, hookimpl
+from harness import BuildContext, Component, Variant, hookimpl
 
 
 class RMSNorm(nn.Module):
@@ -39,9 +39,14 @@ class RMSNorm(nn.Module):
         return ["bias is non-zero but RMSNorm has none"] if bias is not None and bool(bias.abs().max() > 0) else []
 
 
+def make_rms_norm(ctx: BuildContext) -> RMSNorm:
+    """The factory: ``ctx`` (docs/plugins.md) gives the config; D = ``ctx.cfg.d_model``."""
+    return RMSNorm(ctx.cfg.d_model)
+
+
 @hookimpl
 def harness_add_components():
-    return [Component("rms", "layer_norm", lambda ctx: RMSNorm(ctx.cfg.d_model),
+    return [Component("rms", "layer_norm", make_rms_norm,
                       "RMSNorm: x / rms(x) * weight, no bias", "Zhang & Sennrich 2019 (example plugin)",
                       differs="RMSNorm: no mean subtraction and no bias (Zhang & Sennrich 2019); the slot's "
                               "reference is nn.LayerNorm")]

@@ -9,6 +9,7 @@ Shape letters: B batch, L length, S source length, T target length, D = d_model.
 from __future__ import annotations
 
 import math
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 import torch
@@ -17,34 +18,19 @@ from torch import nn
 from ..config import ModelConfig
 from ..model import BuildContext, canonical_state_dict, load_canonical_state_dict, parameter_of
 from ..registry import Component
+from ..slots import BUILTIN
 from .formulas import FORMULAS
 from .inputs import describe_exception, draw_reference_state, fmt_size
 
-#: slot -> what every component of the slot must compute (unless it declares otherwise).
-SLOT_REFERENCES: dict[str, str] = {
-    "attention": "scaled dot-product multi-head attention: nn.MultiheadAttention with in_proj_weight = "
-                 "[w_q; w_k; w_v] and out_proj = w_o, softmax(Q K^T / sqrt(d_k)) over the keys, masks applied "
-                 "with ctx.mask.apply before the softmax (Vaswani et al. 2017 §3.2)",
-    "mask": "causal: query position i attends to key positions j <= i, itself included, never j > i; padding: no "
-            "real query attends to a padded key; every row of a real batch finite; a row whose every key is "
-            "blocked as declared by fully_masked_row",
-    "layer_norm": "nn.LayerNorm(d_model): (x - mean) / sqrt(biased variance + eps) * weight + bias over the last "
-                  "dimension (Ba et al. 2016)",
-    "norm": "final_norm = False: post-norm LayerNorm(x + sublayer(x)); final_norm = True: pre-norm "
-            "x + sublayer(LayerNorm(x)) and a final LayerNorm after each stack (Xiong et al. 2020); declared "
-            "has_layer_norm=False: x + a * sublayer(x), a fixed gain that gradients reach at initialisation, "
-            "no LayerNorm (ReZero, Bachlechner et al. 2021); class attribute parallel = True: the formula parallel_block, "
-            "x + sum_i sublayer_i(LayerNorm(x)) (GPT-J; PaLM §2)",
-    "positional": "x * sqrt(d_model) + PE[:L] with the sinusoidal PE of Vaswani et al. 2017 §3.5, dropout after; "
-                  "nothing inside attention (a component that rotates q and k or biases the scores declares it "
-                  "and names its formula: reference=\"rotary\" / \"linear_biases\", harness.checks.formulas.FORMULAS)",
-    "embedding": "src(ids) = src.weight[ids] and tgt(ids) = tgt.weight[ids], one lookup per token and nothing "
-                 "else; logits(x) = x generator.weight^T + generator.bias (Vaswani et al. 2017 §3.4)",
-    "projections": "linear(d_in, d_out) returns an nn.Linear-like module: y = x weight^T (+ bias), weight "
-                   "(d_out, d_in)",
-    "feed_forward": "FFN(x) = w_2(relu(w_1 x + b_1)) + b_2 with ctx.linear projections, inner width d_ff, dropout "
-                    "after the activation (Vaswani et al. 2017 §3.3)",
-}
+#: slot -> what every component of the slot must compute (unless it declares otherwise), derived from
+#: the built-in slots' declarations (:data:`harness.slots.BUILTIN`, ``Slot.reference``).
+SLOT_REFERENCES: dict[str, str] = {s.name: s.reference for s in BUILTIN}
+
+#: slot -> component: the siblings for a plugin's slots (their default components; the harness has no
+#: reference of its own for them) while a registry with such slots is checked (set by
+#: :func:`harness.checks.contracts.check_components`), so a component that asks ``ctx.make`` for one is
+#: checked on its own like any other.
+PLUGIN_SIBLINGS: ContextVar[dict[str, Component]] = ContextVar("plugin_siblings", default={})
 
 ATOL = 1e-5  #: absolute floor of every component check (output units)
 RTOL = 1e-4  #: relative part, times max |reference|
@@ -144,6 +130,7 @@ def reference_components(**overrides: Component) -> dict[str, Component]:
     """Sibling components for checking one component on its own: the harness's reference mask,
     ``nn.LayerNorm`` and biased ``nn.Linear``; ``overrides`` puts the component under test in its slot."""
     base = {
+        **PLUGIN_SIBLINGS.get(),
         "mask": Component("_reference", "mask", lambda ctx: ReferenceMask()),
         "layer_norm": Component("_reference", "layer_norm", lambda ctx: nn.LayerNorm(ctx.cfg.d_model)),
         "projections": Component("_reference", "projections", lambda ctx: nn.Linear),
@@ -236,6 +223,6 @@ def judge(comp: Component, check: str, gap: float, thr: float, diagnosis: str = 
         return component_result(comp, check, verdict, True, gap, thr, diagnosis, note)
     if differs:
         return component_result(comp, check, VIOLATES, False, gap, thr, diagnosis or
-                                f"differs from the slot's reference ({SLOT_REFERENCES[comp.slot].split(':')[0]})")
+                                f"differs from the slot's reference ({SLOT_REFERENCES.get(comp.slot, comp.slot).split(':')[0]})")
     return component_result(comp, check, CONFORMS, True, gap, thr)
 

@@ -30,7 +30,7 @@ softmax, stays far below; every fault this module knows is above).
 Sources: Vaswani et al. 2017 §3.2-3.5; Ba et al. 2016 (LayerNorm); Xiong et al. 2020 (pre-/post-norm);
 PyTorch ``nn.MultiheadAttention`` / ``nn.LayerNorm`` / ``nn.Linear``; the seed notes' bugs.
 
-This module holds the registry-level part (:data:`SLOT_CHECKS`, :func:`check_components`, the
+This module holds the registry-level part (:data:`CHECKS`, :func:`slot_check`, :func:`check_components`, the
 declared relations); the slot checks live in :mod:`harness.checks.contract_base` (results,
 verdicts, reference siblings, :data:`~harness.checks.contract_base.ATOL`,
 :data:`~harness.checks.contract_base.SLOT_REFERENCES`), :mod:`harness.checks.contract_attention`
@@ -41,40 +41,74 @@ verdicts, reference siblings, :data:`~harness.checks.contract_base.ATOL`,
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from typing import Callable
 
 from ..config import ModelConfig
+from ..errors import PluginError
 from ..registry import Component, Registry
+from ..slots import Slot, builtin_slot
 from .contract_attention import check_attention, check_mask
-from .contract_base import ComponentResult, reference_components, sibling_context
+from .contract_base import PLUGIN_SIBLINGS, ComponentResult, reference_components, sibling_context
 from .contract_layers import check_embedding, check_layer_norm, check_norm, check_projections
 from .contract_positions import check_feed_forward, check_positional
 from .inputs import CHECK_MODEL
 
 
-#: slot -> the check that holds a component of the slot to its reference.
-SLOT_CHECKS: dict[str, Callable[..., list[ComponentResult]]] = {
-    "attention": check_attention,
-    "mask": check_mask,
-    "layer_norm": check_layer_norm,
-    "norm": check_norm,
-    "positional": check_positional,
-    "embedding": check_embedding,
-    "projections": check_projections,
-    "feed_forward": check_feed_forward,
-}
+#: The contract checks a slot can name (``Slot.check``), by function name.
+CHECKS: dict[str, Callable[..., list[ComponentResult]]] = {fn.__name__: fn for fn in (
+    check_attention, check_mask, check_layer_norm, check_norm, check_positional, check_embedding,
+    check_projections, check_feed_forward)}
 
 
-def check_component(comp: Component, cfg: ModelConfig, seed: int = 0) -> list[ComponentResult]:
-    """Hold one component to its slot's reference (:data:`SLOT_CHECKS`). Never raises for a
-    failing component; a slot without a check gives no result."""
-    fn = SLOT_CHECKS.get(comp.slot)
+def slot_check(slot: Slot) -> Callable[..., list[ComponentResult]] | None:
+    """The contract check ``slot.check`` names: a function of :data:`CHECKS`, or ``"package.module:function"``
+    (a plugin's slot); None when the slot names none.
+
+    Raises:
+        PluginError: a name that :data:`CHECKS` lacks, or an import path that does not resolve.
+    """
+    if not slot.check:
+        return None
+    if ":" in slot.check:
+        module, _, attr = slot.check.partition(":")
+        try:
+            return getattr(importlib.import_module(module), attr)
+        except (ImportError, AttributeError) as exc:
+            raise PluginError(f"slot {slot.name!r} from plugin {slot.plugin!r}: check={slot.check!r} does not "
+                              f"resolve ({type(exc).__name__}: {exc})") from exc
+    if slot.check not in CHECKS:
+        raise PluginError(f"slot {slot.name!r} from plugin {slot.plugin!r}: check={slot.check!r} is not a contract "
+                          f"check; known: {', '.join(sorted(CHECKS))} (or 'package.module:function')")
+    return CHECKS[slot.check]
+
+
+def check_component(comp: Component, cfg: ModelConfig, seed: int = 0, slot: Slot | None = None) -> list[ComponentResult]:
+    """Hold one component to its slot's reference (the check its :class:`~harness.slots.Slot` names;
+    ``slot`` defaults to the built-in slot of ``comp.slot``). Never raises for a failing component; a slot
+    without a check gives no result.
+
+    Raises:
+        PluginError: the slot names a check that does not exist (:func:`slot_check`).
+    """
+    slot = slot or builtin_slot(comp.slot)
+    fn = slot_check(slot) if slot else None
     return fn(comp, cfg, seed) if fn else []
 
 
 def check_components(registry: Registry, keys: list[tuple[str, str]], cfg: ModelConfig,
                      seed: int = 0) -> list[ComponentResult]:
-    """:func:`check_component` for each ``(slot, name)`` in ``keys``."""
+    """:func:`check_component` for each ``(slot, name)`` in ``keys``; a plugin's slots take their default
+    component as the sibling (:data:`~harness.checks.contract_base.PLUGIN_SIBLINGS`)."""
+    token = PLUGIN_SIBLINGS.set({s: registry.component(s, registry.defaults[s]) for s in registry.slots
+                                 if builtin_slot(s) is None and s in registry.defaults})
+    try:
+        return _check_each(registry, keys, cfg, seed)
+    finally:
+        PLUGIN_SIBLINGS.reset(token)
+
+
+def _check_each(registry: Registry, keys: list[tuple[str, str]], cfg: ModelConfig, seed: int) -> list[ComponentResult]:
     out = []
     for slot, name in keys:
         comp = registry.component(slot, name)
@@ -85,7 +119,7 @@ def check_components(registry: Registry, keys: list[tuple[str, str]], cfg: Model
             # equivalent to a component held to a formula: held to that formula itself
             target = declared_formula(registry, comp)
             comp = dataclasses.replace(comp, equivalent_to="", differs=target.differs, reference=target.reference)
-        out += check_component(comp, cfg, seed)
+        out += check_component(comp, cfg, seed, registry.slots.get(slot))
     return out
 
 

@@ -89,7 +89,7 @@ def registry_groups(registry: Registry, extra: dict[str, Iterable[Iterable[str]]
                     cfg: ModelConfig | None = None) -> dict[str, tuple[frozenset[str], ...]]:
     """The components' declared equivalence groups (:func:`harness.checks.contracts.declared_groups`) plus
     ``extra`` (e.g. from ``--equivalent``)."""
-    return merge_groups(extra, declared_groups(registry, cfg))
+    return merge_groups(extra, declared_groups(registry, cfg), registry.slots)
 
 
 def held_to_reference(registry: Registry, slot: str, name: str, groups) -> bool:
@@ -102,13 +102,16 @@ def held_to_reference(registry: Registry, slot: str, name: str, groups) -> bool:
 
 
 def merge_groups(extra: dict[str, Iterable[Iterable[str]]] | None,
-                 base: dict[str, tuple[frozenset[str], ...]] | None = None) -> dict[str, tuple[frozenset[str], ...]]:
+                 base: dict[str, tuple[frozenset[str], ...]] | None = None,
+                 slots: Iterable[str] = tuple(SLOT_DOCS)) -> dict[str, tuple[frozenset[str], ...]]:
     """``base`` (default: no groups) plus ``extra`` groups; groups sharing a component are merged.
-    Raises ConfigError on a slot that does not exist."""
+    Raises ConfigError on a slot not among ``slots`` (default: the built-in slots; a registry's own,
+    plugins' included, through :func:`registry_groups`)."""
+    slots = list(slots)
     out = {slot: [set(g) for g in groups] for slot, groups in (base or {}).items()}
     for slot, groups in (extra or {}).items():
-        if slot not in SLOT_DOCS:
-            raise ConfigError(f"--equivalent: unknown slot {slot!r}; slots: {', '.join(SLOT_DOCS)}")
+        if slot not in slots:
+            raise ConfigError(f"--equivalent: unknown slot {slot!r}; slots: {', '.join(slots)}")
         for g in groups:
             new = set(g)
             keep = []
@@ -151,7 +154,7 @@ def expected_relation(a: Variant, b: Variant, groups=None) -> tuple[str, list[st
         else ``("differs", ["norm: post vs pre", ...])`` listing the slots that differ.
     """
     ra, rb = a.resolved(), b.resolved()
-    diffs = [f"{slot}: {ra[slot]} vs {rb[slot]}" for slot in SLOT_DOCS
-             if not same_function(slot, ra[slot], rb[slot], groups)]
+    diffs = [f"{slot}: {ra.get(slot)} vs {rb.get(slot)}" for slot in dict.fromkeys([*ra, *rb])  # a plugin's slots too
+             if not same_function(slot, ra.get(slot), rb.get(slot), groups)]
     return ("differs" if diffs else "equivalent"), diffs
 

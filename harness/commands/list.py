@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 from ..config import TrainConfig
-from ..registry import SLOT_DOCS
 from .common import load_registry
 
 
@@ -22,15 +21,15 @@ def main(args) -> int:
 
     reg = load_registry(args)
     rows = []
-    for (slot, name), c in sorted(reg.components.items(), key=lambda kv: (list(SLOT_DOCS).index(kv[0][0]), kv[0][1])):
+    for (slot, name), c in sorted(reg.components.items(), key=lambda kv: (list(reg.slots).index(kv[0][0]), kv[0][1])):
         if c.buggy and not args.buggy:
             continue
         default = reg.defaults[slot] == name
         rows.append({"slot": slot, "component": name + (" (default)" if default else "") + (" [bug]" if c.buggy else ""),
                      "held to": c.declaration(), "summary": c.summary, "source": c.source, "plugin": c.plugin})
     print("Components (slot: what it decides)\n")
-    for slot, what in SLOT_DOCS.items():
-        print(f"  {slot}: {what}")
+    for slot in reg.slots.values():
+        print(f"  {slot.name}: {slot.decides}" + (f" [plugin {slot.plugin}]" if slot.plugin != "harness.slots" else ""))
     print()
     print(pd.DataFrame(rows).to_markdown(index=False, tablefmt="github", maxcolwidths=[None, None, 45, 45, 40, None]))
     print("\n'held to': the slot's reference (docs/components.md) unless the component declares a difference "

@@ -9,10 +9,12 @@ import numpy as np
 import pandas as pd
 
 from ..runmeta import RunMeta
+from ..slots import slot_columns
 
 from ..store import RunStore
 
-SLOT_COLS = ["slot_norm", "slot_embedding", "slot_attention", "slot_mask"]
+#: The main slots' trial-table columns (``slot_norm`` ...), from the slots' declarations (``Slot.main``).
+SLOT_COLS = slot_columns()
 
 #: metric -> (higher is better, label with unit). Metrics a report or compare can use.
 METRICS: dict[str, tuple[bool, str]] = {
