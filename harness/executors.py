@@ -1,10 +1,13 @@
 """Where trials run: in this process, in a pool of local worker processes, or on a Ray cluster.
 
-Every executor receives :class:`harness.runner.PlannedTrial` objects and calls
-``on_done(trial_spec, result)`` **in the parent process** as each trial ends, in completion
-order; the caller stores the result at once (:meth:`harness.store.RunStore.write_trial`).
-A trial crosses a process boundary as the importable function :func:`harness.train.run_trial`
-plus its plain spec dict, never as a pickled model or closure.
+Every executor receives :class:`harness.trial.TrialSpec` s and calls
+``on_done(spec, result)`` with a :class:`harness.trial.TrialResult` **in the parent process** as
+each trial ends, in completion order; the caller stores the result at once
+(:meth:`harness.store.RunStore.write_trial`). A trial crosses a process boundary as an importable
+function (:func:`pool_trial`, :func:`ray_trial`) plus its spec's plain dict
+(``TrialSpec.to_dict()``), and comes back as the result's dict (``TrialResult.to_dict()``), never
+as a pickled model or closure: those two calls, here, are the only place the records are dicts
+outside the files.
 
 * :func:`run_sequential` (``--jobs 1``, the default): one trial after the other in this process.
 * :func:`run_process_pool` (``--jobs N``): N worker processes from
@@ -40,10 +43,8 @@ from typing import Any, Callable, Iterable
 
 from .errors import HarnessError, failure_reason
 from .progress import TrialBars
+from .runmeta import EXECUTORS, available_cores, ray_address, threads_per_trial
 from .trial import TrialResult, TrialSpec
-
-#: ``--executor`` choices: ``local`` (this process, or a process pool with ``--jobs N``) and ``ray``.
-EXECUTORS = ("local", "ray")
 
 #: Start method of the local worker processes (see :mod:`multiprocessing`): ``forkserver``
 #: where the OS has it (workers are forked from a clean server process that has imported
@@ -60,37 +61,22 @@ PROGRESS_EVERY_S = 0.2
 WORKER_DIED = ("worker process died while running this trial (killed by a signal or by the "
                "out-of-memory killer); it died again when re-run in a worker of its own")
 
-OnDone = Callable[[Any, dict], None]
+OnDone = Callable[[TrialSpec, TrialResult], None]
 
 
-def available_cores() -> int:
-    """CPU cores this process may use (its affinity mask where the OS has one)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
+def pool_trial(spec: dict[str, Any], progress=None) -> dict[str, Any]:
+    """The process-pool boundary: :func:`harness.train.run_trial` on ``TrialSpec.from_dict(spec)``,
+    its result as ``TrialResult.to_dict()`` (what a worker sends back)."""
+    from .train import run_trial
 
-
-def threads_per_trial(jobs: int, threads: int | None = None, cores: int | None = None) -> int:
-    """Intra-op threads for each of ``jobs`` concurrent trials: ``threads`` when given, else
-    ``max(1, cores // jobs)`` so that ``jobs`` workers never oversubscribe ``cores``."""
-    if threads:
-        return int(threads)
-    return max(1, (cores or available_cores()) // max(1, jobs))
-
-
-def failed_result(spec: dict, reason: str) -> dict:
-    """The stored result of a trial that produced nothing (its worker died, Ray lost it):
-    :meth:`harness.trial.TrialResult.failed` as a dict (status ``failed``, ``reason``, an empty
-    curve)."""
-    return TrialResult.failed(TrialSpec.from_dict(spec), reason).to_dict()
+    return run_trial(TrialSpec.from_dict(spec), progress=progress).to_dict()
 
 
 # ---------------------------------------------------------------------------------------------
 # sequential
 
 
-def run_sequential(specs: Iterable, on_done: OnDone, bars: TrialBars | None = None) -> None:
+def run_sequential(specs: Iterable[TrialSpec], on_done: OnDone, bars: TrialBars | None = None) -> None:
     """Run ``specs`` one after the other in this process (``--jobs 1``)."""
     from .train import run_trial
 
@@ -100,7 +86,7 @@ def run_sequential(specs: Iterable, on_done: OnDone, bars: TrialBars | None = No
             bars.update(ts, step, loss)
 
         try:
-            result = run_trial(ts.spec, progress=progress if bars.enabled else None)
+            result = run_trial(ts, progress=progress if bars.enabled else None)
         finally:
             bars.close(ts.key)
         on_done(ts, result)
@@ -227,11 +213,10 @@ def _drain(queue, by_key: dict, bars: TrialBars) -> None:
             bars.update(by_key[key], step, loss)
 
 
-def _pool_round(todo: list, jobs: int, threads: int, on_done: OnDone, bars: TrialBars, ctx) -> tuple[list, list]:
+def _pool_round(todo: list[TrialSpec], jobs: int, threads: int, on_done: OnDone, bars: TrialBars,
+                ctx) -> tuple[list, list]:
     """Run ``todo`` in one pool. Returns ``(unfinished, suspects)``: the trials lost when a
     worker died (empty when none did) and those of them that may have been running."""
-    from .train import run_trial
-
     queue = ctx.Queue() if bars.enabled else None
     pool = ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=ctx, initializer=_init_worker,
                                initargs=(threads, queue, os.getpid()))
@@ -242,7 +227,7 @@ def _pool_round(todo: list, jobs: int, threads: int, on_done: OnDone, bars: Tria
     try:
         with _sigint_ignored(), _main_module_hidden():
             for ts in todo:
-                fut = pool.submit(run_trial, ts.spec, QueueProgress(ts.key) if queue is not None else None)
+                fut = pool.submit(pool_trial, ts.to_dict(), QueueProgress(ts.key) if queue is not None else None)
                 futures[fut] = ts
         pending = set(futures)
         while pending:
@@ -256,7 +241,8 @@ def _pool_round(todo: list, jobs: int, threads: int, on_done: OnDone, bars: Tria
                     lost.append(fut)
                     continue
                 bars.close(ts.key)
-                result = fut.result() if exc is None else failed_result(ts.spec, failure_reason(exc))
+                result = (TrialResult.from_dict(fut.result()) if exc is None
+                          else TrialResult.failed(ts, failure_reason(exc)))
                 on_done(ts, result)
     except BaseException:
         _terminate(pool)
@@ -272,13 +258,12 @@ def _pool_round(todo: list, jobs: int, threads: int, on_done: OnDone, bars: Tria
     return unfinished, suspects
 
 
-def run_process_pool(specs: Iterable, jobs: int, on_done: OnDone, threads: int | None = None,
+def run_process_pool(specs: Iterable[TrialSpec], jobs: int, on_done: OnDone, threads: int | None = None,
                      bars: TrialBars | None = None, start_method: str = START_METHOD) -> None:
     """Run ``specs`` in ``jobs`` worker processes (``--jobs N``).
 
     Args:
-        specs: :class:`harness.runner.PlannedTrial` objects; their ``spec["threads"]`` should equal
-            ``threads`` (the worker pins it either way).
+        specs: the trials; their ``threads`` should equal ``threads`` (the worker pins it either way).
         jobs: worker processes (>= 1).
         on_done: called in this process with ``(trial_spec, result)`` as each trial ends.
         threads: intra-op threads per worker (default ``max(1, cores // jobs)``).
@@ -303,7 +288,7 @@ def run_process_pool(specs: Iterable, jobs: int, on_done: OnDone, threads: int |
             lost, _ = _pool_round(solo, 1, threads, on_done, bars, ctx)
             if not lost:
                 break
-            on_done(lost[0], failed_result(lost[0].spec, WORKER_DIED))
+            on_done(lost[0], TrialResult.failed(lost[0], WORKER_DIED))
             solo = lost[1:]
         rest = [ts for ts in unfinished if ts not in suspects]
         if not rest:
@@ -325,14 +310,9 @@ def import_ray():
     return ray
 
 
-def ray_address(address: str | None) -> str:
-    """``--address``, else ``RAY_ADDRESS``, else ``"local"`` (a new private local cluster; a bare
-    ``ray.init()`` would attach to a stale cluster left on this machine)."""
-    return address or os.environ.get("RAY_ADDRESS") or "local"
-
-
 def ray_trial(spec: dict, plugin_sources: dict[str, str]) -> dict:
-    """The Ray task: :func:`harness.train.run_trial` on ``spec``.
+    """The Ray task (the Ray boundary): :func:`harness.train.run_trial` on
+    ``TrialSpec.from_dict(spec)``, its result as ``TrialResult.to_dict()``.
 
     Plugin files named with ``--plugin`` travel as source text in ``plugin_sources`` (absolute
     path -> text); on a node where the path does not exist the file is written to a private
@@ -340,10 +320,11 @@ def ray_trial(spec: dict, plugin_sources: dict[str, str]) -> dict:
     """
     from .train import run_trial
 
-    files = (spec.get("plugins") or {}).get("files") or []
+    trial = TrialSpec.from_dict(spec)
+    files = (trial.plugins or {}).get("files") or []
     if any(not os.path.isfile(f) for f in files):
-        spec = dict(spec, plugins=dict(spec["plugins"], files=[_localise(f, plugin_sources) for f in files]))
-    return run_trial(spec)
+        trial.plugins = dict(trial.plugins or {}, files=[_localise(f, plugin_sources) for f in files])
+    return run_trial(trial).to_dict()
 
 
 def _localise(path: str, sources: dict[str, str]) -> str:
@@ -439,12 +420,12 @@ def ray_session(address: str | None = None, plugin_modules: list[str] | None = N
                 ray.shutdown()
 
 
-def run_ray(specs: Iterable, on_done: OnDone, address: str | None = None, cpus_per_trial: int = 1,
+def run_ray(specs: Iterable[TrialSpec], on_done: OnDone, address: str | None = None, cpus_per_trial: int = 1,
             gpus_per_trial: float = 0, log: Callable[[str], None] | None = None) -> None:
     """Run ``specs`` as Ray tasks (``--executor ray``), storing each as it ends.
 
     Args:
-        specs: :class:`harness.runner.PlannedTrial` objects (``spec["threads"]`` = ``cpus_per_trial``).
+        specs: the trials (their ``threads`` = ``cpus_per_trial``).
         on_done: called in this process with ``(trial_spec, result)`` as each trial ends.
         address: cluster address (``ray://host:10001`` or ``host:6379``); default
             ``RAY_ADDRESS`` or a new local cluster (see :func:`ray_address`). Ignored when Ray is
@@ -458,14 +439,14 @@ def run_ray(specs: Iterable, on_done: OnDone, address: str | None = None, cpus_p
         KeyboardInterrupt: passed on after the remaining tasks are cancelled.
     """
     specs = list(specs)
-    plugins = (specs[0].spec.get("plugins") or {}) if specs else {}
+    plugins = (specs[0].plugins or {}) if specs else {}
     sources = {}
     for f in plugins.get("files") or []:
         with open(f, encoding="utf-8") as fh:
             sources[f] = fh.read()
     with ray_session(address, plugins.get("modules") or [], log) as ray:
         task = ray.remote(ray_trial).options(num_cpus=cpus_per_trial, num_gpus=gpus_per_trial, max_retries=1)
-        refs = {task.remote(ts.spec, sources): ts for ts in specs}
+        refs = {task.remote(ts.to_dict(), sources): ts for ts in specs}
         pending = list(refs)
         try:
             while pending:
@@ -473,9 +454,9 @@ def run_ray(specs: Iterable, on_done: OnDone, address: str | None = None, cpus_p
                 for ref in done:
                     ts = refs[ref]
                     try:
-                        result = ray.get(ref)
+                        result = TrialResult.from_dict(ray.get(ref))
                     except ray.exceptions.RayError as exc:  # the task or its worker died
-                        result = failed_result(ts.spec, f"ray: {failure_reason(exc)}")
+                        result = TrialResult.failed(ts, f"ray: {failure_reason(exc)}")
                     on_done(ts, result)
         except BaseException:
             for ref in pending:
@@ -484,5 +465,5 @@ def run_ray(specs: Iterable, on_done: OnDone, address: str | None = None, cpus_p
             raise
 
 
-__all__ = ["EXECUTORS", "available_cores", "threads_per_trial", "failed_result", "TrialBars",
+__all__ = ["EXECUTORS", "available_cores", "threads_per_trial", "pool_trial", "TrialBars",
            "run_sequential", "run_process_pool", "run_ray", "ray_session", "ray_trial", "import_ray", "ray_address"]

@@ -2,7 +2,7 @@
 
 :func:`run_group` takes the specs of K trials that differ only in their seed
 (:func:`group_specs` finds them in a plan) and returns K results, each the
-:meth:`harness.trial.TrialResult.to_dict` of its own trial, with the same columns as
+:class:`harness.trial.TrialResult` of its own trial, with the same columns as
 :func:`harness.train.run_trial`'s plus ``vectorized`` (the group size K) and ``group_wall_s``.
 The training step is :class:`harness.vstep.GroupStep` (stacked parameters, per-seed Adam,
 gradient norm, clipping and masked non-finite skip); everything around it is the sequential
@@ -40,7 +40,7 @@ import json
 import math
 import time
 import traceback
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 
@@ -92,18 +92,17 @@ def capture_wanted(device: torch.device) -> bool:
     return device.type == "cuda" and mode != "off"
 
 
-def group_key(spec: dict[str, Any]) -> str:
+def group_key(spec: TrialSpec) -> str:
     """What a trial shares with the other seeds of its group: its spec without the seed."""
-    return json.dumps({k: v for k, v in spec.items() if k != "seed"}, sort_keys=True, default=str)
+    return json.dumps({k: v for k, v in spec.to_dict().items() if k != "seed"}, sort_keys=True, default=str)
 
 
-def group_specs(planned: list, max_size: int = 64) -> list[list]:
-    """``planned`` (:class:`harness.runner.PlannedTrial` objects) as groups of trials that differ only
-    in their seed, at most ``max_size`` each, in order of first appearance (a measurement is never
-    grouped)."""
+def group_specs(planned: list[TrialSpec], max_size: int = 64) -> list[list[TrialSpec]]:
+    """``planned`` as groups of trials that differ only in their seed, at most ``max_size`` each, in
+    order of first appearance (a measurement is never grouped)."""
     groups: dict[str, list[list]] = {}
     for ts in planned:
-        key = group_key(ts.spec) if ts.spec.get("measure") is None else f"measure:{ts.key}"
+        key = group_key(ts) if ts.measure is None else f"measure:{ts.key}"
         chunks = groups.setdefault(key, [[]])
         if len(chunks[-1]) >= max_size:
             chunks.append([])
@@ -111,17 +110,17 @@ def group_specs(planned: list, max_size: int = 64) -> list[list]:
     return [chunk for chunks in groups.values() for chunk in chunks]
 
 
-def run_groups(planned: list, on_done: Callable[[Any, dict], None], bars=None,
+def run_groups(planned: list[TrialSpec], on_done: Callable[[TrialSpec, TrialResult], None], bars=None,
                log: Callable[[str], None] | None = None, max_size: int = 64) -> None:
-    """The executor of ``--vectorize-seeds on``: ``planned`` (:class:`harness.runner.PlannedTrial`
-    objects) as trial groups of up to ``max_size`` seeds (:func:`group_specs`), one group after
-    another in this process; ``on_done(planned_trial, result)`` for each trial as its group ends
-    (the caller stores it). ``bars``: a :class:`harness.progress.TrialBars` (per-seed bars)."""
+    """The executor of ``--vectorize-seeds on``: ``planned`` as trial groups of up to ``max_size``
+    seeds (:func:`group_specs`), one group after another in this process; ``on_done(spec, result)``
+    (a :class:`harness.trial.TrialResult`) for each trial as its group ends (the caller stores it).
+    ``bars``: a :class:`harness.progress.TrialBars` (per-seed bars)."""
     for chunk in group_specs(list(planned), max_size):
         enabled = bars is not None and bars.enabled
         progress = [(lambda step, loss, ts=ts: bars.update(ts, step, loss)) if enabled else None for ts in chunk]
         try:
-            results = run_group([ts.spec for ts in chunk], progress, log)
+            results = run_group(chunk, progress, log)
         finally:
             for ts in chunk:
                 if bars is not None:
@@ -130,25 +129,24 @@ def run_groups(planned: list, on_done: Callable[[Any, dict], None], bars=None,
             on_done(ts, result)
 
 
-def run_group(specs: list[TrialSpec | dict[str, Any]], progress: list[Progress | None] | None = None,
-              log: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+def run_group(specs: list[TrialSpec], progress: list[Progress | None] | None = None,
+              log: Callable[[str], None] | None = None) -> list[TrialResult]:
     """Run K trials that differ only in their seed as one vectorised group; never raises for a
     failing trial (see the module docstring).
 
     Args:
-        specs: K :class:`harness.trial.TrialSpec` s or their dicts, equal but for ``seed``.
+        specs: K :class:`harness.trial.TrialSpec` s, equal but for ``seed``.
         progress: per seed an optional ``progress(step, loss)`` callback.
         log: receives one line when the group falls back to sequential trials.
 
     Returns:
-        K :meth:`harness.trial.TrialResult.to_dict` s, in the order of ``specs``.
+        K :class:`harness.trial.TrialResult` s, in the order of ``specs``.
 
     Raises:
         ValueError: the specs differ in more than their seed.
     """
-    specs = [s if isinstance(s, TrialSpec) else TrialSpec.from_dict(s) for s in specs]
     progress = list(progress or [None] * len(specs))
-    if len({group_key(s.to_dict()) for s in specs}) != 1:
+    if len({group_key(s) for s in specs}) != 1:
         raise ValueError("run_group: the specs of a group must differ only in their seed")
     alone = len(specs) == 1 and not capture_wanted(trial_device(specs[0].device))  # one trial gains only by capture
     if alone or specs[0].measure is not None:
@@ -168,7 +166,7 @@ def run_group(specs: list[TrialSpec | dict[str, Any]], progress: list[Progress |
 
 
 def sequential_fallback(specs: list[TrialSpec], progress: list[Progress | None], why: str,
-                        log: Callable[[str], None] | None) -> list[dict[str, Any]]:
+                        log: Callable[[str], None] | None) -> list[TrialResult]:
     """The group's trials one after another (:func:`harness.train.run_trial`), each row marked
     ``vectorized`` = 0 with ``why`` in ``vectorized_note``; one log line."""
     s = specs[0]
@@ -178,7 +176,7 @@ def sequential_fallback(specs: list[TrialSpec], progress: list[Progress | None],
     out = []
     for spec, p in zip(specs, progress):
         result = run_trial(spec, progress=p)
-        result["row"].update({"vectorized": 0, "vectorized_note": why})
+        result.row.update({"vectorized": 0, "vectorized_note": why})
         out.append(result)
     return out
 
@@ -310,7 +308,7 @@ class _Group:
                 self.captured = None
         return self.step.step(*stacked)
 
-    def train_all(self, t_start: float) -> list[dict[str, Any]]:
+    def train_all(self, t_start: float) -> list[TrialResult]:
         """Train the group, score every seed, return the K results."""
         self._run()
         out = []
@@ -325,7 +323,7 @@ class _Group:
                 row["vectorized_note"] = DROPOUT_NOTE
             row["overhead_share"] = 1.0 - self.clock.seconds["step"] / wall if wall > 0 else math.nan
             result.phases = self.clock.to_dict()
-            out.append(result.to_dict())
+            out.append(result)
         return out
 
     def _finish(self, i: int, spec: TrialSpec, result: TrialResult) -> None:

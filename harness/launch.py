@@ -30,13 +30,14 @@ from .registry import Registry
 from .request import CONFIG_OPTIONS, TRIAL_OPTIONS, RunOutcome, RunRequest, Terminated
 from .resume import (check_code_config, check_components, check_plugins, check_points, check_setting, check_trials,
                      stored_specs)
-from .runner import ExecutionOptions, Plan, PlannedTrial, execute, make_specs
-from .runmeta import Execution, Resume, RunMeta, TrialEntry
+from .runner import Plan, execute, make_specs
+from .runmeta import Execution, Resume, RunMeta
 from .store import RunStore, config_hash
 from .tasks.base import heldout_note
 from .env import environment, resolve_device
 from .saved import with_save_model
 from .tboard import check_available, run_logdir, trial_writer
+from .trial import TrialSpec
 
 #: Trial statuses that ``--retry-failed`` runs again (an invalid variant fails the same way again).
 RETRY_STATUSES = ("failed", "diverged")
@@ -118,7 +119,7 @@ def plan_run(req: RunRequest, reg: Registry) -> Plan:
     return Plan(variants, seeds, [("", cfg)], preset=preset)
 
 
-def device_name(name: str, options: ExecutionOptions) -> str:
+def device_name(name: str, options: Execution) -> str:
     """The device the trials use. On Ray an explicit ``cuda`` is checked on the workers, not here
     (the driver may have no GPU); everything else must be available on this machine."""
     if options.executor == "ray" and name.startswith("cuda"):
@@ -126,7 +127,7 @@ def device_name(name: str, options: ExecutionOptions) -> str:
     return resolve_device(name).type
 
 
-def executor_session(options: ExecutionOptions, plugins: dict, quiet: bool):
+def executor_session(options: Execution, plugins: dict, quiet: bool):
     """For Ray: connect to (or start) the cluster before anything is stored, so an unreachable
     cluster is one line and exit 2 with no run folder left behind."""
     if options.executor != "ray":
@@ -137,7 +138,7 @@ def executor_session(options: ExecutionOptions, plugins: dict, quiet: bool):
     return ray_session(options.address, modules, log_function(quiet))
 
 
-def execution_options(req: RunRequest) -> ExecutionOptions:
+def execution_options(req: RunRequest) -> Execution:
     """The request's execution options validated; Ray imported early when asked for, so a missing
     Ray is reported before anything is stored."""
     opts = req.execution()
@@ -196,8 +197,8 @@ def start_run(req: RunRequest) -> RunOutcome:
                          after_store=events_writer(req, store, meta))
 
 
-def run_meta(req: RunRequest, reg, plan: Plan, specs: list[PlannedTrial], device: str, dtype: str,
-             options: ExecutionOptions, plugins: dict) -> RunMeta:
+def run_meta(req: RunRequest, reg, plan: Plan, specs: list[TrialSpec], device: str, dtype: str,
+             options: Execution, plugins: dict) -> RunMeta:
     """The new run's ``config.json`` before any trial ran, as the record the run updates and the
     store writes."""
     cfg, seeds = plan.config, plan.seeds
@@ -206,8 +207,8 @@ def run_meta(req: RunRequest, reg, plan: Plan, specs: list[PlannedTrial], device
         variants=[v.name for v in plan.variants], seeds=seeds, device=device, dtype=dtype, plugins=plugins,
         environment={**environment(device, trial_settings_applied=True), "threads": options.trial_threads()},
         experiment=plan.name, points={name: c.to_dict() for name, c in plan.points if name},
-        config_hash=config_hash(cfg.to_dict()), execution=Execution(**options.to_dict()), status="running",
-        trials=[TrialEntry(s.key, s.spec) for s in specs],
+        config_hash=config_hash(cfg.to_dict()), execution=options, status="running",
+        trials=list(specs),
         heldout=heldout_note(reg.task(cfg.train.task), cfg, seeds[0]), **plan.meta)
 
 
@@ -249,15 +250,14 @@ def resume_run(req: RunRequest) -> RunOutcome:
     check_requested(req, given, meta, reg, specs, where)
     if not given & {"executor", "jobs", "threads", "address", "vectorize_seeds"} and meta.execution is not None:
         stored = meta.execution
-        options = ExecutionOptions(stored.executor, stored.jobs, stored.threads, stored.address,
-                                   stored.vectorize_seeds or "auto").validate()
+        options = Execution(stored.executor, stored.jobs, stored.threads, stored.address,
+                            stored.vectorize_seeds).validate()
     retried = retire_failed(store, specs) if req.retry_failed else []
     todo = [ts for ts in specs if ts.key in set(store.missing(ts.key for ts in specs))]
     todo = with_save_model(todo) if req.save_models else todo
     options = options.resolved(len(todo), meta.device or "cpu")
     with executor_session(options, meta.plugins or {}, req.quiet), store.lock():
-        meta.resumes = [*(meta.resumes or []), Resume(req.command_line(), len(todo), retried,
-                                                      Execution(**options.to_dict()))]
+        meta.resumes = [*(meta.resumes or []), Resume(req.command_line(), len(todo), retried, options)]
         headline = (f"resume {store.root}: {len(specs) - len(todo)} of {len(specs)} trial(s) stored, running the "
                     f"{len(todo)} missing" + (f" ({len(retried)} failed, retried)" if retried else "")
                     + f" on {meta.device or 'cpu'}, {options.describe()}")
@@ -265,19 +265,19 @@ def resume_run(req: RunRequest) -> RunOutcome:
                      after_store=events_writer(req, store, meta))
 
 
-def retire_failed(store: RunStore, specs: list[PlannedTrial]) -> list[str]:
+def retire_failed(store: RunStore, specs: list[TrialSpec]) -> list[str]:
     """Move the stored trials of ``specs`` whose status is in :data:`RETRY_STATUSES` to
     ``trials/retried/`` (kept for the record), so they count as missing. Returns their keys."""
     keys = {ts.key for ts in specs}
     out = []
     for t in store.load_trials():
-        if t["key"] in keys and t["row"].get("status") in RETRY_STATUSES:
-            store.retire(t["key"])
-            out.append(t["key"])
+        if t.key in keys and t.status in RETRY_STATUSES:
+            store.retire(t.key)
+            out.append(t.key)
     return out
 
 
-def check_requested(req: RunRequest, given: set[str], meta: RunMeta, reg, specs: list[PlannedTrial],
+def check_requested(req: RunRequest, given: set[str], meta: RunMeta, reg, specs: list[TrialSpec],
                     where: str) -> None:
     """Refuse when options given with ``resume`` ask for other plugins, device, dtype, config or
     trials than the stored run. Options not given take the stored values.
@@ -290,7 +290,7 @@ def check_requested(req: RunRequest, given: set[str], meta: RunMeta, reg, specs:
     if "plugins" in given:
         check_plugins(req.plugins.to_dict(), meta, where)
     if "device" in given:
-        check_setting("device", device_name(req.device, ExecutionOptions()), meta, where)
+        check_setting("device", device_name(req.device, Execution()), meta, where)
     if "dtype" in given:
         check_setting("dtype", req.dtype, meta, where)
     variants, seeds, points = requested_plan(req, given, meta, reg)
@@ -333,7 +333,7 @@ def events_writer(req: RunRequest, store: RunStore, meta: RunMeta):
     return None if req.tensorboard is None else trial_writer(run_logdir(req.tensorboard, store.root), meta)
 
 
-def drive(store: RunStore, specs: list[PlannedTrial], meta: RunMeta, options: ExecutionOptions, quiet: bool,
+def drive(store: RunStore, specs: list[TrialSpec], meta: RunMeta, options: Execution, quiet: bool,
           headline: str, total: int | None = None, before=None, after_store=None) -> RunOutcome:
     """Run ``before()`` (the pre-training check), execute ``specs`` into ``store`` and write the report,
     with Ctrl-C and SIGTERM at any of these phases ending the run as ``interrupted``; ``after_store(key,

@@ -32,13 +32,13 @@ class TrialBars:
         self._free: list[int] = []
 
     def update(self, ts, step: int, loss: float) -> None:
-        """Move the bar of planned trial ``ts`` (:class:`harness.runner.PlannedTrial`) to ``step``."""
+        """Move the bar of planned trial ``ts`` (a :class:`harness.trial.TrialSpec`) to ``step``."""
         if not self.enabled:
             return
         bar = self._bars.get(ts.key)
         if bar is None:
             position = self._free.pop(0) if self._free else len(self._bars) + 1
-            bar = progress_bar(ts.spec["config"]["train"]["steps"], f"{ts.spec['variant']} s{ts.spec['seed']}",
+            bar = progress_bar(ts.config["train"]["steps"], f"{ts.variant} s{ts.seed}",
                                quiet=False, leave=False, position=position)
             bar.harness_position = position
             self._bars[ts.key] = bar

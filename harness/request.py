@@ -17,8 +17,8 @@ from typing import Any, Iterable, Mapping
 
 from .errors import ConfigError
 from .plugins import PluginSpec
-from .runner import ExecutionOptions, check_plan_size
-from .runmeta import RunMeta
+from .runner import check_plan_size
+from .runmeta import Execution, RunMeta
 from .store import RunStore
 
 #: Defaults of the options that ``--resume`` must tell apart from "not given". name -> default.
@@ -81,7 +81,7 @@ class RunRequest:
         check: record check's equivalence classes before training.
         device, dtype: ``auto``/``cpu``/``cuda``; ``fp32``/``bf16``.
         executor, jobs, threads, address, vectorize_seeds: how trials execute
-            (:class:`harness.runner.ExecutionOptions`; ``vectorize_seeds``: ``auto``, ``on`` or ``off``).
+            (:class:`harness.runmeta.Execution`; ``vectorize_seeds``: ``auto``, ``on`` or ``off``).
         plugins: plugin modules and files to load (:class:`harness.plugins.PluginSpec`).
         results_dir, run_id: the run folder ``results_dir/run_id`` (default id: a timestamp).
         quiet: no progress bars or log lines on stderr.
@@ -155,17 +155,17 @@ class RunRequest:
             raise ConfigError("--retry-failed needs --resume RUN_DIR (it re-runs a stored run's failed trials)")
         return self
 
-    def execution(self) -> ExecutionOptions:
+    def execution(self) -> Execution:
         """``executor/jobs/threads/address`` validated (defaults filled).
 
         Raises:
             ConfigError / UnknownNameError: a bad value.
         """
-        return ExecutionOptions(EXEC_DEFAULTS["executor"] if self.executor is None else self.executor,
-                                EXEC_DEFAULTS["jobs"] if self.jobs is None else self.jobs,
-                                self.threads, self.address,
-                                EXEC_DEFAULTS["vectorize_seeds"] if self.vectorize_seeds is None
-                                else self.vectorize_seeds).validate()
+        return Execution(EXEC_DEFAULTS["executor"] if self.executor is None else self.executor,
+                         EXEC_DEFAULTS["jobs"] if self.jobs is None else self.jobs,
+                         self.threads, self.address,
+                         EXEC_DEFAULTS["vectorize_seeds"] if self.vectorize_seeds is None
+                         else self.vectorize_seeds).validate()
 
     def seed_list(self, n_variants: int = 1) -> list[int]:
         """``[seed_start, ..., seed_start + seeds - 1]`` (defaults filled), refused before it is built
@@ -335,7 +335,7 @@ class RunOutcome:
 
     def bad_rows(self) -> list[dict]:
         """Rows (trials.csv's) of the stored trials whose status is not ``ok``."""
-        return [t["row"] for t in self.store.load_trials() if t["row"].get("status") != "ok"]
+        return [t.row for t in self.store.load_trials() if t.status != "ok"]
 
     @property
     def exit_code(self) -> int:

@@ -20,9 +20,10 @@ from __future__ import annotations
 from .config import RunConfig
 from .errors import HarnessError, StoreError
 from .registry import Variant
-from .runner import PlannedTrial, make_specs
+from .runner import make_specs
 from .runmeta import RunMeta
 from .store import RunStore, config_hash
+from .trial import TrialSpec
 
 #: Added to every refusal of other options: what to do instead.
 AGAIN = "leave the options out to resume as stored, or start a new run"
@@ -52,19 +53,19 @@ def first_difference(stored: dict, requested: dict) -> str:
     return "no field differs"
 
 
-def stored_specs(store: RunStore, meta: RunMeta) -> list[PlannedTrial]:
+def stored_specs(store: RunStore, meta: RunMeta) -> list[TrialSpec]:
     """The run's planned trials from its ``config.json`` (``meta``).
 
     Raises:
         StoreError: ``meta`` has no trial list and config hash (not written by ``run``).
     """
-    if meta.trials is None or meta.config_hash is None or not meta.config or not all(t.spec for t in meta.trials):
+    if meta.trials is None or meta.config_hash is None or not meta.config:
         raise StoreError(f"{str(store.root)!r} is not a resumable run: its config.json has no trial list and "
                          f"config hash (it was not written by 'python -m harness run')")
-    return [PlannedTrial(t.key, t.spec) for t in meta.trials]
+    return list(meta.trials)
 
 
-def check_code_config(store: RunStore, meta: RunMeta, specs: list[PlannedTrial]) -> None:
+def check_code_config(store: RunStore, meta: RunMeta, specs: list[TrialSpec]) -> None:
     """Refuse a run whose stored configs this code reads differently (its config fields or
     defaults changed): the config hash this code computes must equal the stored one.
 
@@ -82,23 +83,23 @@ def check_code_config(store: RunStore, meta: RunMeta, specs: list[PlannedTrial])
                          f"computes {code_hash}; the harness's config changed since the run began); start a new run")
     for ts in specs:
         try:
-            again = RunConfig.from_dict(ts.spec["config"]).to_dict()
+            again = RunConfig.from_dict(ts.config).to_dict()
         except (HarnessError, KeyError, TypeError) as exc:
             raise StoreError(f"cannot resume {where!r}: trial {ts.key} has a config this version of the harness "
                              f"cannot read ({exc}); start a new run") from exc
-        if again != ts.spec["config"]:
+        if again != ts.config:
             raise StoreError(f"cannot resume {where!r}: trial {ts.key}'s config reads differently with this code "
-                             f"({first_difference(ts.spec['config'], again)}); start a new run")
+                             f"({first_difference(ts.config, again)}); start a new run")
 
 
-def check_components(reg, specs: list[PlannedTrial], where: str) -> None:
+def check_components(reg, specs: list[TrialSpec], where: str) -> None:
     """Every stored trial's components must be registered in ``reg`` (same plugins loaded).
 
     Raises:
         StoreError: naming the trial and the missing component.
     """
     for ts in specs:
-        for slot, comp in Variant(ts.spec["variant"], dict(ts.spec.get("slots") or {})).resolved(reg.defaults).items():
+        for slot, comp in Variant(ts.variant, dict(ts.slots)).resolved(reg.defaults).items():
             try:
                 reg.component(slot, comp)
             except HarnessError as exc:
@@ -159,7 +160,7 @@ class _Named:
 
 
 def check_trials(variants: list[str], seeds: list[int], points: list[tuple[str, RunConfig]],
-                 specs: list[PlannedTrial], where: str) -> None:
+                 specs: list[TrialSpec], where: str) -> None:
     """The requested trials (variant names x seeds x points) are exactly the stored ones.
 
     Raises:

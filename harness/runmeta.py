@@ -1,5 +1,5 @@
 """A run's ``config.json`` as typed records: :class:`RunMeta` and the small records inside it
-(:class:`Execution`, :class:`TrialEntry`, :class:`Resume`).
+(:class:`Execution`, :class:`Resume`; the planned trials are :class:`harness.trial.TrialSpec` s).
 
 Every record has ``from_dict`` / ``to_dict`` that accept and produce exactly the JSON that earlier
 versions stored: ``to_dict(from_dict(d)) == d``, keys in the stored order, so rewriting an old
@@ -18,18 +18,22 @@ Written only through :class:`harness.store.RunStore` (``create``, ``write_meta``
 """
 from __future__ import annotations
 
+import os
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
+
+from .trial import TrialSpec
 
 _NUMBER = (int, float)
 
 
 def _f(types: tuple, default: Any = None, *, missing: Any = None, always: bool = False, record: Any = None,
-       many: bool = False, factory: Any = None) -> Any:
+       many: bool = False, factory: Any = None, codec: tuple | None = None) -> Any:
     """A record field: ``types`` its JSON types; ``missing`` what a missing key reads as (the
     default of an optional field); ``always``: written even when empty (a record built in code);
-    ``record``: its value is that record type (``many``: a list of them)."""
-    meta = {"types": types, "missing": missing, "always": always, "record": record, "many": many}
+    ``record``: its value is that record type (``many``: a list of them); ``codec``: ``(decode,
+    encode)`` of a value stored in another form (``decode(json) -> (ok, typed)``)."""
+    meta = {"types": types, "missing": missing, "always": always, "record": record, "many": many, "codec": codec}
     if factory is not None:
         return field(default_factory=factory, metadata=meta)
     if default is MISSING:
@@ -48,6 +52,8 @@ def _keys() -> Any:
 
 def _decode(spec: dict, value: Any) -> tuple[bool, Any]:
     """``(ok, typed value)`` of a stored ``value`` for a field described by ``spec``."""
+    if spec["codec"] is not None:
+        return spec["codec"][0](value)
     rec = spec["record"]
     if rec is not None and spec["many"]:
         if not isinstance(value, list) or not all(isinstance(x, dict) and rec.accepts(x) for x in value):
@@ -118,7 +124,8 @@ class Record:
             f = by_name[name]
             value = getattr(self, name)
             if name in (stored or ()) or (stored is None and f.metadata["always"]) or value != _missing(f):
-                out[name] = _encode(value)
+                codec = f.metadata["codec"]
+                out[name] = codec[1](value) if codec is not None and value is not None else _encode(value)
         out.update(self.extra)
         if stored:
             place = {k: i for i, k in enumerate(stored)}
@@ -131,32 +138,158 @@ def _missing(f) -> Any:
     return m() if callable(m) else m
 
 
+#: ``--executor`` choices: ``local`` (this process, or a process pool with ``--jobs N``) and ``ray``.
+EXECUTORS = ("local", "ray")
+#: Largest ``--jobs`` (worker processes) and ``--threads`` (threads per trial) accepted.
+MAX_WORKERS = 1024
+#: ``--vectorize-seeds`` choices (:class:`Execution`), and the most seeds one vectorised group trains.
+VECTORIZE = ("auto", "on", "off")
+MAX_GROUP = 64
+
+
+def available_cores() -> int:
+    """CPU cores this process may use (its affinity mask where the OS has one)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def threads_per_trial(jobs: int, threads: int | None = None, cores: int | None = None) -> int:
+    """Intra-op threads for each of ``jobs`` concurrent trials: ``threads`` when given, else
+    ``max(1, cores // jobs)`` so that ``jobs`` workers never oversubscribe ``cores``."""
+    if threads:
+        return int(threads)
+    return max(1, (cores or available_cores()) // max(1, jobs))
+
+
+def ray_address(address: str | None) -> str:
+    """``--address``, else ``RAY_ADDRESS``, else ``"local"`` (a new private local cluster; a bare
+    ``ray.init()`` would attach to a stale cluster left on this machine)."""
+    return address or os.environ.get("RAY_ADDRESS") or "local"
+
+
 @dataclass
 class Execution(Record):
-    """How a run's trials were executed (``ExecutionOptions.to_dict()``): ``executor``
-    (``local``/``ray``), ``jobs`` (worker processes), ``threads`` (intra-op threads per trial,
-    None: unchanged), ``address`` (a Ray cluster's, or None), ``vectorize_seeds`` (``on``: the seeds
-    of a variant trained as vectorised trial groups; absent in runs made before it existed)."""
+    """How trials are executed (``run --jobs/--executor/--address/--threads/--vectorize-seeds``):
+    the options a request asks for and, resolved (:meth:`resolved`), the record a run stores as
+    ``execution`` in its ``config.json`` (and per ``run --resume`` in ``resumes``).
+
+    Args:
+        executor: ``local`` (this process when ``jobs == 1``, else a process pool) or ``ray``.
+        jobs: concurrent local worker processes (``local`` only), >= 1, or ``"auto"`` before
+            :meth:`resolved`.
+        threads: torch intra-op threads per trial; default ``max(1, cores // jobs)`` locally,
+            1 on Ray (where it is also the CPUs reserved per task). None: not pinned.
+        address: Ray cluster address (``ray`` only); default ``RAY_ADDRESS`` or a local cluster.
+        vectorize_seeds: ``on``: the seeds of one variant x config train as vectorised trial groups
+            in this process (:mod:`harness.group`); ``off``: one trial after another; ``auto``
+            (resolved by :meth:`resolved`): ``on`` on CUDA with the local executor and one job,
+            where it pays, ``off`` on the CPU, where it measured 0.87-1.24x. A run stored before the
+            option existed has no ``vectorize_seeds`` key: it reads as ``auto`` and is written back
+            without one.
+    """
 
     executor: str = _f((str,), "local", missing="local", always=True)
     jobs: int | str = _f((int, str), 1, missing=1, always=True)  # "auto" before it is resolved
     threads: int | None = _f((int,), None, always=True)
     address: str | None = _f((str,), None, always=True)
-    vectorize_seeds: str | None = _f((str,), None)  # "on"/"off" (``run --vectorize-seeds``); None: before it existed
+    vectorize_seeds: str = _f((str,), "auto", missing="auto")  # stored resolved: "on"/"off"
     extra: dict[str, Any] = _extra()
     _keys: tuple | None = _keys()
 
+    def validate(self) -> "Execution":
+        """These options, checked.
 
-@dataclass
-class TrialEntry(Record):
-    """One planned trial of a training run: its ``key`` (``trials/<key>.json``) and ``spec``
-    (``harness.trial.TrialSpec.to_dict()``; empty when not recorded)."""
+        Raises:
+            UnknownNameError: an executor not in :data:`EXECUTORS`.
+            ConfigError: a value out of range or options that do not go together.
+        """
+        from .errors import ConfigError, UnknownNameError
 
-    key: str = _f((str,), "", missing="", always=True)
-    spec: dict[str, Any] = _f((dict,), factory=dict, missing=dict, always=True)
-    extra: dict[str, Any] = _extra()
-    _keys: tuple | None = _keys()
-    REQUIRED = ("key",)
+        if self.executor not in EXECUTORS:
+            raise UnknownNameError("executor", self.executor, EXECUTORS)
+        if self.jobs != "auto" and (not isinstance(self.jobs, int) or self.jobs < 1):
+            raise ConfigError(f"--jobs must be 'auto' or >= 1, got {self.jobs}")
+        if self.jobs != "auto" and self.jobs > MAX_WORKERS:
+            raise ConfigError(f"--jobs must be at most {MAX_WORKERS}, got {self.jobs}")
+        if self.threads is not None and not 1 <= self.threads <= MAX_WORKERS:
+            raise ConfigError(f"--threads must be between 1 and {MAX_WORKERS}, got {self.threads}")
+        if self.executor == "ray" and self.jobs not in (1, "auto"):
+            raise ConfigError("--jobs applies to local worker processes; with --executor ray the cluster's "
+                              "CPUs decide the parallelism (use --threads for CPUs per trial)")
+        if self.address and self.executor != "ray":
+            raise ConfigError(f"--address {self.address} needs --executor ray")
+        if self.vectorize_seeds not in VECTORIZE:
+            raise ConfigError(f"--vectorize-seeds must be one of {', '.join(VECTORIZE)}, got {self.vectorize_seeds!r}")
+        if self.vectorize_seeds == "on" and (self.executor != "local" or self.jobs not in (1, "auto")):
+            raise ConfigError("--vectorize-seeds on trains each group of seeds in this process: use it with the "
+                              f"local executor and --jobs 1 (got --executor {self.executor} --jobs {self.jobs})")
+        return self
+
+    def resolved(self, n_trials: int, device: str) -> "Execution":
+        """A new record of these options with ``vectorize_seeds="auto"`` and ``jobs="auto"`` decided:
+        on the CPU, one worker process per core (at most one per trial) with one thread each; on
+        CUDA, on Ray or for a single trial, 1 (this process).
+
+        Why: at the ``quick`` preset's sizes a step is hundreds of small ops, so a second
+        intra-op thread gains little (1.2-1.6x per step measured on 2 cores), while two
+        one-thread trials side by side gain nearly 2x: ``run --variants all`` took 122 s
+        with one process x 2 threads and 77 s with 2 processes x 1 thread (docs/benchmarks.md).
+        Timings per trial are then taken with 1 thread next to another trial; for speed
+        comparisons use ``harness bench`` (one process, interleaved) or ``--jobs 1``.
+        """
+        vectorize, jobs = self.vectorize_seeds, self.jobs
+        if vectorize == "auto":
+            on = device.startswith("cuda") and self.executor == "local" and jobs in (1, "auto")
+            vectorize = "on" if on else "off"
+        if jobs == "auto":
+            jobs = 1
+            if self.executor == "local" and device == "cpu" and n_trials > 1 and vectorize != "on":
+                jobs = max(1, min(n_trials, available_cores() // max(1, int(self.threads or 1))))
+        return Execution(self.executor, jobs, self.threads, self.address, vectorize)
+
+    def trial_threads(self) -> int:
+        """Intra-op threads each trial runs with under these options."""
+        if self.executor == "ray":
+            return int(self.threads or 1)
+        return threads_per_trial(self.jobs, self.threads)
+
+    def describe(self) -> str:
+        """One line for the run's headline, e.g. ``2 worker processes x 1 thread(s)``."""
+        if self.executor == "ray":
+            return f"ray cluster {ray_address(self.address)}, {self.trial_threads()} thread(s) per trial"
+        if self.vectorize_seeds == "on":
+            return f"this process, {self.trial_threads()} thread(s), seeds vectorised in groups of up to {MAX_GROUP}"
+        if self.jobs == 1:
+            return f"this process, {self.trial_threads()} thread(s)"
+        return f"{self.jobs} worker processes x {self.trial_threads()} thread(s)"
+
+
+def _decode_planned(value: Any) -> tuple[bool, list[TrialSpec] | None]:
+    """``config.json``'s ``trials`` (``[{"key": str, "spec": TrialSpec.to_dict()}, ...]``) as
+    :class:`harness.trial.TrialSpec` s; ``(False, None)`` (the list kept as stored, in ``extra``)
+    unless every entry is exactly what :func:`_encode_planned` writes back (no trial of this
+    harness's runs differs), so rewriting ``config.json`` never changes its trial list."""
+    if not isinstance(value, list):
+        return False, None
+    out = []
+    for entry in value:
+        if not isinstance(entry, dict) or list(entry) != ["key", "spec"] or not isinstance(entry["spec"], dict):
+            return False, None
+        try:
+            spec = TrialSpec.from_dict(entry["spec"])
+        except (KeyError, TypeError, ValueError):
+            return False, None
+        back = spec.to_dict()
+        if spec.key != entry["key"] or back != entry["spec"] or list(back) != list(entry["spec"]):
+            return False, None
+        out.append(spec)
+    return True, out
+
+
+def _encode_planned(specs: list[TrialSpec]) -> list[dict[str, Any]]:
+    return [{"key": s.key, "spec": s.to_dict()} for s in specs]
 
 
 @dataclass
@@ -186,8 +319,8 @@ class RunMeta(Record):
 
     A training run (``python -m harness run``) and an experiment's: ``experiment`` (its name;
     ``""`` none), ``points`` (``{sweep point: RunConfig.to_dict()}``), ``config_hash``,
-    ``execution``, ``status`` (``running``, ``complete``, ``interrupted``), ``trials`` (planned,
-    :class:`TrialEntry`), ``heldout`` (the evaluation set's note), ``check`` (check's classes,
+    ``execution``, ``status`` (``running``, ``complete``, ``interrupted``), ``trials`` (the planned trials as
+    :class:`harness.trial.TrialSpec` s, stored as ``[{"key", "spec": TrialSpec.to_dict()}]``), ``heldout`` (the evaluation set's note), ``check`` (check's classes,
     :func:`harness.overview.check_classes`), ``run_wall_s`` (seconds, summed over resumes),
     ``resumes``, ``experiment_spec`` and ``cli_overrides`` (an experiment file's run).
 
@@ -213,7 +346,7 @@ class RunMeta(Record):
     config_hash: str | None = _f((str,))
     execution: Execution | None = _f((dict,), record=Execution)
     status: str | None = _f((str,))
-    trials: list[TrialEntry] | None = _f((list,), record=TrialEntry, many=True)
+    trials: list[TrialSpec] | None = _f((list,), codec=(_decode_planned, _encode_planned))
     heldout: str | None = _f((str,))
     experiment_spec: dict[str, Any] | None = _f((dict,))
     cli_overrides: list[str] | None = _f((list,))

@@ -1,5 +1,11 @@
 """Turn a selection of variants x seeds (x sweep points) into trial specs, execute them and
-store each result the moment it finishes."""
+store each result the moment it finishes.
+
+The planned trials are :class:`harness.trial.TrialSpec` s and the executors hand back
+:class:`harness.trial.TrialResult` s (``on_done(spec, result)``); plain dicts appear only where a
+trial crosses a process or Ray boundary (:mod:`harness.executors`) and in the run's files
+(:mod:`harness.store`). How trials run is one :class:`harness.runmeta.Execution` (the options a
+request asks for and the record the run stores); its limits are re-exported here."""
 from __future__ import annotations
 
 import dataclasses
@@ -10,20 +16,15 @@ from typing import Any, Callable, Iterable
 from .config import RunConfig
 from .progress import TrialBars, progress_bar
 from .registry import Variant
+from .runmeta import MAX_GROUP, MAX_WORKERS, VECTORIZE, Execution
 from .store import RunStore
-from .trial import TrialSpec
+from .trial import TrialResult, TrialSpec
 
-
-#: Largest ``--jobs`` (worker processes) and ``--threads`` (threads per trial) accepted.
-MAX_WORKERS = 1024
 
 #: Most trials one run may plan (variants x seeds x sweep points). The plan is held in memory
 #: and stored in config.json, so a mistyped ``--seeds 1000000000`` must be refused, not built.
 MAX_TRIALS = 10_000
 
-#: ``--vectorize-seeds`` choices (:class:`ExecutionOptions`), and the most seeds one vectorised group trains.
-VECTORIZE = ("auto", "on", "off")
-MAX_GROUP = 64
 
 
 def check_plan_size(n_variants: int, n_seeds: int, n_points: int = 1) -> None:
@@ -67,25 +68,10 @@ class Plan:
         return self.points[0][1]
 
 
-@dataclass
-class PlannedTrial:
-    """One trial of a run's plan: its store key and its spec as the plain dict that crosses
-    process boundaries and is stored in ``config.json`` (``harness.trial.TrialSpec.to_dict()``;
-    :attr:`trial` gives it typed)."""
-
-    key: str
-    spec: dict[str, Any]
-
-    @property
-    def trial(self) -> TrialSpec:
-        """The spec as a :class:`harness.trial.TrialSpec`."""
-        return TrialSpec.from_dict(self.spec)
-
-
 def make_specs(variants: Iterable[Variant], seeds: Iterable[int], cfg: RunConfig, device: str,
                dtype: str, plugins: dict, points: list[tuple[str, RunConfig]] | None = None,
-               threads: int | None = None, measure: dict[str, Any] | None = None) -> list[PlannedTrial]:
-    """Planned trials in execution order: seed-major, so an interrupted run has every variant
+               threads: int | None = None, measure: dict[str, Any] | None = None) -> list[TrialSpec]:
+    """The planned trials (:class:`harness.trial.TrialSpec` s, each with its store key ``.key``) in execution order: seed-major, so an interrupted run has every variant
     at the first seeds rather than every seed of the first variants. ``measure``: what every
     trial measures instead of training (``TrialSpec.measure``), None for training."""
     points = points or [("", cfg)]
@@ -93,114 +79,19 @@ def make_specs(variants: Iterable[Variant], seeds: Iterable[int], cfg: RunConfig
     for seed in seeds:
         for point, pcfg in points:
             for v in variants:
-                spec = TrialSpec(v.name, seed, pcfg.to_dict(), slots=dict(v.slots), device=device, dtype=dtype,
-                                   plugins=plugins, threads=threads, point=point, measure=measure)
-                out.append(PlannedTrial(spec.key, spec.to_dict()))
+                out.append(TrialSpec(v.name, seed, pcfg.to_dict(), slots=dict(v.slots), device=device, dtype=dtype,
+                                     plugins=plugins, threads=threads, point=point, measure=measure))
     return out
 
 
-@dataclass
-class ExecutionOptions:
-    """How trials are executed (``run --jobs/--executor/--address/--threads``).
-
-    Args:
-        executor: ``local`` (this process when ``jobs == 1``, else a process pool) or ``ray``.
-        jobs: concurrent local worker processes (``local`` only), >= 1.
-        threads: torch intra-op threads per trial; default ``max(1, cores // jobs)`` locally,
-            1 on Ray (where it is also the CPUs reserved per task).
-        address: Ray cluster address (``ray`` only); default ``RAY_ADDRESS`` or a local cluster.
-        vectorize_seeds: ``on``: the seeds of one variant x config train as vectorised trial groups
-            in this process (:mod:`harness.group`); ``off``: one trial after another; ``auto``
-            (resolved by :meth:`resolved`): ``on`` on CUDA with the local executor and one job,
-            where it pays, ``off`` on the CPU, where it measured 0.87-1.24x.
-    """
-
-    executor: str = "local"
-    jobs: int | str = 1
-    threads: int | None = None
-    address: str | None = None
-    vectorize_seeds: str = "auto"
-
-    def validate(self) -> "ExecutionOptions":
-        from .errors import ConfigError, UnknownNameError
-        from .executors import EXECUTORS
-
-        if self.executor not in EXECUTORS:
-            raise UnknownNameError("executor", self.executor, EXECUTORS)
-        if self.jobs != "auto" and (not isinstance(self.jobs, int) or self.jobs < 1):
-            raise ConfigError(f"--jobs must be 'auto' or >= 1, got {self.jobs}")
-        if self.jobs != "auto" and self.jobs > MAX_WORKERS:
-            raise ConfigError(f"--jobs must be at most {MAX_WORKERS}, got {self.jobs}")
-        if self.threads is not None and not 1 <= self.threads <= MAX_WORKERS:
-            raise ConfigError(f"--threads must be between 1 and {MAX_WORKERS}, got {self.threads}")
-        if self.executor == "ray" and self.jobs not in (1, "auto"):
-            raise ConfigError("--jobs applies to local worker processes; with --executor ray the cluster's "
-                              "CPUs decide the parallelism (use --threads for CPUs per trial)")
-        if self.address and self.executor != "ray":
-            raise ConfigError(f"--address {self.address} needs --executor ray")
-        if self.vectorize_seeds not in VECTORIZE:
-            raise ConfigError(f"--vectorize-seeds must be one of {', '.join(VECTORIZE)}, got {self.vectorize_seeds!r}")
-        if self.vectorize_seeds == "on" and (self.executor != "local" or self.jobs not in (1, "auto")):
-            raise ConfigError("--vectorize-seeds on trains each group of seeds in this process: use it with the "
-                              f"local executor and --jobs 1 (got --executor {self.executor} --jobs {self.jobs})")
-        return self
-
-    def resolved(self, n_trials: int, device: str) -> "ExecutionOptions":
-        """These options with ``jobs="auto"`` made a number: on the CPU, one worker process per
-        core (at most one per trial) with one thread each; on CUDA, on Ray or for a single
-        trial, 1 (this process).
-
-        Why: at the ``quick`` preset's sizes a step is hundreds of small ops, so a second
-        intra-op thread gains little (1.2-1.6x per step measured on 2 cores), while two
-        one-thread trials side by side gain nearly 2x: ``run --variants all`` took 122 s
-        with one process x 2 threads and 77 s with 2 processes x 1 thread (docs/benchmarks.md).
-        Timings per trial are then taken with 1 thread next to another trial; for speed
-        comparisons use ``harness bench`` (one process, interleaved) or ``--jobs 1``.
-        """
-        if self.vectorize_seeds == "auto":
-            on = device.startswith("cuda") and self.executor == "local" and self.jobs in (1, "auto")
-            return dataclasses.replace(self, vectorize_seeds="on" if on else "off").resolved(n_trials, device)
-        if self.jobs != "auto":
-            return self
-        from .executors import available_cores
-
-        jobs = 1
-        if self.executor == "local" and device == "cpu" and n_trials > 1 and self.vectorize_seeds != "on":
-            jobs = max(1, min(n_trials, available_cores() // max(1, int(self.threads or 1))))
-        return dataclasses.replace(self, jobs=jobs)
-
-    def trial_threads(self) -> int:
-        """Intra-op threads each trial runs with under these options."""
-        from .executors import threads_per_trial
-
-        if self.executor == "ray":
-            return int(self.threads or 1)
-        return threads_per_trial(self.jobs, self.threads)
-
-    def describe(self) -> str:
-        if self.executor == "ray":
-            from .executors import ray_address
-
-            return f"ray cluster {ray_address(self.address)}, {self.trial_threads()} thread(s) per trial"
-        if self.vectorize_seeds == "on":
-            return f"this process, {self.trial_threads()} thread(s), seeds vectorised in groups of up to {MAX_GROUP}"
-        if self.jobs == 1:
-            return f"this process, {self.trial_threads()} thread(s)"
-        return f"{self.jobs} worker processes x {self.trial_threads()} thread(s)"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"executor": self.executor, "jobs": self.jobs, "threads": self.threads, "address": self.address,
-                "vectorize_seeds": self.vectorize_seeds}
+def with_threads(specs: Iterable[TrialSpec], threads: int) -> list[TrialSpec]:
+    """Copies of ``specs`` whose ``threads`` is ``threads``."""
+    return [dataclasses.replace(ts, threads=threads) for ts in specs]
 
 
-def with_threads(specs: Iterable[PlannedTrial], threads: int) -> list[PlannedTrial]:
-    """Copies of ``specs`` whose ``spec["threads"]`` is ``threads``."""
-    return [PlannedTrial(ts.key, {**ts.spec, "threads": threads}) for ts in specs]
-
-
-def execute(specs: list[PlannedTrial], store: RunStore, options: ExecutionOptions | None = None,
+def execute(specs: list[TrialSpec], store: RunStore, options: Execution | None = None,
             quiet: bool = False, log: Callable[[str], None] | None = None,
-            after_store: Callable[[str, dict], None] | None = None) -> list[dict]:
+            after_store: Callable[[str, TrialResult], None] | None = None) -> list[TrialResult]:
     """Run ``specs`` with the chosen executor (:mod:`harness.executors`) and store each trial
     the moment it ends (:meth:`RunStore.write_trial`, atomic). Returns the results in
     completion order.
@@ -218,15 +109,15 @@ def execute(specs: list[PlannedTrial], store: RunStore, options: ExecutionOption
     from . import executors
     from .saved import store_weights
 
-    options = (options or ExecutionOptions()).validate()
+    options = (options or Execution()).validate()
     specs = with_threads(specs, options.trial_threads())
-    results: list[dict] = []
+    results: list[TrialResult] = []
     outer = progress_bar(len(specs), "trials", quiet)
     bars = TrialBars(enabled=not outer.disable)
     started = time.perf_counter()
 
-    def on_done(ts: PlannedTrial, result: dict) -> None:
-        result["row"].setdefault("point", ts.spec.get("point", ""))
+    def on_done(ts: TrialSpec, result: TrialResult) -> None:
+        result.row.setdefault("point", ts.point)
         store_weights(store.root, ts.key, result)
         path = store.write_trial(ts.key, result)
         if after_store is not None:
@@ -234,13 +125,13 @@ def execute(specs: list[PlannedTrial], store: RunStore, options: ExecutionOption
         results.append(result)
         outer.update(1)
         if log:
-            log(trial_line(result["row"], path, len(results), len(specs), time.perf_counter() - started))
+            log(trial_line(result.row, path, len(results), len(specs), time.perf_counter() - started))
 
     try:
         if options.executor == "ray":
             executors.run_ray(specs, on_done, address=options.address, cpus_per_trial=options.trial_threads(),
-                              gpus_per_trial=1 if any(str(ts.spec.get("device", "")).startswith("cuda")
-                                                      for ts in specs) else 0, log=log)
+                              gpus_per_trial=1 if any(ts.device.startswith("cuda") for ts in specs) else 0,
+                              log=log)
         elif options.vectorize_seeds == "on":
             from .group import run_groups
 
@@ -265,3 +156,7 @@ def trial_line(row: dict, path, n: int, total: int, elapsed_s: float) -> str:
     point = f" [{row['point']}]" if row.get("point") else ""
     return (f"[{n}/{total} {elapsed_s:.0f} s] {row['variant']}{point} seed {row['seed']}: {row['status']}"
             f"{em_s}{wall_s}{reason} -> stored in {path}")
+
+
+__all__ = ["Plan", "make_specs", "check_plan_size", "execute", "with_threads", "trial_line", "Execution",
+           "MAX_TRIALS", "MAX_WORKERS", "MAX_GROUP", "VECTORIZE"]

@@ -21,13 +21,14 @@ on new input read and written by the task (:meth:`harness.Task.encode_input`,
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from .errors import ConfigError, StoreError
-from .trial import TrialSpec, trial_key
+from .trial import TrialResult, TrialSpec, trial_key
 from .verification import MODEL_KEY, MODELS_DIR, model_problems
 
 if TYPE_CHECKING:
@@ -49,16 +50,16 @@ def keep_weights(spec: TrialSpec, result, model: torch.nn.Module) -> None:
     result.extra[WEIGHTS_KEY] = buf.getvalue()
 
 
-def with_save_model(specs: list) -> list:
-    """Planned trials (:class:`harness.runner.PlannedTrial`) whose specs ask for their weights."""
-    return [type(ts)(ts.key, {**ts.spec, "save_model": True}) for ts in specs]
+def with_save_model(specs: list[TrialSpec]) -> list[TrialSpec]:
+    """Copies of the planned trials ``specs`` that ask for their weights (``save_model``)."""
+    return [dataclasses.replace(ts, save_model=True) for ts in specs]
 
 
-def store_weights(root: Path, key: str, result: dict[str, Any]) -> None:
-    """Move the weights a trial returned (:data:`WEIGHTS_KEY`) to ``root/models/<key>.pt``
-    (atomic) and record their file, SHA-256 and size in ``result`` (:data:`MODEL_KEY`). A result
-    without weights is left as it is."""
-    data = result.pop(WEIGHTS_KEY, None)
+def store_weights(root: Path, key: str, result: TrialResult) -> None:
+    """Move the weights a trial returned (:data:`WEIGHTS_KEY` in ``result.extra``) to
+    ``root/models/<key>.pt`` (atomic) and record their file, SHA-256 and size in ``result.extra``
+    (:data:`MODEL_KEY`). A result without weights is left as it is."""
+    data = result.extra.pop(WEIGHTS_KEY, None)
     if data is None:
         return
     from .store import atomic_write_bytes
@@ -66,7 +67,7 @@ def store_weights(root: Path, key: str, result: dict[str, Any]) -> None:
     rel = f"{MODELS_DIR}/{key}.pt"
     (Path(root) / MODELS_DIR).mkdir(exist_ok=True)
     atomic_write_bytes(Path(root) / rel, data)
-    result[MODEL_KEY] = {"file": rel, "sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+    result.extra[MODEL_KEY] = {"file": rel, "sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
 
 
 
@@ -100,20 +101,19 @@ def load_model(run, variant: str, seed: int = 0, point: str = "", *, device: str
 
     store = resolve_run(str(run), results_dir)
     key = trial_key(variant, int(seed), point)
-    entry = next((t for t in store.meta().trials or [] if t.key == key), None)
-    if entry is None or not entry.spec:
+    spec = next((t for t in store.meta().trials or [] if t.key == key), None)
+    if spec is None:
         have = ", ".join(t.key for t in store.meta().trials or []) or "none"
         raise ConfigError(f"run {store.root} has no trial {key!r} (variant {variant!r}, seed {seed}); its trials: {have}")
     trial = store.read_trial(store.trials_dir / f"{key}.json", quarantine=False)
-    rec = (trial or {}).get(MODEL_KEY)
+    rec = trial.extra.get(MODEL_KEY) if trial is not None else None
     if not rec:
         raise ConfigError(f"trial {key} of {store.root} kept no weights: it was run without --save-models "
                           f"(python -m harness run ... --save-models)" if trial else
                           f"trial {key} of {store.root} is not stored (an interrupted run: resume it first)")
-    problems = model_problems(store.root, [dict(trial, key=key)])
+    problems = model_problems(store.root, [trial])
     if problems:
         raise StoreError(f"{store.root}: {problems[0]}")
-    spec = TrialSpec.from_dict(entry.spec)
     cfg = RunConfig.from_dict(spec.config)
     registry = registry_for(spec.plugins)
     model = build_model(registry, Variant(spec.variant, dict(spec.slots)), cfg.model, seed=spec.seed)

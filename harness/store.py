@@ -5,7 +5,8 @@
     config.json    resolved config, variants, seeds, environment, command, config hash, status ...:
                    read and written as the typed :class:`harness.runmeta.RunMeta` (:meth:`RunStore.meta`)
     trials/<key>.json   one file per finished trial: {"row": {...}, "curve": [...],
-                   "checksum": "sha256:..."}, written atomically (temp file + fsync + rename)
+                   "checksum": "sha256:..."} (``TrialResult.to_dict()``; read back as a
+                   :class:`harness.trial.TrialResult`), written atomically (temp file + fsync + rename)
                    the moment the trial ends
     trials/quarantine/  trial files that could not be read (corrupt or foreign), moved
                    aside with a ``<name>.reason`` file each; never deleted by the harness
@@ -46,7 +47,7 @@ from typing import Any, Iterable
 from .config import hash_view
 from .errors import HarnessWarning, StoreError
 from .runmeta import RunMeta
-from .trial import CorruptTrialError, canonical_json, read_trial_file, trial_checksum
+from .trial import CorruptTrialError, TrialResult, canonical_json, read_trial_file, trial_checksum
 
 
 #: ``check`` writes its records to ``<results-dir>/checks/<run-id>/``, apart from the runs, so that
@@ -255,10 +256,11 @@ class RunStore:
     def quarantine_dir(self) -> Path:
         return self.trials_dir / "quarantine"
 
-    def write_trial(self, key: str, result: dict) -> Path:
-        """Store one finished trial atomically, with its checksum; returns its path."""
+    def write_trial(self, key: str, result: TrialResult) -> Path:
+        """Store one finished trial atomically as ``trials/<key>.json``: ``result.to_dict()`` with
+        its checksum; returns its path."""
         path = self.trials_dir / f"{key}.json"
-        payload = json.loads(canonical_json(result))  # plain JSON types (tensors -> numbers)
+        payload = json.loads(canonical_json(result.to_dict()))  # plain JSON types (tensors -> numbers)
         payload.pop("checksum", None)
         payload.pop("key", None)
         payload["checksum"] = trial_checksum(payload)
@@ -287,8 +289,9 @@ class RunStore:
         """``trials/*.json``, sorted by name (the quarantine folder is not included)."""
         return sorted(p for p in self.trials_dir.glob("*.json") if p.is_file())
 
-    def read_trial(self, path: Path, quarantine: bool = True) -> dict | None:
-        """One stored trial, checked by :func:`read_trial_file`, with ``"key"`` added.
+    def read_trial(self, path: Path, quarantine: bool = True) -> TrialResult | None:
+        """One stored trial, checked by :func:`read_trial_file` (so its key, ``result.key``, is the
+        file's name).
 
         A file that fails the check is moved to ``trials/quarantine/`` (when ``quarantine``)
         with a one-line :class:`HarnessWarning`, and ``None`` is returned.
@@ -299,8 +302,7 @@ class RunStore:
             if quarantine:
                 self._quarantine(Path(path), exc.reason)
             return None
-        result["key"] = Path(path).stem
-        return result
+        return TrialResult.from_dict(result)
 
     def _quarantine(self, path: Path, reason: str) -> None:
         dest = self.quarantine_dir / path.name
@@ -349,8 +351,8 @@ class RunStore:
         done = self.done_keys()
         return [k for k in keys if k not in done]
 
-    def load_trials(self, quarantine: bool = True) -> list[dict]:
-        """Every valid stored trial, sorted by key. A corrupt or foreign file is moved to
+    def load_trials(self, quarantine: bool = True) -> list[TrialResult]:
+        """Every valid stored trial (a :class:`harness.trial.TrialResult`), sorted by key. A corrupt or foreign file is moved to
         ``trials/quarantine/`` with a warning (see :meth:`read_trial`) and left out."""
         out = []
         for p in self.trial_files():
@@ -359,11 +361,11 @@ class RunStore:
                 out.append(result)
         return out
 
-    def _cached_trial(self, path: Path, quarantine: bool) -> dict | None:
+    def _cached_trial(self, path: Path, quarantine: bool) -> TrialResult | None:
         """:meth:`read_trial`, once per file version: a file read by this store and unchanged since
         (same inode, size and mtime; trial files are replaced atomically, never edited) is not read
         again, so writing the tables, the report and the terminal table of a run reads each trial
-        file once. Callers treat the returned dicts as read-only."""
+        file once. Callers treat the returned results as read-only."""
         cache = self.__dict__.setdefault("_trial_cache", {})
         try:
             st = Path(path).stat()
@@ -378,7 +380,7 @@ class RunStore:
             cache[Path(path).name] = (stamp, result)
         return result
 
-    def write_tables(self, trials: list[dict] | None = None) -> tuple[Path, Path]:
+    def write_tables(self, trials: list[TrialResult] | None = None) -> tuple[Path, Path]:
         """Render ``trials.csv`` and ``curves.csv`` from the stored trials (atomically); pass
         ``trials`` (as :meth:`load_trials` returns them, e.g. :attr:`Run.trials`) when they are
         read already."""
@@ -393,11 +395,11 @@ class RunStore:
 class Run:
     """One stored run read once (:func:`load_run`): ``meta`` (``config.json``, a :class:`RunMeta`)
     and ``trials``, every valid trial sorted by key as
-    :meth:`RunStore.load_trials` returns them (typed: ``harness.trial.TrialResult.from_dict``)."""
+    :meth:`RunStore.load_trials` returns them (:class:`harness.trial.TrialResult` s)."""
 
     store: RunStore
     meta: RunMeta
-    trials: list[dict[str, Any]]
+    trials: list[TrialResult]
 
     @property
     def root(self) -> Path:
@@ -416,14 +418,14 @@ def load_run(run_dir: str | Path, quarantine: bool = True) -> Run:
     return Run(store, store.meta(), store.load_trials(quarantine=quarantine))
 
 
-def tables_text(trials: list[dict]) -> tuple[str, str]:
+def tables_text(trials: list[TrialResult]) -> tuple[str, str]:
     """The text of ``trials.csv`` and ``curves.csv`` for ``trials`` (as :meth:`RunStore.load_trials`
     returns them): one row per trial without its traceback; one row per curve point."""
     import pandas as pd
 
-    rows = [{k: v for k, v in t["row"].items() if k != "traceback"} for t in trials]
-    curves = [{"variant": t["row"]["variant"], "seed": t["row"]["seed"], "point": t["row"].get("point", ""),
-               **c} for t in trials for c in t.get("curve", []) if isinstance(c, dict)]
+    rows = [{k: v for k, v in t.row.items() if k != "traceback"} for t in trials]
+    curves = [{"variant": t.row["variant"], "seed": t.row["seed"], "point": t.row.get("point", ""),
+               **c} for t in trials for c in t.curve if isinstance(c, dict)]
     return pd.DataFrame(rows).to_csv(index=False), pd.DataFrame(curves).to_csv(index=False)
 
 

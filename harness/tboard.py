@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .errors import ConfigError
+from .trial import TrialResult
 
 #: Curve keys that are not metrics.
 NOT_METRICS = {"step", "split", "wall_s", "variant", "seed", "point"}
@@ -85,8 +86,8 @@ def _learning_rate(config: dict) -> Callable[[int], float] | None:
     return lambda t: cfg.train.noam_factor * rate(t - 1)
 
 
-def write_trial(logdir: str | Path, key: str, result: dict, config: dict) -> Path:
-    """Write one stored trial (``{"row", "curve"}``) as the TensorBoard run ``logdir/key``,
+def write_trial(logdir: str | Path, key: str, result: TrialResult, config: dict) -> Path:
+    """Write one stored trial (its ``row`` and ``curve``) as the TensorBoard run ``logdir/key``,
     replacing event files an earlier export left there. ``config``: the trial's
     ``RunConfig.to_dict()``. Returns the run's folder.
 
@@ -99,7 +100,7 @@ def write_trial(logdir: str | Path, key: str, result: dict, config: dict) -> Pat
     folder = Path(logdir) / key
     for old in folder.glob("events.out.tfevents.*"):
         old.unlink()
-    row, curve = result.get("row") or {}, result.get("curve") or []
+    row, curve = result.row, result.curve
     lr = _learning_rate(config)
     tags: set[str] = set()
     with writer_class(log_dir=str(folder)) as w:
@@ -128,13 +129,13 @@ def write_trial(logdir: str | Path, key: str, result: dict, config: dict) -> Pat
     return folder
 
 
-def trial_writer(logdir: str | Path, meta) -> Callable[[str, dict], None]:
+def trial_writer(logdir: str | Path, meta) -> Callable[[str, TrialResult], None]:
     """``after_store(key, result)`` for :func:`harness.runner.execute`: each stored trial written
     with its planned spec's config (``meta``: the run's :class:`harness.runmeta.RunMeta`)."""
     check_available()
-    configs = {t.key: (t.spec or {}).get("config") for t in meta.trials or []}
+    configs = {t.key: t.config for t in meta.trials or []}
 
-    def write(key: str, result: dict) -> None:
+    def write(key: str, result: TrialResult) -> None:
         write_trial(logdir, key, result, configs.get(key) or meta.config)
 
     return write
@@ -152,7 +153,7 @@ def export_run(store, option: str | None = None) -> tuple[Path, int]:
     write = trial_writer(folder, store.meta())
     trials = store.load_trials()
     for t in trials:
-        write(t["key"], t)
+        write(t.key, t)
     return folder, len(trials)
 
 

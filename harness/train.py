@@ -1,9 +1,9 @@
 """One training loop for every variant, and the trial function every executor calls.
 
 A *trial* is one variant x one seed x one config on one device. :func:`run_trial` takes a
-:class:`harness.trial.TrialSpec` or its plain dict (so the same function serves in-process,
-process-pool and Ray execution) and returns :meth:`harness.trial.TrialResult.to_dict`: the
-trial's metrics row and its loss curve.
+:class:`harness.trial.TrialSpec` and returns a :class:`harness.trial.TrialResult`: the trial's
+metrics row and its loss curve (the same function serves in-process, process-pool and Ray
+execution; a worker rebuilds the spec from its dict: :mod:`harness.executors`).
 
 Training (identical for every variant): Adam(beta = (0.9, 0.98), eps = 1e-9) (Vaswani et al.
 2017 §5.3; PyTorch's fused implementation where the device supports it, same update rule)
@@ -374,24 +374,22 @@ class _Loop:
         }
 
 
-def run_trial(spec: TrialSpec | dict[str, Any], progress: Callable[[int, float], None] | None = None,
-              clock: PhaseClock | None = None) -> dict[str, Any]:
+def run_trial(spec: TrialSpec, progress: Callable[[int, float], None] | None = None,
+              clock: PhaseClock | None = None) -> TrialResult:
     """Run one trial; never raises for a failing trial.
 
     Args:
-        spec: a :class:`harness.trial.TrialSpec` or its plain dict (``TrialSpec.to_dict()``:
-            ``{"variant": str, "slots": {slot: component}, "config": RunConfig.to_dict(),
-            "seed": int, "device": "cpu"|"cuda"|"auto", "dtype": "fp32"|"bf16",
-            "plugins": PluginSpec.to_dict(), "threads": int | None, "point": str}``), so the same
-            function serves in-process, process-pool and Ray execution. ``threads`` pins
+        spec: the :class:`harness.trial.TrialSpec` (a process pool or Ray worker rebuilds it from
+            its dict: :mod:`harness.executors`), so the same function serves in-process,
+            process-pool and Ray execution. ``threads`` pins
             ``torch.set_num_threads`` (results are bitwise reproducible for the same seed,
             config, device and threads); it is recorded in the row.
         progress: optional ``progress(step, loss)`` callback.
         clock: the :class:`PhaseClock` to time the phases with (default: a new one).
 
     Returns:
-        :meth:`harness.trial.TrialResult.to_dict`: ``{"row": {...metrics...}, "curve": [...],
-        "phases": PhaseClock.to_dict()}``; a trial that raises gets status ``failed`` and the
+        :class:`harness.trial.TrialResult`: ``row`` (metrics), ``curve``, ``phases``
+        (``PhaseClock.to_dict()``); a trial that raises gets status ``failed`` and the
         exception as its reason (:func:`harness.errors.failure_reason`; an out-of-memory error
         included). ``row["overhead_share"]`` = 1 - step seconds / ``wall_s``: the share of the
         trial's wall time spent outside the model's own steps (issue 6 target <= 5%).
@@ -399,7 +397,6 @@ def run_trial(spec: TrialSpec | dict[str, Any], progress: Callable[[int, float],
     trial_settings()  # process-wide, once: the first call imports torch._inductor (~1.3 s), not the trial's time
     clock = clock or PhaseClock()
     t_start = time.perf_counter()
-    spec = spec if isinstance(spec, TrialSpec) else TrialSpec.from_dict(spec)
     threads = pin_threads(spec.threads)
     deterministic_cuda()
     result = TrialResult(row=spec.identity_row("", threads))
@@ -413,7 +410,7 @@ def run_trial(spec: TrialSpec | dict[str, Any], progress: Callable[[int, float],
     if row.get("status") != FAILED and row["wall_s"] > 0 and spec.measure is None:
         row["overhead_share"] = 1.0 - clock.seconds["step"] / row["wall_s"]
     result.phases = clock.to_dict()
-    return result.to_dict()
+    return result
 
 
 def _run(spec: TrialSpec, result: TrialResult, progress, clock: PhaseClock) -> None:

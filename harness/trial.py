@@ -6,6 +6,9 @@ runs it). Both records cross process boundaries (a process pool, a Ray cluster) 
 (a spec in the run's ``config.json`` under ``trials``, a result as ``trials/<key>.json``), so
 each has ``to_dict`` / ``from_dict`` that produce and accept exactly the JSON of earlier
 versions: an old run still loads, resumes and verifies (its checksums are over this JSON).
+Everywhere else in the harness (runner, executors, trial groups, store, resume, reports) they
+travel as these objects: the dicts exist only in ``to_dict`` / ``from_dict``, at a process or Ray
+boundary (:mod:`harness.executors`) and in the files (``tests/test_trial_records.py`` holds it).
 The trial file's key, checksum and checks (:func:`trial_key`, :func:`trial_checksum`,
 :func:`read_trial_file`) are here too; :mod:`harness.store` re-exports them.
 
@@ -155,8 +158,9 @@ class TrialResult:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "TrialResult":
-        """A result from its dict (as :func:`harness.train.run_trial` returns it or as
-        :meth:`harness.store.RunStore.load_trials` reads it; ``checksum`` and ``key`` are dropped)."""
+        """A result from its dict (as a pool or Ray worker sends it back, :mod:`harness.executors`, or
+        as a trial file holds it, :meth:`harness.store.RunStore.read_trial`; ``checksum`` and ``key``
+        are dropped)."""
         extra = {k: v for k, v in d.items() if k not in ("row", "curve", "phases", "checksum", "key")}
         return cls(row=d["row"], curve=list(d.get("curve") or []), phases=d.get("phases"), extra=extra)
 

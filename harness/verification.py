@@ -16,7 +16,7 @@ from typing import Sequence
 from .runmeta import RunMeta
 
 from .store import RunStore, tables_text
-from .trial import CorruptTrialError, read_trial_file
+from .trial import CorruptTrialError, TrialResult, read_trial_file
 
 #: Trial-file key of a saved model's record (``run --save-models``): ``{"file": "models/<key>.pt",
 #: "sha256", "bytes"}`` (:mod:`harness.saved` writes it, :func:`model_problems` checks it).
@@ -83,7 +83,7 @@ def verify_run(store: RunStore) -> tuple[list[str], list[str]]:
             notes.append("config.json lists no planned trials (not written by 'python -m harness run'); "
                          "the planned-trials check is skipped")
         return problems, notes
-    _check_planned(store, meta, planned, {t["key"] for t in valid}, corrupt, problems, notes)
+    _check_planned(store, meta, planned, {t.key for t in valid}, corrupt, problems, notes)
     return problems, notes
 
 
@@ -101,11 +101,11 @@ def _read_meta(store: RunStore, problems: list[str]) -> RunMeta | None:
     return RunMeta.from_dict(raw) if isinstance(raw, dict) else None
 
 
-def _read_trials(store: RunStore, problems: list[str], notes: list[str]) -> tuple[list[dict], set[str]]:
-    """``(valid trial results with their key, keys of corrupt files)``; corrupt files are problem
+def _read_trials(store: RunStore, problems: list[str], notes: list[str]) -> tuple[list[TrialResult], set[str]]:
+    """``(valid trial results, keys of corrupt files)``; corrupt files are problem
     lines, legacy (checksum-less) files, quarantined files and other files in trials/ notes."""
     root = store.root
-    valid: list[dict] = []
+    valid: list[TrialResult] = []
     corrupt: set[str] = set()
     legacy: list[str] = []
     for path in store.trial_files():
@@ -117,8 +117,7 @@ def _read_trials(store: RunStore, problems: list[str], notes: list[str]) -> tupl
             continue
         if "checksum" not in result:
             legacy.append(str(path.relative_to(root)))
-        result["key"] = path.stem
-        valid.append(result)
+        valid.append(TrialResult.from_dict(result))  # its key is the file's name (read_trial_file checks it)
     if legacy:
         notes.append(f"{len(legacy)} trial file(s) written before checksums existed ({', '.join(legacy[:2])}"
                      f"{' ...' if len(legacy) > 2 else ''}): checked by schema only")
@@ -134,7 +133,7 @@ def _read_trials(store: RunStore, problems: list[str], notes: list[str]) -> tupl
     return valid, corrupt
 
 
-def _check_tables(store: RunStore, valid: list[dict], is_run: bool, problems: list[str]) -> None:
+def _check_tables(store: RunStore, valid: list[TrialResult], is_run: bool, problems: list[str]) -> None:
     """trials.csv / curves.csv must be what the valid trial files render to. A committed reference
     may keep a table gzipped (``curves.csv.gz``: the same text, a fifth of the bytes); it is read
     in place of a missing plain file."""
@@ -195,24 +194,24 @@ def _table_difference(have: str, want: str) -> str:
             return f"row {i} differs"
     return "different line endings"
 
-def model_problems(root: Path, trials: Sequence[dict]) -> list[str]:
+def model_problems(root: Path, trials: Sequence[TrialResult]) -> list[str]:
     """``harness verify``'s check of the saved weights: one ``'PATH: what is wrong'`` line per
-    recorded file (:data:`MODEL_KEY` of a stored trial) that is missing or whose SHA-256 differs."""
+    recorded file (:data:`MODEL_KEY` in a stored trial's ``extra``) that is missing or whose SHA-256
+    differs."""
     problems = []
     for t in trials:
-        rec = t.get(MODEL_KEY)
+        rec = t.extra.get(MODEL_KEY)
         if rec is None:
             continue
         if not isinstance(rec, dict) or not isinstance(rec.get("file"), str) or not isinstance(rec.get("sha256"), str):
-            problems.append(f"trials/{t.get('key', '?')}.json: its 'model' record is not {{file, sha256, bytes}}")
+            problems.append(f"trials/{t.key}.json: its 'model' record is not {{file, sha256, bytes}}")
             continue
-        if rec["file"] != f"{MODELS_DIR}/{t.get('key')}.pt":  # never a path outside the run's models/
-            problems.append(f"trials/{t.get('key', '?')}.json: its model file is {rec['file']!r}, not "
-                            f"{MODELS_DIR}/{t.get('key')}.pt")
+        if rec["file"] != f"{MODELS_DIR}/{t.key}.pt":  # never a path outside the run's models/
+            problems.append(f"trials/{t.key}.json: its model file is {rec['file']!r}, not {MODELS_DIR}/{t.key}.pt")
             continue
         path = Path(root) / rec["file"]
         if not path.is_file():
-            problems.append(f"{rec['file']}: missing (trials/{t.get('key', '?')}.json records it)")
+            problems.append(f"{rec['file']}: missing (trials/{t.key}.json records it)")
         elif hashlib.sha256(path.read_bytes()).hexdigest() != rec["sha256"]:
             problems.append(f"{rec['file']}: checksum mismatch (the file changed after the run stored it)")
     return problems

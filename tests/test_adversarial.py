@@ -23,6 +23,7 @@ from harness.config import get_preset
 from harness.model import build_model
 from harness.plugins import PluginSpec
 from harness.registry import Registry
+from harness.trial import TrialSpec
 from harness.tasks.base import evaluate, loss_fn
 
 from .conftest import ROOT
@@ -300,7 +301,7 @@ def test_a_factory_that_hands_out_two_different_components_is_caught_at_build():
     spec = {"variant": "evade_two_faces", "slots": dict(reg.variants["evade_two_faces"].slots),
             "config": cfg.to_dict(), "seed": 0, "device": "cpu", "dtype": "fp32",
             "plugins": PluginSpec(files=[str(PLUGINS / "evade_two_faces.py")], strict=True).to_dict()}
-    row = T.run_trial(spec)["row"]
+    row = T.run_trial(TrialSpec.from_dict(spec)).row
     assert row["status"] == T.INVALID
     assert "two builds of the variant from seed 0 differ in their outputs" in row["reason"]
     base = build_model(reg, reg.variants["baseline"], cfg.model, seed=0)  # an honest variant passes

@@ -87,7 +87,7 @@ def _resumable_run(root: Path, config_hash_value: str | None = None) -> Path:
             "config_hash": config_hash_value or config_hash(cfg.to_dict()), "variants": ["baseline"],
             "seeds": [0], "device": "cpu", "dtype": "fp32", "plugins": plugins,
             "execution": {"executor": "local", "jobs": 1, "threads": 1, "address": None},
-            "trials": [{"key": s.key, "spec": s.spec} for s in specs], "run_id": root.name}
+            "trials": [{"key": s.key, "spec": s.to_dict()} for s in specs], "run_id": root.name}
     (root / "trials").mkdir(parents=True)
     (root / "config.json").write_text(json.dumps(meta, indent=2))
     return root

@@ -2,6 +2,7 @@
 a trial runs twice in one process, in the CLI's process or in a ``--jobs 2`` worker."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -33,14 +34,14 @@ def curve_values(curve: list[dict]) -> str:
 @pytest.mark.parametrize("name", ["baseline", "seed_002"])
 def test_run_trial_twice_gives_identical_rows_and_curves(registry, name):
     cfg = get_preset("tiny").override({"model.dropout": 0.1})  # dropout: the RNG stream matters too
-    spec = make_specs([registry.variants[name]], [3], cfg, "cpu", "fp32", {}, threads=1)[0].spec
+    spec = make_specs([registry.variants[name]], [3], cfg, "cpu", "fp32", {}, threads=1)[0]
     a, b = run_trial(spec), run_trial(spec)
-    assert a["row"]["status"] == "ok", a["row"].get("reason")
-    assert a["row"]["threads"] == 1
-    assert without_timing(a["row"]) == without_timing(b["row"])
-    assert curve_values(a["curve"]) == curve_values(b["curve"])
-    other = run_trial({**spec, "seed": 4})
-    assert curve_values(other["curve"]) != curve_values(a["curve"])
+    assert a.status == "ok", a.reason
+    assert a.row["threads"] == 1
+    assert without_timing(a.row) == without_timing(b.row)
+    assert curve_values(a.curve) == curve_values(b.curve)
+    other = run_trial(dataclasses.replace(spec, seed=4))
+    assert curve_values(other.curve) != curve_values(a.curve)
 
 
 @pytest.mark.parametrize("cores", [1, 2, 3, 4, 8, 16])

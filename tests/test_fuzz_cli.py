@@ -40,6 +40,7 @@ from harness import cli  # noqa: E402
 from harness.verification import verify_run  # noqa: E402
 from harness.config import RunConfig  # noqa: E402
 from harness.store import RunStore  # noqa: E402
+from harness.trial import TrialResult  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE_PLUGIN = ROOT / "examples" / "harness-example" / "harness_example.py"
@@ -99,7 +100,7 @@ def faked(template):
 
     def fake_sequential(specs, on_done, *args, **kwargs):
         for ts in specs:
-            on_done(ts, _fake_result(template, ts.spec))
+            on_done(ts, TrialResult.from_dict(_fake_result(template, ts.to_dict())))
 
     def fake_pool(specs, jobs, on_done, *args, **kwargs):
         fake_sequential(specs, on_done)

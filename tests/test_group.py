@@ -4,6 +4,7 @@ a group's seeds give their sequential trials' results within the documented tole
 and a plugin that does not vectorise falls back to sequential trials with one line saying why."""
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import math
 
@@ -16,7 +17,7 @@ from harness import group as group_mod
 from harness import train as train_mod
 from harness.config import get_preset
 from harness.errors import ConfigError
-from harness.runner import ExecutionOptions, PlannedTrial
+from harness.runmeta import Execution
 from harness.store import RunStore
 from harness.tasks.base import Batch
 from harness.trial import TrialSpec, registry_for
@@ -48,7 +49,7 @@ def on_off(tmp_path_factory):
 
 
 def _trials(folder) -> dict:
-    return {(t["row"]["variant"], t["row"]["seed"]): t for t in RunStore.open(folder).load_trials()}
+    return {(t.row["variant"], t.row["seed"]): t for t in RunStore.open(folder).load_trials()}
 
 
 def test_vectorised_seeds_equal_their_sequential_trials(on_off):
@@ -56,18 +57,18 @@ def test_vectorised_seeds_equal_their_sequential_trials(on_off):
     assert on.keys() == off.keys() and len(on) == 8
     for key, v in on.items():
         s = off[key]
-        rv, rs = v["row"], s["row"]
+        rv, rs = v.row, s.row
         assert rv["vectorized"] == 4 and "vectorized" not in rs, key
         assert rv["status"] == rs["status"] == "ok", key
         assert math.isclose(rv["heldout_ce"], rs["heldout_ce"], rel_tol=CE_RTOL), key
         assert abs(rv["exact_match"] - rs["exact_match"]) <= EM_ATOL, key
-        assert [(r["step"], r["split"]) for r in v["curve"]] == [(r["step"], r["split"]) for r in s["curve"]]
-        for a, b in zip(v["curve"], s["curve"]):
+        assert [(r["step"], r["split"]) for r in v.curve] == [(r["step"], r["split"]) for r in s.curve]
+        for a, b in zip(v.curve, s.curve):
             tol = EARLY_RTOL if a["split"] == "train" and a["step"] <= 10 else CE_RTOL
             assert math.isclose(a["loss"], b["loss"], rel_tol=tol), (key, a, b)
         # honest timing: one group clock, the seed's share of the group's wall time
         assert rv["group_wall_s"] == pytest.approx(4 * rv["wall_s"])
-        assert rv["train_s"] == on[(key[0], 0)]["row"]["train_s"]
+        assert rv["train_s"] == on[(key[0], 0)].row["train_s"]
     # the same trials.csv columns, plus the group's
     cols_on = set(pd.read_csv(on_off["on"] / "trials.csv").columns)
     cols_off = set(pd.read_csv(on_off["off"] / "trials.csv").columns)
@@ -92,33 +93,33 @@ def test_resume_runs_the_missing_seeds_as_a_group(on_off, tmp_path):
     outcome = start_run(RunRequest(resume=str(folder), quiet=True))  # the stored threads (1) and vectorize_seeds
     assert outcome.exit_code == 0 and outcome.meta.execution.vectorize_seeds == "on"
     again = _trials(folder)
-    assert len(again) == 8 and [again[("pre_norm", s)]["row"]["vectorized"] for s in (2, 3)] == [2, 2]
+    assert len(again) == 8 and [again[("pre_norm", s)].row["vectorized"] for s in (2, 3)] == [2, 2]
     before = _trials(on_off["on"])
     for seed in (2, 3):  # a group of 2 instead of 4: the same trial within the tolerance
-        assert math.isclose(again[("pre_norm", seed)]["row"]["heldout_ce"],
-                            before[("pre_norm", seed)]["row"]["heldout_ce"], rel_tol=CE_RTOL)
+        assert math.isclose(again[("pre_norm", seed)].row["heldout_ce"],
+                            before[("pre_norm", seed)].row["heldout_ce"], rel_tol=CE_RTOL)
 
 
 def test_auto_is_on_only_where_it_pays():
-    assert ExecutionOptions(jobs="auto").resolved(8, "cpu").vectorize_seeds == "off"
-    cuda = ExecutionOptions(jobs="auto").resolved(8, "cuda")
+    assert Execution(jobs="auto").resolved(8, "cpu").vectorize_seeds == "off"
+    cuda = Execution(jobs="auto").resolved(8, "cuda")
     assert cuda.vectorize_seeds == "on" and cuda.jobs == 1
-    assert ExecutionOptions(jobs=2).resolved(8, "cuda").vectorize_seeds == "off"
-    assert ExecutionOptions(jobs="auto", vectorize_seeds="on").resolved(8, "cpu").jobs == 1
+    assert Execution(jobs=2).resolved(8, "cuda").vectorize_seeds == "off"
+    assert Execution(jobs="auto", vectorize_seeds="on").resolved(8, "cpu").jobs == 1
     with pytest.raises(ConfigError, match="--jobs 1"):
-        ExecutionOptions(jobs=2, vectorize_seeds="on").validate()
+        Execution(jobs=2, vectorize_seeds="on").validate()
     with pytest.raises(ConfigError, match="--vectorize-seeds must be one of"):
-        ExecutionOptions(vectorize_seeds="yes").validate()
+        Execution(vectorize_seeds="yes").validate()
 
 
 def test_group_specs_groups_seeds_of_one_variant_and_config():
     cfg = get_preset("tiny")
-    planned = [PlannedTrial(f"{v}{s}{p}", TrialSpec(v, s, cfg.override({"train.steps": p}).to_dict()).to_dict())
+    planned = [TrialSpec(v, s, cfg.override({"train.steps": p}).to_dict())
                for s in range(5) for v in ("a", "b") for p in (3, 4)]
     groups = group_mod.group_specs(planned, max_size=3)
-    assert [[ts.spec["seed"] for ts in g] for g in groups] == [[0, 1, 2], [3, 4]] * 4
-    assert all(len({(ts.spec["variant"], ts.spec["config"]["train"]["steps"]) for ts in g}) == 1 for g in groups)
-    measured = [PlannedTrial(f"m{s}", {**planned[0].spec, "seed": s, "measure": {"kind": "x"}}) for s in range(2)]
+    assert [[ts.seed for ts in g] for g in groups] == [[0, 1, 2], [3, 4]] * 4
+    assert all(len({(ts.variant, ts.config["train"]["steps"]) for ts in g}) == 1 for g in groups)
+    measured = [dataclasses.replace(planned[0], seed=s, measure={"kind": "x"}) for s in range(2)]
     assert [len(g) for g in group_mod.group_specs(measured)] == [1, 1]
 
 
@@ -197,7 +198,7 @@ def test_a_group_steps_through_its_capture_object(monkeypatch):
     monkeypatch.setattr(group_mod, "CapturedStep", FakeCapture)
     cfg = get_preset("tiny").override({"train.steps": 4, "train.eval_every": 2, "train.eval_sequences": 16})
     specs = [TrialSpec("baseline", s, cfg.to_dict(), device="cpu", threads=1) for s in range(2)]
-    rows = [r["row"] for r in group_mod.run_group(specs)]
+    rows = [r.row for r in group_mod.run_group(specs)]
     assert len(shapes) == 4 and set(shapes) <= {bucket_widths(6, 7, (6, 7), 4)} | {(6, 7)}
     assert [r["captured"] for r in rows] == [1, 1] and [r["status"] for r in rows] == ["ok", "ok"]
 
@@ -283,12 +284,12 @@ def test_a_diverging_seed_ends_as_its_sequential_trial(monkeypatch):
     grouped = group_mod.run_group(specs, log=lines.append)
     alone = [train_mod.run_trial(s) for s in specs]
     assert lines == []  # the probe's first step: seed 1's NaN loss is NaN in both (not a mis-batch)
-    assert [r["row"]["status"] for r in grouped] == [r["row"]["status"] for r in alone] == ["ok", "invalid", "ok"]
-    assert grouped[1]["row"]["reason"] == alone[1]["row"]["reason"]
-    assert "non-finite loss at step 1" in grouped[1]["row"]["reason"] and grouped[1]["row"]["steps"] == 1
+    assert [r.row["status"] for r in grouped] == [r.row["status"] for r in alone] == ["ok", "invalid", "ok"]
+    assert grouped[1].row["reason"] == alone[1].row["reason"]
+    assert "non-finite loss at step 1" in grouped[1].row["reason"] and grouped[1].row["steps"] == 1
     for i in (0, 2):
-        assert math.isclose(grouped[i]["row"]["heldout_ce"], alone[i]["row"]["heldout_ce"], rel_tol=1e-4)
-        assert grouped[i]["row"]["steps"] == 4
+        assert math.isclose(grouped[i].row["heldout_ce"], alone[i].row["heldout_ce"], rel_tol=1e-4)
+        assert grouped[i].row["steps"] == 4
 
 
 def test_a_solved_seed_stops_as_in_its_sequential_trial(monkeypatch):
@@ -298,8 +299,8 @@ def test_a_solved_seed_stops_as_in_its_sequential_trial(monkeypatch):
     specs = [TrialSpec("baseline", s, cfg.to_dict(), device="cpu", threads=1) for s in range(2)]
     grouped, alone = group_mod.run_group(specs), [train_mod.run_trial(s) for s in specs]
     for g, a in zip(grouped, alone):
-        assert g["row"]["steps"] == a["row"]["steps"] == 2 and g["row"]["steps_to_solve"] == 2
-        assert [r["step"] for r in g["curve"]] == [r["step"] for r in a["curve"]]
+        assert g.row["steps"] == a.row["steps"] == 2 and g.row["steps_to_solve"] == 2
+        assert [r["step"] for r in g.curve] == [r["step"] for r in a.curve]
 
 
 def _plugin(name):
@@ -322,8 +323,8 @@ def test_a_plugin_that_does_not_vectorise_runs_sequentially_with_one_line(name):
     assert len(lines) == 1 and mod.EXPECT_FALLBACK in lines[0] and "one after another" in lines[0], lines
     alone = [train_mod.run_trial(s) for s in specs]
     for g, a in zip(grouped, alone):
-        assert g["row"]["vectorized"] == 0 and mod.EXPECT_FALLBACK in g["row"]["vectorized_note"]
-        assert g["row"]["status"] == a["row"]["status"] and g["row"]["heldout_ce"] == a["row"]["heldout_ce"]
+        assert g.row["vectorized"] == 0 and mod.EXPECT_FALLBACK in g.row["vectorized_note"]
+        assert g.row["status"] == a.row["status"] and g.row["heldout_ce"] == a.row["heldout_ce"]
 
 
 @pytest.mark.cuda
@@ -333,8 +334,8 @@ def test_a_cuda_group_equals_its_sequential_trials():
     specs = [TrialSpec("baseline", s, cfg.to_dict(), device="cuda") for s in range(4)]
     grouped, alone = group_mod.run_group(specs), [train_mod.run_trial(s) for s in specs]
     for g, a in zip(grouped, alone):
-        assert g["row"]["vectorized"] == 4 and g["row"]["device"] == "cuda"
-        assert math.isclose(g["row"]["heldout_ce"], a["row"]["heldout_ce"], rel_tol=CE_RTOL)
+        assert g.row["vectorized"] == 4 and g.row["device"] == "cuda"
+        assert math.isclose(g.row["heldout_ce"], a.row["heldout_ce"], rel_tol=CE_RTOL)
 
 
 @pytest.mark.cuda
@@ -347,7 +348,7 @@ def test_a_captured_group_equals_the_uncaptured_one(monkeypatch):
     monkeypatch.setenv(group_mod.CAPTURE_ENV, "off")
     eager = group_mod.run_group(specs)
     for c, e in zip(captured, eager):
-        assert c["row"]["captured"] == 1 and e["row"]["captured"] == 0
-        assert c["row"]["status"] == e["row"]["status"] == "ok"
-        assert math.isclose(c["row"]["heldout_ce"], e["row"]["heldout_ce"], rel_tol=CE_RTOL)
-        assert [r["step"] for r in c["curve"]] == [r["step"] for r in e["curve"]]
+        assert c.row["captured"] == 1 and e.row["captured"] == 0
+        assert c.row["status"] == e.row["status"] == "ok"
+        assert math.isclose(c.row["heldout_ce"], e.row["heldout_ce"], rel_tol=CE_RTOL)
+        assert [r["step"] for r in c.curve] == [r["step"] for r in e.curve]

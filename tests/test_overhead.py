@@ -12,7 +12,8 @@ import pytest
 
 from harness.perf import overhead as O
 from harness.config import get_preset
-from harness.runner import ExecutionOptions, make_specs
+from harness.runmeta import Execution
+from harness.runner import make_specs
 from harness.train import PHASES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -20,10 +21,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_profile_trial_splits_the_wall_time_into_the_loops_phases(registry, tmp_path):
     cfg = get_preset("tiny")
-    (spec,) = [ts.spec for ts in make_specs([registry.variants["baseline"]], [0], cfg, "cpu", "fp32", {})]
+    (spec,) = make_specs([registry.variants["baseline"]], [0], cfg, "cpu", "fp32", {})
     written = []
     result, prof = O.profile_trial(spec, written.append)
-    assert written == [result] and result["row"]["status"] == "ok"
+    assert written == [result] and result.status == "ok"
     phases = prof["phases"]
     assert set(phases) == set(PHASES)
     assert phases["step"]["calls"] == phases["data"]["calls"] == phases["log"]["calls"] == cfg.train.steps
@@ -65,11 +66,11 @@ def test_profile_command_writes_a_table_and_the_trial(tmp_path):
 def test_jobs_auto(n, device, executor, threads, want):
     from harness.executors import available_cores
 
-    opts = ExecutionOptions(executor, "auto", threads).validate().resolved(n, device)
+    opts = Execution(executor, "auto", threads).validate().resolved(n, device)
     expected = min(n, available_cores()) if want == "cores" else want
     assert opts.jobs == expected
     assert opts.trial_threads() >= 1
-    assert ExecutionOptions("local", 3).resolved(n, device).jobs == 3  # a number is kept
+    assert Execution("local", 3).resolved(n, device).jobs == 3  # a number is kept
 
 
 def test_run_records_the_resolved_jobs(tmp_path):

@@ -4,7 +4,7 @@ import pytest
 
 from harness import cli, stats
 from harness.report import aggregate, summary_table, terminal_table, to_markdown, trials_frame, write_report
-from harness.runmeta import TrialEntry
+from harness.trial import TrialResult, TrialSpec
 from harness.store import RunStore
 from harness.trial import trial_key
 
@@ -37,7 +37,7 @@ def make_run(root, run_id, arms, seeds=6, rng_seed=0, jitter=0.005, spread=0.02,
             if s in (failed or {}).get(variant, ()):
                 row = {"variant": variant, "seed": s, "point": "", "status": "failed",
                        "reason": "RuntimeError: CUDA out of memory", "wall_s": float("nan")}
-                store.write_trial(trial_key(variant, s), {"row": row, "curve": []})
+                store.write_trial(trial_key(variant, s), TrialResult(row))
                 continue
             div = s in diverged
             row = {"variant": variant, "slot_norm": "pre" if "pre" in variant else "post",
@@ -52,7 +52,7 @@ def make_run(root, run_id, arms, seeds=6, rng_seed=0, jitter=0.005, spread=0.02,
             curve = [{"step": t, "split": "train", "loss": 2.5 / t ** 0.3} for t in range(1, 101)]
             curve += [{"step": t, "split": "heldout", "loss": ce * 100 / t, "exact_match": min(1, em * t / 100),
                        "wall_s": t / 200} for t in (50, 100)]
-            store.write_trial(trial_key(variant, s), {"row": row, "curve": curve})
+            store.write_trial(trial_key(variant, s), TrialResult(row, curve))
     return store
 
 
@@ -153,7 +153,7 @@ def test_partial_run_report_opens_with_a_banner_until_it_is_complete(tmp_path):
 
     store = make_run(tmp_path, "p", {"baseline": (0.5, 0.99, ()), "pre_norm": (0.4, 1.0, ())}, seeds=2)
     meta = store.meta()
-    meta.trials = [TrialEntry(key=trial_key(v, s), spec={}) for v in ("baseline", "pre_norm", "seed_004")
+    meta.trials = [TrialSpec(v, s, {}) for v in ("baseline", "pre_norm", "seed_004")
                    for s in range(2)]
     meta.status = "interrupted"
     store.write_meta(meta)

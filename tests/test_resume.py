@@ -24,6 +24,7 @@ import pandas as pd
 import pytest
 
 from harness.train import run_trial
+from harness.trial import TrialSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMING = {"wall_s", "train_s", "step_ms", "tokens_per_s", "time_to_solve_s", "peak_mem_mb", "overhead_share"}
@@ -315,7 +316,7 @@ def test_nan_raise_and_oom_trials_are_isolated(tmp_path):
     meta = json.loads((run / "config.json").read_text())
     for t in meta["trials"]:
         if t["spec"]["variant"] in ("baseline", "pre_norm"):
-            alone = run_trial(t["spec"])["row"]
+            alone = run_trial(TrialSpec.from_dict(t["spec"])).row
             got = json.loads((run / "trials" / f"{t['key']}.json").read_text())["row"]
             assert alone["status"] == got["status"] == "ok"
             assert comparable(got) == comparable(alone)

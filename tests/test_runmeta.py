@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from harness.runmeta import Execution, Resume, TrialEntry
+from harness.runmeta import Execution, Resume
+from harness.trial import TrialSpec
 from harness.runmeta import RunMeta
 from harness.store import RunStore, load_run
 
@@ -37,8 +38,8 @@ def test_a_training_run_reads_typed_records():
     meta = load_run(ROOT / "results" / "reference" / "main-job").meta
     assert meta.is_training and meta.status == "complete" and meta.run_id == "main-job"
     assert isinstance(meta.execution, Execution) and meta.execution.executor == "local"
-    assert all(isinstance(t, TrialEntry) for t in meta.trials) and len(meta.planned_keys()) == 11
-    assert meta.trials[0].spec["variant"] == meta.trials[0].key.split("__")[0]
+    assert all(isinstance(t, TrialSpec) for t in meta.trials) and len(meta.planned_keys()) == 11
+    assert meta.trials[0].variant == meta.trials[0].key.split("__")[0]
     assert meta.check["classes"] and meta.config_hash and meta.run_wall_s > 0
 
 

@@ -117,6 +117,9 @@ def test_a_model_record_cannot_point_outside_the_run(tmp_path):
     from harness.verification import model_problems
 
     (tmp_path / "secret.pt").write_bytes(b"x")
-    forged = {"key": "baseline__s0", "model": {"file": "../secret.pt", "sha256": hashlib.sha256(b"x").hexdigest()}}
+    from harness.trial import TrialResult
+
+    forged = TrialResult({"variant": "baseline", "seed": 0, "status": "ok"},
+                         extra={"model": {"file": "../secret.pt", "sha256": hashlib.sha256(b"x").hexdigest()}})
     assert model_problems(tmp_path / "run", [forged]) == [
         "trials/baseline__s0.json: its model file is '../secret.pt', not models/baseline__s0.pt"]

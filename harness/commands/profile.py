@@ -94,14 +94,14 @@ def main(args) -> int:
     rows, lines = [], []
     for ts in specs:
         if log:
-            log(f"{ts.spec['variant']}: one trial under torch.profiler ...")
-        result, prof = profile_trial(ts.spec, lambda r, key=ts.key: store.write_trial(key, r),
+            log(f"{ts.variant}: one trial under torch.profiler ...")
+        result, prof = profile_trial(ts, lambda r, key=ts.key: store.write_trial(key, r),
                                      torch_profiler=args.torch_profiler)
-        row = result["row"]
-        if row.get("status") != "ok" and log:
-            log(f"{ts.spec['variant']}: trial {row.get('status')}: {row.get('reason', '')}")
-        rows += profile_rows(ts.spec["variant"], prof)
-        line = verdict(ts.spec["variant"], prof)
+        row = result.row
+        if result.status != "ok" and log:
+            log(f"{ts.variant}: trial {result.status}: {result.reason}")
+        rows += profile_rows(ts.variant, prof)
+        line = verdict(ts.variant, prof)
         line += f"; trial row: train_s {row.get('train_s', float('nan')):.1f} s, wall_s {row.get('wall_s', float('nan')):.1f} s, "
         line += f"exact-match {row.get('exact_match', float('nan')):.3f}"
         if "profiler_phases" in prof:

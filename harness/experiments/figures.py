@@ -62,8 +62,8 @@ def plot_grad_norm_depth(ok, path: Path, param: str, theory: dict | None = None)
 
 def plot_grad_norm_layers(store, ok, path: Path, param: str) -> Path | None:
     """Per-layer gradient norm profile at the depth closest to 6 (Xiong et al. Fig. 3a/b)."""
-    rows = [{"variant": t["row"]["variant"], "N": t["row"].get("N"), **c} for t in store.load_trials()
-            if t["row"].get("status") == "ok" for c in t.get("curve", [])]
+    rows = [{"variant": t.row["variant"], "N": t.row.get("N"), **c} for t in store.load_trials()
+            if t.status == "ok" for c in t.curve]
     if not rows:
         return None
     cur = pd.DataFrame(rows)

@@ -21,6 +21,8 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
+from ..trial import TrialResult, TrialSpec
+
 OVERHEAD_TARGET = 0.05  #: issue 6: the harness's own share of a trial's wall time, at most
 
 #: Phases in report order, with what each covers.
@@ -35,10 +37,10 @@ PHASE_NOTES = {
 }
 
 
-def profile_trial(spec: dict[str, Any], write: Callable[[dict], Any],
-                  torch_profiler: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Run one trial (``spec`` as for :func:`harness.train.run_trial`) and ``write(result)``;
-    return ``(result, profile)``.
+def profile_trial(spec: TrialSpec, write: Callable[[TrialResult], Any],
+                  torch_profiler: bool = False) -> tuple[TrialResult, dict[str, Any]]:
+    """Run one trial (:func:`harness.train.run_trial` on ``spec``) and ``write(result)``;
+    return ``(result, profile)`` (``result``: the :class:`harness.trial.TrialResult`).
 
     ``profile`` holds ``wall_s`` (seconds, run_trial + write), ``phases`` ({phase: {"s": seconds,
     "calls": int}} from the phase clock), ``unattributed_s``, ``overhead_s`` / ``overhead_share``
@@ -62,7 +64,7 @@ def profile_trial(spec: dict[str, Any], write: Callable[[dict], Any],
         from torch.profiler import ProfilerActivity, profile
 
         acts = [ProfilerActivity.CPU]
-        if str(spec.get("device", "cpu")).startswith("cuda") and torch.cuda.is_available():
+        if spec.device.startswith("cuda") and torch.cuda.is_available():
             acts.append(ProfilerActivity.CUDA)
         prof_cm = profile(activities=acts, record_shapes=False, with_stack=False)
     t_outer = time.perf_counter()

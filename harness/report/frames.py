@@ -56,7 +56,7 @@ def invalid_variants(df: pd.DataFrame) -> dict[str, list[str]]:
 
 def trials_frame(store: RunStore) -> pd.DataFrame:
     """One row per stored trial (the ``row`` dicts), ``point`` filled with "" when absent."""
-    rows = [{k: v for k, v in t["row"].items() if k != "traceback"} for t in store.load_trials()]
+    rows = [{k: v for k, v in t.row.items() if k != "traceback"} for t in store.load_trials()]
     df = pd.DataFrame(rows)
     if len(df) and "point" not in df.columns:
         df["point"] = ""
@@ -67,9 +67,8 @@ def trials_frame(store: RunStore) -> pd.DataFrame:
 
 def curves_frame(store: RunStore) -> pd.DataFrame:
     """Every curve row of every trial with its variant, seed and point."""
-    return pd.DataFrame([{"variant": t["row"]["variant"], "seed": t["row"]["seed"],
-                          "point": t["row"].get("point", "") or "", **c}
-                         for t in store.load_trials() for c in t.get("curve", [])])
+    return pd.DataFrame([{"variant": t.row["variant"], "seed": t.row["seed"], "point": t.row.get("point", "") or "", **c}
+                         for t in store.load_trials() for c in t.curve])
 
 
 def _num(df: pd.DataFrame, col: str) -> pd.Series:

@@ -20,7 +20,7 @@ def partial_counts(store: RunStore, meta: RunMeta | None = None) -> tuple[int, i
     planned = meta.planned_keys()
     if not planned:
         return None
-    done = len({t["key"] for t in store.load_trials()} & set(planned))  # cached: no second read of a file
+    done = len({t.key for t in store.load_trials()} & set(planned))  # cached: no second read of a file
     if done >= len(planned) and meta.status != "interrupted":
         return None
     return done, len(planned)
