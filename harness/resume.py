@@ -17,7 +17,7 @@ stored is touched. :func:`harness.launch.resume_run` turns the options into the 
 """
 from __future__ import annotations
 
-from .config import RunConfig
+from .config import RunConfig, hash_view
 from .errors import HarnessError, StoreError
 from .registry import Variant
 from .runner import make_specs
@@ -87,7 +87,7 @@ def check_code_config(store: RunStore, meta: RunMeta, specs: list[TrialSpec]) ->
         except (HarnessError, KeyError, TypeError) as exc:
             raise StoreError(f"cannot resume {where!r}: trial {ts.key} has a config this version of the harness "
                              f"cannot read ({exc}); start a new run") from exc
-        if again != ts.config:
+        if hash_view(again) != hash_view(ts.config):  # a key added since, at its default, reads the same
             raise StoreError(f"cannot resume {where!r}: trial {ts.key}'s config reads differently with this code "
                              f"({first_difference(ts.config, again)}); start a new run")
 

@@ -392,3 +392,24 @@ def test_measurement_experiment_takes_the_lock_stops_on_sigterm_and_resumes(tmp_
     assert meta["status"] == "complete" and meta["execution"]["jobs"] == meta["resumes"][0]["execution"]["jobs"] == 1
     assert "slope of log" in res.stdout  # the measurement's slope table, not a training summary
     assert "## Log-log slopes" in (run / "report.md").read_text()
+
+
+def test_a_run_stored_before_a_config_key_was_added_still_resumes():
+    """The committed task-sort run predates ``model.n_kv_heads`` and ``model.window``: its trials'
+    configs lack them, this code's configs hold them at their defaults. That reads the same (the
+    config hash ignores an added key at its default), so resuming is allowed; a real difference
+    in a trial's config is still refused, naming the field."""
+    import dataclasses
+
+    from harness.errors import StoreError
+    from harness.resume import check_code_config, stored_specs
+    from harness.store import RunStore
+
+    store = RunStore.open(ROOT / "results" / "reference" / "task-sort")
+    meta = store.meta()
+    specs = stored_specs(store, meta)
+    assert specs and all("n_kv_heads" not in ts.config["model"] for ts in specs)  # the premise
+    check_code_config(store, meta, specs)  # raised "model.n_kv_heads: stored '<unset>', requested 0" before
+    changed = {**specs[0].config, "model": {**specs[0].config["model"], "h": "four"}}
+    with pytest.raises(StoreError, match="h must be int"):
+        check_code_config(store, meta, [dataclasses.replace(specs[0], config=changed)])
