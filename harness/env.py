@@ -201,3 +201,29 @@ def _cpu_flags() -> list[str]:
     except OSError:
         pass
     return []
+
+
+# ---------------------------------------------------------------------------------------------
+# cores and clusters: what --jobs, --threads and --executor ray size themselves from
+
+
+def available_cores() -> int:
+    """CPU cores this process may use (its affinity mask where the OS has one)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def threads_per_trial(jobs: int, threads: int | None = None, cores: int | None = None) -> int:
+    """Intra-op threads for each of ``jobs`` concurrent trials: ``threads`` when given, else
+    ``max(1, cores // jobs)`` so that ``jobs`` workers never oversubscribe ``cores``."""
+    if threads:
+        return int(threads)
+    return max(1, (cores or available_cores()) // max(1, jobs))
+
+
+def ray_address(address: str | None) -> str:
+    """``--address``, else ``RAY_ADDRESS``, else ``"local"`` (a new private local cluster; a bare
+    ``ray.init()`` would attach to a stale cluster left on this machine)."""
+    return address or os.environ.get("RAY_ADDRESS") or "local"

@@ -43,7 +43,7 @@ from typing import Any, Callable, Iterable
 
 from .errors import HarnessError, failure_reason
 from .progress import TrialBars
-from .runmeta import EXECUTORS, available_cores, ray_address, threads_per_trial
+from .env import available_cores, ray_address, threads_per_trial
 from .trial import TrialResult, TrialSpec
 
 #: Start method of the local worker processes (see :mod:`multiprocessing`): ``forkserver``
@@ -465,5 +465,5 @@ def run_ray(specs: Iterable[TrialSpec], on_done: OnDone, address: str | None = N
             raise
 
 
-__all__ = ["EXECUTORS", "available_cores", "threads_per_trial", "pool_trial", "TrialBars",
-           "run_sequential", "run_process_pool", "run_ray", "ray_session", "ray_trial", "import_ray", "ray_address"]
+__all__ = ["pool_trial", "TrialBars",
+           "run_sequential", "run_process_pool", "run_ray", "ray_session", "ray_trial", "import_ray"]

@@ -18,7 +18,6 @@ Written only through :class:`harness.store.RunStore` (``create``, ``write_meta``
 """
 from __future__ import annotations
 
-import os
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
@@ -147,28 +146,6 @@ VECTORIZE = ("auto", "on", "off")
 MAX_GROUP = 64
 
 
-def available_cores() -> int:
-    """CPU cores this process may use (its affinity mask where the OS has one)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
-
-
-def threads_per_trial(jobs: int, threads: int | None = None, cores: int | None = None) -> int:
-    """Intra-op threads for each of ``jobs`` concurrent trials: ``threads`` when given, else
-    ``max(1, cores // jobs)`` so that ``jobs`` workers never oversubscribe ``cores``."""
-    if threads:
-        return int(threads)
-    return max(1, (cores or available_cores()) // max(1, jobs))
-
-
-def ray_address(address: str | None) -> str:
-    """``--address``, else ``RAY_ADDRESS``, else ``"local"`` (a new private local cluster; a bare
-    ``ray.init()`` would attach to a stale cluster left on this machine)."""
-    return address or os.environ.get("RAY_ADDRESS") or "local"
-
-
 @dataclass
 class Execution(Record):
     """How trials are executed (``run --jobs/--executor/--address/--threads/--vectorize-seeds``):
@@ -246,6 +223,8 @@ class Execution(Record):
         if jobs == "auto":
             jobs = 1
             if self.executor == "local" and device == "cpu" and n_trials > 1 and vectorize != "on":
+                from .env import available_cores
+
                 jobs = max(1, min(n_trials, available_cores() // max(1, int(self.threads or 1))))
         return Execution(self.executor, jobs, self.threads, self.address, vectorize)
 
@@ -253,11 +232,15 @@ class Execution(Record):
         """Intra-op threads each trial runs with under these options."""
         if self.executor == "ray":
             return int(self.threads or 1)
+        from .env import threads_per_trial
+
         return threads_per_trial(self.jobs, self.threads)
 
     def describe(self) -> str:
         """One line for the run's headline, e.g. ``2 worker processes x 1 thread(s)``."""
         if self.executor == "ray":
+            from .env import ray_address
+
             return f"ray cluster {ray_address(self.address)}, {self.trial_threads()} thread(s) per trial"
         if self.vectorize_seeds == "on":
             return f"this process, {self.trial_threads()} thread(s), seeds vectorised in groups of up to {MAX_GROUP}"

@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterable
 from .config import RunConfig
 from .progress import TrialBars, progress_bar
 from .registry import Variant
-from .runmeta import MAX_GROUP, MAX_WORKERS, VECTORIZE, Execution
+from .runmeta import MAX_GROUP, Execution
 from .store import RunStore
 from .trial import TrialResult, TrialSpec
 
@@ -158,5 +158,5 @@ def trial_line(row: dict, path, n: int, total: int, elapsed_s: float) -> str:
             f"{em_s}{wall_s}{reason} -> stored in {path}")
 
 
-__all__ = ["Plan", "make_specs", "check_plan_size", "execute", "with_threads", "trial_line", "Execution",
-           "MAX_TRIALS", "MAX_WORKERS", "MAX_GROUP", "VECTORIZE"]
+__all__ = ["Plan", "make_specs", "check_plan_size", "execute", "with_threads", "trial_line",
+           "MAX_TRIALS"]

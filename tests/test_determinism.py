@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from harness.config import get_preset
-from harness.executors import threads_per_trial
+from harness.env import threads_per_trial
 from harness.runner import make_specs
 from harness.train import run_trial
 

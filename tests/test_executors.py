@@ -16,7 +16,7 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="Ray is not installed: pip install -e '.[ray]' to test --executor ray")
 
-from harness.executors import ray_address  # noqa: E402
+from harness.env import ray_address  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE_PLUGIN = ROOT / "examples" / "harness-example" / "harness_example.py"

@@ -64,7 +64,7 @@ def test_profile_command_writes_a_table_and_the_trial(tmp_path):
     (11, "cpu", "local", 1024, 1),  # threads per trial fill the machine (1024: the most --threads accepts)
 ])
 def test_jobs_auto(n, device, executor, threads, want):
-    from harness.executors import available_cores
+    from harness.env import available_cores
 
     opts = Execution(executor, "auto", threads).validate().resolved(n, device)
     expected = min(n, available_cores()) if want == "cores" else want
@@ -80,7 +80,7 @@ def test_run_records_the_resolved_jobs(tmp_path):
                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
     assert out.returncode == 0, out.stderr
     meta = json.loads((tmp_path / "r" / "config.json").read_text())
-    from harness.executors import available_cores
+    from harness.env import available_cores
 
     assert meta["execution"]["jobs"] == min(2, available_cores())
     rows = pd.read_csv(tmp_path / "r" / "trials.csv")
