@@ -51,6 +51,8 @@ from .errors import failure_reason
 from .model import build_model, unique_parameter_count
 from .registry import Variant
 from .saved import keep_weights
+from .progress import progress_bar
+from .tasks.seeds import NotBatched, SeedStack, evaluate_seeds
 from .train import (INVALID, WARMUP_STEPS, PhaseClock, _Loop, contract_reasons, noam_lambda, run_trial,
                     twin_reasons)
 from .trial import TrialResult, TrialSpec, registry_for
@@ -121,7 +123,7 @@ def run_groups(planned: list, on_done: Callable[[Any, dict], None], bars=None,
         enabled = bars is not None and bars.enabled
         progress = [(lambda step, loss, ts=ts: bars.update(ts, step, loss)) if enabled else None for ts in chunk]
         try:
-            results = run_group([ts.spec for ts in chunk], progress, log)
+            results = run_group([ts.spec for ts in chunk], progress, log, show_progress=enabled)
         finally:
             for ts in chunk:
                 if bars is not None:
@@ -131,14 +133,16 @@ def run_groups(planned: list, on_done: Callable[[Any, dict], None], bars=None,
 
 
 def run_group(specs: list[TrialSpec | dict[str, Any]], progress: list[Progress | None] | None = None,
-              log: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+              log: Callable[[str], None] | None = None, show_progress: bool = False) -> list[dict[str, Any]]:
     """Run K trials that differ only in their seed as one vectorised group; never raises for a
     failing trial (see the module docstring).
 
     Args:
         specs: K :class:`harness.trial.TrialSpec` s or their dicts, equal but for ``seed``.
         progress: per seed an optional ``progress(step, loss)`` callback.
-        log: receives one line when the group falls back to sequential trials.
+        log: receives one line when the group falls back to sequential trials (or its evaluation to
+            one seed after another).
+        show_progress: a progress bar over the final evaluation's rows (stderr, only on a terminal).
 
     Returns:
         K :meth:`harness.trial.TrialResult.to_dict` s, in the order of ``specs``.
@@ -158,7 +162,7 @@ def run_group(specs: list[TrialSpec | dict[str, Any]], progress: list[Progress |
     deterministic_cuda()
     t_start = time.perf_counter()
     try:
-        group = _Group(specs, progress, log)
+        group = _Group(specs, progress, log, show_progress)
         why = group.prepare()
         if why is None:
             return group.train_all(t_start)
@@ -242,8 +246,9 @@ def _first_sentence(text: str, limit: int = 200) -> str:
 class _Group:
     """The state of one :func:`run_group` call: the K models and their per-seed loops."""
 
-    def __init__(self, specs: list[TrialSpec], progress: list[Progress | None], log: Callable[[str], None] | None):
-        self.specs, self.progress, self.log = specs, progress, log
+    def __init__(self, specs: list[TrialSpec], progress: list[Progress | None], log: Callable[[str], None] | None,
+                 show_progress: bool = False):
+        self.specs, self.progress, self.log, self.show_progress = specs, progress, log, show_progress
         self.cfg = RunConfig.from_dict(specs[0].config)
         self.device = trial_device(specs[0].device)
         self.registry = registry_for(specs[0].plugins)
@@ -251,6 +256,7 @@ class _Group:
         self.clock = PhaseClock()
         self.results = [TrialResult(row=s.identity_row(self.device.type, torch.get_num_threads())) for s in specs]
         self.final_set = None  # the final evaluation's held-out set, built once for the group (_finish)
+        self.eval_why: str | None = None  # why the seeds are evaluated one after another (None: batched)
 
     def prepare(self) -> str | None:
         """Build every seed's model (with the twin and contract checks), run the integrity gate at
@@ -276,6 +282,7 @@ class _Group:
             self.streams.append(self.task.batches(cfg, torch.Generator().manual_seed(spec.seed)))
         self.last = [next(s) for s in self.streams]
         self.step = GroupStep(self.models, mc.pad, cfg.train.label_smoothing, cfg.train.grad_clip, device, dtype)
+        self.stack = SeedStack(self.models[0], {**self.step.params, **self.step.buffers}, mc.pad)  # live tensors
         torch.manual_seed(self.specs[0].seed)  # the group's one RNG stream (dropout)
         self.captured = None
         why = vectorise_problem(self.step, self.models, self._stacked(self.last), cfg, device, dtype)
@@ -313,9 +320,10 @@ class _Group:
     def train_all(self, t_start: float) -> list[dict[str, Any]]:
         """Train the group, score every seed, return the K results."""
         self._run()
+        finals = self._final_evaluations()
         out = []
         for i, (spec, result) in enumerate(zip(self.specs, self.results)):
-            self._finish(i, spec, result)
+            self._finish(i, spec, result, finals[i])
         wall = time.perf_counter() - t_start
         for result in self.results:
             row = result.row
@@ -328,8 +336,43 @@ class _Group:
             out.append(result.to_dict())
         return out
 
-    def _finish(self, i: int, spec: TrialSpec, result: TrialResult) -> None:
-        """Seed ``i``'s final evaluation, integrity gate after training and metrics row (as
+    def _final_evaluations(self) -> list[dict[str, float] | None]:
+        """Every seed's final evaluation in one batched pass (:meth:`_evaluate_seeds`) with a progress
+        bar over the rows, or Nones (each seed is then evaluated by :meth:`_finish`)."""
+        cfg = self.cfg
+        with self.clock("final_eval"):
+            try:
+                self.final_set = self.task.eval_set(cfg.train.eval_sequences, cfg.train.seq_len, cfg.model.vocab,
+                                                    cfg.train.eval_seed)
+            except Exception:  # noqa: BLE001 - each seed's _finish meets it again and fails as its sequential trial
+                return [None] * len(self.specs)
+            return self._evaluate_seeds(list(range(len(self.specs))), self.final_set, bar=self.show_progress)
+
+    def _evaluate_seeds(self, seeds: list[int], data, bar: bool = False) -> list[dict[str, float] | None]:
+        """The held-out metrics of the seeds ``seeds`` on ``data`` in one pass over their stacked
+        parameters (:func:`harness.tasks.seeds.evaluate_seeds`), in their order; Nones where the
+        group evaluates its seeds one after another: the task has its own scoring or the batched
+        pass raised (the first time gives it up for the group, with one log line)."""
+        if self.eval_why is None:
+            stack = self.stack if len(seeds) == len(self.specs) else self.stack.select(seeds)
+            rows = data.src.size(0)
+            try:
+                with progress_bar(rows, f"evaluate {len(seeds)} seeds", quiet=not bar, leave=False,
+                                  position=len(self.specs) + 1) as pbar:
+                    return evaluate_seeds(self.task, stack, data, self.cfg, self.device, self.specs[0].dtype,
+                                          progress=pbar.update)
+            except NotBatched as exc:
+                self.eval_why = str(exc)
+            except Exception as exc:  # noqa: BLE001 - batching is an optimisation: evaluate seed by seed
+                self.eval_why = f"the batched evaluation raised {_first_sentence(failure_reason(exc))}"
+            if self.log:
+                self.log(f"{self.specs[0].variant}: the group's seeds are evaluated one after another, "
+                         f"not batched: {self.eval_why}")
+        return [None] * len(seeds)
+
+    def _finish(self, i: int, spec: TrialSpec, result: TrialResult, final: dict[str, float] | None = None) -> None:
+        """Seed ``i``'s final evaluation (``final``: its metrics from the group's batched pass, else
+        evaluated here on its own model), integrity gate after training and metrics row (as
         :func:`harness.train.train` and ``_run`` do them)."""
         cfg, mc, loop = self.cfg, self.cfg.model, self.loops[i]
         model = self.step.load(i, self.models[i])
@@ -339,7 +382,7 @@ class _Group:
                 if self.final_set is None:  # one held-out set for the group's seeds
                     self.final_set = self.task.eval_set(cfg.train.eval_sequences, cfg.train.seq_len, mc.vocab,
                                                         cfg.train.eval_seed)
-                final = self.task.evaluate(model, self.final_set, cfg, self.device, spec.dtype)
+                final = final or self.task.evaluate(model, self.final_set, cfg, self.device, spec.dtype)
                 if loop.status == "ok":
                     loop.check_future(loop.step, final=True)
                     invalid = invalid + integrity_reasons(model, mc, self.device, seed=spec.seed + 1,
@@ -415,13 +458,16 @@ class _Group:
                     loop.train_s, done[i] = train_s, True
 
     def _evaluate(self, step: int, done: list[bool], train_s: float) -> None:
-        """The periodic evaluation of every seed still training, on its unstacked model; with
+        """The periodic evaluation of every seed still training: the scores in one batched pass
+        (:meth:`_evaluate_seeds`), the future-leak check on each seed's unstacked model; with
         ``train.stop_at_solved`` a solved seed stops."""
-        for i, loop in enumerate(self.loops):
-            if done[i]:
-                continue
+        live = [i for i in range(len(self.specs)) if not done[i]]
+        with self.clock("evaluate"):
+            scores = self._evaluate_seeds(live, self.loops[0].probe)  # the probe set is the same for every seed
+        for i, m in zip(live, scores):
+            loop = self.loops[i]
             self.step.load(i, self.models[i])
             loop.train_s = train_s
-            if loop._evaluate(step) and self.cfg.train.stop_at_solved:
+            if loop._evaluate(step, m) and self.cfg.train.stop_at_solved:
                 done[i] = True
                 self.step.stop(i)
