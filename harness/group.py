@@ -73,24 +73,30 @@ FLUSH_STEPS = 50
 
 Progress = Callable[[int, float], None]
 
-#: Environment variable that switches captured steps (CUDA graphs, :class:`harness.vstep.CapturedStep`) of
-#: a vectorised group: ``auto`` (default; on with CUDA), ``on`` (the same: graphs need CUDA), ``off``.
+#: Environment variable read when ``--capture`` is ``auto`` (the default): ``off`` turns captured steps
+#: (CUDA graphs, :class:`harness.vstep.CapturedStep`) of vectorised groups off, ``on``/``auto`` leave them
+#: on with CUDA. An explicit ``run --capture on|off`` (:class:`harness.runner.ExecutionOptions`) wins.
 CAPTURE_ENV = "HARNESS_CAPTURE"
 
 
-def capture_wanted(device: torch.device) -> bool:
-    """Whether a group on ``device`` steps through CUDA graphs (:data:`CAPTURE_ENV`; CUDA only).
+def capture_wanted(device: torch.device, mode: str = "auto") -> bool:
+    """Whether a group on ``device`` steps through CUDA graphs: ``mode`` (``run --capture``) ``on`` or
+    ``off``, or for ``auto`` :data:`CAPTURE_ENV` (default ``auto``); never off CUDA (``--capture on`` on
+    the CPU is refused before the run: :meth:`harness.runner.ExecutionOptions.resolved`).
 
     Raises:
-        ConfigError: :data:`CAPTURE_ENV` is not ``auto``, ``on`` or ``off``.
+        ConfigError: ``mode`` or :data:`CAPTURE_ENV` is not ``auto``, ``on`` or ``off``.
     """
     import os
 
     from .errors import ConfigError
 
-    mode = os.environ.get(CAPTURE_ENV, "auto").strip().lower() or "auto"
     if mode not in ("auto", "on", "off"):
-        raise ConfigError(f"{CAPTURE_ENV} must be auto, on or off, got {mode!r}")
+        raise ConfigError(f"--capture must be auto, on or off, got {mode!r}")
+    if mode == "auto":
+        mode = os.environ.get(CAPTURE_ENV, "auto").strip().lower() or "auto"
+        if mode not in ("auto", "on", "off"):
+            raise ConfigError(f"{CAPTURE_ENV} must be auto, on or off, got {mode!r}")
     return device.type == "cuda" and mode != "off"
 
 
@@ -114,16 +120,17 @@ def group_specs(planned: list, max_size: int = 64) -> list[list]:
 
 
 def run_groups(planned: list, on_done: Callable[[Any, dict], None], bars=None,
-               log: Callable[[str], None] | None = None, max_size: int = 64) -> None:
+               log: Callable[[str], None] | None = None, max_size: int = 64, capture: str = "auto") -> None:
     """The executor of ``--vectorize-seeds on``: ``planned`` (:class:`harness.runner.PlannedTrial`
     objects) as trial groups of up to ``max_size`` seeds (:func:`group_specs`), one group after
     another in this process; ``on_done(planned_trial, result)`` for each trial as its group ends
-    (the caller stores it). ``bars``: a :class:`harness.progress.TrialBars` (per-seed bars)."""
+    (the caller stores it). ``bars``: a :class:`harness.progress.TrialBars` (per-seed bars);
+    ``capture``: ``run --capture`` (:func:`capture_wanted`)."""
     for chunk in group_specs(list(planned), max_size):
         enabled = bars is not None and bars.enabled
         progress = [(lambda step, loss, ts=ts: bars.update(ts, step, loss)) if enabled else None for ts in chunk]
         try:
-            results = run_group([ts.spec for ts in chunk], progress, log, show_progress=enabled)
+            results = run_group([ts.spec for ts in chunk], progress, log, show_progress=enabled, capture=capture)
         finally:
             for ts in chunk:
                 if bars is not None:
@@ -133,7 +140,8 @@ def run_groups(planned: list, on_done: Callable[[Any, dict], None], bars=None,
 
 
 def run_group(specs: list[TrialSpec | dict[str, Any]], progress: list[Progress | None] | None = None,
-              log: Callable[[str], None] | None = None, show_progress: bool = False) -> list[dict[str, Any]]:
+              log: Callable[[str], None] | None = None, show_progress: bool = False,
+              capture: str = "auto") -> list[dict[str, Any]]:
     """Run K trials that differ only in their seed as one vectorised group; never raises for a
     failing trial (see the module docstring).
 
@@ -143,6 +151,7 @@ def run_group(specs: list[TrialSpec | dict[str, Any]], progress: list[Progress |
         log: receives one line when the group falls back to sequential trials (or its evaluation to
             one seed after another).
         show_progress: a progress bar over the final evaluation's rows (stderr, only on a terminal).
+        capture: ``run --capture``: ``auto``, ``on``, ``off`` (:func:`capture_wanted`).
 
     Returns:
         K :meth:`harness.trial.TrialResult.to_dict` s, in the order of ``specs``.
@@ -154,7 +163,7 @@ def run_group(specs: list[TrialSpec | dict[str, Any]], progress: list[Progress |
     progress = list(progress or [None] * len(specs))
     if len({group_key(s.to_dict()) for s in specs}) != 1:
         raise ValueError("run_group: the specs of a group must differ only in their seed")
-    alone = len(specs) == 1 and not capture_wanted(trial_device(specs[0].device))  # one trial gains only by capture
+    alone = len(specs) == 1 and not capture_wanted(trial_device(specs[0].device), capture)  # one trial gains only by capture
     if alone or specs[0].measure is not None:
         return [run_trial(s, progress=p) for s, p in zip(specs, progress)]
     trial_settings()
@@ -162,7 +171,7 @@ def run_group(specs: list[TrialSpec | dict[str, Any]], progress: list[Progress |
     deterministic_cuda()
     t_start = time.perf_counter()
     try:
-        group = _Group(specs, progress, log, show_progress)
+        group = _Group(specs, progress, log, show_progress, capture)
         why = group.prepare()
         if why is None:
             return group.train_all(t_start)
@@ -247,8 +256,9 @@ class _Group:
     """The state of one :func:`run_group` call: the K models and their per-seed loops."""
 
     def __init__(self, specs: list[TrialSpec], progress: list[Progress | None], log: Callable[[str], None] | None,
-                 show_progress: bool = False):
+                 show_progress: bool = False, capture: str = "auto"):
         self.specs, self.progress, self.log, self.show_progress = specs, progress, log, show_progress
+        self.capture_mode = capture
         self.cfg = RunConfig.from_dict(specs[0].config)
         self.device = trial_device(specs[0].device)
         self.registry = registry_for(specs[0].plugins)
@@ -286,7 +296,7 @@ class _Group:
         torch.manual_seed(self.specs[0].seed)  # the group's one RNG stream (dropout)
         self.captured = None
         why = vectorise_problem(self.step, self.models, self._stacked(self.last), cfg, device, dtype)
-        if why is None and capture_wanted(device):
+        if why is None and capture_wanted(device, self.capture_mode):
             self.captured = CapturedStep(self.step)
         return why
 

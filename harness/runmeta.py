@@ -143,6 +143,7 @@ class Execution(Record):
     threads: int | None = _f((int,), None, always=True)
     address: str | None = _f((str,), None, always=True)
     vectorize_seeds: str | None = _f((str,), None)  # "on"/"off" (``run --vectorize-seeds``); None: before it existed
+    capture: str | None = _f((str,), None)  # "auto"/"on"/"off" (``run --capture``); None: before it existed
     extra: dict[str, Any] = _extra()
     _keys: tuple | None = _keys()
 
