@@ -26,7 +26,7 @@ CE_RTOL = 1e-5
 CPU = torch.device("cpu")
 
 
-def _trained_group(task_name: str, k: int, steps: int = 25, **train):
+def _trained_group(task_name: str, k: int, steps: int = 25, device: torch.device = CPU, **train):
     """K tiny baselines of ``task_name`` trained ``steps`` vectorised steps (distinct, non-trivial
     decodings), their GroupStep, task and config."""
     reg = registry_for(None)
@@ -34,12 +34,12 @@ def _trained_group(task_name: str, k: int, steps: int = 25, **train):
     cfg = task.fit(get_preset("tiny").override({"train.task": task_name, **{f"train.{a}": v for a, v in train.items()}}),
                    set())
     variant = reg.select(["baseline"])[0]
-    models = [train_mod.build_model(reg, variant, cfg.model, seed=s) for s in range(k)]
-    step = GroupStep(models, cfg.model.pad, 0.0, 1.0, CPU)
+    models = [train_mod.build_model(reg, variant, cfg.model, seed=s).to(device) for s in range(k)]
+    step = GroupStep(models, cfg.model.pad, 0.0, 1.0, device)
     streams = [task.batches(cfg, torch.Generator().manual_seed(s)) for s in range(k)]
     step.set_lr(3e-3)
     for _ in range(steps):
-        step.step(*stack_batches([next(s) for s in streams]))
+        step.step(*(x.to(device) for x in stack_batches([next(s) for s in streams])))
     return step, models, task, cfg
 
 
@@ -136,3 +136,19 @@ def test_a_group_whose_model_does_not_vectorise_in_eval_mode_evaluates_seed_by_s
         assert g["row"]["vectorized"] == 2 and g["row"]["status"] == a["row"]["status"] == "ok"
         assert math.isclose(g["row"]["heldout_ce"], a["row"]["heldout_ce"], rel_tol=1e-4)
         assert [r["step"] for r in g["curve"] if r["split"] == "heldout"] == [2, 4]
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("task_name", ["copy", "g2p"])
+def test_batched_evaluation_on_cuda_matches_each_seed_alone(task_name):
+    """On CUDA the batched kernels are chosen by shape: CE within 1e-4 relative, decisions within 0.02."""
+    cuda = torch.device("cuda")
+    step, models, task, cfg = _trained_group(task_name, 4, steps=12, device=cuda)
+    stack = SeedStack(models[0], {**step.params, **step.buffers}, cfg.model.pad)
+    data = task.eval_set(64, cfg.train.seq_len, cfg.model.vocab, cfg.train.eval_seed)
+    got = evaluate_seeds(task, stack, data, cfg, cuda, "fp32")
+    alone = [task.evaluate(step.load(i, models[i]), data, cfg, cuda, "fp32") for i in range(4)]
+    for g, a in zip(got, alone):
+        assert math.isclose(g["heldout_ce"], a["heldout_ce"], rel_tol=1e-4), (g, a)
+        assert all(abs(g[k] - a[k]) <= 0.02 for k in a if k != "heldout_ce"), (g, a)
