@@ -107,8 +107,7 @@ def run(variants: _Names = "all", seeds: int | None = None, preset: str | None =
             TensorBoard events in ``<run folder>/tensorboard/``, a folder ``DIR`` in ``DIR/<run id>/``.
         save_models: ``--save-models``: keep each trial's weights (``models/<key>.pt``; :func:`load_model`).
         vectorize_seeds: ``--vectorize-seeds``: ``"auto"`` (default: on with CUDA), ``"on"``, ``"off"``.
-        capture: ``--capture``: ``"auto"`` (default: a vectorised group's steps as CUDA graphs with CUDA),
-            ``"on"`` (CUDA only; ConfigError on the CPU), ``"off"``.
+        capture: ``--capture``: ``"auto"`` (default: CUDA graphs on CUDA), ``"on"`` (CUDA only), ``"off"``.
 
     Returns:
         Path | LoadedRun: the run folder (absolute; report.md, trials.csv, ...), or the loaded run. Trials
