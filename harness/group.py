@@ -5,12 +5,15 @@
 :meth:`harness.trial.TrialResult.to_dict` of its own trial, with the same columns as
 :func:`harness.train.run_trial`'s plus ``vectorized`` (the group size K) and ``group_wall_s``.
 The training step is :class:`harness.vstep.GroupStep` (stacked parameters, per-seed Adam,
-gradient norm, clipping and masked non-finite skip); everything around it is the sequential
-trial's own code, called per seed on that seed's unstacked model: the build and its twin and
-contract checks (:func:`harness.train.twin_reasons`, :func:`harness.train.contract_reasons`), the
-integrity gate at initialisation and after training
-(:func:`harness.checks.probes.integrity_reasons`), the periodic and final evaluations with their
-future-leak checks, the curve rows and the metrics row (:class:`harness.train._Loop`).
+gradient norm, clipping and masked non-finite skip). The periodic and final evaluations score
+every seed still running in one batched pass over the stacked parameters
+(:mod:`harness.tasks.seeds`; seed by seed, with one log line, for a task with its own
+``evaluate`` or a model whose eval-mode forward does not run under vmap). Everything else is the
+sequential trial's own code, called per seed on that seed's unstacked model: the build and its
+twin and contract checks (:func:`harness.train.twin_reasons`, :func:`harness.train.contract_reasons`),
+the integrity gate at initialisation and after training
+(:func:`harness.checks.probes.integrity_reasons`), the future-leak check of every evaluation, the
+curve rows and the metrics row (:class:`harness.train._Loop`).
 
 Per seed, as in its sequential trial: batches from its own generator (``Generator().manual_seed
 (seed)``, the same stream), stacked to (K, B, ...) and padded to a common width; a seed whose loss
@@ -49,9 +52,9 @@ from .config import RunConfig
 from .env import deterministic_cuda, peak_mem_mb, pin_threads, reset_peak_mem, trial_device, trial_settings
 from .errors import failure_reason
 from .model import build_model, unique_parameter_count
+from .progress import progress_bar
 from .registry import Variant
 from .saved import keep_weights
-from .progress import progress_bar
 from .tasks.seeds import NotBatched, SeedStack, evaluate_seeds
 from .train import (INVALID, WARMUP_STEPS, PhaseClock, _Loop, contract_reasons, noam_lambda, run_trial,
                     twin_reasons)
@@ -163,7 +166,8 @@ def run_group(specs: list[TrialSpec | dict[str, Any]], progress: list[Progress |
     progress = list(progress or [None] * len(specs))
     if len({group_key(s.to_dict()) for s in specs}) != 1:
         raise ValueError("run_group: the specs of a group must differ only in their seed")
-    alone = len(specs) == 1 and not capture_wanted(trial_device(specs[0].device), capture)  # one trial gains only by capture
+    # one trial gains only by capture
+    alone = len(specs) == 1 and not capture_wanted(trial_device(specs[0].device), capture)
     if alone or specs[0].measure is not None:
         return [run_trial(s, progress=p) for s, p in zip(specs, progress)]
     trial_settings()

@@ -247,7 +247,8 @@ def resume_run(req: RunRequest) -> RunOutcome:
     reg = load_registry(PluginSpec.from_dict(meta.plugins))
     check_components(reg, specs, where)
     check_requested(req, given, meta, reg, specs, where)
-    if not given & {"executor", "jobs", "threads", "address", "vectorize_seeds", "capture"} and meta.execution is not None:
+    execution_given = given & {"executor", "jobs", "threads", "address", "vectorize_seeds", "capture"}
+    if not execution_given and meta.execution is not None:
         stored = meta.execution
         options = ExecutionOptions(stored.executor, stored.jobs, stored.threads, stored.address,
                                    stored.vectorize_seeds or "auto", stored.capture or "auto").validate()

@@ -31,8 +31,8 @@ def _trained_group(task_name: str, k: int, steps: int = 25, device: torch.device
     decodings), their GroupStep, task and config."""
     reg = registry_for(None)
     task = reg.task(task_name)
-    cfg = task.fit(get_preset("tiny").override({"train.task": task_name, **{f"train.{a}": v for a, v in train.items()}}),
-                   set())
+    overrides = {"train.task": task_name, **{f"train.{a}": v for a, v in train.items()}}
+    cfg = task.fit(get_preset("tiny").override(overrides), set())
     variant = reg.select(["baseline"])[0]
     models = [train_mod.build_model(reg, variant, cfg.model, seed=s).to(device) for s in range(k)]
     step = GroupStep(models, cfg.model.pad, 0.0, 1.0, device)

@@ -84,7 +84,8 @@ def register(sub, parents):
                         "the tolerance of docs/running.md); auto (default): on with CUDA, off on the CPU")
     g.add_argument("--capture", choices=["auto", "on", "off"], metavar="{auto,on,off}",
                    help="step vectorised trial groups through CUDA graphs (static shapes; docs/running.md); auto "
-                        "(default): on with CUDA unless HARNESS_CAPTURE=off; on needs a CUDA device (exit 2 on the CPU)")
+                        "(default): on with CUDA unless HARNESS_CAPTURE=off; on needs a CUDA device (exit 2 on "
+                        "the CPU)")
     g.add_argument("--executor", choices=["local", "ray"],
                    help="local (this machine; default) or ray (a Ray cluster: pip install -e '.[ray]')")
     g.add_argument("--address", metavar="ADDR", default=None,
