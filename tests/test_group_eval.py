@@ -13,6 +13,7 @@ import torch
 from harness import group as group_mod
 from harness import train as train_mod
 from harness.config import get_preset
+from harness.env import threads_pinned
 from harness.tasks.base import Task
 from harness.tasks.seeds import NotBatched, SeedStack, evaluate_seeds
 from harness.trial import TrialSpec, registry_for
@@ -24,6 +25,14 @@ from .conftest import ROOT
 #: vmapped matmul and of decoding batches of other rows; measured 0 on the CPU here).
 CE_RTOL = 1e-5
 CPU = torch.device("cpu")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """One intra-op thread (as each xdist worker has): with two threads on a busy 2-core machine the
+    g2p checks below took 3.5 s instead of 0.05 s (small decoding ops)."""
+    with threads_pinned(1):
+        yield
 
 
 def _trained_group(task_name: str, k: int, steps: int = 25, device: torch.device = CPU, **train):
