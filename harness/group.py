@@ -5,12 +5,15 @@
 :class:`harness.trial.TrialResult` of its own trial, with the same columns as
 :func:`harness.train.run_trial`'s plus ``vectorized`` (the group size K) and ``group_wall_s``.
 The training step is :class:`harness.vstep.GroupStep` (stacked parameters, per-seed Adam,
-gradient norm, clipping and masked non-finite skip); everything around it is the sequential
-trial's own code, called per seed on that seed's unstacked model: the build and its twin and
-contract checks (:func:`harness.checks.gate.twin_reasons`, :func:`harness.checks.gate.contract_reasons`), the
-integrity gate at initialisation and after training
-(:func:`harness.checks.probes.integrity_reasons`), the periodic and final evaluations with their
-future-leak checks, the curve rows and the metrics row (:class:`harness.train._Loop`).
+gradient norm, clipping and masked non-finite skip). The periodic and final evaluations score
+every seed still running in one batched pass over the stacked parameters
+(:mod:`harness.tasks.seeds`; seed by seed, with one log line, for a task with its own
+``evaluate`` or a model whose eval-mode forward does not run under vmap). Everything else is the
+sequential trial's own code, called per seed on that seed's unstacked model: the build and its
+twin and contract checks (:func:`harness.checks.gate.twin_reasons`, :func:`harness.checks.gate.contract_reasons`),
+the integrity gate at initialisation and after training
+(:func:`harness.checks.probes.integrity_reasons`), the future-leak check of every evaluation, the
+curve rows and the metrics row (:class:`harness.train._Loop`).
 
 Per seed, as in its sequential trial: batches from its own generator (``Generator().manual_seed
 (seed)``, the same stream), stacked to (K, B, ...) and padded to a common width; a seed whose loss
@@ -50,8 +53,10 @@ from .config import RunConfig
 from .env import deterministic_cuda, peak_mem_mb, pin_threads, reset_peak_mem, trial_device, trial_settings
 from .errors import failure_reason
 from .model import build_model, unique_parameter_count
+from .progress import progress_bar
 from .registry import Variant
 from .saved import keep_weights
+from .tasks.seeds import NotBatched, SeedStack, evaluate_seeds
 from .train import INVALID, WARMUP_STEPS, PhaseClock, _Loop, noam_lambda, run_trial
 from .trial import TrialResult, TrialSpec, registry_for
 from .vstep import CapturedStep, GroupStep, bucket_widths, stack_batches
@@ -71,24 +76,30 @@ FLUSH_STEPS = 50
 
 Progress = Callable[[int, float], None]
 
-#: Environment variable that switches captured steps (CUDA graphs, :class:`harness.vstep.CapturedStep`) of
-#: a vectorised group: ``auto`` (default; on with CUDA), ``on`` (the same: graphs need CUDA), ``off``.
+#: Environment variable read when ``--capture`` is ``auto`` (the default): ``off`` turns captured steps
+#: (CUDA graphs, :class:`harness.vstep.CapturedStep`) of vectorised groups off, ``on``/``auto`` leave them
+#: on with CUDA. An explicit ``run --capture on|off`` (:class:`harness.runner.ExecutionOptions`) wins.
 CAPTURE_ENV = "HARNESS_CAPTURE"
 
 
-def capture_wanted(device: torch.device) -> bool:
-    """Whether a group on ``device`` steps through CUDA graphs (:data:`CAPTURE_ENV`; CUDA only).
+def capture_wanted(device: torch.device, mode: str = "auto") -> bool:
+    """Whether a group on ``device`` steps through CUDA graphs: ``mode`` (``run --capture``) ``on`` or
+    ``off``, or for ``auto`` :data:`CAPTURE_ENV` (default ``auto``); never off CUDA (``--capture on`` on
+    the CPU is refused before the run: :meth:`harness.runner.ExecutionOptions.resolved`).
 
     Raises:
-        ConfigError: :data:`CAPTURE_ENV` is not ``auto``, ``on`` or ``off``.
+        ConfigError: ``mode`` or :data:`CAPTURE_ENV` is not ``auto``, ``on`` or ``off``.
     """
     import os
 
     from .errors import ConfigError
 
-    mode = os.environ.get(CAPTURE_ENV, "auto").strip().lower() or "auto"
     if mode not in ("auto", "on", "off"):
-        raise ConfigError(f"{CAPTURE_ENV} must be auto, on or off, got {mode!r}")
+        raise ConfigError(f"--capture must be auto, on or off, got {mode!r}")
+    if mode == "auto":
+        mode = os.environ.get(CAPTURE_ENV, "auto").strip().lower() or "auto"
+        if mode not in ("auto", "on", "off"):
+            raise ConfigError(f"{CAPTURE_ENV} must be auto, on or off, got {mode!r}")
     return device.type == "cuda" and mode != "off"
 
 
@@ -111,16 +122,17 @@ def group_specs(planned: list[TrialSpec], max_size: int = 64) -> list[list[Trial
 
 
 def run_groups(planned: list[TrialSpec], on_done: Callable[[TrialSpec, TrialResult], None], bars=None,
-               log: Callable[[str], None] | None = None, max_size: int = 64) -> None:
+               log: Callable[[str], None] | None = None, max_size: int = 64, capture: str = "auto") -> None:
     """The executor of ``--vectorize-seeds on``: ``planned`` as trial groups of up to ``max_size``
     seeds (:func:`group_specs`), one group after another in this process; ``on_done(spec, result)``
     (a :class:`harness.trial.TrialResult`) for each trial as its group ends (the caller stores it).
-    ``bars``: a :class:`harness.progress.TrialBars` (per-seed bars)."""
+    ``bars``: a :class:`harness.progress.TrialBars` (per-seed bars); ``capture``: ``run --capture``
+    (:func:`capture_wanted`)."""
     for chunk in group_specs(list(planned), max_size):
         enabled = bars is not None and bars.enabled
         progress = [(lambda step, loss, ts=ts: bars.update(ts, step, loss)) if enabled else None for ts in chunk]
         try:
-            results = run_group(chunk, progress, log)
+            results = run_group(chunk, progress, log, show_progress=enabled, capture=capture)
         finally:
             for ts in chunk:
                 if bars is not None:
@@ -130,14 +142,18 @@ def run_groups(planned: list[TrialSpec], on_done: Callable[[TrialSpec, TrialResu
 
 
 def run_group(specs: list[TrialSpec], progress: list[Progress | None] | None = None,
-              log: Callable[[str], None] | None = None) -> list[TrialResult]:
+              log: Callable[[str], None] | None = None, show_progress: bool = False,
+              capture: str = "auto") -> list[TrialResult]:
     """Run K trials that differ only in their seed as one vectorised group; never raises for a
     failing trial (see the module docstring).
 
     Args:
         specs: K :class:`harness.trial.TrialSpec` s, equal but for ``seed``.
         progress: per seed an optional ``progress(step, loss)`` callback.
-        log: receives one line when the group falls back to sequential trials.
+        log: receives one line when the group falls back to sequential trials (or its evaluation to
+            one seed after another).
+        show_progress: a progress bar over the final evaluation's rows (stderr, only on a terminal).
+        capture: ``run --capture``: ``auto``, ``on``, ``off`` (:func:`capture_wanted`).
 
     Returns:
         K :class:`harness.trial.TrialResult` s, in the order of ``specs``.
@@ -148,7 +164,8 @@ def run_group(specs: list[TrialSpec], progress: list[Progress | None] | None = N
     progress = list(progress or [None] * len(specs))
     if len({group_key(s) for s in specs}) != 1:
         raise ValueError("run_group: the specs of a group must differ only in their seed")
-    alone = len(specs) == 1 and not capture_wanted(trial_device(specs[0].device))  # one trial gains only by capture
+    # one trial gains only by capture
+    alone = len(specs) == 1 and not capture_wanted(trial_device(specs[0].device), capture)
     if alone or specs[0].measure is not None:
         return [run_trial(s, progress=p) for s, p in zip(specs, progress)]
     trial_settings()
@@ -156,7 +173,7 @@ def run_group(specs: list[TrialSpec], progress: list[Progress | None] | None = N
     deterministic_cuda()
     t_start = time.perf_counter()
     try:
-        group = _Group(specs, progress, log)
+        group = _Group(specs, progress, log, show_progress, capture)
         why = group.prepare()
         if why is None:
             return group.train_all(t_start)
@@ -240,8 +257,10 @@ def _first_sentence(text: str, limit: int = 200) -> str:
 class _Group:
     """The state of one :func:`run_group` call: the K models and their per-seed loops."""
 
-    def __init__(self, specs: list[TrialSpec], progress: list[Progress | None], log: Callable[[str], None] | None):
-        self.specs, self.progress, self.log = specs, progress, log
+    def __init__(self, specs: list[TrialSpec], progress: list[Progress | None], log: Callable[[str], None] | None,
+                 show_progress: bool = False, capture: str = "auto"):
+        self.specs, self.progress, self.log, self.show_progress = specs, progress, log, show_progress
+        self.capture_mode = capture
         self.cfg = RunConfig.from_dict(specs[0].config)
         self.device = trial_device(specs[0].device)
         self.registry = registry_for(specs[0].plugins)
@@ -249,6 +268,7 @@ class _Group:
         self.clock = PhaseClock()
         self.results = [TrialResult(row=s.identity_row(self.device.type, torch.get_num_threads())) for s in specs]
         self.final_set = None  # the final evaluation's held-out set, built once for the group (_finish)
+        self.eval_why: str | None = None  # why the seeds are evaluated one after another (None: batched)
 
     def prepare(self) -> str | None:
         """Build every seed's model (with the twin and contract checks), run the integrity gate at
@@ -274,10 +294,11 @@ class _Group:
             self.streams.append(self.task.batches(cfg, torch.Generator().manual_seed(spec.seed)))
         self.last = [next(s) for s in self.streams]
         self.step = GroupStep(self.models, mc.pad, cfg.train.label_smoothing, cfg.train.grad_clip, device, dtype)
+        self.stack = SeedStack(self.models[0], {**self.step.params, **self.step.buffers}, mc.pad)  # live tensors
         torch.manual_seed(self.specs[0].seed)  # the group's one RNG stream (dropout)
         self.captured = None
         why = vectorise_problem(self.step, self.models, self._stacked(self.last), cfg, device, dtype)
-        if why is None and capture_wanted(device):
+        if why is None and capture_wanted(device, self.capture_mode):
             self.captured = CapturedStep(self.step)
         return why
 
@@ -311,9 +332,10 @@ class _Group:
     def train_all(self, t_start: float) -> list[TrialResult]:
         """Train the group, score every seed, return the K results."""
         self._run()
+        finals = self._final_evaluations()
         out = []
         for i, (spec, result) in enumerate(zip(self.specs, self.results)):
-            self._finish(i, spec, result)
+            self._finish(i, spec, result, finals[i])
         wall = time.perf_counter() - t_start
         for result in self.results:
             row = result.row
@@ -326,8 +348,43 @@ class _Group:
             out.append(result)
         return out
 
-    def _finish(self, i: int, spec: TrialSpec, result: TrialResult) -> None:
-        """Seed ``i``'s final evaluation, integrity gate after training and metrics row (as
+    def _final_evaluations(self) -> list[dict[str, float] | None]:
+        """Every seed's final evaluation in one batched pass (:meth:`_evaluate_seeds`) with a progress
+        bar over the rows, or Nones (each seed is then evaluated by :meth:`_finish`)."""
+        cfg = self.cfg
+        with self.clock("final_eval"):
+            try:
+                self.final_set = self.task.eval_set(cfg.train.eval_sequences, cfg.train.seq_len, cfg.model.vocab,
+                                                    cfg.train.eval_seed)
+            except Exception:  # noqa: BLE001 - each seed's _finish meets it again and fails as its sequential trial
+                return [None] * len(self.specs)
+            return self._evaluate_seeds(list(range(len(self.specs))), self.final_set, bar=self.show_progress)
+
+    def _evaluate_seeds(self, seeds: list[int], data, bar: bool = False) -> list[dict[str, float] | None]:
+        """The held-out metrics of the seeds ``seeds`` on ``data`` in one pass over their stacked
+        parameters (:func:`harness.tasks.seeds.evaluate_seeds`), in their order; Nones where the
+        group evaluates its seeds one after another: the task has its own scoring or the batched
+        pass raised (the first time gives it up for the group, with one log line)."""
+        if self.eval_why is None:
+            stack = self.stack if len(seeds) == len(self.specs) else self.stack.select(seeds)
+            rows = data.src.size(0)
+            try:
+                with progress_bar(rows, f"evaluate {len(seeds)} seeds", quiet=not bar, leave=False,
+                                  position=len(self.specs) + 1) as pbar:
+                    return evaluate_seeds(self.task, stack, data, self.cfg, self.device, self.specs[0].dtype,
+                                          progress=pbar.update)
+            except NotBatched as exc:
+                self.eval_why = str(exc)
+            except Exception as exc:  # noqa: BLE001 - batching is an optimisation: evaluate seed by seed
+                self.eval_why = f"the batched evaluation raised {_first_sentence(failure_reason(exc))}"
+            if self.log:
+                self.log(f"{self.specs[0].variant}: the group's seeds are evaluated one after another, "
+                         f"not batched: {self.eval_why}")
+        return [None] * len(seeds)
+
+    def _finish(self, i: int, spec: TrialSpec, result: TrialResult, final: dict[str, float] | None = None) -> None:
+        """Seed ``i``'s final evaluation (``final``: its metrics from the group's batched pass, else
+        evaluated here on its own model), integrity gate after training and metrics row (as
         :func:`harness.train.train` and ``_run`` do them)."""
         cfg, mc, loop = self.cfg, self.cfg.model, self.loops[i]
         model = self.step.load(i, self.models[i])
@@ -337,7 +394,7 @@ class _Group:
                 if self.final_set is None:  # one held-out set for the group's seeds
                     self.final_set = self.task.eval_set(cfg.train.eval_sequences, cfg.train.seq_len, mc.vocab,
                                                         cfg.train.eval_seed)
-                final = self.task.evaluate(model, self.final_set, cfg, self.device, spec.dtype)
+                final = final or self.task.evaluate(model, self.final_set, cfg, self.device, spec.dtype)
                 if loop.status == "ok":
                     loop.check_future(loop.step, final=True)
                     invalid = invalid + integrity_reasons(model, mc, self.device, seed=spec.seed + 1,
@@ -413,13 +470,16 @@ class _Group:
                     loop.train_s, done[i] = train_s, True
 
     def _evaluate(self, step: int, done: list[bool], train_s: float) -> None:
-        """The periodic evaluation of every seed still training, on its unstacked model; with
+        """The periodic evaluation of every seed still training: the scores in one batched pass
+        (:meth:`_evaluate_seeds`), the future-leak check on each seed's unstacked model; with
         ``train.stop_at_solved`` a solved seed stops."""
-        for i, loop in enumerate(self.loops):
-            if done[i]:
-                continue
+        live = [i for i in range(len(self.specs)) if not done[i]]
+        with self.clock("evaluate"):
+            scores = self._evaluate_seeds(live, self.loops[0].probe)  # the probe set is the same for every seed
+        for i, m in zip(live, scores):
+            loop = self.loops[i]
             self.step.load(i, self.models[i])
             loop.train_s = train_s
-            if loop._evaluate(step) and self.cfg.train.stop_at_solved:
+            if loop._evaluate(step, m) and self.cfg.train.stop_at_solved:
                 done[i] = True
                 self.step.stop(i)

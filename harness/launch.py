@@ -248,10 +248,11 @@ def resume_run(req: RunRequest) -> RunOutcome:
     reg = load_registry(PluginSpec.from_dict(meta.plugins))
     check_components(reg, specs, where)
     check_requested(req, given, meta, reg, specs, where)
-    if not given & {"executor", "jobs", "threads", "address", "vectorize_seeds"} and meta.execution is not None:
+    execution_given = given & {"executor", "jobs", "threads", "address", "vectorize_seeds", "capture"}
+    if not execution_given and meta.execution is not None:
         stored = meta.execution
         options = Execution(stored.executor, stored.jobs, stored.threads, stored.address,
-                            stored.vectorize_seeds).validate()
+                            stored.vectorize_seeds, stored.capture).validate()
     retried = retire_failed(store, specs) if req.retry_failed else []
     todo = [ts for ts in specs if ts.key in set(store.missing(ts.key for ts in specs))]
     todo = with_save_model(todo) if req.save_models else todo

@@ -24,7 +24,7 @@ from .store import RunStore
 #: Defaults of the options that ``--resume`` must tell apart from "not given". name -> default.
 PLAN_DEFAULTS = {"variants": ("all",), "preset": "quick", "seeds": 1, "seed_start": 0}
 DEVICE_DEFAULTS = {"device": "auto", "dtype": "fp32"}
-EXEC_DEFAULTS = {"executor": "local", "jobs": "auto", "vectorize_seeds": "auto"}
+EXEC_DEFAULTS = {"executor": "local", "jobs": "auto", "vectorize_seeds": "auto", "capture": "auto"}
 #: Options that change the trained config, and options that change which trials a run holds.
 CONFIG_OPTIONS = frozenset({"preset", "overrides", "experiment"})
 TRIAL_OPTIONS = frozenset({"variants", "grid", "seeds", "seed_start", "experiment"})
@@ -82,6 +82,7 @@ class RunRequest:
         device, dtype: ``auto``/``cpu``/``cuda``; ``fp32``/``bf16``.
         executor, jobs, threads, address, vectorize_seeds: how trials execute
             (:class:`harness.runmeta.Execution`; ``vectorize_seeds``: ``auto``, ``on`` or ``off``).
+        capture: ``--capture``: ``auto``, ``on`` (CUDA only) or ``off`` (:class:`harness.runmeta.Execution`).
         plugins: plugin modules and files to load (:class:`harness.plugins.PluginSpec`).
         results_dir, run_id: the run folder ``results_dir/run_id`` (default id: a timestamp).
         quiet: no progress bars or log lines on stderr.
@@ -109,6 +110,7 @@ class RunRequest:
     threads: int | None = None
     address: str | None = None
     vectorize_seeds: str | None = None
+    capture: str | None = None
     plugins: PluginSpec = field(default_factory=PluginSpec)
     results_dir: str = "results"
     run_id: str | None = None
@@ -165,7 +167,8 @@ class RunRequest:
                          EXEC_DEFAULTS["jobs"] if self.jobs is None else self.jobs,
                          self.threads, self.address,
                          EXEC_DEFAULTS["vectorize_seeds"] if self.vectorize_seeds is None
-                         else self.vectorize_seeds).validate()
+                         else self.vectorize_seeds,
+                         EXEC_DEFAULTS["capture"] if self.capture is None else self.capture).validate()
 
     def seed_list(self, n_variants: int = 1) -> list[int]:
         """``[seed_start, ..., seed_start + seeds - 1]`` (defaults filled), refused before it is built
@@ -198,7 +201,7 @@ class RunRequest:
             words += ["--variants", *self.variants]
         words += ["--grid"] * self.grid
         for name in ("experiment", "preset", "seeds", "seed_start", "device", "dtype", "executor", "jobs",
-                     "threads", "address", "vectorize_seeds", "run_id"):
+                     "threads", "address", "vectorize_seeds", "capture", "run_id"):
             if getattr(self, name) is not None:
                 words += [_flag(name), str(getattr(self, name))]
         words += [w for item in self.overrides for w in ("--set", item)]

@@ -144,6 +144,8 @@ MAX_WORKERS = 1024
 #: ``--vectorize-seeds`` choices (:class:`Execution`), and the most seeds one vectorised group trains.
 VECTORIZE = ("auto", "on", "off")
 MAX_GROUP = 64
+#: ``--capture`` choices (:class:`Execution`).
+CAPTURE = ("auto", "on", "off")
 
 
 @dataclass
@@ -165,6 +167,10 @@ class Execution(Record):
             where it pays, ``off`` on the CPU, where it measured 0.87-1.24x. A run stored before the
             option existed has no ``vectorize_seeds`` key: it reads as ``auto`` and is written back
             without one.
+        capture: the training step of a vectorised trial group as CUDA graphs
+            (:class:`harness.vstep.CapturedStep`): ``auto`` (on with CUDA, unless the environment
+            variable ``HARNESS_CAPTURE`` says ``off``), ``on`` (CUDA only: refused on the CPU by
+            :meth:`resolved`), ``off``. A run stored before the option existed reads as ``auto``.
     """
 
     executor: str = _f((str,), "local", missing="local", always=True)
@@ -172,6 +178,7 @@ class Execution(Record):
     threads: int | None = _f((int,), None, always=True)
     address: str | None = _f((str,), None, always=True)
     vectorize_seeds: str = _f((str,), "auto", missing="auto")  # stored resolved: "on"/"off"
+    capture: str = _f((str,), "auto", missing="auto", always=True)  # absent in runs made before it existed
     extra: dict[str, Any] = _extra()
     _keys: tuple | None = _keys()
 
@@ -202,6 +209,11 @@ class Execution(Record):
         if self.vectorize_seeds == "on" and (self.executor != "local" or self.jobs not in (1, "auto")):
             raise ConfigError("--vectorize-seeds on trains each group of seeds in this process: use it with the "
                               f"local executor and --jobs 1 (got --executor {self.executor} --jobs {self.jobs})")
+        if self.capture not in CAPTURE:
+            raise ConfigError(f"--capture must be one of {', '.join(CAPTURE)}, got {self.capture!r}")
+        if self.capture == "on" and self.vectorize_seeds == "off":
+            raise ConfigError("--capture on captures the steps of vectorised trial groups: it needs --vectorize-seeds "
+                              "on or auto, not off")
         return self
 
     def resolved(self, n_trials: int, device: str) -> "Execution":
@@ -216,6 +228,11 @@ class Execution(Record):
         Timings per trial are then taken with 1 thread next to another trial; for speed
         comparisons use ``harness bench`` (one process, interleaved) or ``--jobs 1``.
         """
+        if self.capture == "on" and not device.startswith("cuda"):
+            from .errors import ConfigError
+
+            raise ConfigError(f"--capture on needs a CUDA device (CUDA graphs); this run's device is {device}: "
+                              "use --capture auto or off")
         vectorize, jobs = self.vectorize_seeds, self.jobs
         if vectorize == "auto":
             on = device.startswith("cuda") and self.executor == "local" and jobs in (1, "auto")
@@ -226,7 +243,7 @@ class Execution(Record):
                 from .env import available_cores
 
                 jobs = max(1, min(n_trials, available_cores() // max(1, int(self.threads or 1))))
-        return Execution(self.executor, jobs, self.threads, self.address, vectorize)
+        return Execution(self.executor, jobs, self.threads, self.address, vectorize, self.capture)
 
     def trial_threads(self) -> int:
         """Intra-op threads each trial runs with under these options."""

@@ -135,7 +135,7 @@ def execute(specs: list[TrialSpec], store: RunStore, options: Execution | None =
         elif options.vectorize_seeds == "on":
             from .group import run_groups
 
-            run_groups(specs, on_done, bars, log, max_size=MAX_GROUP)
+            run_groups(specs, on_done, bars, log, max_size=MAX_GROUP, capture=options.capture)
         elif options.jobs > 1 and len(specs) > 1:
             executors.run_process_pool(specs, options.jobs, on_done, threads=options.trial_threads(), bars=bars)
         else:

@@ -307,11 +307,11 @@ class _Loop:
                 progress(step, loss_v)
         return finite
 
-    def _evaluate(self, step: int) -> bool:
-        """A periodic evaluation on the probe set; True when it is the first with exact match
-        >= :data:`SOLVED`."""
+    def _evaluate(self, step: int, m: dict[str, float] | None = None) -> bool:
+        """A periodic evaluation on the probe set (``m``: its metrics when a trial group computed them);
+        True when it is the first with exact match >= :data:`SOLVED`."""
         with self.clock("evaluate"):
-            m = self.task.evaluate(self.model, self.probe, self.cfg, self.device, self.dtype)
+            m = m or self.task.evaluate(self.model, self.probe, self.cfg, self.device, self.dtype)
             self.check_future(step)
         self.curve.append({"step": step, "split": "heldout", "loss": m["heldout_ce"],
                            "exact_match": m["exact_match"], **_rates(m), "wall_s": self.train_s})

@@ -208,6 +208,9 @@ def _catalogue(tmp: Path) -> dict[str, tuple[list[str], str]]:
                                         "unrecognized arguments: stray\\r\\nargument"),
         "jobs_zero": ([*base, "--jobs", "0"], "--jobs must be 'auto' or >= 1"),
         "address_without_ray": ([*base, "--address", "127.0.0.1:6379"], "needs --executor ray"),
+        "capture_on_cpu": ([*base, "--device", "cpu", "--capture", "on"], "--capture on needs a CUDA device"),
+        "capture_on_not_vectorised": ([*base, "--capture", "on", "--vectorize-seeds", "off"],
+                                      "it needs --vectorize-seeds on or auto"),
     }
     if os.geteuid() != 0:
         (tmp / "readonly").mkdir()
@@ -234,7 +237,7 @@ CASE_IDS = [  # the fixture builds each case's paths; the ids are fixed here for
     "set_pad_not_0", "run_id_traversal", "run_id_absolute", "run_id_dotdot", "run_id_empty", "run_id_hidden",
     "run_id_taken", "check_run_id_traversal", "experiment_not_utf8", "experiment_name_is_a_path",
     "seed_start_negative", "too_many_trials", "threads_too_many", "results_dir_empty", "experiment_with_variants",
-    "argparse_value_with_newline"]
+    "argparse_value_with_newline", "capture_on_cpu", "capture_on_not_vectorised"]
 if not torch.cuda.is_available():
     CASE_IDS.append("device_cuda_without_cuda")
 if importlib.util.find_spec("ray") is None:

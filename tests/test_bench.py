@@ -181,3 +181,22 @@ def test_default_run_id_taken_gets_a_suffix(tmp_path, command):
     assert out.returncode == 0, out.stderr
     new = {p.name for p in tmp_path.iterdir()} - taken
     assert len(new) == 1 and new.pop().endswith("-2")
+
+
+def test_bench_eval_arms_per_seed(tmp_path, capsys):
+    """``bench --group-sizes 2 --eval``: the sequential and batched evaluation arms, per seed, in
+    bench.csv and on stdout; --eval without --group-sizes is one line, exit 2."""
+    from harness.cli import main
+
+    args = ["bench", "--variants", "baseline", "--preset", "tiny", "--set", "train.eval_sequences=16", "--eval",
+            "--steps", "1", "--warmup-steps", "0", "--device", "cpu", "--results-dir", str(tmp_path), "-q"]
+    assert main([*args, "--group-sizes", "2", "--run-id", "e"]) == 0
+    df = pd.read_csv(tmp_path / "e" / "bench.csv")
+    assert list(df["arm"]) == ["sequential", "batched K=2"] and list(df["K"]) == [2, 2]
+    assert (df["rows"] == 16).all() and (df["threads"] == 1).all()
+    assert df["ms_per_seed"].tolist() == pytest.approx((df["eval_ms_median"] / 2).tolist())
+    assert df["vs_sequential"].tolist() == pytest.approx([1.0, df["ms_per_seed"][0] / df["ms_per_seed"][1]])
+    assert "batched K=2" in capsys.readouterr().out
+    assert main([*args, "--run-id", "f"]) == 2
+    err = capsys.readouterr().err
+    assert "--eval times the evaluation of trial groups" in err and len(err.strip().splitlines()) == 1

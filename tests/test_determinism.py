@@ -85,5 +85,6 @@ def test_sequential_and_jobs_2_give_bitwise_equal_rows(tmp_path):
     for key in ("torch", "python", "platform", "cpu", "git_commit"):
         assert env.get(key), key
     assert env["deterministic"] is True and env["threads"] == 1
-    assert meta["execution"] == {"executor": "local", "jobs": 2, "threads": 1, "address": None, "vectorize_seeds": "off"}
+    assert meta["execution"] == {"executor": "local", "jobs": 2, "threads": 1, "address": None, "vectorize_seeds": "off",
+                                 "capture": "auto"}
     assert {t["spec"]["threads"] for t in meta["trials"]} == {1}

@@ -194,7 +194,7 @@ def test_a_group_steps_through_its_capture_object(monkeypatch):
             shapes.append((src.size(-1), tgt.size(-1)))
             return self.step.step(src, tgt, tgt_y)
 
-    monkeypatch.setattr(group_mod, "capture_wanted", lambda device: True)
+    monkeypatch.setattr(group_mod, "capture_wanted", lambda device, mode="auto": True)
     monkeypatch.setattr(group_mod, "CapturedStep", FakeCapture)
     cfg = get_preset("tiny").override({"train.steps": 4, "train.eval_every": 2, "train.eval_sequences": 16})
     specs = [TrialSpec("baseline", s, cfg.to_dict(), device="cpu", threads=1) for s in range(2)]
@@ -208,9 +208,32 @@ def test_capture_is_cuda_only_and_switchable(monkeypatch):
     assert not group_mod.capture_wanted(cpu) and group_mod.capture_wanted(cuda)
     monkeypatch.setenv(group_mod.CAPTURE_ENV, "off")
     assert not group_mod.capture_wanted(cuda)
+    assert group_mod.capture_wanted(cuda, "on")  # an explicit run --capture wins over the variable
     monkeypatch.setenv(group_mod.CAPTURE_ENV, "sometimes")
     with pytest.raises(ConfigError, match="auto, on or off"):
         group_mod.capture_wanted(cuda)
+    assert not group_mod.capture_wanted(cuda, "off") and not group_mod.capture_wanted(cpu, "on")
+    with pytest.raises(ConfigError, match="--capture must be"):
+        group_mod.capture_wanted(cuda, "yes")
+
+
+def test_run_capture_reaches_the_group_and_the_run_record(monkeypatch, tmp_path):
+    """``run --capture off`` (here ``harness.run(capture="off")``): validated, stored in config.json's
+    execution, handed to every trial group; ``on`` on the CPU is one ConfigError before anything is stored."""
+    seen, real = [], group_mod.run_group
+
+    def spy(specs, *args, capture="auto", **kwargs):
+        seen.append(capture)
+        return real(specs, *args, capture=capture, **kwargs)
+
+    monkeypatch.setattr(group_mod, "run_group", spy)
+    folder = harness.run(variants="baseline", seeds=2, preset="tiny", overrides={"train.steps": 2}, device="cpu",
+                         threads=1, vectorize_seeds="on", capture="off", results_dir=tmp_path, run_id="c", check=False)
+    assert seen == ["off"] and RunStore.open(folder).meta().execution.capture == "off"
+    assert "--capture off" in (folder / "report.md").read_text() or "--capture off" in (folder / "config.json").read_text()
+    with pytest.raises(ConfigError, match="--capture on needs a CUDA device"):
+        harness.run(variants="baseline", preset="tiny", device="cpu", capture="on", results_dir=tmp_path, run_id="d")
+    assert not (tmp_path / "d").exists()
 
 
 def _models(seeds, variant="baseline"):

@@ -53,7 +53,8 @@ def test_an_update_rewrites_only_what_changed_in_the_stored_order(tmp_path):
     assert list(out) == list(d) + ["status", "resumes"]  # new keys after the stored ones
     assert {k: v for k, v in out.items() if k not in ("status", "resumes")} == d
     assert out["resumes"] == [{"command": "python -m harness run --resume x", "missing": 2, "retried": [],
-                               "execution": {"executor": "local", "jobs": 2, "threads": None, "address": None}}]
+                               "execution": {"executor": "local", "jobs": 2, "threads": None, "address": None,
+                                             "capture": "auto"}}]
     again = RunMeta.from_dict(json.loads(json.dumps(out)))
     assert again.resumes[0].execution.jobs == 2 and again.status == "interrupted"
 

@@ -23,7 +23,8 @@ command), and peak memory of a fresh process per contender. Writes bench.csv and
 EPILOG = """examples:
   python -m harness bench --variants all                      paper config, fp32, 3 warm-up + 8 timed steps
   python -m harness bench --variants all --dtype both         fp32 and bf16 autocast in one run
-  python -m harness bench --variants baseline --preset quick --steps 30"""
+  python -m harness bench --variants baseline --preset quick --steps 30
+  python -m harness bench --variants baseline --preset tiny --task g2p --group-sizes 4,8 --eval --device cpu"""
 
 
 def register(sub, parents):
@@ -54,6 +55,10 @@ def register(sub, parents):
                    help="seeds per second instead of variants: the first selected variant's step run sequentially, "
                         "as vectorised trial groups of each K (run --vectorize-seeds on) and, on CUDA, captured as "
                         "CUDA graphs, side by side with MFU and trials/h, e.g. --group-sizes 1,4,16,64")
+    p.add_argument("--eval", action="store_true",
+                   help="with --group-sizes: time the final held-out evaluation (decoding included) of K seeds "
+                        "one after another vs in one batched pass (what a trial group runs), per seed; --steps "
+                        "and --warmup-steps count evaluation rounds")
     p.add_argument("--no-memory", dest="memory", action="store_false",
                    help="skip the fresh-process peak-memory probes (about 5 s per contender and dtype)")
     add_output(p, "bench")
@@ -131,6 +136,8 @@ def main(args) -> int:
 
     if args.steps < 1 or args.warmup_steps < 0:
         raise BenchError(f"--steps must be >= 1 and --warmup-steps >= 0, got {args.steps} and {args.warmup_steps}")
+    if args.eval and not args.group_sizes:
+        raise BenchError("--eval times the evaluation of trial groups: give their sizes with --group-sizes, e.g. 4,8")
     reg = load_registry(args)
     variants = select_variants(reg, args)
     cfg = resolve_config(args, reg)
@@ -148,6 +155,8 @@ def main(args) -> int:
             f"{args.warmup_steps} warm-up + {args.steps} timed steps each, on {device.type}")
     if args.old:
         return _settings_main(args, variants[0], cfg, reg, device, store, meta, log)
+    if args.eval:
+        return _eval_main(args, variants[0], cfg, reg, device, dtypes, store, meta, log)
     if args.group_sizes:
         return _seeds_main(args, variants[0], cfg, reg, device, dtypes, store, meta, log)
     rows, info = run_bench(variants, cfg, device, dtypes, args.steps, args.warmup_steps, reg, plugins,
@@ -228,6 +237,39 @@ def _seeds_main(args, variant, cfg, reg, device, dtypes, store, meta, log) -> in
                       "only (no evaluation, no decoding); MFU against the matmul throughput measured by this "
                       "command: " + ", ".join(f"{d} {g:,.0f} GFLOP/s" for d, g in peaks.items())
                       + " (harness.perf.seeds).", "", table]) + "\n"
+    atomic_write_text(store.root / "bench.csv", pd.DataFrame(rows).to_csv(index=False))
+    atomic_write_text(store.root / "bench.md", md)
+    print(table)
+    print(f"\nbench: {store.root / 'bench.md'}  ({seconds:.0f} s)")
+    return 0
+
+
+def _eval_main(args, variant, cfg, reg, device, dtypes, store, meta, log) -> int:
+    """``bench --group-sizes K,... --eval``: the evaluation of K seeds one after another vs batched
+    (:mod:`harness.perf.eval`); writes bench.csv and bench.md, prints the table."""
+    import pandas as pd
+
+    from ..perf.eval import eval_table, run_eval_bench
+    from ..store import atomic_write_text
+
+    rows, seconds = [], 0.0
+    for dtype in dtypes:
+        got, info = run_eval_bench(variant, cfg, device, dtype, args.group_sizes, args.steps, args.warmup_steps,
+                                   reg, log)
+        rows += got
+        seconds += info["bench_s"]
+    meta.group_sizes, meta.bench_s = args.group_sizes, seconds
+    store.write_meta(meta)
+    table = eval_table(rows).to_markdown(index=False, tablefmt="github")
+    env = meta.environment
+    md = "\n".join([f"# Evaluation per seed: {variant.name} ({meta.preset or 'custom'} config, task {cfg.train.task})",
+                    "", "```", meta.command, "```", "", "## Environment", ""]
+                   + [f"- {k}: {v}" for k, v in env.items() if v is not None]
+                   + ["", f"Arms interleaved round-robin (order rotated each round); {args.warmup_steps} warm-up + "
+                      f"{args.steps} timed rounds per arm; each round one final evaluation ({info['eval_rows']} "
+                      "held-out sequences) of the arm's seeds, freshly initialised models, one intra-op thread on the CPU "
+                      "(harness.perf.eval).",
+                      "", table]) + "\n"
     atomic_write_text(store.root / "bench.csv", pd.DataFrame(rows).to_csv(index=False))
     atomic_write_text(store.root / "bench.md", md)
     print(table)

@@ -36,7 +36,8 @@ EPILOG = """examples:
 exit codes: 0 all trials ok, 1 a trial failed or diverged, 2 bad input, 130 interrupted"""
 
 #: Options left None by the parser, so that a request can tell "given" from "not given".
-UNSET_OPTIONS = ("variants", "preset", "seeds", "seed_start", "device", "dtype", "executor", "jobs", "vectorize_seeds")
+UNSET_OPTIONS = ("variants", "preset", "seeds", "seed_start", "device", "dtype", "executor", "jobs", "vectorize_seeds",
+                 "capture")
 
 
 def register(sub, parents):
@@ -81,6 +82,10 @@ def register(sub, parents):
                    help="train the seeds of each variant as one vectorised trial group (stacked parameters, "
                         "per-seed Adam; each seed still its own trial record, equal to its sequential trial within "
                         "the tolerance of docs/running.md); auto (default): on with CUDA, off on the CPU")
+    g.add_argument("--capture", choices=["auto", "on", "off"], metavar="{auto,on,off}",
+                   help="step vectorised trial groups through CUDA graphs (static shapes; docs/running.md); auto "
+                        "(default): on with CUDA unless HARNESS_CAPTURE=off; on needs a CUDA device (exit 2 on "
+                        "the CPU)")
     g.add_argument("--executor", choices=["local", "ray"],
                    help="local (this machine; default) or ray (a Ray cluster: pip install -e '.[ray]')")
     g.add_argument("--address", metavar="ADDR", default=None,
@@ -110,7 +115,7 @@ def request_from_args(args) -> RunRequest:
         grid=bool(getattr(args, "grid", False)), preset=args.preset, overrides=tuple(args.overrides or ()),
         seeds=args.seeds, seed_start=args.seed_start, experiment=args.experiment, check=args.check,
         device=args.device, dtype=args.dtype, executor=args.executor, jobs=args.jobs, threads=args.threads,
-        address=args.address, vectorize_seeds=args.vectorize_seeds, plugins=plugin_spec(args),
+        address=args.address, vectorize_seeds=args.vectorize_seeds, capture=args.capture, plugins=plugin_spec(args),
         results_dir=args.results_dir, run_id=args.run_id, quiet=args.quiet, resume=args.resume,
         retry_failed=args.retry_failed, command=command_line(args), tensorboard=args.tensorboard,
         save_models=args.save_models)

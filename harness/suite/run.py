@@ -30,7 +30,7 @@ def task_request(spec: SuiteSpec, task: str, suite_dir: Path, base: RunRequest, 
     plugins, device, dtype and execution with the suite file's variants, preset, seeds and overrides."""
     common = dict(plugins=base.plugins, device=base.device, dtype=base.dtype, executor=base.executor,
                   jobs=base.jobs, threads=base.threads, address=base.address, quiet=base.quiet,
-                  vectorize_seeds=base.vectorize_seeds)
+                  vectorize_seeds=base.vectorize_seeds, capture=base.capture)
     if resume:
         return RunRequest(resume=str(suite_dir / task), **common)
     return RunRequest(variants=tuple(spec.variants), preset=spec.preset, seeds=spec.seeds,
