@@ -29,12 +29,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .errors import ConfigError
+from .metrics import BUILTIN
 
 #: Curve keys that are not metrics.
 NOT_METRICS = {"step", "split", "wall_s", "variant", "seed", "point"}
-#: Row columns written as the trial's final metrics (where present and finite).
-FINAL = ("heldout_ce", "exact_match", "heldout_token_acc", "wer", "per", "final_train_loss", "heldout_auc",
-         "steps_to_solve", "train_s")
+#: Row columns written as the trial's final metrics (where present and finite): the built-in tasks' metrics
+#: shown in ``tensorboard`` (:attr:`harness.metrics.Metric.show`), then ``train_s``; a task's own: :func:`final_names`.
+FINAL = tuple(m.name for m in BUILTIN.values() if "tensorboard" in m.show) + ("train_s",)
 #: Quantities a reader looks for; a trial whose record lacks one says so in its ``notes`` text.
 EXPECTED = {"train/grad_norm": "gradient norm: the trial was stored before its curve rows held "
                                 "\"grad_norm\" (runs made before that change)"}
