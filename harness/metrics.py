@@ -64,6 +64,9 @@ class Metric:
                              f"expected some of {', '.join(PLACES)}")
         if self.stat not in STATS:
             raise ValueError(f"metric {self.name!r}: stat {self.stat!r} is not one of {', '.join(STATS)}")
+        if not self.is_core and self.stat != "iqm":
+            raise ValueError(f"metric {self.name!r}: a task's own metric is summarised by its IQM (stat 'iqm'), "
+                             f"got {self.stat!r}")
 
     @property
     def label(self) -> str:

@@ -1,0 +1,133 @@
+"""Metrics declared by the task (harness/metrics.py, ``Task.metrics``, ``Task.primary_metric``).
+
+A plugin task's own metric (tests/plugins/task_metric.py: ``heldout_bits``) reaches the trials table,
+the report, ``--metric`` and ``compare`` from its declaration alone; the meta-test holds that every
+metric a registered task declares has its docs entry and a test naming it.
+"""
+from __future__ import annotations
+
+import math
+import re
+
+import pandas as pd
+import pytest
+
+import harness
+from harness.cli import main
+from harness.errors import PluginError
+from harness.metrics import BUILTIN, COPY_METRICS, G2P_METRICS, Metric
+from harness.registry import Registry
+from harness.tasks.copy import CopyTask
+from harness.testing import load_registry
+
+from .conftest import ROOT
+
+PLUGIN = ROOT / "tests" / "plugins" / "task_metric.py"
+
+
+@pytest.fixture(scope="module")
+def bits_run(tmp_path_factory):
+    """One tiny run of the plugin task ``copy_bits`` (2 seeds, 6 steps): its folder."""
+    return harness.run(variants=["baseline"], task="copy_bits", preset="tiny", seeds=2, check=False,
+                       overrides={"train.steps": 6, "train.eval_every": 3}, plugin_files=[str(PLUGIN)],
+                       results_dir=str(tmp_path_factory.mktemp("bits")), device="cpu", jobs=1)
+
+
+def test_a_plugin_metric_reaches_the_trials_table_report_and_compare(bits_run, capsys):
+    trials = pd.read_csv(bits_run / "trials.csv")
+    assert len(trials) == 2 and set(trials.status) == {"ok"}
+    assert all(math.isclose(b, ce / math.log(2), rel_tol=1e-9) for b, ce in zip(trials.heldout_bits, trials.heldout_ce))
+    curves = pd.read_csv(bits_run / "curves.csv")
+    held = curves[curves.split == "heldout"]
+    assert held.heldout_bits.notna().all()  # every evaluation's curve row
+    for seed, g in held.groupby("seed"):  # heldout_auc: the trapezoid mean of the held-out CE curve
+        x, y = g.step.to_numpy(float), g.loss.to_numpy(float)
+        auc = ((y[1:] + y[:-1]) / 2 * (x[1:] - x[:-1])).sum() / (x[-1] - x[0])
+        assert math.isclose(float(trials.set_index("seed").heldout_auc[seed]), auc, rel_tol=1e-9)
+    report = (bits_run / "report.md").read_text()
+    assert "held-out bits IQM [95% CI]" in report  # the declared column header
+    assert "compares on **heldout_bits**" in report  # the task's primary metric, without --metric
+    assert "held-out cross-entropy in bits (heldout_ce / ln 2); bits/token, lower is better" in report  # caption
+    assert "time to EM≥0.99 s (median)" in report  # the copy-task columns it inherits stay
+    assert "heldout_bits" in set(harness.load_run(bits_run).summary.columns)
+
+    assert main(["report", str(bits_run), "--metric", "heldout_ce", "-q"]) == 0
+    assert "compares on **heldout_ce**" in (bits_run / "report.md").read_text()
+    assert main(["report", str(bits_run), "--metric", "wer", "-q"]) == 2  # not a metric this task declares
+    assert "unknown metric 'wer' for --metric; expected one of" in capsys.readouterr().err
+
+    table = harness.compare(bits_run, bits_run).table  # the default gate holds the task's own metric
+    assert "heldout_bits" in set(table.metric)
+    assert main(["compare", str(bits_run), str(bits_run), "--metric", "heldout_bits"]) == 0
+    out = capsys.readouterr().out
+    assert "heldout_bits" in out and "heldout_ce" not in out
+
+
+def test_metric_declarations_refuse_bad_values():
+    with pytest.raises(ValueError, match="must be a Python identifier"):
+        Metric("held-out bits", False, "bits", "x")
+    with pytest.raises(ValueError, match="unknown place"):
+        Metric("bits", False, "bits", "x", show=("table", "poster"))
+    with pytest.raises(ValueError, match="summarised by its IQM"):
+        Metric("bits", False, "bits", "x", stat="median_iqr")  # only shared metrics have other summaries
+
+
+def test_the_registry_refuses_a_primary_metric_the_task_does_not_declare_for_verdicts():
+    class NoSuchPrimary(CopyTask):
+        name, plugin, primary_metric = "copy_x", "test", "bleu"
+
+    class UnusablePrimary(CopyTask):
+        name, plugin, primary_metric = "copy_y", "test", "heldout_auc"  # declared, but verdict=False
+
+    for task in (NoSuchPrimary(), UnusablePrimary()):
+        with pytest.raises(PluginError, match=f"primary_metric {task.primary_metric!r}"):
+            Registry(tasks=[task])
+
+
+def test_g2p_declares_wer_primary_and_drops_the_solved_columns():
+    reg = Registry.from_plugins()
+    g2p, copy = reg.task("g2p"), reg.task("copy")
+    assert (g2p.primary_metric, copy.primary_metric) == ("wer", "heldout_ce")
+    names = [m.name for m in g2p.metrics]
+    assert {"wer", "per"} <= set(names) and not {"steps_to_solve", "time_to_solve_s"} & set(names)
+    assert [m.name for m in copy.metrics] == [m.name for m in COPY_METRICS]
+
+
+# ----------------------------------------------------------------------------- the meta-test
+
+DOCS = ROOT / "docs" / "statistics.md"
+
+
+def undocumented(metrics, docs: str, tests: dict[str, str]) -> list[str]:
+    """One line per declared metric that lacks a row of docs/statistics.md's metrics table
+    (``| `name` |``) or a test file that names it."""
+    rows = set(re.findall(r"^\| `([a-z_0-9]+)` \|", docs, flags=re.M))
+    out = []
+    for m in metrics:
+        if m.name not in rows:
+            out.append(f"{m.name}: no row in docs/statistics.md's metrics table")
+        if not any(re.search(rf"\b{m.name}\b", text) for text in tests.values()):
+            out.append(f"{m.name}: no test names it")
+    return out
+
+
+def _test_texts() -> dict[str, str]:
+    return {p.name: p.read_text() for p in (ROOT / "tests").glob("test_*.py")}
+
+
+def test_every_declared_metric_has_its_docs_entry_and_a_test():
+    reg = Registry.from_plugins()
+    declared = {m.name: m for t in reg.tasks.values() for m in t.metrics}
+    assert set(declared) == set(BUILTIN)  # the built-in tasks declare exactly the built-in metrics
+    assert undocumented(declared.values(), DOCS.read_text(), _test_texts()) == []
+
+
+def test_the_meta_test_flags_a_metric_without_docs_or_test():
+    """A plugin metric planted without a docs row nor a test: both defects named; its row alone
+    leaves the missing test."""
+    bits = load_registry(files=[PLUGIN]).task("copy_bits").metrics[-1]
+    docs, tests = DOCS.read_text(), _test_texts()
+    assert undocumented([bits], docs, {}) == ["heldout_bits: no row in docs/statistics.md's metrics table",
+                                               "heldout_bits: no test names it"]
+    assert undocumented([bits], docs + "\n| `heldout_bits` | bits |\n", {}) == ["heldout_bits: no test names it"]
+    assert undocumented(G2P_METRICS, docs, tests) == []
