@@ -119,10 +119,12 @@ SOLVE_METRICS = ("time_to_solve_s", "steps_to_solve")
 _DECODING = "free-running decoding"
 #: The ``g2p`` task's error rates (:mod:`harness.tasks.g2p`), declared here so that tables need no torch.
 WER = Metric("wer", False, "fraction of words",
-             f"word error rate: share of held-out words matching no reference pronunciation, {_DECODING}",
+             f"word error rate: share of held-out words whose decoded pronunciation matches none of the word's "
+             f"reference pronunciations, {_DECODING}",
              column="WER IQM [95% CI]")
 PER = Metric("per", False, "edits / reference phonemes",
-             f"phoneme error rate: edit distance to the closest reference / its phonemes, {_DECODING}",
+             f"phoneme error rate: Levenshtein distance to the closest reference, summed over words, / the summed "
+             f"length of those references, {_DECODING}",
              column="PER IQM [95% CI]")
 G2P_METRICS: tuple[Metric, ...] = tuple(m for m in COPY_METRICS if m.name not in SOLVE_METRICS) + (WER, PER)
 

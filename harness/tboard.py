@@ -16,7 +16,8 @@ same events later. What each trial holds:
   point carries (a plugin task's metric, a gradient norm) as ``train/<name>`` or ``heldout/<name>``;
 * hparams (the HParams tab): the variant, seed, sweep point, task, each slot's component and the
   config's scalar fields (``model.d_model``, ``train.steps``, ...), with the final metrics of the
-  row (``final/heldout_ce``, ``final/exact_match``, ``final/wer``, ``final/per``, ...);
+  row (``final/heldout_ce``, ``final/exact_match``, ``final/wer``, ``final/per``, ..., a plugin task's
+  own metric: :func:`final_names`);
 * a text note ``notes`` naming what the trial's record does not hold (the gradient norm, in a
   trial stored before the curve's training rows held ``grad_norm``).
 
@@ -86,6 +87,17 @@ def _learning_rate(config: dict) -> Callable[[int], float] | None:
     return lambda t: cfg.train.noam_factor * rate(t - 1)
 
 
+def final_names(result: dict) -> tuple[str, ...]:
+    """The row columns written as ``final/<name>``: :data:`FINAL`, then the task's own metrics (a plugin
+    task's), found as the numbers of the trial's last held-out curve row that its row holds too
+    (:func:`harness.metrics.row_values` puts them in both)."""
+    row = result.get("row") or {}
+    held = [p for p in result.get("curve") or [] if p.get("split") == "heldout"]
+    own = [k for k in (held[-1] if held else {}) if k in row and k not in NOT_METRICS and k not in FINAL
+           and _number(row[k]) is not None]
+    return FINAL + tuple(own)
+
+
 def write_trial(logdir: str | Path, key: str, result: dict, config: dict) -> Path:
     """Write one stored trial (``{"row", "curve"}``) as the TensorBoard run ``logdir/key``,
     replacing event files an earlier export left there. ``config``: the trial's
@@ -117,7 +129,7 @@ def write_trial(logdir: str | Path, key: str, result: dict, config: dict) -> Pat
             if split == "train" and lr is not None:
                 w.add_scalar("train/learning_rate", lr(step), step)
                 tags.add("train/learning_rate")
-        final = {f"final/{k}": _number(row.get(k)) for k in FINAL}
+        final = {f"final/{k}": _number(row.get(k)) for k in final_names(result)}
         final = {k: v for k, v in final.items() if v is not None}
         for summary in hparams(_hparams(row, config), final):
             w.file_writer.add_summary(summary)

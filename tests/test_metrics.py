@@ -17,7 +17,9 @@ from harness.cli import main
 from harness.errors import PluginError
 from harness.metrics import BUILTIN, COPY_METRICS, G2P_METRICS, Metric
 from harness.registry import Registry
+from harness.store import RunStore
 from harness.tasks.copy import CopyTask
+from harness.tboard import final_names
 from harness.testing import load_registry
 
 from .conftest import ROOT
@@ -50,6 +52,8 @@ def test_a_plugin_metric_reaches_the_trials_table_report_and_compare(bits_run, c
     assert "held-out cross-entropy in bits (heldout_ce / ln 2); bits/token, lower is better" in report  # caption
     assert "time to EM≥0.99 s (median)" in report  # the copy-task columns it inherits stay
     assert "heldout_bits" in set(harness.load_run(bits_run).summary.columns)
+    stored = RunStore(bits_run).load_trials()[0]
+    assert final_names(stored)[-1] == "heldout_bits" and "exact_match_method" not in final_names(stored)
 
     assert main(["report", str(bits_run), "--metric", "heldout_ce", "-q"]) == 0
     assert "compares on **heldout_ce**" in (bits_run / "report.md").read_text()

@@ -125,7 +125,7 @@ def _declared(meta: RunMeta | None) -> tuple[tuple[Metric, ...], str]:
     task = ((meta.config.get("train") or {}).get("task") if meta is not None else None) or "copy"
     try:
         return _task_metrics(json.dumps((meta.plugins if meta is not None else None) or {}, sort_keys=True), task)
-    except (HarnessError, ImportError, OSError, TypeError, ValueError):  # the task's plugin is gone: the base task's declarations
+    except (HarnessError, ImportError, OSError, TypeError, ValueError):  # the task's plugin is gone
         return COPY_METRICS, COPY_PRIMARY
 
 

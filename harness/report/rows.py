@@ -18,12 +18,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Iterator
 
+from ..metrics import COPY_METRICS
 from ..stats import Comparison
 from ..runmeta import RunMeta
 
 #: trial-row column -> :class:`SummaryRow` field, where the names differ.
 FIELDS = {"heldout_token_acc": "token_acc"}
-_OWN = ("early_loss", "heldout_auc", "heldout_ce", "exact_match", "steps_to_solve", "time_to_solve_s")
+#: The shared metrics (every task's training loop records them): their summaries are :class:`SummaryRow` fields.
+_CORE = tuple(m.name for m in COPY_METRICS)
 
 SAME_FUNCTION = "same function"  #: the verdict of a variant in the baseline's check class
 
@@ -149,7 +151,7 @@ class SummaryRow:
         when the row has none."""
         if metric in self.extra:
             return self.extra[metric]
-        return getattr(self, FIELDS.get(metric, metric), None) if metric in FIELDS or metric in _OWN else None
+        return getattr(self, FIELDS.get(metric, metric), None) if metric in _CORE else None
 
     @property
     def verdict(self) -> str | None:

@@ -311,9 +311,9 @@ def own_text(own: list[Metric], df: pd.DataFrame) -> str:
 
 #: The caption's definition of each shared column, by metric (shown when the task's table shows the metric).
 DEFINITIONS = {
-    "time_to_solve_s": "**time to EM≥0.99 s**: training seconds (evaluation excluded) until the first evaluation with "
-                       "exact-match >= 0.99, median over seeds (∞ when at least half never got there); timings depend "
-                       "on the machine and on `--jobs` (see the Environment's execution line).",
+    "time_to_solve_s": "**time to EM≥0.99 s**: training seconds (evaluation excluded) until the first evaluation "
+                       "with exact-match >= 0.99, median over seeds (∞ when at least half never got there); timings "
+                       "depend on the machine and on `--jobs` (see the Environment's execution line).",
     "early_loss": "**early loss**: mean ± std over seeds of the mean training loss of the first 10 steps "
                   "(Narang et al. 2021).",
     "heldout_ce": "**held-out CE** (unsmoothed, nats/token) and **exact-match** (greedy decoding, fraction of "
