@@ -135,3 +135,16 @@ def test_the_meta_test_flags_a_metric_without_docs_or_test():
                                                "heldout_bits: no test names it"]
     assert undocumented([bits], docs + "\n| `heldout_bits` | bits |\n", {}) == ["heldout_bits: no test names it"]
     assert undocumented(G2P_METRICS, docs, tests) == []
+
+
+def test_a_suite_refuses_a_metric_one_of_its_tasks_does_not_declare_before_training(tmp_path):
+    from harness.errors import ConfigError
+    from harness.suite.run import run_suite
+    from harness.suite.spec import SuiteSpec
+
+    reg = Registry.from_plugins()
+    spec = SuiteSpec(name="x", preset="tiny", tasks=["g2p", "copy"], variants=["baseline"], seeds=2,
+                     reference="baseline", metric="wer")
+    with pytest.raises(ConfigError, match="task 'copy' does not declare the metric 'wer'"):
+        run_suite(spec, tmp_path / "suite", reg, [reg.variants["baseline"]], base=None)
+    assert not (tmp_path / "suite").exists()  # nothing trained, nothing written
