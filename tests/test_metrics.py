@@ -148,3 +148,22 @@ def test_a_suite_refuses_a_metric_one_of_its_tasks_does_not_declare_before_train
     with pytest.raises(ConfigError, match="task 'copy' does not declare the metric 'wer'"):
         run_suite(spec, tmp_path / "suite", reg, [reg.variants["baseline"]], base=None)
     assert not (tmp_path / "suite").exists()  # nothing trained, nothing written
+
+
+def test_an_experiment_metric_is_checked_against_its_tasks_declarations(tmp_path):
+    """A plugin task's own metric is accepted in an experiment file that names the task; a metric the
+    task does not declare is refused when the plan is made (before anything trains)."""
+    from harness.experiments.plan import plan_from_experiment
+    from harness.experiments.spec import ExperimentError
+    from harness.request import RunRequest
+
+    reg = load_registry(files=[PLUGIN])
+    body = 'description = "x"\nvariants = ["baseline"]\nseeds = 2\npreset = "tiny"\ntask = "{task}"\nmetric = "{metric}"\n'
+    for task, metric, ok in (("copy_bits", "heldout_bits", True), ("copy", "heldout_bits", False), ("g2p", "wer", True)):
+        path = tmp_path / f"{task}_{metric}.toml"
+        path.write_text(body.format(task=task, metric=metric))
+        if ok:
+            assert plan_from_experiment(str(path), reg, RunRequest()).variants[0].name == "baseline"
+        else:
+            with pytest.raises(ExperimentError, match="a metric task 'copy' declares"):
+                plan_from_experiment(str(path), reg, RunRequest())
