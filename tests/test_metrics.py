@@ -17,6 +17,7 @@ from harness.cli import main
 from harness.errors import PluginError
 from harness.metrics import BUILTIN, COPY_METRICS, G2P_METRICS, Metric
 from harness.registry import Registry
+from harness.report import terminal_table
 from harness.store import RunStore
 from harness.tasks.copy import CopyTask
 from harness.tboard import final_names
@@ -51,7 +52,10 @@ def test_a_plugin_metric_reaches_the_trials_table_report_and_compare(bits_run, c
     assert "compares on **heldout_bits**" in report  # the task's primary metric, without --metric
     assert "held-out cross-entropy in bits (heldout_ce / ln 2); bits/token, lower is better" in report  # caption
     assert "time to EM≥0.99 s (median)" in report  # the copy-task columns it inherits stay
-    assert "heldout_bits" in set(harness.load_run(bits_run).summary.columns)
+    loaded = harness.load_run(bits_run)
+    assert "heldout_bits" in set(loaded.summary.columns) and loaded.metric == "heldout_bits"
+    shown = terminal_table(loaded.table).splitlines()[0]  # the terminal keeps it, " IQM" dropped as for CE
+    assert "held-out bits" in shown and "held-out CE" in shown and "IQM" not in shown
     stored = RunStore(bits_run).load_trials()[0]
     assert final_names(stored)[-1] == "heldout_bits" and "exact_match_method" not in final_names(stored)
 
