@@ -151,7 +151,8 @@ class Task:
                  causal: bool = False) -> dict[str, float]:
         """Held-out metrics of ``model`` on ``data`` (this task's :meth:`eval_set`): see
         :func:`evaluate`, which every built-in task uses. Override to score differently; return
-        the same three keys."""
+        the same three keys, plus one value per metric of the task's own (:attr:`metrics`, e.g. ``g2p``'s
+        ``wer``, ``per``) under its name: the trial row and the held-out curve rows copy those."""
         return evaluate(model, data, cfg, device, dtype, chunk=chunk, causal=causal)
 
     def encode_input(self, text: str, cfg: "RunConfig") -> tuple[int, ...]:
