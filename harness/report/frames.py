@@ -122,9 +122,11 @@ def _task_metrics(plugins: str, task: str) -> tuple[tuple[Metric, ...], str]:
 
 
 def _declared(meta: RunMeta | None) -> tuple[tuple[Metric, ...], str]:
-    task = ((meta.config.get("train") or {}).get("task") if meta is not None else None) or "copy"
+    if meta is None:  # no run: the base task's (no registry to load)
+        return COPY_METRICS, COPY_PRIMARY
+    task = (meta.config.get("train") or {}).get("task") or "copy"
     try:
-        return _task_metrics(json.dumps((meta.plugins if meta is not None else None) or {}, sort_keys=True), task)
+        return _task_metrics(json.dumps(meta.plugins or {}, sort_keys=True), task)
     except (HarnessError, ImportError, OSError, TypeError, ValueError):  # the task's plugin is gone
         return COPY_METRICS, COPY_PRIMARY
 

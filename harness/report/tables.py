@@ -61,8 +61,8 @@ def aggregate(df: pd.DataFrame, baseline: str | None = None, metric: str | None 
         ConfigError: ``metric`` is not a declared metric verdicts may use.
     """
     metrics = run_metrics(meta) if metrics is None else metrics
-    higher = verdict_metric(metric or run_primary(meta), metrics).higher_is_better
     metric = metric or run_primary(meta)
+    higher = verdict_metric(metric, metrics).higher_is_better
     if df.empty:
         return []
     classes = recorded_classes(meta) if classes is None else classes
