@@ -171,3 +171,14 @@ def test_an_experiment_metric_is_checked_against_its_tasks_declarations(tmp_path
         else:
             with pytest.raises(ExperimentError, match="a metric task 'copy' declares"):
                 plan_from_experiment(str(path), reg, RunRequest())
+
+
+def test_the_docs_show_the_plugin_file_as_it_is():
+    """docs/tasks.md's "A task with its own metric" code is the test plugin's code (docstring trimmed)."""
+    docs = (ROOT / "docs" / "tasks.md").read_text()
+    section = docs.split("## A task with its own metric", 1)[1].split("\n## ", 1)[0]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    source = PLUGIN.read_text()
+    body = source.split("from __future__ import annotations\n\n", 1)[1]
+    trimmed = re.sub(r'\n    """[^\n]*"""\n\n', "\n", body)  # the class docstring and its blank line
+    assert code.strip() == trimmed.strip()
