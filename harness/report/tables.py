@@ -282,7 +282,7 @@ def caption(meta: RunMeta, df: pd.DataFrame, baseline: str | None, metric: str |
         parts.append("Sweep points override this config; see the Sweep section.")
     parts += [
         _definitions(metrics),
-        f"**P(> {baseline})** compares on **{metric}** ({chosen.label}; {chosen.direction} is better). "
+        f"**P(> {baseline})** compares on **{metric}** ({chosen.text}; {chosen.unit}, {chosen.direction} is better). "
         + stats.RULE_TEXT,
     ]
     own = [m for m in shown(metrics, "table") if not m.is_core]
