@@ -56,14 +56,16 @@ class LoadedRun:
             from the same aggregation (:func:`harness.report.aggregate`). Columns: ``n`` (trials
             that ran), ``n_ok``, ``n_failed``, ``params``, ``step_ms``, ``tokens_per_s``,
             ``early_loss_mean``/``_std``, ``heldout_ce``, ``exact_match``, ``token_acc`` (IQM
-            over seeds) each with ``_low``/``_high`` (95% stratified-bootstrap CI),
+            over seeds) and each metric the task adds (``g2p``: ``wer``, ``per``; a plugin task's own) each
+            with ``_low``/``_high`` (95% stratified-bootstrap CI),
             ``steps_to_solve_median``/``_q1``/``_q3`` (inf: not solved), ``time_to_solve_s``,
             ``solved``, ``diverged`` with ``diverged_low``/``_high`` (Wilson 95%),
             ``p_better``/``_low``/``_high`` and ``n_pairs`` (P(variant > baseline) on the
             comparison metric; NaN for the baseline), ``verdict`` and ``invalid``.
         table: report.md's results table as it is printed (strings).
         baseline: the variant every other is compared with.
-        metric: the comparison metric (default ``heldout_ce``).
+        metric: the comparison metric (default: the experiment's, else the task's primary metric:
+            ``heldout_ce``, ``wer`` for ``g2p``).
     """
 
     path: Path
@@ -198,7 +200,7 @@ def compare(run_a: str | Path, run_b: str | Path, *, metrics: _Names | None = No
     Args:
         run_a, run_b: a run folder, a run id under ``results_dir``, or ``"latest"``.
         metrics: the metrics to gate (names or a comma-separated string); None: ``heldout_ce`` and
-            ``exact_match``, plus ``wer`` and ``per`` when both runs have them.
+            ``exact_match``, plus ``wer`` and ``per`` for g2p: the metrics both runs' tasks show in ``compare``.
         tolerance: a difference must exceed it (absolute, in the metric's unit) beyond its 95 % CI.
 
     Returns:
@@ -255,13 +257,13 @@ def load_run(path: str | Path, results_dir: str | Path = "results") -> LoadedRun
     """
     from .lookup import resolve_run
     from .experiments import spec_from_meta
-    from .report import DEFAULT_METRIC, aggregate, curves_frame, resolve_baseline, summary_table, trials_frame
+    from .report import aggregate, curves_frame, resolve_baseline, run_primary, summary_table, trials_frame
 
     store = resolve_run(str(path), str(results_dir))
     meta = store.meta()
     trials = trials_frame(store)
     spec = spec_from_meta(meta)
-    metric = spec.metric if spec is not None and spec.kind == "train" else DEFAULT_METRIC
+    metric = (spec.metric if spec is not None and spec.kind == "train" else None) or run_primary(meta)
     baseline = resolve_baseline(trials, meta) if len(trials) else None
     rows = aggregate(trials, baseline, metric, meta) if len(trials) else []
     return LoadedRun(path=store.root.resolve(), meta=meta, trials=trials, curves=curves_frame(store),
@@ -279,6 +281,7 @@ def summary_frame(rows: list):
     from .report import Interval
 
     nan = float("nan")
+    own = list(dict.fromkeys(k for r in rows for k in r.extra))
     out = []
     for r in rows:
         c = r.comparison
@@ -286,8 +289,8 @@ def summary_frame(rows: list):
         line = {"variant": r.variant, "point": r.point, "n": r.n, "n_ok": r.n_ok, "n_failed": r.n_failed,
                 "params": r.params, "step_ms": r.step_ms, "tokens_per_s": r.tokens_per_s,
                 "early_loss_mean": r.early_loss.mean, "early_loss_std": r.early_loss.std}
-        for metric in ("heldout_ce", "exact_match", "token_acc", "wer", "per"):
-            iv = getattr(r, metric) or Interval(nan, nan, nan)  # wer, per: None for tasks without them
+        for metric in ("heldout_ce", "exact_match", "token_acc", *own):  # own: the task's metrics (g2p: wer, per)
+            iv = r.extra.get(metric, getattr(r, metric, None)) or Interval(nan, nan, nan)
             line[metric], line[f"{metric}_low"], line[f"{metric}_high"] = iv.value, iv.low, iv.high
         s = r.steps_to_solve
         line.update({"steps_to_solve_median": s.median, "steps_to_solve_q1": s.q1, "steps_to_solve_q3": s.q3,

@@ -376,6 +376,10 @@ class Registry:
             other = self.tasks[task.name]
             raise DuplicateNameError(
                 f"task {task.name!r} is offered by two plugins: {other.plugin!r} and {task.plugin!r}")
+        usable = [m.name for m in task.metrics if m.verdict]
+        if task.primary_metric not in usable:
+            raise PluginError(f"plugin {task.plugin!r}: task {task.name!r} has primary_metric "
+                              f"{task.primary_metric!r}, not one of its metrics verdicts may use ({', '.join(usable)})")
         self.tasks[task.name] = task
 
     def task(self, name: str) -> Task:

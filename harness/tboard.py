@@ -16,7 +16,8 @@ same events later. What each trial holds:
   point carries (a plugin task's metric, a gradient norm) as ``train/<name>`` or ``heldout/<name>``;
 * hparams (the HParams tab): the variant, seed, sweep point, task, each slot's component and the
   config's scalar fields (``model.d_model``, ``train.steps``, ...), with the final metrics of the
-  row (``final/heldout_ce``, ``final/exact_match``, ``final/wer``, ``final/per``, ...);
+  row (``final/heldout_ce``, ``final/exact_match``, ``final/wer``, ``final/per``, ..., a plugin task's
+  own metric: :func:`final_names`);
 * a text note ``notes`` naming what the trial's record does not hold (the gradient norm, in a
   trial stored before the curve's training rows held ``grad_norm``).
 
@@ -29,13 +30,14 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .errors import ConfigError
+from .metrics import BUILTIN
 from .trial import TrialResult
 
 #: Curve keys that are not metrics.
 NOT_METRICS = {"step", "split", "wall_s", "variant", "seed", "point"}
-#: Row columns written as the trial's final metrics (where present and finite).
-FINAL = ("heldout_ce", "exact_match", "heldout_token_acc", "wer", "per", "final_train_loss", "heldout_auc",
-         "steps_to_solve", "train_s")
+#: Row columns written as the trial's final metrics (where present and finite): the built-in tasks' metrics
+#: shown in ``tensorboard`` (:attr:`harness.metrics.Metric.show`), then ``train_s``; a task's own: :func:`final_names`.
+FINAL = tuple(m.name for m in BUILTIN.values() if "tensorboard" in m.show) + ("train_s",)
 #: Quantities a reader looks for; a trial whose record lacks one says so in its ``notes`` text.
 EXPECTED = {"train/grad_norm": "gradient norm: the trial was stored before its curve rows held "
                                 "\"grad_norm\" (runs made before that change)"}
@@ -86,6 +88,17 @@ def _learning_rate(config: dict) -> Callable[[int], float] | None:
     return lambda t: cfg.train.noam_factor * rate(t - 1)
 
 
+def final_names(result: TrialResult) -> tuple[str, ...]:
+    """The row columns written as ``final/<name>``: :data:`FINAL`, then the task's own metrics (a plugin
+    task's), found as the numbers of the trial's last held-out curve row that its row holds too
+    (:func:`harness.metrics.row_values` puts them in both)."""
+    row = result.row
+    held = [p for p in result.curve if p.get("split") == "heldout"]
+    own = [k for k in (held[-1] if held else {}) if k in row and k not in NOT_METRICS and k not in FINAL
+           and _number(row[k]) is not None]
+    return FINAL + tuple(own)
+
+
 def write_trial(logdir: str | Path, key: str, result: TrialResult, config: dict) -> Path:
     """Write one stored trial (its ``row`` and ``curve``) as the TensorBoard run ``logdir/key``,
     replacing event files an earlier export left there. ``config``: the trial's
@@ -117,7 +130,7 @@ def write_trial(logdir: str | Path, key: str, result: TrialResult, config: dict)
             if split == "train" and lr is not None:
                 w.add_scalar("train/learning_rate", lr(step), step)
                 tags.add("train/learning_rate")
-        final = {f"final/{k}": _number(row.get(k)) for k in FINAL}
+        final = {f"final/{k}": _number(row.get(k)) for k in final_names(result)}
         final = {k: v for k, v in final.items() if v is not None}
         for summary in hparams(_hparams(row, config), final):
             w.file_writer.add_summary(summary)

@@ -38,6 +38,7 @@ from .config import RunConfig
 from .env import autocast, deterministic_cuda, peak_mem_mb, pin_threads, reset_peak_mem, trial_device, trial_settings
 from .errors import failure_reason
 from .measure import measure
+from .metrics import row_values
 from .model import build_model, unique_parameter_count
 from .registry import Variant
 from .saved import keep_weights
@@ -175,11 +176,6 @@ def decoding_name(beam: int) -> str:
     return "greedy" if beam == 1 else f"beam {beam}"
 
 
-def _rates(m: dict) -> dict:
-    """The WER / PER of an evaluation's metrics, for tasks that report them (else {})."""
-    return {k: m[k] for k in ("wer", "per") if k in m}
-
-
 #: Trial status of a variant that fails an integrity probe (:func:`harness.checks.probes.integrity_reasons`)
 #: at initialisation or after training: it still trains, its numbers are stored, and no report ranks it.
 INVALID = "invalid"
@@ -314,7 +310,8 @@ class _Loop:
             m = m or self.task.evaluate(self.model, self.probe, self.cfg, self.device, self.dtype)
             self.check_future(step)
         self.curve.append({"step": step, "split": "heldout", "loss": m["heldout_ce"],
-                           "exact_match": m["exact_match"], **_rates(m), "wall_s": self.train_s})
+                           "exact_match": m["exact_match"], **row_values(self.task.metrics, m),
+                           "wall_s": self.train_s})
         if self.solved_step is None and m["exact_match"] >= SOLVED:
             self.solved_step, self.solved_s = step, self.train_s
             return True
@@ -348,7 +345,8 @@ class _Loop:
         if invalid:
             status, reason = INVALID, "; ".join(list(dict.fromkeys(invalid)) + ([reason] if reason else []))
         self.curve.append({"step": step, "split": "heldout", "loss": final["heldout_ce"],
-                           "exact_match": final["exact_match"], **_rates(final), "wall_s": train_s})
+                           "exact_match": final["exact_match"], **row_values(self.task.metrics, final),
+                           "wall_s": train_s})
         if self.solved_step is None and final["exact_match"] >= SOLVED:
             self.solved_step, self.solved_s = step, train_s
         timed_steps, timed_s, timed_tokens = step, train_s, self.tokens

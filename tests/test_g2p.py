@@ -169,6 +169,8 @@ def test_tiny_g2p_run_reports_wer_and_per(tmp_path):
     assert math.isclose(float(trials.exact_match[0]), 1 - float(trials.wer[0]))
     report = (run_dir / "report.md").read_text()
     assert "WER IQM [95% CI]" in report and "PER IQM [95% CI]" in report and "beam 2" in report
+    assert "compares on **wer**" in report  # g2p's primary metric, without --metric
+    assert "EM≥0.99" not in report and not (run_dir / "steps_to_solve.png").exists()  # no "solved" columns
     from PIL import Image
 
     width, height = Image.open(run_dir / "final_metrics.png").size  # four panels, two a row: no strip

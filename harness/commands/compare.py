@@ -39,9 +39,9 @@ def register(sub, parents):
     p.add_argument("run_b", metavar="RUN_B", help="candidate run (folder, run id or 'latest')")
     p.add_argument("--results-dir", default="results", metavar="DIR", help="where runs are stored (default results)")
     p.add_argument("--metrics", default=None, metavar="NAMES",
-                   help=f"comma-separated metrics to gate (default {','.join(DEFAULT_METRICS)}, plus wer,per when "
-                        f"both runs have them (g2p); "
-                        f"known: {', '.join(METRICS)}); failed and diverged trials are always gated (see above)")
+                   help=f"comma-separated metrics to gate (default: those the runs' task shows in compare: "
+                        f"{','.join(DEFAULT_METRICS)}, plus wer,per for g2p; built-in: {', '.join(METRICS)}; a "
+                        f"plugin task's own too); failed and diverged trials are always gated (see above)")
     p.add_argument("--tolerance", type=float, default=0.0, metavar="X",
                    help="a difference must exceed X (absolute, in the metric's unit) beyond its CI to count "
                         "as a regression (default 0)")

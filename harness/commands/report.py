@@ -17,7 +17,8 @@ def register(sub, parents):
     p.add_argument("--baseline", default=None, metavar="VARIANT",
                    help="variant the others are compared with (default: the experiment's, else 'baseline')")
     p.add_argument("--metric", default=None, metavar="NAME",
-                   help="comparison metric of P(variant > baseline) (default: heldout_ce)")
+                   help="comparison metric of P(variant > baseline): one the run's task declares (default: the "
+                        "experiment's, else the task's primary metric: heldout_ce, wer for g2p)")
     p.add_argument("--quiet", "-q", action="store_true", help="print only the report path")
     p.add_argument("--tensorboard", action="store_true",
                    help="also export the stored trials (curves, final metrics, hparams) as TensorBoard events, "
@@ -30,15 +31,16 @@ def register(sub, parents):
 def main(args) -> int:
     from ..errors import ConfigError
     from ..experiments import spec_from_meta, write_run_report
-    from ..report import METRICS, partial_banner, resolve_baseline, summary_table, terminal_table, trials_frame
+    from ..report import (partial_banner, resolve_baseline, run_metrics, summary_table, terminal_table, trials_frame,
+                          verdict_metric)
 
     store = resolve_run(args.run, args.results_dir)
     if args.tensorboard or args.logdir:
         from ..tboard import check_available
 
         check_available()  # before anything is written
-    if args.metric and args.metric not in METRICS:
-        raise ConfigError(f"--metric must be one of {', '.join(METRICS)}, got {args.metric!r}")
+    if args.metric:
+        verdict_metric(args.metric, run_metrics(store.meta()))
     df = trials_frame(store)
     if args.baseline and (df.empty or args.baseline not in set(df["variant"])):
         known = sorted(set(df["variant"])) if len(df) else []
@@ -50,7 +52,7 @@ def main(args) -> int:
             print(f"harness: run {store.root} has no stored trials yet")
         elif meta.is_training and "heldout_ce" in df:
             spec = spec_from_meta(meta)
-            metric = args.metric or (spec.metric if spec else "heldout_ce")
+            metric = args.metric or (spec.metric if spec else None)
             baseline = args.baseline or (spec.baseline if spec else None)
             for line in partial_banner(store, meta, markdown=False):
                 print(line)

@@ -13,7 +13,7 @@ experiments`` lists them, and the run's report gains the experiment's sections. 
     preset = "quick"                         # base config (default quick)
     task = "copy"                            # shorthand for config.train.task
     baseline = "baseline"                    # compared against; default "baseline" if selected
-    metric = "heldout_ce"                    # metric of P(variant > baseline)
+    metric = "heldout_ce"                    # metric of P(variant > baseline); default: the task's primary
     source = "Xiong et al. 2020 §3.4"        # what the experiment reproduces
     notes = "caveats known before running"
 

@@ -39,8 +39,8 @@ def parse_experiment(data: dict, where: str, default_name: str) -> Experiment:
     variants = _parse_variants(data, where)
     seeds = _parse_seeds(data, where)
     baseline = _expect_str(data, "baseline", where) or None
-    metric = _expect_str(data, "metric", where, default="heldout_ce")
-    if metric not in METRICS:
+    metric = _expect_str(data, "metric", where, default="")  # "": the task's primary metric (Task.primary_metric)
+    if metric and metric not in METRICS and not (metric.isidentifier() and "task" in data):  # a task's own: plan.py
         raise _bad(where, "metric", f"one of {', '.join(METRICS)}", metric)
     overrides = _parse_config(data, where)
     sweep = _parse_sweep(data, where)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ..config import parse_overrides
+from ..config import get_preset, parse_overrides
 from ..errors import ConfigError, HarnessError, UnknownNameError
 from ..runner import Plan, check_plan_size
 from .grad_norm import check_parameter
@@ -54,6 +54,7 @@ def plan_from_experiment(name: str, registry, request, exp=None):
     except UnknownNameError as exc:
         raise ExperimentError(f"{exp.path}: key 'variants': {exc}") from exc
     names = [v.name for v in variants]
+    _check_metric(exp, registry)
     check_plan_size(len(variants), len(exp.seeds), exp.n_points)
     if exp.baseline and exp.baseline not in names:
         raise _bad(exp.path, "baseline", f"one of the experiment's variants ({', '.join(names)})", exp.baseline)
@@ -64,6 +65,17 @@ def plan_from_experiment(name: str, registry, request, exp=None):
         plan.kind = exp.kind
         plan.measure = {"kind": exp.kind, "batches": exp.measure["batches"], "parameter": exp.measure["parameter"]}
     return plan
+
+
+def _check_metric(exp: Experiment, registry) -> None:
+    """Raise ExperimentError when the experiment's ``metric`` is not one its task declares for verdicts
+    (``Task.metrics``; the task: ``task = ...``, else the preset's ``train.task``)."""
+    if not exp.metric or exp.kind != "train":
+        return
+    task = registry.task(str(exp.overrides.get("train.task", get_preset(exp.preset).train.task)))
+    usable = [m.name for m in task.metrics if m.verdict]
+    if exp.metric not in usable:
+        raise _bad(exp.path, "metric", f"a metric task {task.name!r} declares ({', '.join(usable)})", exp.metric)
 
 
 def n_trials(exp: Experiment, registry) -> int | None:

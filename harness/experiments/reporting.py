@@ -20,13 +20,13 @@ def write_run_report(store: RunStore, baseline: str | None = None, metric: str |
     Args:
         store: the run.
         baseline: compared against (default: the experiment's, else as :func:`harness.report.resolve_baseline`).
-        metric: comparison metric (default: the experiment's, else ``heldout_ce``).
+        metric: comparison metric (default: the experiment's, else the task's primary metric).
 
     Returns:
         The path of ``report.md``.
 
     Raises:
-        StoreError: unreadable ``config.json``.  ValueError: unknown metric.
+        StoreError: unreadable ``config.json``.  ConfigError: a metric the task does not declare for verdicts.
     """
     meta = store.meta()
     spec = spec_from_meta(meta)

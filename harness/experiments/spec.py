@@ -52,7 +52,7 @@ class Experiment:
     kind: str = "train"
     preset: str = "quick"
     baseline: str | None = None
-    metric: str = "heldout_ce"
+    metric: str = ""
     source: str = ""
     notes: str = ""
     overrides: dict = field(default_factory=dict)

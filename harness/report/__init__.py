@@ -26,7 +26,7 @@ proves computes the baseline's function (:data:`SAME_FUNCTION_TEXT`).
 from __future__ import annotations
 
 from .frames import (DEFAULT_METRIC, METRICS, SLOT_COLS, TRAINED, curves_frame, invalid_variants, point_order,
-                     resolve_baseline, trials_frame, variant_order)
+                     resolve_baseline, run_metrics, run_primary, trials_frame, variant_order, verdict_metric)
 from .plots import (MAX_OVERLAID, _colors, _plt, log_axis, min_span_limits, plot_curves,  # noqa: F401
                     plot_curves_grid, plot_final_metrics, plot_steps_to_solve)
 from .partial import partial_banner, partial_counts
@@ -46,7 +46,7 @@ __all__ = [
     "invalid_variants", "log_axis", "lr_max", "min_span_limits", "paired_values", "partial_banner", "partial_counts",
     "recorded_classes", "same_class",
     "same_function_variants", "plot_curves", "plot_curves_grid", "plot_final_metrics",
-    "plot_steps_to_solve", "point_order", "resolve_baseline", "summary_table", "sweep_table", "terminal_table",
+    "plot_steps_to_solve", "point_order", "resolve_baseline", "run_metrics", "run_primary", "summary_table", "sweep_table", "terminal_table",
     "to_markdown",
-    "trials_frame", "unreadable_section", "variant_order", "variants_table", "write_report",
+    "trials_frame", "unreadable_section", "variant_order", "variants_table", "verdict_metric", "write_report",
 ]

@@ -15,9 +15,11 @@ from .. import stats
 from ..errors import ConfigError, HarnessError
 from ..runmeta import RunMeta
 from ..store import RunStore
-from .frames import METRICS, trials_frame
+from ..metrics import BUILTIN, COPY_METRICS, Metric, by_name, shown
+from .frames import run_metrics, trials_frame
 
-DEFAULT_METRICS = ("heldout_ce", "exact_match")
+#: The base task's gate: its metrics shown in ``compare`` (a run's own: its task's, :func:`gated_metrics`).
+DEFAULT_METRICS = tuple(m.name for m in shown(COPY_METRICS, "compare"))
 
 
 def _paired_diff_stat(a, b, axis=-1):
@@ -35,9 +37,11 @@ def _by_seed(g: pd.DataFrame, metric: str) -> dict:
     return {s: float(x) for s, x in zip(ok["seed"], v) if np.isfinite(x)}
 
 
-def metric_row(ga: pd.DataFrame, gb: pd.DataFrame, metric: str, tolerance: float = 0.0) -> dict:
-    """One metric of one (variant, point): A, B, the paired difference and the status."""
-    higher = METRICS[metric][0]
+def metric_row(ga: pd.DataFrame, gb: pd.DataFrame, metric: str, tolerance: float = 0.0,
+               declared: dict[str, Metric] | None = None) -> dict:
+    """One metric of one (variant, point): A, B, the paired difference and the status (``declared``: name ->
+    Metric, default the built-in tasks' :data:`harness.metrics.BUILTIN`, gives the direction)."""
+    higher = (declared or BUILTIN)[metric].higher_is_better
     da, db = _by_seed(ga, metric), _by_seed(gb, metric)
     seeds = sorted(set(da) & set(db))
     va, vb = np.array([da[s] for s in seeds]), np.array([db[s] for s in seeds])
@@ -106,7 +110,8 @@ def integrity_row(ga: pd.DataFrame, gb: pd.DataFrame) -> dict:
             "B - A [95% CI]": "—", "status": status, "note": note}
 
 
-def compare_frames(a: pd.DataFrame, b: pd.DataFrame, metrics=DEFAULT_METRICS, tolerance: float = 0.0) -> pd.DataFrame:
+def compare_frames(a: pd.DataFrame, b: pd.DataFrame, metrics=DEFAULT_METRICS, tolerance: float = 0.0,
+                   declared: tuple[Metric, ...] | None = None) -> pd.DataFrame:
     """One row per (variant, point, metric) with A, B, the difference, a status and a note.
 
     Status: ``regressed``, ``improved`` (the CI lies on the better side), ``no change``
@@ -115,12 +120,16 @@ def compare_frames(a: pd.DataFrame, b: pd.DataFrame, metrics=DEFAULT_METRICS, to
     ``only in B``. Every (variant, point) in both runs also gets a ``failed or diverged`` row
     (:func:`failure_row`).
 
+    ``declared``: the metrics the runs' tasks declare (default: the built-in tasks',
+    :data:`harness.metrics.BUILTIN`); only those verdicts may use can be gated.
+
     Raises:
         ConfigError: an unknown metric or a negative tolerance.
     """
+    usable = {k: m for k, m in by_name(declared if declared is not None else BUILTIN.values()).items() if m.verdict}
     for m in metrics:
-        if m not in METRICS:
-            raise ConfigError(f"unknown metric {m!r} for --metrics; expected names from {', '.join(METRICS)}")
+        if m not in usable:
+            raise ConfigError(f"unknown metric {m!r} for --metrics; expected names from {', '.join(usable)}")
     if tolerance < 0:
         raise ConfigError(f"--tolerance must be >= 0, got {tolerance}")
     keys_a = list(dict.fromkeys(zip(a["variant"], a["point"])))
@@ -135,7 +144,7 @@ def compare_frames(a: pd.DataFrame, b: pd.DataFrame, metrics=DEFAULT_METRICS, to
             continue
         ga = a[(a["variant"] == variant) & (a["point"] == point)]
         gb = b[(b["variant"] == variant) & (b["point"] == point)]
-        rows += [{**base, **metric_row(ga, gb, m, tolerance)} for m in metrics]
+        rows += [{**base, **metric_row(ga, gb, m, tolerance, usable)} for m in metrics]
         rows.append({**base, **failure_row(ga, gb)})
         if (ga["status"] == "invalid").any() or (gb["status"] == "invalid").any():
             rows.append({**base, **integrity_row(ga, gb)})
@@ -201,8 +210,9 @@ def compare_runs(store_a: RunStore, store_b: RunStore, metrics=None, tolerance: 
     point): the gate of ``python -m harness compare``.
 
     Args:
-        metrics: the metrics to gate (names of :data:`harness.report.METRICS`); None: ``heldout_ce``
-            and ``exact_match``, plus ``wer`` and ``per`` when both runs have them (g2p).
+        metrics: the metrics to gate (names the runs' tasks declare for verdicts); None: those both tasks
+            show in ``compare`` (:attr:`harness.metrics.Metric.show`) and both runs recorded: ``heldout_ce``
+            and ``exact_match``, plus ``wer`` and ``per`` for g2p.
         tolerance: a difference must exceed it (absolute, in the metric's unit) beyond its CI.
 
     Raises:
@@ -217,9 +227,12 @@ def compare_runs(store_a: RunStore, store_b: RunStore, metrics=None, tolerance: 
         if kind != "train":
             raise HarnessError(f"run {str(store.root)!r} is a measurement ({kind}), not a training "
                                f"run; compare works on training runs")
-    if metrics is None:  # the defaults, and the error rates of a task that reports them (g2p)
-        metrics = list(DEFAULT_METRICS) + [m for m in ("wer", "per") if m in da and m in db]
-    table = compare_frames(da, db, list(metrics), tolerance)
+    declared = run_metrics(store_a.meta()) + run_metrics(store_b.meta())
+    if metrics is None:  # the metrics both runs' tasks show in compare and both runs recorded (g2p: + WER, PER)
+        names_b = {m.name for m in shown(run_metrics(store_b.meta()), "compare")}
+        metrics = [m.name for m in shown(run_metrics(store_a.meta()), "compare")
+                   if m.name in names_b and m.name in da and m.name in db]
+    table = compare_frames(da, db, list(metrics), tolerance, declared)
     common = table[~table["status"].isin(["only in A", "only in B"])]
     if common.empty:
         raise HarnessError(f"runs {store_a.root.name!r} and {store_b.root.name!r} have no variant (x sweep point) "

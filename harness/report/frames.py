@@ -1,13 +1,19 @@
 """Loading a stored run into pandas and ordering it: trial and curve frames, variant and point order.
 
-:data:`METRICS` names the metrics a report or ``compare`` can use; :data:`TRAINED` the trial
-statuses that trained to the end. Nothing here knows about experiments or commands.
+:func:`run_metrics` gives the metrics a run's task declares (:class:`harness.metrics.Metric`), and
+:func:`run_primary` the one its verdicts use by default; :data:`METRICS` names those of the built-in tasks;
+:data:`TRAINED` the trial statuses that trained to the end. Nothing here knows about experiments or commands.
 """
 from __future__ import annotations
+
+import functools
+import json
 
 import numpy as np
 import pandas as pd
 
+from ..errors import ConfigError, HarnessError
+from ..metrics import BUILTIN, COPY_METRICS, COPY_PRIMARY, Metric, by_name
 from ..runmeta import RunMeta
 from ..slots import slot_columns
 
@@ -16,22 +22,11 @@ from ..store import RunStore
 #: The main slots' trial-table columns (``slot_norm`` ...), from the slots' declarations (``Slot.main``).
 SLOT_COLS = slot_columns()
 
-#: metric -> (higher is better, label with unit). Metrics a report or compare can use.
-METRICS: dict[str, tuple[bool, str]] = {
-    "heldout_ce": (False, "held-out cross-entropy (nats/token, unsmoothed)"),
-    "exact_match": (True, "held-out exact-match (fraction of sequences)"),
-    "heldout_token_acc": (True, "held-out token accuracy (teacher forcing)"),
-    "final_train_loss": (False, "final training loss (label-smoothed, nats/token)"),
-    "early_loss": (False, "early training loss (mean of the first 10 steps)"),
-    "steps_to_solve": (False, "steps to held-out exact-match >= 0.99"),
-    "wer": (False, "word error rate (share of held-out words matching no reference pronunciation; "
-                   "free-running decoding)"),
-    "per": (False, "phoneme error rate (edit distance to the closest reference / its phonemes; "
-                   "free-running decoding)"),
-}
-#: Metrics only some tasks report (``g2p``): shown, compared and plotted where the trials have them.
-RATE_METRICS = ("wer", "per")
-DEFAULT_METRIC = "heldout_ce"
+#: metric -> (higher is better, label with unit): the metrics built-in tasks' verdicts may use, from their
+#: declarations (:data:`harness.metrics.BUILTIN`). A run's own: :func:`run_metrics` (a plugin task's included).
+METRICS: dict[str, tuple[bool, str]] = {m.name: (m.higher_is_better, m.label) for m in BUILTIN.values() if m.verdict}
+#: The base task's primary metric (:attr:`harness.tasks.base.Task.primary_metric`); a run's: :func:`run_primary`.
+DEFAULT_METRIC = COPY_PRIMARY
 
 #: Statuses of trials that trained to the end: ``invalid`` trials (a failed integrity probe, see
 #: :func:`harness.checks.probes.integrity_reasons`) keep their numbers in the tables but never get a verdict.
@@ -113,3 +108,51 @@ def resolve_baseline(df: pd.DataFrame, meta: RunMeta | None = None, baseline: st
     return order[0] if order else None
 
 
+
+
+# ----------------------------------------------------------------------------- the run's metrics
+
+@functools.lru_cache(maxsize=16)
+def _task_metrics(plugins: str, task: str) -> tuple[tuple[Metric, ...], str]:
+    from ..plugins import PluginSpec
+    from ..registry import Registry
+
+    spec = PluginSpec.from_dict({**json.loads(plugins), "strict": False})
+    t = Registry.from_plugins(spec).task(task)
+    return tuple(t.metrics), t.primary_metric
+
+
+def _declared(meta: RunMeta | None) -> tuple[tuple[Metric, ...], str]:
+    if meta is None:  # no run: the base task's (no registry to load)
+        return COPY_METRICS, COPY_PRIMARY
+    task = (meta.config.get("train") or {}).get("task") or "copy"
+    try:
+        return _task_metrics(json.dumps(meta.plugins or {}, sort_keys=True), task)
+    except (HarnessError, ImportError, OSError, TypeError, ValueError):  # the task's plugin is gone
+        return COPY_METRICS, COPY_PRIMARY
+
+
+def run_metrics(meta: RunMeta | None) -> tuple[Metric, ...]:
+    """The metrics the run's task declares (:attr:`harness.tasks.base.Task.metrics`, found by ``train.task``
+    with the plugins ``config.json`` recorded); the base task's (:data:`harness.metrics.COPY_METRICS`) without a
+    run or when the task's plugin can no longer be loaded."""
+    return _declared(meta)[0]
+
+
+def run_primary(meta: RunMeta | None) -> str:
+    """The name of the metric the run's verdicts use by default (:attr:`harness.tasks.base.Task.primary_metric`:
+    ``heldout_ce``, ``wer`` for ``g2p``)."""
+    return _declared(meta)[1]
+
+
+def verdict_metric(name: str | None, metrics, what: str = "--metric") -> Metric:
+    """The declared metric called ``name`` that verdicts may use.
+
+    Raises:
+        ConfigError: ``name`` is not among ``metrics`` (those verdicts may use), the message lists them.
+    """
+    usable = {k: m for k, m in by_name(metrics).items() if m.verdict}
+    if name not in usable:
+        raise ConfigError(f"unknown metric {name!r} for {what}; expected one of {', '.join(usable)} "
+                          f"(the metrics the run's task declares that verdicts may use)")
+    return usable[name]

@@ -13,7 +13,8 @@ import pandas as pd
 from ..runmeta import RunMeta
 
 from ..store import atomic_write_bytes
-from .frames import RATE_METRICS, _num, point_order, variant_order
+from ..metrics import COPY_METRICS, shown
+from .frames import _num, point_order, variant_order
 
 
 def atomic_savefig(fig, path: Path, **kwargs) -> None:
@@ -270,8 +271,9 @@ def _mark_same_function(ax, rows: list, y_of) -> None:
                         bbox={"boxstyle": "square,pad=0.1", "fc": "white", "ec": "none"})
 
 
-def plot_final_metrics(df: pd.DataFrame, rows: list, path: Path) -> Path | None:
-    """Per variant (x point): held-out CE and exact-match, every seed as a grey dot and the IQM
+def plot_final_metrics(df: pd.DataFrame, rows: list, path: Path, metrics=COPY_METRICS) -> Path | None:
+    """Per variant (x point): held-out CE and exact-match, then each metric of the task's own
+    (``metrics``, those shown in ``plot``: ``g2p``'s WER and PER), every seed as a grey dot and the IQM
     with its 95 % bootstrap CI as a coloured bar; variants in the baseline's check class hatched
     and marked :data:`SAME_FUNCTION_MARK`. A linear CE axis spans at least
     :func:`min_span_limits`. Returns the path, or None without data."""
@@ -281,7 +283,7 @@ def plot_final_metrics(df: pd.DataFrame, rows: list, path: Path) -> Path | None:
     labels = [_series_label(r.variant, r.point) for r in rows]
     colors = _colors(len(rows))
     h = max(2.6, 0.42 * len(rows) + 1.4)
-    rates = [k for k in RATE_METRICS if any(getattr(r, k, None) is not None for r in rows)]  # g2p: WER, PER
+    rates = [m for m in shown(metrics, "plot") if not m.is_core and any(r.value(m.name) is not None for r in rows)]
     n_rows = math.ceil((2 + len(rates)) / 2)  # two panels a row: g2p's four stay readable (not a 24-inch strip)
     fig, grid = plt.subplots(n_rows, 2, figsize=(13, h * n_rows + 0.4 * (n_rows - 1)), sharey=True, squeeze=False)
     axes = list(grid.flat)
@@ -290,14 +292,15 @@ def plot_final_metrics(df: pd.DataFrame, rows: list, path: Path) -> Path | None:
     floor = (f"; axis >= {MIN_SPAN_FRACTION:.0%} of the value wide" if ce_scale == "linear" else "")
     panels = [(axes[0], "heldout_ce", f"Held-out cross-entropy, nats/token ({ce_scale} scale{floor})"),
               (axes[1], "exact_match", "Held-out exact-match (fraction)")]
-    panels += [(axes[2 + i], k, f"Held-out {k.upper()} (fraction, free-running decoding)") for i, k in enumerate(rates)]
+    panels += [(axes[2 + i], m.name, f"Held-out {m.name.upper() if len(m.name) <= 3 else m.name} ({m.unit}, "
+                f"{m.direction} is better)") for i, m in enumerate(rates)]
     for ax, key, title in panels:
         for i, (r, color) in enumerate(zip(rows, colors)):
             g = df[(df["variant"] == r.variant) & (df["point"] == r.point) & (df["status"] == "ok")]
             vals = _num(g, key).dropna().to_numpy()
             y = len(rows) - 1 - i
             ax.scatter(vals, y + rng.uniform(-0.18, 0.18, vals.size), s=14, color="0.55", zorder=2)
-            point, lo, hi = getattr(r, key) or (math.nan,) * 3
+            point, lo, hi = r.value(key) or (math.nan,) * 3
             if not math.isnan(point):
                 xerr = None if math.isnan(lo) else [[point - lo], [hi - point]]
                 ax.errorbar([point], [y], xerr=xerr, fmt="D", color=color, ms=7, capsize=5, lw=2, zorder=3)

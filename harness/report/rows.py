@@ -18,8 +18,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Iterator
 
+from ..metrics import COPY_METRICS
 from ..stats import Comparison
 from ..runmeta import RunMeta
+
+#: trial-row column -> :class:`SummaryRow` field, where the names differ.
+FIELDS = {"heldout_token_acc": "token_acc"}
+#: The shared metrics (every task's training loop records them): their summaries are :class:`SummaryRow` fields.
+_CORE = tuple(m.name for m in COPY_METRICS)
 
 SAME_FUNCTION = "same function"  #: the verdict of a variant in the baseline's check class
 
@@ -101,8 +107,8 @@ class SummaryRow:
         invalid: the integrity probes the variant failed (empty when valid).
         baseline_invalid: the baseline failed one (no comparison is drawn).
         same_function: ``check`` proves the variant computes the baseline's function (module docstring).
-        wer, per: held-out word and phoneme error rates (fractions) of free-running decoding, IQM [CI];
-            None for a task that does not report them (every task but ``g2p``).
+        extra: the IQM [CI] of each metric the task declares beyond the fields above (``g2p``: ``wer``
+            and ``per``; a plugin task's own), by name; :meth:`value` reads any metric by name.
     """
 
     variant: str
@@ -127,8 +133,25 @@ class SummaryRow:
     invalid: list = field(default_factory=list)
     baseline_invalid: bool = False
     same_function: bool = False
-    wer: Interval | None = None
-    per: Interval | None = None
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def wer(self) -> Interval | None:
+        """``g2p``'s held-out word error rate, IQM [CI] (None: a task without it)."""
+        return self.extra.get("wer")
+
+    @property
+    def per(self) -> Interval | None:
+        """``g2p``'s held-out phoneme error rate, IQM [CI] (None: a task without it)."""
+        return self.extra.get("per")
+
+    def value(self, metric: str):
+        """The summary of the metric called ``metric`` (a trial-row column): an :class:`Interval`, a
+        :class:`MeanStd`, a :class:`MedianIQR` or a float (its :attr:`harness.metrics.Metric.stat`); None
+        when the row has none."""
+        if metric in self.extra:
+            return self.extra[metric]
+        return getattr(self, FIELDS.get(metric, metric), None) if metric in _CORE else None
 
     @property
     def verdict(self) -> str | None:

@@ -12,8 +12,9 @@ import pandas as pd
 
 from .. import stats
 from ..runmeta import RunMeta
-from .frames import DEFAULT_METRIC, METRICS, RATE_METRICS, SLOT_COLS, TRAINED, _num, invalid_variants, \
-    point_order, resolve_baseline, variant_order
+from ..metrics import Metric, shown
+from .frames import SLOT_COLS, TRAINED, _num, invalid_variants, point_order, resolve_baseline, run_metrics, \
+    run_primary, variant_order, verdict_metric
 from .rows import SAME_FUNCTION_TEXT, Count, Interval, MeanStd, MedianIQR, SummaryRow, recorded_classes, same_class
 
 # ----------------------------------------------------------------------------- statistics
@@ -37,27 +38,31 @@ def paired_values(df: pd.DataFrame, variant: str, baseline: str, point: str, met
     return (np.array([a[s] for s in seeds], dtype=float), np.array([b[s] for s in seeds], dtype=float), seeds)
 
 
-def aggregate(df: pd.DataFrame, baseline: str | None = None, metric: str = DEFAULT_METRIC,
-              meta: RunMeta | None = None, classes: list[list[str]] | None = None) -> list[SummaryRow]:
+def aggregate(df: pd.DataFrame, baseline: str | None = None, metric: str | None = None,
+              meta: RunMeta | None = None, classes: list[list[str]] | None = None,
+              metrics: tuple[Metric, ...] | None = None) -> list[SummaryRow]:
     """Per (variant, point) statistics as typed rows (definitions: the module docstring of
     :mod:`harness.report.rows` and ``docs/statistics.md``).
 
     Args:
         df: :func:`harness.report.trials_frame` of a run.
         baseline: the variant every other is compared with (None: no comparisons).
-        metric: the comparison metric, one of :data:`METRICS`.
-        meta: the run's ``config.json`` (order of variants and points; its check classes).
+        metric: the comparison metric, one the task declares for verdicts (None: the task's primary
+            metric, :func:`harness.report.frames.run_primary`).
+        meta: the run's ``config.json`` (order of variants and points; its check classes; its task).
         classes: check's equivalence classes (default: those ``meta`` recorded under ``check``); a
             variant in the baseline's class is marked :attr:`SummaryRow.same_function`.
+        metrics: the task's declared metrics (default :func:`harness.report.frames.run_metrics`).
 
     Returns:
         One :class:`SummaryRow` per (variant, point) with trials, points outermost, baseline first.
 
     Raises:
-        ValueError: unknown ``metric`` (one of :data:`METRICS`).
+        ConfigError: ``metric`` is not a declared metric verdicts may use.
     """
-    if metric not in METRICS:
-        raise ValueError(f"unknown metric {metric!r}; expected one of {', '.join(METRICS)}")
+    metrics = run_metrics(meta) if metrics is None else metrics
+    metric = metric or run_primary(meta)
+    higher = verdict_metric(metric, metrics).higher_is_better
     if df.empty:
         return []
     classes = recorded_classes(meta) if classes is None else classes
@@ -73,14 +78,15 @@ def aggregate(df: pd.DataFrame, baseline: str | None = None, metric: str = DEFAU
             if not bad and not bad_base and baseline and variant != baseline and baseline in set(df["variant"]):
                 a, b, seeds = paired_values(df, variant, baseline, point, metric)
                 if len(seeds):  # never a comparison for a leaking variant nor against a leaking baseline
-                    comparison = stats.compare_paired(a, b, METRICS[metric][0])
-            out.append(_stats_row(g, variant, point, comparison=comparison, invalid=bad, baseline_invalid=bad_base,
-                                  same_function=same_class(classes, variant, baseline)))
+                    comparison = stats.compare_paired(a, b, higher)
+            out.append(_stats_row(g, variant, point, metrics, comparison=comparison, invalid=bad,
+                                  baseline_invalid=bad_base, same_function=same_class(classes, variant, baseline)))
     return out
 
 
-def _stats_row(g: pd.DataFrame, variant: str, point: str, **extra) -> SummaryRow:
-    """The statistics of one (variant, point)'s trials ``g`` across seeds."""
+def _stats_row(g: pd.DataFrame, variant: str, point: str, metrics=(), **verdict) -> SummaryRow:
+    """The statistics of one (variant, point)'s trials ``g`` across seeds; ``metrics``: the task's
+    declarations (those without a :class:`SummaryRow` field get an IQM [CI] in its ``extra``)."""
     status = g["status"] if "status" in g else pd.Series("ok", index=g.index)
     ran, ok = g[status != "failed"], g[status.isin(TRAINED)]
     n, n_div = len(ran), int((status == "diverged").sum())
@@ -107,8 +113,9 @@ def _stats_row(g: pd.DataFrame, variant: str, point: str, **extra) -> SummaryRow
         solved=int(np.isfinite(solve).sum()),
         diverged=Count(n_div, n, *stats.wilson_interval(n_div, n)),
         slots={c.removeprefix("slot_"): first.get(c, "") for c in g.columns if c.startswith("slot_")},
-        **{k: Interval(*stats.iqm_ci(_num(ok, k).to_numpy())) for k in RATE_METRICS if _num(g, k).notna().any()},
-        **extra)
+        extra={m.name: Interval(*stats.iqm_ci(_num(ok, m.name).to_numpy())) for m in metrics
+               if not m.is_core and _num(g, m.name).notna().any()},
+        **verdict)
 
 
 def _fmt_mean_std(ms: MeanStd, digits: int = 3) -> str:
@@ -166,17 +173,35 @@ def comparison_cells(r: SummaryRow, baseline: str | None) -> tuple[str, str]:
     return p_s, (c.label().replace("better", "**better**", 1) if c.verdict == "better" else c.label())
 
 
-def summary_table(df: pd.DataFrame, baseline: str | None = None, metric: str = DEFAULT_METRIC,
-                  meta: RunMeta | None = None, rows: list[SummaryRow] | None = None) -> pd.DataFrame:
-    """The report's main table as strings, one row per (variant, sweep point), baseline first.
+def metric_cell(m: Metric, r: SummaryRow) -> str:
+    """The main table's cell of metric ``m`` in row ``r``, formatted by its :attr:`harness.metrics.Metric.stat`."""
+    v = r.value(m.name)
+    if v is None:
+        return "—"
+    if m.stat == "mean_std":
+        return _fmt_mean_std(v)
+    if m.stat == "median_iqr":
+        return _fmt_median_iqr(v, r.solved, r.n)
+    if m.stat == "median":
+        return f"{v:.1f}" if math.isfinite(v) else "∞" if v == math.inf else "—"
+    return stats.fmt_ci(*v)
+
+
+def summary_table(df: pd.DataFrame, baseline: str | None = None, metric: str | None = None,
+                  meta: RunMeta | None = None, rows: list[SummaryRow] | None = None,
+                  metrics: tuple[Metric, ...] | None = None) -> pd.DataFrame:
+    """The report's main table as strings, one row per (variant, sweep point), baseline first: the cost
+    columns, then one column per metric the task shows in its table (``metrics``, default
+    :func:`harness.report.frames.run_metrics`), then divergence and the comparison.
 
     ``baseline`` defaults to :func:`resolve_baseline`; ``rows`` may pass a precomputed
     :func:`aggregate` result.
     """
     if df.empty:
         return pd.DataFrame()
+    metrics = run_metrics(meta) if metrics is None else metrics
     baseline = baseline or resolve_baseline(df, meta)
-    rows = rows if rows is not None else aggregate(df, baseline, metric, meta)
+    rows = rows if rows is not None else aggregate(df, baseline, metric, meta, metrics=metrics)
     has_points = any(r.point for r in rows)
     p_col = f"P(> {baseline}) [95% CI]" if baseline else "P(> baseline)"
     out = []
@@ -189,15 +214,7 @@ def summary_table(df: pd.DataFrame, baseline: str | None = None, metric: str = D
             "params": r.params if r.params is not None else "—",
             "step ms": f"{r.step_ms:.1f}" if not math.isnan(r.step_ms) else "—",
             "tokens/s": f"{r.tokens_per_s:,.0f}" if not math.isnan(r.tokens_per_s) else "—",
-            "time to EM≥0.99 s (median)": (f"{r.time_to_solve_s:.1f}" if math.isfinite(r.time_to_solve_s)
-                                           else "∞" if r.time_to_solve_s == math.inf else "—"),
-            "early loss (mean ± std)": _fmt_mean_std(r.early_loss),
-            "mean held-out CE over training IQM [95% CI]": stats.fmt_ci(*r.heldout_auc),
-            "held-out CE IQM [95% CI]": stats.fmt_ci(*r.heldout_ce),
-            "exact-match IQM [95% CI]": stats.fmt_ci(*r.exact_match),
-            **({f"{k.upper()} IQM [95% CI]": stats.fmt_ci(*getattr(r, k)) if getattr(r, k) else "—"
-                for k in RATE_METRICS} if any(x.wer is not None for x in rows) else {}),
-            "steps to EM≥0.99 median [IQR]": _fmt_median_iqr(r.steps_to_solve, r.solved, r.n),
+            **{m.header: metric_cell(m, r) for m in shown(metrics, "table")},
             "diverged x/n [Wilson 95%]": _fmt_count(r.diverged),
             p_col: p_s,
             "verdict": v_s,
@@ -241,8 +258,13 @@ def lr_max(cfg: dict) -> float:
         return float("nan")
 
 
-def caption(meta: RunMeta, df: pd.DataFrame, baseline: str | None, metric: str) -> str:
-    """What every number in the main table means and the budget it was measured with."""
+def caption(meta: RunMeta, df: pd.DataFrame, baseline: str | None, metric: str | None,
+            metrics: tuple[Metric, ...] | None = None) -> str:
+    """What every number in the main table means and the budget it was measured with (``metrics``: the
+    task's, default :func:`harness.report.frames.run_metrics`; ``metric`` None: its primary metric)."""
+    metrics = run_metrics(meta) if metrics is None else metrics
+    metric = metric or run_primary(meta)
+    chosen = verdict_metric(metric, metrics)
     cfg = meta.config
     m, t = cfg.get("model", {}), cfg.get("train", {})
     seeds = meta.seeds or sorted(set(df["seed"])) if len(df) else []
@@ -259,24 +281,13 @@ def caption(meta: RunMeta, df: pd.DataFrame, baseline: str | None, metric: str) 
     if meta.points:
         parts.append("Sweep points override this config; see the Sweep section.")
     parts += [
-        "**params**: unique parameters (tied weights counted once). **step ms**: median wall time of one "
-        "optimiser step (evaluation and the first 10 warm-up steps excluded). **tokens/s**: label tokens per "
-        "second of training, warm-up steps excluded (median over seeds). **time to EM≥0.99 s**: training seconds (evaluation excluded) until the first evaluation with "
-        "exact-match >= 0.99, median over seeds (∞ when at least half never got there); timings depend on "
-        "the machine and on `--jobs` (see the Environment's execution line). **early loss**: mean ± std over seeds of the mean training "
-        "loss of the first 10 steps (Narang et al. 2021). **held-out CE** (unsmoothed, nats/token) and "
-        "**exact-match** (greedy decoding, fraction of held-out sequences reproduced exactly), both from "
-        "prefix-only forwards (no logit comes from an input holding a later target token, so a leak cannot "
-        "score; for a causal decoder they equal the teacher-forced CE and greedy decoding): IQM over the "
-        "seeds that finished, with a 95 % stratified-bootstrap CI (Agarwal et al. 2021). **steps to "
-        "EM≥0.99**: first evaluation with held-out exact-match >= 0.99, median [IQR] over seeds; unsolved "
-        "and diverged runs count as ∞. **diverged**: runs stopped by a non-finite loss or gradient norm, "
-        "x/n with a Wilson 95 % interval.",
-        f"**P(> {baseline})** compares on **{metric}** ({METRICS[metric][1]}; "
-        f"{'higher' if METRICS[metric][0] else 'lower'} is better). " + stats.RULE_TEXT,
+        _definitions(metrics),
+        f"**P(> {baseline})** compares on **{metric}** ({chosen.text}; {chosen.unit}, {chosen.direction} is better). "
+        + stats.RULE_TEXT,
     ]
-    if "wer" in df:
-        parts.append(rates_text(df))
+    own = [m for m in shown(metrics, "table") if not m.is_core]
+    if own:
+        parts.append(own_text(own, df))
     same = same_function_variants(meta, df, baseline)
     if same:
         parts.append(SAME_FUNCTION_TEXT.replace("the baseline's", f"`{baseline}`'s", 1)
@@ -284,15 +295,46 @@ def caption(meta: RunMeta, df: pd.DataFrame, baseline: str | None, metric: str) 
     return "\n\n".join(parts)
 
 
-def rates_text(df: pd.DataFrame) -> str:
-    """The caption's paragraph on WER / PER (tasks that report them): definitions and the decoding."""
-    dec = sorted(set(df["decoding"].dropna().astype(str))) if "decoding" in df else []
-    return ("**WER** (word error rate: share of held-out words whose decoded pronunciation matches none of the "
-            "word's reference pronunciations) and **PER** (phoneme error rate: Levenshtein distance to the closest "
-            "reference, summed over words, / the summed length of those references), fractions, lower is better; "
-            "IQM over the seeds with a 95 % stratified-bootstrap CI. Both from free-running decoding (the decoder "
-            f"is fed only its own predictions, so no target token can leak): **{', '.join(dec) or 'greedy'}** "
-            "(`train.beam`; 1 = greedy). For this task **exact-match** = 1 - WER (the same decoding).")
+def own_text(own: list[Metric], df: pd.DataFrame) -> str:
+    """The caption's paragraph on the metrics a task declares beyond the shared ones (``g2p``: WER, PER):
+    each one's text, unit and direction; for a task that decodes freely (a ``decoding`` column), how."""
+    parts = [f"**{m.name.upper() if len(m.name) <= 3 else m.name}** ({m.text}; {m.unit}, {m.direction} is better)"
+             for m in own]
+    text = " and ".join(parts) + ": IQM over the seeds with a 95 % stratified-bootstrap CI."
+    if "decoding" in df:
+        dec = sorted(set(df["decoding"].dropna().astype(str)))
+        text += (" Free-running decoding: the decoder is fed only its own predictions, so no target token can "
+                 f"leak: **{', '.join(dec) or 'greedy'}** (`train.beam`; 1 = greedy). For this task "
+                 "**exact-match** = 1 - WER (the same decoding).")
+    return text
+
+
+#: The caption's definition of each shared column, by metric (shown when the task's table shows the metric).
+DEFINITIONS = {
+    "time_to_solve_s": "**time to EM≥0.99 s**: training seconds (evaluation excluded) until the first evaluation "
+                       "with exact-match >= 0.99, median over seeds (∞ when at least half never got there); timings "
+                       "depend on the machine and on `--jobs` (see the Environment's execution line).",
+    "early_loss": "**early loss**: mean ± std over seeds of the mean training loss of the first 10 steps "
+                  "(Narang et al. 2021).",
+    "heldout_ce": "**held-out CE** (unsmoothed, nats/token) and **exact-match** (greedy decoding, fraction of "
+                  "held-out sequences reproduced exactly), both from prefix-only forwards (no logit comes from an "
+                  "input holding a later target token, so a leak cannot score; for a causal decoder they equal the "
+                  "teacher-forced CE and greedy decoding): IQM over the seeds that finished, with a 95 % "
+                  "stratified-bootstrap CI (Agarwal et al. 2021).",
+    "steps_to_solve": "**steps to EM≥0.99**: first evaluation with held-out exact-match >= 0.99, median [IQR] over "
+                      "seeds; unsolved and diverged runs count as ∞.",
+}
+
+
+def _definitions(metrics: tuple[Metric, ...]) -> str:
+    """The caption's paragraph defining the cost columns and the shared metric columns the table shows."""
+    names = {m.name for m in shown(metrics, "table")}
+    return " ".join(
+        ["**params**: unique parameters (tied weights counted once). **step ms**: median wall time of one "
+         "optimiser step (evaluation and the first 10 warm-up steps excluded). **tokens/s**: label tokens per "
+         "second of training, warm-up steps excluded (median over seeds)."]
+        + [text for name, text in DEFINITIONS.items() if name in names]
+        + ["**diverged**: runs stopped by a non-finite loss or gradient norm, x/n with a Wilson 95 % interval."])
 
 
 def same_function_variants(meta: RunMeta, df: pd.DataFrame, baseline: str | None) -> list[str]:

@@ -24,8 +24,8 @@ import harness.report.plots as plots
 from ..runmeta import RunMeta
 
 from ..store import RunStore, atomic_write_text
-from .frames import DEFAULT_METRIC, METRICS, TRAINED, _num, curves_frame, invalid_variants, resolve_baseline, \
-    trials_frame, variant_order
+from .frames import TRAINED, _num, curves_frame, invalid_variants, resolve_baseline, run_metrics, run_primary, \
+    trials_frame, variant_order, verdict_metric
 from .partial import partial_banner
 from .tables import aggregate, caption, environment_block, summary_table, sweep_table, to_markdown, variants_table
 
@@ -84,7 +84,8 @@ def write_report(store: RunStore, baseline: str | None = None, metric: str | Non
     Args:
         store: the run.
         baseline: variant every other is compared with (default: :func:`resolve_baseline`).
-        metric: comparison metric for P(A > B) (default ``heldout_ce``).
+        metric: comparison metric for P(A > B) (default: the task's primary metric,
+            :attr:`harness.tasks.base.Task.primary_metric`: ``heldout_ce``, ``wer`` for ``g2p``).
         sections: extra sections, each placed at its position (in the given order).
         title: the heading before ``: run `RUN-ID```.
 
@@ -92,16 +93,16 @@ def write_report(store: RunStore, baseline: str | None = None, metric: str | Non
         The path of ``report.md``.
 
     Raises:
-        StoreError: unreadable ``config.json``.  ValueError: unknown metric or section position.
+        StoreError: unreadable ``config.json``.  ConfigError: a metric the task does not declare for verdicts.
     """
     meta = store.meta()
     store.write_tables()
     df = trials_frame(store)
-    metric = metric or DEFAULT_METRIC
-    if metric not in METRICS:
-        raise ValueError(f"unknown metric {metric!r}; expected one of {', '.join(METRICS)}")
+    metrics = run_metrics(meta)
+    metric = metric or run_primary(meta)
+    verdict_metric(metric, metrics)
     baseline = resolve_baseline(df, meta, baseline)
-    rows = aggregate(df, baseline, metric, meta) if len(df) else []
+    rows = aggregate(df, baseline, metric, meta, metrics=metrics) if len(df) else []
     ctx = ReportContext(store, meta, df, rows, baseline, metric)
 
     def at(position: str) -> list[str]:
@@ -184,11 +185,12 @@ def _plot_lines(ctx: ReportContext) -> list[str]:
     png = plots.plot_curves(curves_frame(store), store.root / "curves.png", series)
     if png:
         figs.append(("Training and held-out curves", png))
-    png = plots.plot_final_metrics(df, rows, store.root / "final_metrics.png") if rows else None
+    png = plots.plot_final_metrics(df, rows, store.root / "final_metrics.png", run_metrics(meta)) if rows else None
     if png:
         figs.append(("Final held-out cross-entropy and exact-match", png))
     budget = meta.config.get("train", {}).get("steps")
-    png = plots.plot_steps_to_solve(df, rows, store.root / "steps_to_solve.png", budget) if rows else None
+    solving = any(m.name == "steps_to_solve" for m in run_metrics(meta))  # g2p's exact match never nears 1
+    png = plots.plot_steps_to_solve(df, rows, store.root / "steps_to_solve.png", budget) if rows and solving else None
     if png:
         figs.append(("Steps to solve", png))
     if not figs:

