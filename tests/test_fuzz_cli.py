@@ -233,7 +233,7 @@ EXPERIMENT_FILE = st.one_of(
 RUN_OPTIONS = ["--variants", "--grid", "--preset", "--set", "--task", "--device", "--dtype", "--experiment", "--seeds",
                "--seed-start", "--results-dir", "--run-id", "--resume", "--jobs", "--executor", "--address",
                "--threads", "-p", "--plugin", "--strict-plugins", "--quiet", "--help", "--no-check", "--suite",
-               "--retry-failed", "--tensorboard", "--save-models", "--vectorize-seeds"]
+               "--retry-failed", "--tensorboard", "--save-models", "--vectorize-seeds", "--capture"]
 
 
 @st.composite
@@ -255,6 +255,8 @@ def run_argv(draw):
             argv += ["--tensorboard", draw(st.sampled_from(["-q", "results/tb"]))]
         elif opt == "--vectorize-seeds":  # on the CPU 'on' trains the seeds as one group; bad values exit 2
             argv += ["--vectorize-seeds", draw(st.one_of(st.sampled_from(["auto", "on", "off", "yes"]), JUNK))]
+        elif opt == "--capture":  # on the CPU 'on' is refused (CUDA graphs) with exit 2, as are bad values
+            argv += ["--capture", draw(st.one_of(st.sampled_from(["auto", "on", "off", "yes"]), JUNK))]
         elif opt == "--suite":
             # bad suite names and files; a good one only with an option the suite file owns (exit 2):
             # whole suites run in tests/test_suite.py, not hundreds of times here

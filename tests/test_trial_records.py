@@ -152,7 +152,7 @@ def test_execution_options_and_the_stored_record_are_one_class():
     assert opts.vectorize_seeds == "off" and isinstance(opts.jobs, int)
     stored = Execution.from_dict(opts.to_dict())
     assert stored == opts and stored.to_dict() == {"executor": "local", "jobs": opts.jobs, "threads": None,
-                                                   "address": None, "vectorize_seeds": "off"}
+                                                   "address": None, "vectorize_seeds": "off", "capture": "auto"}
 
 
 def test_a_result_round_trips_through_its_dict():
