@@ -19,7 +19,7 @@ def check_classes(registry, variants, full: bool = False) -> dict:
     """Equivalence classes of ``variants`` from ``check`` (CPU, fp32, the check config).
 
     ``full``: the whole check (:func:`harness.checks.run_checks`, with its failures; what the suite
-    records); else only its pair comparisons (:func:`harness.checks.equivalence_classes`: the same
+    records); else only its pair comparisons (:func:`harness.checks.whole.equivalence_classes`: the same
     classes in a fraction of the time; what ``run`` records), on one intra-op thread (the caller's
     count restored: the check's ops are small, and a second thread slowed them 4-13x on a busy
     2-core machine, docs/benchmarks.md). A check that cannot run (a plugin's
@@ -32,7 +32,7 @@ def check_classes(registry, variants, full: bool = False) -> dict:
     """
     import torch
 
-    from .checks import equivalence_classes, run_checks
+    from .checks.whole import equivalence_classes, run_checks
 
     t0 = time.perf_counter()
     threads = torch.get_num_threads()

@@ -438,7 +438,7 @@ def test_final_metrics_axis_is_never_narrower_than_the_floor(tmp_path, monkeypat
 
 
 def test_a_zoomed_axis_says_so():
-    from harness.report import _plt
+    from harness.report.plots import _plt
     from harness.report.plots import note_zoom
 
     plt = _plt()

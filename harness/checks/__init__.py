@@ -80,9 +80,9 @@ from .probes import ProbeResult, probe_causal, probe_extra_padding, probe_finite
 from .render import LEGEND, class_summary, matrix_frame, render_markdown, render_text, results_frame
 from .runs import (CheckSession, VariantRun, canonical_grads, forward_backward, load_variant, reference_state,
                    run_variant, tf32_disabled)
-from .report import BugResult, CheckContext, CheckReport, CheckStage, classes_of, stage_registry
+from .report import BugResult, CheckContext, CheckReport, CheckStage, stage_registry
 from .stages import STAGES
-from .whole import bug_reasons, equivalence_classes, probe_variant, run_checks
+from .whole import bug_reasons, probe_variant, run_checks
 from .ties import TieResult, check_ties, tie_groups
 from .transformer import compare_with_nn_transformer, make_nn_transformer, nn_transformer_name, nn_transformer_structure
 

@@ -27,15 +27,13 @@ from __future__ import annotations
 
 from .frames import (DEFAULT_METRIC, METRICS, SLOT_COLS, TRAINED, curves_frame, invalid_variants, point_order,
                      resolve_baseline, run_metrics, run_primary, trials_frame, variant_order, verdict_metric)
-from .plots import (MAX_OVERLAID, _colors, _plt, log_axis, min_span_limits, plot_curves,  # noqa: F401
+from .plots import (MAX_OVERLAID, log_axis, min_span_limits, plot_curves,
                     plot_curves_grid, plot_final_metrics, plot_steps_to_solve)
 from .partial import partial_banner, partial_counts
 from .rows import (SAME_FUNCTION, SAME_FUNCTION_TEXT, Count, Interval, MeanStd, MedianIQR, SummaryRow,
                    recorded_classes, same_class)
 from .tables import (aggregate, caption, comparison_cells, environment_block, lr_max, paired_values,
                      same_function_variants, summary_table, sweep_table, to_markdown, variants_table)
-# _plt and _colors (matplotlib on first use, a palette) stay importable from here: main's
-# harness/suite/report.py imports ``from ..report import _plt``.
 from .terminal import terminal_table
 from .writer import POSITIONS, ReportContext, Section, invalid_section, unreadable_section, write_report
 

@@ -169,7 +169,7 @@ def _slot_tally(cmp: pd.DataFrame) -> dict[str, dict[str, list[str]]]:
 
 def plot_verdicts(df: pd.DataFrame, spec: SuiteSpec, path: Path) -> Path | None:
     """Heat map of P(variant beats the reference) per variant x task, verdicts marked (+ / -)."""
-    from ..report import _plt
+    from ..report.plots import _plt
 
     plt = _plt()
     if plt is None or df.empty:
