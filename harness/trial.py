@@ -10,7 +10,7 @@ Everywhere else in the harness (runner, executors, trial groups, store, resume, 
 travel as these objects: the dicts exist only in ``to_dict`` / ``from_dict``, at a process or Ray
 boundary (:mod:`harness.executors`) and in the files (``tests/test_trial_records.py`` holds it).
 The trial file's key, checksum and checks (:func:`trial_key`, :func:`trial_checksum`,
-:func:`read_trial_file`) are here too; :mod:`harness.store` re-exports them.
+:func:`read_trial_file`) are here too; :mod:`harness.store` uses them to write and read trial files.
 
 This module imports nothing heavy (no torch): the store and the executors' parent process use
 it without building a model. :func:`registry_for` gives a worker the registry of a spec's
