@@ -365,8 +365,8 @@ class _Loop:
             "train_s": train_s,
             "step_ms": 1000 * timed_s / timed_steps if timed_steps else nan,
             "tokens_per_s": timed_tokens / timed_s if timed_s > 0 else nan,
-            "exact_match_method": EM_PREFIX if "wer" not in final else DECODING_METHOD,
-            **({"decoding": decoding_name(self.cfg.train.beam)} if "wer" in final else {}),
+            "exact_match_method": DECODING_METHOD if self.task.free_decoding else EM_PREFIX,
+            **({"decoding": decoding_name(self.cfg.train.beam)} if self.task.free_decoding else {}),
             "status": status,
             "reason": reason,
         }

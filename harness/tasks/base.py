@@ -66,6 +66,10 @@ class Task:
             task adding one returns its value under the metric's name from :meth:`evaluate`.
         primary_metric: the name of the metric its verdicts use unless ``--metric`` or the
             experiment says otherwise (one of ``metrics`` with ``verdict`` True).
+        free_decoding: True when :meth:`evaluate` scores exact match by free-running decoding (the
+            model fed only its own predictions, greedy or beam ``train.beam``, as g2p's WER does);
+            False (default) when it comes from prefix-only forwards. The trial row says which
+            (``exact_match_method``, and ``decoding`` when True).
 
     Scoring: a held-out sequence counts as solved when greedy decoding reproduces every
     non-pad label of ``tgt_y`` (:meth:`score`); :meth:`evaluate` (:func:`evaluate`) computes it
@@ -78,6 +82,7 @@ class Task:
     plugin: str = ""
     metrics: tuple[Metric, ...] = COPY_METRICS
     primary_metric: str = COPY_PRIMARY
+    free_decoding: bool = False
 
     def make_batch(self, batch: int, seq_len: int, vocab: int, generator: torch.Generator) -> Batch:
         """One training batch drawn on the CPU from ``generator`` (advanced in place); never a

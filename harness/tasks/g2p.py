@@ -139,6 +139,7 @@ class G2PTask(Task):
     #: WER and PER added; no time or steps to exact-match >= 0.99 (g2p's exact match never nears 1).
     metrics = G2P_METRICS
     primary_metric = "wer"
+    free_decoding = True
 
     def make_batch(self, batch, seq_len, vocab, generator):
         self._check_vocab(vocab)
