@@ -161,3 +161,26 @@ def test_batched_evaluation_on_cuda_matches_each_seed_alone(task_name):
     for g, a in zip(got, alone):
         assert math.isclose(g["heldout_ce"], a["heldout_ce"], rel_tol=1e-4), (g, a)
         assert all(abs(g[k] - a[k]) <= 0.02 for k in a if k != "heldout_ce"), (g, a)
+
+
+@pytest.mark.parametrize("name, why", [
+    ("evade_memorise", "keeps state between forwards"),
+    ("evade_check_stack", "sees the future"),
+    ("evade_two_faces", "two builds of the variant"),
+])
+def test_an_evasive_plugin_trained_as_a_group_is_still_invalid(name, why):
+    """The evasive plugins of tests/plugins/ (each built to slip past one check) trained as one
+    vectorised group: whatever the group does with them (batched or seed-by-seed evaluation, or the
+    sequential fallback), every seed's trial ends ``invalid`` with the reason its sequential trial
+    gives; a batched evaluation must not be a way around the future-leak and twin-build gates."""
+    path = ROOT / "tests" / "plugins" / f"{name}.py"
+    plugins = {"modules": [], "files": [str(path)], "strict": False}
+    reg = registry_for(plugins)
+    cfg = get_preset("tiny").override({"train.steps": 20, "train.eval_every": 10, "train.eval_sequences": 64})
+    specs = [TrialSpec(name, s, cfg.to_dict(), slots=dict(reg.variants[name].slots), device="cpu",
+                       plugins=plugins, threads=1) for s in range(2)]
+    grouped = group_mod.run_group(specs, log=lambda line: None)
+    for result in grouped:
+        assert result.row.get("vectorized") == 2  # trained as a group and scored by the batched evaluation
+        assert result.status == "invalid", (result.status, result.reason)
+        assert why in result.reason, result.reason
