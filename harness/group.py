@@ -78,14 +78,14 @@ Progress = Callable[[int, float], None]
 
 #: Environment variable read when ``--capture`` is ``auto`` (the default): ``off`` turns captured steps
 #: (CUDA graphs, :class:`harness.vstep.CapturedStep`) of vectorised groups off, ``on``/``auto`` leave them
-#: on with CUDA. An explicit ``run --capture on|off`` (:class:`harness.runner.ExecutionOptions`) wins.
+#: on with CUDA. An explicit ``run --capture on|off`` (:class:`harness.runmeta.Execution`) wins.
 CAPTURE_ENV = "HARNESS_CAPTURE"
 
 
 def capture_wanted(device: torch.device, mode: str = "auto") -> bool:
     """Whether a group on ``device`` steps through CUDA graphs: ``mode`` (``run --capture``) ``on`` or
     ``off``, or for ``auto`` :data:`CAPTURE_ENV` (default ``auto``); never off CUDA (``--capture on`` on
-    the CPU is refused before the run: :meth:`harness.runner.ExecutionOptions.resolved`).
+    the CPU is refused before the run: :meth:`harness.runmeta.Execution.resolved`).
 
     Raises:
         ConfigError: ``mode`` or :data:`CAPTURE_ENV` is not ``auto``, ``on`` or ``off``.
