@@ -5,15 +5,14 @@
 :class:`harness.trial.TrialResult` of its own trial, with the same columns as
 :func:`harness.train.run_trial`'s plus ``vectorized`` (the group size K) and ``group_wall_s``.
 The training step is :class:`harness.vstep.GroupStep` (stacked parameters, per-seed Adam,
-gradient norm, clipping and masked non-finite skip). The periodic and final evaluations score
-every seed still running in one batched pass over the stacked parameters
-(:mod:`harness.tasks.seeds`; seed by seed, with one log line, for a task with its own
-``evaluate`` or a model whose eval-mode forward does not run under vmap). Everything else is the
-sequential trial's own code, called per seed on that seed's unstacked model: the build and its
-twin and contract checks (:func:`harness.checks.gate.twin_reasons`, :func:`harness.checks.gate.contract_reasons`),
-the integrity gate at initialisation and after training
-(:func:`harness.checks.probes.integrity_reasons`), the future-leak check of every evaluation, the
-curve rows and the metrics row (:class:`harness.train._Loop`).
+gradient norm, clipping and masked non-finite skip). The periodic and final evaluations and the
+periodic future-leak checks run every seed still training in one batched pass over the stacked
+parameters (:mod:`harness.tasks.seeds`; seed by seed, logged once, for a task with its own
+``evaluate`` or a model whose eval-mode forward does not run under vmap). The rest is the
+sequential trial's own code, per seed on its unstacked model: the build, twin and contract checks
+(:mod:`harness.checks.gate`), the integrity gate at initialisation and after training
+(:func:`harness.checks.probes.integrity_reasons`), the final future-leak check, the curve rows and
+the metrics row (:class:`harness.train._Loop`).
 
 Per seed, as in its sequential trial: batches from its own generator (``Generator().manual_seed
 (seed)``, the same stream), stacked to (K, B, ...) and padded to a common width; a seed whose loss
@@ -56,7 +55,7 @@ from .model import build_model, unique_parameter_count
 from .progress import progress_bar
 from .registry import Variant
 from .saved import keep_weights
-from .tasks.seeds import NotBatched, SeedStack, evaluate_seeds
+from .tasks.seeds import NotBatched, SeedStack, evaluate_seeds, future_leak_seeds
 from .train import INVALID, WARMUP_STEPS, PhaseClock, _Loop, noam_lambda, run_trial
 from .trial import TrialResult, TrialSpec, registry_for
 from .vstep import CapturedStep, GroupStep, bucket_widths, stack_batches
@@ -269,6 +268,7 @@ class _Group:
         self.results = [TrialResult(row=s.identity_row(self.device.type, torch.get_num_threads())) for s in specs]
         self.final_set = None  # the final evaluation's held-out set, built once for the group (_finish)
         self.eval_why: str | None = None  # why the seeds are evaluated one after another (None: batched)
+        self.gate_why: str | None = None  # why the future-leak checks run seed by seed (None: batched)
 
     def prepare(self) -> str | None:
         """Build every seed's model (with the twin and contract checks), run the integrity gate at
@@ -359,6 +359,20 @@ class _Group:
             except Exception:  # noqa: BLE001 - each seed's _finish meets it again and fails as its sequential trial
                 return [None] * len(self.specs)
             return self._evaluate_seeds(list(range(len(self.specs))), self.final_set, bar=self.show_progress)
+
+    def _leak_gaps(self, seeds: list[int], step: int) -> list[tuple | None]:
+        """The seeds' future-leak gaps at ``step`` in one pass (:func:`harness.tasks.seeds.future_leak_seeds`);
+        Nones (each seed checks its own model) where scores are not batched or it raised (logged once)."""
+        if self.eval_why is not None or self.gate_why is not None:
+            return [None] * len(seeds)
+        stack = self.stack if len(seeds) == len(self.specs) else self.stack.select(seeds)
+        try:
+            return future_leak_seeds(stack, self.loops[seeds[0]].leak_set(step), self.device)
+        except Exception as exc:  # noqa: BLE001 - batching is an optimisation: check seed by seed
+            self.gate_why = f"the batched future-leak check raised {_first_sentence(failure_reason(exc))}"
+            if self.log:
+                self.log(f"{self.specs[0].variant}: the group's future-leak checks run seed by seed: {self.gate_why}")
+            return [None] * len(seeds)
 
     def _evaluate_seeds(self, seeds: list[int], data, bar: bool = False) -> list[dict[str, float] | None]:
         """The held-out metrics of the seeds ``seeds`` on ``data`` in one pass over their stacked
@@ -476,10 +490,11 @@ class _Group:
         live = [i for i in range(len(self.specs)) if not done[i]]
         with self.clock("evaluate"):
             scores = self._evaluate_seeds(live, self.loops[0].probe)  # the probe set is the same for every seed
-        for i, m in zip(live, scores):
+            gaps = self._leak_gaps(live, step)
+        for i, m, g in zip(live, scores, gaps):
             loop = self.loops[i]
             self.step.load(i, self.models[i])
             loop.train_s = train_s
-            if loop._evaluate(step, m) and self.cfg.train.stop_at_solved:
+            if loop._evaluate(step, m, g) and self.cfg.train.stop_at_solved:
                 done[i] = True
                 self.step.stop(i)

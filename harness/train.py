@@ -303,12 +303,12 @@ class _Loop:
                 progress(step, loss_v)
         return finite
 
-    def _evaluate(self, step: int, m: dict[str, float] | None = None) -> bool:
-        """A periodic evaluation on the probe set (``m``: its metrics when a trial group computed them);
-        True when it is the first with exact match >= :data:`SOLVED`."""
+    def _evaluate(self, step: int, m: dict[str, float] | None = None, gaps: tuple | None = None) -> bool:
+        """A periodic evaluation on the probe set (``m``, ``gaps``: its metrics and future-leak gaps
+        when a trial group computed them); True when it is the first with exact match >= :data:`SOLVED`."""
         with self.clock("evaluate"):
             m = m or self.task.evaluate(self.model, self.probe, self.cfg, self.device, self.dtype)
-            self.check_future(step)
+            self.check_future(step, gaps=gaps)
         self.curve.append({"step": step, "split": "heldout", "loss": m["heldout_ce"],
                            "exact_match": m["exact_match"], **row_values(self.task.metrics, m),
                            "wall_s": self.train_s})
@@ -317,14 +317,20 @@ class _Loop:
             return True
         return False
 
-    def check_future(self, step: int, final: bool = False) -> None:
-        """:func:`future_leak` (future and state) on :data:`LEAK_ROWS` held-out sequences drawn afresh
-        for this step (never scored); the first failure is kept in ``self.leaks``."""
+    def leak_set(self, step: int, final: bool = False) -> Batch:
+        """The :data:`LEAK_ROWS` held-out sequences of the future-leak check at ``step``, drawn afresh
+        (never scored): the same for every seed at that step."""
+        tc, mc = self.cfg.train, self.cfg.model
+        return self.task.eval_set(LEAK_ROWS, tc.seq_len, mc.vocab, tc.eval_seed + 1000 + step + int(final))
+
+    def check_future(self, step: int, final: bool = False, gaps: tuple | None = None) -> None:
+        """:func:`future_leak` (future and state) on :meth:`leak_set`, or its ``gaps`` ``(future,
+        state, threshold)`` as a trial group measured them on the same rows
+        (:func:`harness.tasks.seeds.future_leak_seeds`); the first failure is kept in ``self.leaks``."""
         if self.leaks:
             return
-        tc, mc = self.cfg.train, self.cfg.model
-        data = self.task.eval_set(LEAK_ROWS, tc.seq_len, mc.vocab, tc.eval_seed + 1000 + step + int(final))
-        future, state, thr = future_leak(self.model, data, mc.pad, self.device)
+        future, state, thr = gaps or future_leak(self.model, self.leak_set(step, final), self.cfg.model.pad,
+                                                 self.device)
         when = "after training" if final else f"at step {step}"
         if state > thr:  # checked first: a stateful model can fail the future check through its memory
             self.leaks.append(f"{when}: the prefix-only logits of {LEAK_ROWS} held-out sequences moved by {state:.3g} "

@@ -179,8 +179,30 @@ def test_an_evasive_plugin_trained_as_a_group_is_still_invalid(name, why):
     cfg = get_preset("tiny").override({"train.steps": 20, "train.eval_every": 10, "train.eval_sequences": 64})
     specs = [TrialSpec(name, s, cfg.to_dict(), slots=dict(reg.variants[name].slots), device="cpu",
                        plugins=plugins, threads=1) for s in range(2)]
-    grouped = group_mod.run_group(specs, log=lambda line: None)
+    lines = []
+    grouped = group_mod.run_group(specs, log=lines.append)
+    assert lines == []  # scores and periodic future-leak checks batched: nothing fell back
     for result in grouped:
-        assert result.row.get("vectorized") == 2  # trained as a group and scored by the batched evaluation
+        assert result.row.get("vectorized") == 2
         assert result.status == "invalid", (result.status, result.reason)
         assert why in result.reason, result.reason
+        if name != "evade_two_faces":  # caught by the periodic check, which the group batches
+            assert "at step 10" in result.reason, result.reason
+
+
+def test_the_batched_future_leak_check_measures_what_each_seed_s_own_check_does():
+    """future_leak_seeds on K trained seeds: per seed the gaps of future_leak on its own model (an
+    honest model: float rounding, far under the threshold), the same threshold to float rounding."""
+    from harness.tasks.base import future_leak
+    from harness.tasks.seeds import future_leak_seeds
+
+    step, models, task, cfg = _trained_group("copy", 3, steps=15)
+    data = task.eval_set(32, cfg.train.seq_len, cfg.model.vocab, cfg.train.eval_seed + 1000)
+    stack = SeedStack(models[0], {**step.params, **step.buffers}, cfg.model.pad)
+    batched = future_leak_seeds(stack, data, CPU)
+    for i, (future, state, thr) in enumerate(batched):
+        step.load(i, models[i])
+        f1, s1, t1 = future_leak(models[i], data, cfg.model.pad, CPU)
+        assert math.isclose(thr, t1, rel_tol=1e-5)
+        assert future < thr and state < thr and f1 < t1 and s1 < t1
+        assert abs(future - f1) < 1e-5 and state == 0.0

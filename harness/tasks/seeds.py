@@ -36,7 +36,7 @@ from torch import nn
 from torch.func import functional_call, vmap
 
 from ..env import autocast
-from .base import PAD, START, Batch, Task, eval_chunk, loss_fn
+from .base import LEAK_ATOL, LEAK_RTOL, PAD, START, Batch, Task, eval_chunk, loss_fn
 from .decoding import _advance, _strip, error_counts
 from .g2p import CUDA_EVAL_CHUNK, MAX_PHONES, G2PTask, _trim, lexicon
 
@@ -85,6 +85,7 @@ class SeedStack:
         self._encode = _Call(base, lambda m, src: m.encode(src, style.src_mask(src, pad)))
         self._step = _Call(base, lambda m, memory, src, ys: m.embed.logits(
             m.decode(memory, style.src_mask(src, pad), ys, style.tgt_mask(ys, pad))[:, -1]))
+        self._whole = _Call(base, lambda m, src, tgt: m(src, tgt))
         self._model = model
 
     def select(self, seeds: list[int]) -> "SeedStack":
@@ -99,6 +100,11 @@ class SeedStack:
     def encode(self, src: torch.Tensor) -> torch.Tensor:
         """Every seed's encoder output. Shape: src (B, S) (shared) -> memory (K, B, S, D)."""
         return self._run(self._encode, (src,), (None,))
+
+    def whole_logits(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
+        """Every seed's teacher-forced logits (the whole target in the decoder input, the model's own
+        forward). Shape: src (B, S), tgt (B, T) (shared) -> (K, B, T, V)."""
+        return self._run(self._whole, (src, tgt), (None, None))
 
     def step_logits(self, memory: torch.Tensor, src: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
         """Every seed's logits at the last position of ``ys``. Shape: memory (K, B, S, D), src (B, S)
@@ -128,6 +134,34 @@ def prefix_logits_seeds(stack: SeedStack, src: torch.Tensor, tgt: torch.Tensor, 
         out[:, rows, t] = lg.to(out.dtype)
     if out is None:
         raise ValueError("prefix_logits_seeds: no scored position (keep is all False)")
+    return out
+
+
+@torch.inference_mode()
+def future_leak_seeds(stack: SeedStack, data: Batch, device) -> list[tuple[float, float, float]]:
+    """:func:`harness.tasks.base.future_leak` of K seeds on the same held-out rows, in float32 as
+    there: per seed ``(future gap, state gap, threshold)``. The three passes (prefix-only, whole
+    target, prefix-only again) run in that order for all seeds at once, on the one module tree the
+    stack calls, so a component that keeps state between forwards shows it to every seed's check.
+
+    Shape:
+        data: ``src`` (B, S), ``tgt`` (B, T), ``tgt_y`` (B, T).
+    """
+    b = data.to(device)
+    keep = b.tgt_y != stack.pad
+    prefix = prefix_logits_seeds(stack, b.src, b.tgt, keep).float()  # (K, B, T, V)
+    whole = stack.whole_logits(b.src, b.tgt).float()
+    again = prefix_logits_seeds(stack, b.src, b.tgt, keep).float()
+    out = []
+    for s in range(stack.k):
+        p, w, a = prefix[s][keep], whole[s][keep], again[s][keep]  # (positions, V)
+        thr = LEAK_ATOL + LEAK_RTOL * float(w.abs().max()) if w.numel() else LEAK_ATOL
+        if not all(bool(torch.isfinite(x).all()) for x in (p, w, a)):
+            out.append((float("nan"), float("nan"), thr))
+        elif not p.numel():
+            out.append((0.0, 0.0, thr))
+        else:
+            out.append((float((p - w).abs().max()), float((p - a).abs().max()), thr))
     return out
 
 
