@@ -161,6 +161,11 @@ def test_batched_evaluation_on_cuda_matches_each_seed_alone(task_name):
     for g, a in zip(got, alone):
         assert math.isclose(g["heldout_ce"], a["heldout_ce"], rel_tol=1e-4), (g, a)
         assert all(abs(g[k] - a[k]) <= 0.02 for k in a if k != "heldout_ce"), (g, a)
+    from harness.tasks.seeds import future_leak_seeds
+
+    leak = task.eval_set(64, cfg.train.seq_len, cfg.model.vocab, cfg.train.eval_seed + 1000)
+    for future, state, thr in future_leak_seeds(stack, leak, cuda):  # an honest model passes the gate batched
+        assert future < thr and state < thr, (future, state, thr)
 
 
 @pytest.mark.parametrize("name, why", [
