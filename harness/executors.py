@@ -139,15 +139,17 @@ def _exit_with_run(run_pid: int, parent_pid: int) -> None:
 class QueueProgress:
     """Picklable ``progress(step, loss)`` callback for :func:`harness.train.run_trial` in a
     pool worker: sends ``(key, step, loss)`` to the parent at most every
-    :data:`PROGRESS_EVERY_S` seconds."""
+    :data:`PROGRESS_EVERY_S` seconds, and always at the last of ``steps`` (the bar then says the
+    final evaluation runs)."""
 
-    def __init__(self, key: str):
-        self.key = key
+    def __init__(self, key: str, steps: int = 0):
+        self.key, self.steps = key, steps
         self._last = 0.0
 
     def __call__(self, step: int, loss: float) -> None:
         now = time.monotonic()
-        if _WORKER_PROGRESS is not None and now - self._last >= PROGRESS_EVERY_S:
+        due = now - self._last >= PROGRESS_EVERY_S or (self.steps and step >= self.steps)
+        if _WORKER_PROGRESS is not None and due:
             self._last = now
             try:
                 _WORKER_PROGRESS.put_nowait((self.key, step, loss))
@@ -227,7 +229,8 @@ def _pool_round(todo: list[TrialSpec], jobs: int, threads: int, on_done: OnDone,
     try:
         with _sigint_ignored(), _main_module_hidden():
             for ts in todo:
-                fut = pool.submit(pool_trial, ts.to_dict(), QueueProgress(ts.key) if queue is not None else None)
+                progress = QueueProgress(ts.key, ts.config["train"]["steps"]) if queue is not None else None
+                fut = pool.submit(pool_trial, ts.to_dict(), progress)
                 futures[fut] = ts
         pending = set(futures)
         while pending:

@@ -32,7 +32,8 @@ class TrialBars:
         self._free: list[int] = []
 
     def update(self, ts, step: int, loss: float) -> None:
-        """Move the bar of planned trial ``ts`` (a :class:`harness.trial.TrialSpec`) to ``step``."""
+        """Move the bar of planned trial ``ts`` (a :class:`harness.trial.TrialSpec`) to ``step``; at
+        its last step the bar says that the trial's final evaluation is running."""
         if not self.enabled:
             return
         bar = self._bars.get(ts.key)
@@ -43,7 +44,10 @@ class TrialBars:
             bar.harness_position = position
             self._bars[ts.key] = bar
         bar.update(step - bar.n)
-        bar.set_postfix(loss=f"{loss:.3f}", refresh=False)
+        if bar.total and step >= bar.total:  # the last step: the final evaluation (decoding, on g2p) runs now
+            bar.set_postfix_str(f"loss={loss:.3f}, final evaluation", refresh=True)
+        else:
+            bar.set_postfix(loss=f"{loss:.3f}", refresh=False)
 
     def close(self, key: str) -> None:
         bar = self._bars.pop(key, None)
