@@ -27,7 +27,7 @@ the group's clock (K seeds stepped together: ``step_ms`` is the time of one grou
 seeds); ``wall_s`` is the seed's share of the group's wall time (``group_wall_s`` / K), so that
 summing ``wall_s`` over a run still gives its trial time; ``group_wall_s`` is the whole group's.
 
-Fallback: before training, :func:`vectorise_problem` tries one vmapped forward and backward on the
+Fallback: before training, :func:`harness.vprobe.vectorise_problem` tries one vmapped forward and backward on the
 first stacked batch and compares its per-seed losses with each seed's own forward. A module that
 does not vectorise (``.item()`` or a data-dependent Python branch in its forward, an op or
 ``autograd.Function`` without a batching rule, a buffer updated in place, a forward whose losses
@@ -58,15 +58,12 @@ from .saved import keep_weights
 from .tasks.seeds import NotBatched, SeedStack, evaluate_seeds, future_leak_seeds
 from .train import INVALID, WARMUP_STEPS, PhaseClock, _Loop, noam_lambda, run_trial
 from .trial import TrialResult, TrialSpec, registry_for
+from .vprobe import capture_wanted, first_sentence, vectorise_problem
 from .vstep import CapturedStep, GroupStep, bucket_widths, stack_batches
 
 #: ``vectorized_note`` of a vectorised seed trained with dropout > 0.
 DROPOUT_NOTE = ("dropout masks drawn per seed from the group's one RNG stream (vmap randomness='different'), "
                 "not the sequential trial's stream")
-#: Relative gap allowed between a vmapped loss and the seed's own forward on the same batch before the
-#: group is judged mis-batched (fp32: reordering the rows' sums moves a loss by ~1e-6; bf16 ~1e-2).
-PROBE_RTOL = {"fp32": 1e-4, "bf16": 3e-2}
-
 #: Steps whose losses and gradient norms stay on the device before they are read back (one sync):
 #: a seed that goes non-finite is frozen by the step's mask at once and marked ``diverged`` at the
 #: read, with the step it happened at. Reading every step costs a sync a step (on CUDA the
@@ -74,33 +71,6 @@ PROBE_RTOL = {"fp32": 1e-4, "bf16": 3e-2}
 FLUSH_STEPS = 50
 
 Progress = Callable[[int, float], None]
-
-#: Environment variable read when ``--capture`` is ``auto`` (the default): ``off`` turns captured steps
-#: (CUDA graphs, :class:`harness.vstep.CapturedStep`) of vectorised groups off, ``on``/``auto`` leave them
-#: on with CUDA. An explicit ``run --capture on|off`` (:class:`harness.runmeta.Execution`) wins.
-CAPTURE_ENV = "HARNESS_CAPTURE"
-
-
-def capture_wanted(device: torch.device, mode: str = "auto") -> bool:
-    """Whether a group on ``device`` steps through CUDA graphs: ``mode`` (``run --capture``) ``on`` or
-    ``off``, or for ``auto`` :data:`CAPTURE_ENV` (default ``auto``); never off CUDA (``--capture on`` on
-    the CPU is refused before the run: :meth:`harness.runmeta.Execution.resolved`).
-
-    Raises:
-        ConfigError: ``mode`` or :data:`CAPTURE_ENV` is not ``auto``, ``on`` or ``off``.
-    """
-    import os
-
-    from .errors import ConfigError
-
-    if mode not in ("auto", "on", "off"):
-        raise ConfigError(f"--capture must be auto, on or off, got {mode!r}")
-    if mode == "auto":
-        mode = os.environ.get(CAPTURE_ENV, "auto").strip().lower() or "auto"
-        if mode not in ("auto", "on", "off"):
-            raise ConfigError(f"{CAPTURE_ENV} must be auto, on or off, got {mode!r}")
-    return device.type == "cuda" and mode != "off"
-
 
 def group_key(spec: TrialSpec) -> str:
     """What a trial shares with the other seeds of its group: its spec without the seed."""
@@ -126,7 +96,7 @@ def run_groups(planned: list[TrialSpec], on_done: Callable[[TrialSpec, TrialResu
     seeds (:func:`group_specs`), one group after another in this process; ``on_done(spec, result)``
     (a :class:`harness.trial.TrialResult`) for each trial as its group ends (the caller stores it).
     ``bars``: a :class:`harness.progress.TrialBars` (per-seed bars); ``capture``: ``run --capture``
-    (:func:`capture_wanted`)."""
+    (:func:`harness.vprobe.capture_wanted`)."""
     for chunk in group_specs(list(planned), max_size):
         enabled = bars is not None and bars.enabled
         progress = [(lambda step, loss, ts=ts: bars.update(ts, step, loss)) if enabled else None for ts in chunk]
@@ -152,7 +122,7 @@ def run_group(specs: list[TrialSpec], progress: list[Progress | None] | None = N
         log: receives one line when the group falls back to sequential trials (or its evaluation to
             one seed after another).
         show_progress: a progress bar over the final evaluation's rows (stderr, only on a terminal).
-        capture: ``run --capture``: ``auto``, ``on``, ``off`` (:func:`capture_wanted`).
+        capture: ``run --capture``: ``auto``, ``on``, ``off`` (:func:`harness.vprobe.capture_wanted`).
 
     Returns:
         K :class:`harness.trial.TrialResult` s, in the order of ``specs``.
@@ -177,7 +147,7 @@ def run_group(specs: list[TrialSpec], progress: list[Progress | None] | None = N
         if why is None:
             return group.train_all(t_start)
     except Exception as exc:  # noqa: BLE001 - fall back to the sequential trials, which report their own failure
-        why = f"the vectorised group raised {_first_sentence(failure_reason(exc), 300)}"
+        why = f"the vectorised group raised {first_sentence(failure_reason(exc), 300)}"
     return sequential_fallback(specs, progress, why, log)
 
 
@@ -195,62 +165,6 @@ def sequential_fallback(specs: list[TrialSpec], progress: list[Progress | None],
         result.row.update({"vectorized": 0, "vectorized_note": why})
         out.append(result)
     return out
-
-
-def vectorise_problem(step: GroupStep, models: list[torch.nn.Module], batch: tuple, cfg: RunConfig,
-                      device: torch.device, dtype: str) -> str | None:
-    """Why ``step`` cannot train ``models`` as one group, or None when it can: one vmapped forward and
-    backward on ``batch`` (src (K, B, S), tgt/tgt_y (K, B, T)) must run, leave every buffer as it was,
-    and give per-seed losses equal (within :data:`PROBE_RTOL`) to each model's own forward on its rows
-    (models with dropout are compared in eval mode). Parameters, moments and the global RNG are left
-    unchanged."""
-    from .env import autocast
-    from .tasks.base import loss_fn
-
-    before = {n: b.clone() for n, b in step.buffers.items()}
-    devices = [device.index or 0] if device.type == "cuda" else []
-    dropout = cfg.model.dropout > 0
-    try:
-        with torch.random.fork_rng(devices=devices):
-            _, loss = step.grad_fn(step.params, step.buffers, *batch)
-            if dropout:
-                step.base.eval()
-                with torch.no_grad():
-                    loss = step.loss_fn(step.params, step.buffers, *batch)
-    except Exception as exc:  # noqa: BLE001 - any error means: not vectorisable
-        return f"its forward/backward does not run under torch.func.vmap ({_first_sentence(failure_reason(exc))})"
-    finally:
-        step.base.train()
-    changed = [n for n in before if not torch.equal(before[n], step.buffers[n])]
-    if changed:
-        for n in changed:
-            step.buffers[n].copy_(before[n])
-        return f"a module updates its buffer {changed[0]!r} in place during the forward"
-    own = []
-    with torch.random.fork_rng(devices=devices), torch.no_grad():
-        for i, m in enumerate(models):
-            was = m.training
-            m.train(not dropout)
-            with autocast(device, dtype):
-                logits = m(batch[0][i], batch[1][i])
-            own.append(float(loss_fn(logits, batch[2][i], cfg.model.pad, cfg.train.label_smoothing)))
-            m.train(was)
-    got = loss.tolist()
-    rtol = PROBE_RTOL.get(dtype, 1e-4)
-    bad = [i for i, (a, b) in enumerate(zip(got, own))
-           if not (math.isclose(a, b, rel_tol=rtol, abs_tol=1e-6) or (math.isnan(a) and math.isnan(b)))]
-    if bad:
-        i = bad[0]
-        return (f"the vmapped loss of seed {i} of the group ({got[i]:.6g}) differs from its own forward's "
-                f"({own[i]:.6g}) on the same batch: the modules do not batch correctly under vmap")
-    return None
-
-
-def _first_sentence(text: str, limit: int = 200) -> str:
-    """The first sentence of an error message (at most ``limit`` characters)."""
-    cut = text.find(". ", 40)
-    text = text[:cut + 1] if cut > 0 else text
-    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 class _Group:
@@ -273,7 +187,7 @@ class _Group:
     def prepare(self) -> str | None:
         """Build every seed's model (with the twin and contract checks), run the integrity gate at
         initialisation, draw each seed's first batch and try the group on it
-        (:func:`vectorise_problem`). Returns why the group cannot be vectorised, or None."""
+        (:func:`harness.vprobe.vectorise_problem`). Returns why the group cannot be vectorised, or None."""
         cfg, mc, device, dtype = self.cfg, self.cfg.model, self.device, self.specs[0].dtype
         variant = Variant(self.specs[0].variant, dict(self.specs[0].slots))
         self.task.validate(cfg)
@@ -325,7 +239,7 @@ class _Group:
             except Exception as exc:  # noqa: BLE001 - capture is an optimisation, never a failure
                 if self.log:
                     self.log(f"{self.specs[0].variant}: captured step given up at step {step}, the group steps "
-                             f"uncaptured: {_first_sentence(failure_reason(exc))}")
+                             f"uncaptured: {first_sentence(failure_reason(exc))}")
                 self.captured = None
         return self.step.step(*stacked)
 
@@ -369,7 +283,7 @@ class _Group:
         try:
             return future_leak_seeds(stack, self.loops[seeds[0]].leak_set(step), self.device)
         except Exception as exc:  # noqa: BLE001 - batching is an optimisation: check seed by seed
-            self.gate_why = f"the batched future-leak check raised {_first_sentence(failure_reason(exc))}"
+            self.gate_why = f"the batched future-leak check raised {first_sentence(failure_reason(exc))}"
             if self.log:
                 self.log(f"{self.specs[0].variant}: the group's future-leak checks run seed by seed: {self.gate_why}")
             return [None] * len(seeds)
@@ -390,7 +304,7 @@ class _Group:
             except NotBatched as exc:
                 self.eval_why = str(exc)
             except Exception as exc:  # noqa: BLE001 - batching is an optimisation: evaluate seed by seed
-                self.eval_why = f"the batched evaluation raised {_first_sentence(failure_reason(exc))}"
+                self.eval_why = f"the batched evaluation raised {first_sentence(failure_reason(exc))}"
             if self.log:
                 self.log(f"{self.specs[0].variant}: the group's seeds are evaluated one after another, "
                          f"not batched: {self.eval_why}")

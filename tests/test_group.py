@@ -14,6 +14,7 @@ import torch
 
 import harness
 from harness import group as group_mod
+from harness import vprobe
 from harness import train as train_mod
 from harness.config import get_preset
 from harness.errors import ConfigError
@@ -205,16 +206,16 @@ def test_a_group_steps_through_its_capture_object(monkeypatch):
 
 def test_capture_is_cuda_only_and_switchable(monkeypatch):
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
-    assert not group_mod.capture_wanted(cpu) and group_mod.capture_wanted(cuda)
-    monkeypatch.setenv(group_mod.CAPTURE_ENV, "off")
-    assert not group_mod.capture_wanted(cuda)
-    assert group_mod.capture_wanted(cuda, "on")  # an explicit run --capture wins over the variable
-    monkeypatch.setenv(group_mod.CAPTURE_ENV, "sometimes")
+    assert not vprobe.capture_wanted(cpu) and vprobe.capture_wanted(cuda)
+    monkeypatch.setenv(vprobe.CAPTURE_ENV, "off")
+    assert not vprobe.capture_wanted(cuda)
+    assert vprobe.capture_wanted(cuda, "on")  # an explicit run --capture wins over the variable
+    monkeypatch.setenv(vprobe.CAPTURE_ENV, "sometimes")
     with pytest.raises(ConfigError, match="auto, on or off"):
-        group_mod.capture_wanted(cuda)
-    assert not group_mod.capture_wanted(cuda, "off") and not group_mod.capture_wanted(cpu, "on")
+        vprobe.capture_wanted(cuda)
+    assert not vprobe.capture_wanted(cuda, "off") and not vprobe.capture_wanted(cpu, "on")
     with pytest.raises(ConfigError, match="--capture must be"):
-        group_mod.capture_wanted(cuda, "yes")
+        vprobe.capture_wanted(cuda, "yes")
 
 
 def test_run_capture_reaches_the_group_and_the_run_record(monkeypatch, tmp_path):
@@ -368,7 +369,7 @@ def test_a_captured_group_equals_the_uncaptured_one(monkeypatch):
     cfg = get_preset("tiny").override({"train.steps": 30, "train.eval_every": 10, "train.log_every": 5})
     specs = [TrialSpec("baseline", s, cfg.to_dict(), device="cuda") for s in range(4)]
     captured = group_mod.run_group(specs)
-    monkeypatch.setenv(group_mod.CAPTURE_ENV, "off")
+    monkeypatch.setenv(vprobe.CAPTURE_ENV, "off")
     eager = group_mod.run_group(specs)
     for c, e in zip(captured, eager):
         assert c.row["captured"] == 1 and e.row["captured"] == 0
