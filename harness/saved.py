@@ -105,7 +105,7 @@ def load_model(run, variant: str, seed: int = 0, point: str = "", *, device: str
     if spec is None:
         have = ", ".join(t.key for t in store.meta().trials or []) or "none"
         raise ConfigError(f"run {store.root} has no trial {key!r} (variant {variant!r}, seed {seed}); its trials: {have}")
-    trial = store.read_trial(store.trials_dir / f"{key}.json", quarantine=False)
+    trial = store.read_trial(store.trial_path(key), quarantine=False)
     rec = trial.extra.get(MODEL_KEY) if trial is not None else None
     if not rec:
         raise ConfigError(f"trial {key} of {store.root} kept no weights: it was run without --save-models "

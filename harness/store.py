@@ -7,7 +7,8 @@
     trials/<key>.json   one file per finished trial: {"row": {...}, "curve": [...],
                    "checksum": "sha256:..."} (``TrialResult.to_dict()``; read back as a
                    :class:`harness.trial.TrialResult`), written atomically (temp file + fsync + rename)
-                   the moment the trial ends
+                   the moment the trial ends; ``trials/<key>.json.gz`` is read (and verified,
+                   resumed, retired) the same way, for committed runs with long curves
     trials/quarantine/  trial files that could not be read (corrupt or foreign), moved
                    aside with a ``<name>.reason`` file each; never deleted by the harness
     trials.csv     one row per trial (rendered from trials/)
@@ -47,7 +48,8 @@ from typing import Any, Iterable
 from .config import hash_view
 from .errors import HarnessWarning, StoreError
 from .runmeta import RunMeta
-from .trial import CorruptTrialError, TrialResult, canonical_json, read_trial_file, trial_checksum
+from .trial import (GZ_SUFFIX, CorruptTrialError, TrialResult, canonical_json, key_of_file, read_trial_file,
+                    trial_checksum)
 
 
 #: ``check`` writes its records to ``<results-dir>/checks/<run-id>/``, apart from the runs, so that
@@ -275,19 +277,28 @@ class RunStore:
         """Move the stored trial ``key`` to ``trials/retried/`` (``<key>.json``, then ``<key>.2.json``,
         ...), so it counts as missing and ``run --resume --retry-failed`` runs it again; the old file
         is kept for the record. Returns its new path."""
-        src = self.trials_dir / f"{key}.json"
+        src = self.trial_path(key)
         self.retried_dir.mkdir(exist_ok=True)
         dest, n = self.retried_dir / src.name, 1
         while dest.exists():
             n += 1
-            dest = self.retried_dir / f"{key}.{n}.json"
+            dest = self.retried_dir / f"{key}.{n}{src.name[len(key):]}"
         os.replace(src, dest)
         self.__dict__.get("_trial_cache", {}).pop(src.name, None)
         return dest
 
     def trial_files(self) -> list[Path]:
-        """``trials/*.json``, sorted by name (the quarantine folder is not included)."""
-        return sorted(p for p in self.trials_dir.glob("*.json") if p.is_file())
+        """``trials/*.json`` and ``trials/*.json.gz`` (:data:`harness.trial.GZ_SUFFIX`), sorted by
+        name (the quarantine folder is not included)."""
+        return sorted(p for pattern in ("*.json", f"*{GZ_SUFFIX}") for p in self.trials_dir.glob(pattern)
+                      if p.is_file())
+
+    def trial_path(self, key: str) -> Path:
+        """The stored file of trial ``key``: ``trials/<key>.json``, or ``<key>.json.gz`` where only
+        that exists."""
+        plain = self.trials_dir / f"{key}.json"
+        packed = self.trials_dir / f"{key}{GZ_SUFFIX}"
+        return packed if packed.is_file() and not plain.is_file() else plain
 
     def read_trial(self, path: Path, quarantine: bool = True) -> TrialResult | None:
         """One stored trial, checked by :func:`read_trial_file` (so its key, ``result.key``, is the
@@ -344,7 +355,7 @@ class RunStore:
     def done_keys(self) -> set[str]:
         """Keys of the valid trials stored so far (finished trials, whatever their status);
         invalid files are quarantined (see :meth:`read_trial`)."""
-        return {p.stem for p in self.trial_files() if self.read_trial(p) is not None}
+        return {key_of_file(p) for p in self.trial_files() if self.read_trial(p) is not None}
 
     def missing(self, keys: Iterable[str]) -> list[str]:
         """``keys`` that have no valid stored trial yet, in the given order."""

@@ -18,6 +18,7 @@ plugins, built once per process.
 """
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import math
@@ -206,10 +207,22 @@ class CorruptTrialError(StoreError):
         self.path, self.reason = path, reason
 
 
+#: A trial file may be stored gzipped (``trials/<key>.json.gz``: the same JSON, its checksum over
+#: the content, not the bytes); the harness writes ``.json`` and reads both. Committed reference
+#: runs gzip trial files of long curves (a 36,000-step trial's per-step curve: 2.3 MB as JSON).
+GZ_SUFFIX = ".json.gz"
+
+
+def key_of_file(path: str | Path) -> str:
+    """The trial key a file name stands for: ``<key>.json`` or ``<key>.json.gz`` -> ``<key>``."""
+    name = Path(path).name
+    return name[:-len(GZ_SUFFIX)] if name.endswith(GZ_SUFFIX) else Path(name).stem
+
+
 def read_trial_file(path: str | Path) -> dict:
     """Read and check one ``trials/<key>.json``; returns its content.
 
-    Checks: UTF-8 JSON object; ``row`` an object with ``variant`` (str), ``seed`` (int) and
+    Checks: UTF-8 JSON object (gunzipped first for ``<key>.json.gz``); ``row`` an object with ``variant`` (str), ``seed`` (int) and
     ``status`` (str); ``curve`` (when present) a list of objects; the file name is the row's trial key
     (:func:`trial_key`); ``checksum`` (when present, i.e. written by this version) matches.
 
@@ -218,9 +231,12 @@ def read_trial_file(path: str | Path) -> dict:
     """
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise CorruptTrialError(path, f"cannot be read ({exc.strerror or exc})") from exc
+        raw = path.read_bytes()
+        text = (gzip.decompress(raw) if path.name.endswith(GZ_SUFFIX) else raw).decode("utf-8")
+    except OSError as exc:  # gzip.BadGzipFile and EOFError (a truncated .gz) included
+        raise CorruptTrialError(path, f"cannot be read ({getattr(exc, 'strerror', None) or exc})") from exc
+    except EOFError as exc:
+        raise CorruptTrialError(path, "is a truncated gzip file") from exc
     except UnicodeDecodeError as exc:
         raise CorruptTrialError(path, f"is not UTF-8 text (byte {exc.start}); not a trial file") from exc
     if not text.strip():
@@ -245,8 +261,8 @@ def read_trial_file(path: str | Path) -> dict:
         raise CorruptTrialError(path, "its 'curve' is not a list of objects; not a trial file (foreign file)")
     point = row.get("point") or ""
     key = trial_key(row["variant"], row["seed"], point if isinstance(point, str) else str(point))
-    if path.stem != key:
-        raise CorruptTrialError(path, f"holds trial {key!r}, not {path.stem!r} (renamed or copied from "
+    if key_of_file(path) != key:
+        raise CorruptTrialError(path, f"holds trial {key!r}, not {key_of_file(path)!r} (renamed or copied from "
                                       f"another trial)")
     stored = data.get("checksum")
     if stored is not None:
@@ -278,4 +294,5 @@ def registry_for(plugins: dict[str, Any] | None):
 
 
 __all__ = ["TrialSpec", "TrialResult", "registry_for", "trial_key", "trial_checksum", "read_trial_file",
+           "key_of_file", "GZ_SUFFIX",
            "CorruptTrialError", "canonical_json", "OK", "FAILED"]

@@ -16,7 +16,7 @@ from typing import Sequence
 from .runmeta import RunMeta
 
 from .store import RunStore, tables_text
-from .trial import CorruptTrialError, TrialResult, read_trial_file
+from .trial import GZ_SUFFIX, CorruptTrialError, TrialResult, key_of_file, read_trial_file
 
 #: Trial-file key of a saved model's record (``run --save-models``): ``{"file": "models/<key>.pt",
 #: "sha256", "bytes"}`` (:mod:`harness.saved` writes it, :func:`model_problems` checks it).
@@ -113,7 +113,7 @@ def _read_trials(store: RunStore, problems: list[str], notes: list[str]) -> tupl
             result = read_trial_file(path)
         except CorruptTrialError as exc:
             problems.append(f"{path.relative_to(root)}: {exc.reason}")
-            corrupt.add(path.stem)
+            corrupt.add(key_of_file(path))
             continue
         if "checksum" not in result:
             legacy.append(str(path.relative_to(root)))
@@ -125,7 +125,8 @@ def _read_trials(store: RunStore, problems: list[str], notes: list[str]) -> tupl
         notes.append(f"trials/quarantine/{q['file']}: trials/{q['original']} was moved aside earlier "
                      f"({q['reason']})")
     if store.trials_dir.is_dir():
-        leftovers = sorted(p.name for p in store.trials_dir.iterdir() if p.is_file() and p.suffix != ".json")
+        leftovers = sorted(p.name for p in store.trials_dir.iterdir() if p.is_file() and p.suffix != ".json"
+                           and not p.name.endswith(GZ_SUFFIX))
         if leftovers:
             notes.append(f"trials/: {len(leftovers)} other file(s) ({', '.join(leftovers[:3])}"
                          f"{' ...' if len(leftovers) > 3 else ''}), e.g. temporary files of a killed write; "

@@ -188,3 +188,37 @@ def test_verify_reads_a_gzipped_curves_table_and_catches_a_changed_one(tmp_path)
     assert len(problems) == 1 and problems[0].startswith("curves.csv.gz: does not match the trial files")
     (run / "curves.csv.gz").write_bytes(b"not gzip")
     assert verify_run(RunStore(run))[0][0].startswith("curves.csv.gz: cannot be read")
+
+
+def test_a_gzipped_trial_file_is_read_verified_resumed_and_retired_like_a_plain_one(tmp_path):
+    """``trials/<key>.json.gz`` (committed references gzip long curves) is the same trial: verify
+    passes, load_run and resume see it, --retry-failed retires it; a truncated or edited one is caught."""
+    import gzip
+
+    from harness.store import RunStore
+    from harness.verification import verify_run
+
+    source = ROOT / "results" / "reference" / "main-job"  # trial files with checksums
+    run = tmp_path / "run"
+    shutil.copytree(source, run)
+    plain = sorted((run / "trials").glob("*.json"))[0]
+    key = plain.stem
+    packed = plain.with_name(plain.name + ".gz")
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    plain.unlink()
+    store = RunStore.open(run)
+    assert verify_run(store)[0] == []
+    assert key in {r.key for r in store.load_trials()} and store.missing([key]) == []
+    assert store.trial_path(key) == packed
+
+    edited = json.loads(gzip.decompress(packed.read_bytes()))
+    edited["row"]["heldout_ce"] = 0.0
+    packed.write_bytes(gzip.compress(json.dumps(edited).encode()))
+    assert any("checksum mismatch" in p for p in verify_run(RunStore.open(run))[0])
+    packed.write_bytes(gzip.compress(plain.with_suffix("").name.encode())[:20])  # truncated
+    assert any("truncated" in p or "cannot be read" in p for p in verify_run(RunStore.open(run))[0])
+
+    packed.write_bytes(gzip.compress((source / "trials" / plain.name).read_bytes()))
+    store = RunStore.open(run)
+    moved = store.retire(key)
+    assert moved.name == packed.name and moved.parent.name == "retried" and store.missing([key]) == [key]
