@@ -16,6 +16,7 @@ import torch
 from .config import RunConfig
 from .env import autocast
 from .errors import ConfigError, failure_reason
+from .runmeta import CAPTURE
 from .tasks.base import loss_fn
 from .vstep import GroupStep
 
@@ -37,11 +38,11 @@ def capture_wanted(device: torch.device, mode: str = "auto") -> bool:
     Raises:
         ConfigError: ``mode`` or :data:`CAPTURE_ENV` is not ``auto``, ``on`` or ``off``.
     """
-    if mode not in ("auto", "on", "off"):
+    if mode not in CAPTURE:
         raise ConfigError(f"--capture must be auto, on or off, got {mode!r}")
     if mode == "auto":
         mode = os.environ.get(CAPTURE_ENV, "auto").strip().lower() or "auto"
-        if mode not in ("auto", "on", "off"):
+        if mode not in CAPTURE:
             raise ConfigError(f"{CAPTURE_ENV} must be auto, on or off, got {mode!r}")
     return device.type == "cuda" and mode != "off"
 

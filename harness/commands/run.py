@@ -16,6 +16,7 @@ import sys
 
 
 from ..request import RunOutcome, RunRequest, Terminated
+from ..runmeta import CAPTURE, EXECUTORS, VECTORIZE
 from .common import add_config, add_output, add_selection, command_line, plugin_spec
 
 DESCRIPTION = """Train every selected variant on a task (--task, default copy) with one shared loop, store each
@@ -78,15 +79,15 @@ def register(sub, parents):
                    help="run trials in N local worker processes, each with max(1, cores // N) threads; 'auto' "
                         "(default): on the CPU one process per core with 1 thread each, else 1. Use --jobs 1 "
                         "when the trials' own timings matter")
-    g.add_argument("--vectorize-seeds", choices=["auto", "on", "off"], metavar="{auto,on,off}",
+    g.add_argument("--vectorize-seeds", choices=VECTORIZE, metavar="{auto,on,off}",
                    help="train the seeds of each variant as one vectorised trial group (stacked parameters, "
                         "per-seed Adam; each seed still its own trial record, equal to its sequential trial within "
                         "the tolerance of docs/running.md); auto (default): on with CUDA, off on the CPU")
-    g.add_argument("--capture", choices=["auto", "on", "off"], metavar="{auto,on,off}",
+    g.add_argument("--capture", choices=CAPTURE, metavar="{auto,on,off}",
                    help="step vectorised trial groups through CUDA graphs (static shapes; docs/running.md); auto "
                         "(default): on with CUDA unless HARNESS_CAPTURE=off; on needs a CUDA device (exit 2 on "
                         "the CPU)")
-    g.add_argument("--executor", choices=["local", "ray"],
+    g.add_argument("--executor", choices=EXECUTORS,
                    help="local (this machine; default) or ray (a Ray cluster: pip install -e '.[ray]')")
     g.add_argument("--address", metavar="ADDR", default=None,
                    help="Ray cluster address, e.g. ray://head:10001 or head:6379 (default: RAY_ADDRESS, "
