@@ -458,6 +458,13 @@ def future_leak(model, data: Batch, pad: int, device) -> tuple[float, float, flo
         again = prefix_logits(model, b.src, b.tgt, keep, pad).float()[keep]
     finally:
         model.train(was_training)
+    return leak_gaps(prefix, whole, again)
+
+
+def leak_gaps(prefix: torch.Tensor, whole: torch.Tensor, again: torch.Tensor) -> tuple[float, float, float]:
+    """``(future gap, state gap, threshold)`` of :func:`future_leak` from its three passes' logits at
+    the scored positions, each (positions, V) in float32: max |prefix - whole|, max |prefix - again|
+    and ``LEAK_ATOL + LEAK_RTOL * max |whole|``; nan gaps where a logit is not finite."""
     thr = LEAK_ATOL + LEAK_RTOL * float(whole.abs().max()) if whole.numel() else LEAK_ATOL
     if not all(bool(torch.isfinite(x).all()) for x in (prefix, whole, again)):
         return float("nan"), float("nan"), thr

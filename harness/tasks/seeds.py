@@ -36,7 +36,7 @@ from torch import nn
 from torch.func import functional_call, vmap
 
 from ..env import autocast
-from .base import LEAK_ATOL, LEAK_RTOL, PAD, START, Batch, Task, eval_chunk, loss_fn
+from .base import PAD, START, Batch, Task, eval_chunk, leak_gaps, loss_fn
 from .decoding import _advance, _strip, error_counts
 from .g2p import CUDA_EVAL_CHUNK, MAX_PHONES, G2PTask, _trim, lexicon
 
@@ -152,17 +152,7 @@ def future_leak_seeds(stack: SeedStack, data: Batch, device) -> list[tuple[float
     prefix = prefix_logits_seeds(stack, b.src, b.tgt, keep).float()  # (K, B, T, V)
     whole = stack.whole_logits(b.src, b.tgt).float()
     again = prefix_logits_seeds(stack, b.src, b.tgt, keep).float()
-    out = []
-    for s in range(stack.k):
-        p, w, a = prefix[s][keep], whole[s][keep], again[s][keep]  # (positions, V)
-        thr = LEAK_ATOL + LEAK_RTOL * float(w.abs().max()) if w.numel() else LEAK_ATOL
-        if not all(bool(torch.isfinite(x).all()) for x in (p, w, a)):
-            out.append((float("nan"), float("nan"), thr))
-        elif not p.numel():
-            out.append((0.0, 0.0, thr))
-        else:
-            out.append((float((p - w).abs().max()), float((p - a).abs().max()), thr))
-    return out
+    return [leak_gaps(prefix[s][keep], whole[s][keep], again[s][keep]) for s in range(stack.k)]
 
 
 @torch.inference_mode()
