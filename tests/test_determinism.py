@@ -18,6 +18,7 @@ from harness.runner import make_specs
 from harness.train import run_trial
 
 ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE_PLUGIN = ROOT / "examples" / "harness-example" / "harness_example.py"
 #: columns that measure time or memory, not what was computed
 TIMING = {"wall_s", "train_s", "step_ms", "tokens_per_s", "time_to_solve_s", "peak_mem_mb", "overhead_share"}
 
@@ -68,8 +69,10 @@ def comparable_csv(path: Path, drop: set[str]) -> pd.DataFrame:
 
 
 def test_sequential_and_jobs_2_give_bitwise_equal_rows(tmp_path):
-    common = ["run", "--variants", "baseline,pre_norm,seed_002", "--preset", "tiny", "--set", "model.dropout=0.1",
-              "--seeds", "2", "--threads", "1", "--results-dir", str(tmp_path), "-q", "--no-check"]
+    # a --plugin file's variant too: the pool's workers import the file (the plugin reaches them)
+    common = ["--plugin", str(EXAMPLE_PLUGIN), "run", "--variants", "baseline,example_rmsnorm,seed_002", "--preset",
+              "tiny", "--set", "model.dropout=0.1", "--seeds", "2", "--threads", "1", "--results-dir", str(tmp_path),
+              "-q", "--no-check"]
     seq = _cli(*common, "--run-id", "sequential")
     par = _cli(*common, "--run-id", "jobs2", "--jobs", "2")
     assert seq.returncode == 0, seq.stderr
@@ -77,6 +80,7 @@ def test_sequential_and_jobs_2_give_bitwise_equal_rows(tmp_path):
     a = comparable_csv(tmp_path / "sequential" / "trials.csv", TIMING)
     b = comparable_csv(tmp_path / "jobs2" / "trials.csv", TIMING)
     assert len(a) == 6 and (a["threads"] == "1").all()
+    assert set(a["variant"]) == {"baseline", "example_rmsnorm", "seed_002"}
     pd.testing.assert_frame_equal(a, b)
     pd.testing.assert_frame_equal(comparable_csv(tmp_path / "sequential" / "curves.csv", {"wall_s"}),
                                   comparable_csv(tmp_path / "jobs2" / "curves.csv", {"wall_s"}))
