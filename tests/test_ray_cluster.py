@@ -1,15 +1,16 @@
 """A real two-node Ray cluster on this machine: trials survive a worker killed mid-trial.
 
 The test starts a head node and a second node with ``ray start`` (1 CPU each, a private temp
-dir and free ports, each node in a session of its own), runs three trials through
-``python -m harness run --executor ray --address HEAD``, SIGKILLs a Ray worker process of the
-second node while it runs a trial, and checks that Ray's retry stored every trial exactly once
-with the same metrics as a local run with the same seeds and threads.
+dir and free ports, each node in a session of its own), runs four trials (one variant from a
+``--plugin`` file) through ``python -m harness --plugin FILE run --executor ray --address HEAD``,
+SIGKILLs a Ray worker process of the second node while it runs a trial, and checks that Ray's
+retry stored every trial exactly once with the same metrics as a local run with the same seeds
+and threads.
 
 The cluster is stopped in a ``finally`` by signalling the processes of the sessions its two
 ``ray start`` commands were started in (SIGTERM, then SIGKILL after 2 s: Ray's GCS server and monitor
-ignore SIGTERM, so a longer wait only waits): ``ray stop`` would stop
-every Ray process on the machine, including other users' clusters and other tests' ones.
+ignore SIGTERM, so a longer wait only waits): ``ray stop`` would stop every Ray process on the
+machine, including other users' clusters and other tests' ones.
 Every subprocess has a timeout. When ``ray start`` itself fails (no Ray, no free ports, a
 sandbox without the needed sockets) the test is skipped with Ray's own message.
 """
@@ -37,9 +38,11 @@ from harness import cli  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 TIMING = {"wall_s", "train_s", "step_ms", "tokens_per_s", "time_to_solve_s", "peak_mem_mb", "overhead_share"}
 RAY = shutil.which("ray") or str(Path(sys.executable).with_name("ray"))
-#: the run under test: 3 trials of ~1-3 s each (long enough to be caught running)
-RUN = ["--variants", "baseline", "--preset", "tiny", "--seeds", "3", "--set", "train.steps=300", "--threads", "1",
-       "--device", "cpu", "--no-check"]
+EXAMPLE_PLUGIN = ROOT / "examples" / "harness-example" / "harness_example.py"
+#: the run under test: 4 trials of ~1-3 s each (long enough to be caught running), one variant from a
+#: --plugin file (its source is shipped to the workers: harness.executors.run_ray)
+RUN = ["--plugin", str(EXAMPLE_PLUGIN), "run", "--variants", "baseline,example_rmsnorm", "--preset", "tiny", "--seeds",
+       "2", "--set", "train.steps=300", "--threads", "1", "--device", "cpu", "--no-check"]
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs POSIX sessions and /proc")]
@@ -170,10 +173,10 @@ def test_two_node_cluster_survives_a_worker_killed_mid_trial(tmp_path):
     try:
         with ThreadPoolExecutor(1) as pool:  # the nodes start (mostly waiting) while the local run trains
             starting = pool.submit(cluster.start)
-            assert cli.main(["run", *RUN, "--jobs", "1", "--results-dir", str(tmp_path), "--run-id", "local",
+            assert cli.main([*RUN, "--jobs", "1", "--results-dir", str(tmp_path), "--run-id", "local",
                              "-q"]) == 0
             starting.result()  # re-raises a skip or failure of the start here
-        proc = subprocess.Popen([sys.executable, "-m", "harness", "run", *RUN, "--executor", "ray", "--address",
+        proc = subprocess.Popen([sys.executable, "-m", "harness", *RUN, "--executor", "ray", "--address",
                                  cluster.address, "--results-dir", str(tmp_path), "--run-id", "ray"],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(), cwd=ROOT)
         killed = None
@@ -200,11 +203,11 @@ def test_two_node_cluster_survives_a_worker_killed_mid_trial(tmp_path):
     assert resubmitted, "Ray did not retry a task: the kill did not hit a running trial"
     assert proc.returncode == 0, err[-2000:]
     assert f"ray cluster {cluster.address}: 2 CPU(s)" in err
-    assert err.count("-> stored in") == 3  # each trial stored once, the retried one included
+    assert err.count("-> stored in") == 4  # each trial stored once, the retried one included
     assert sorted(p.name for p in (tmp_path / "ray" / "trials").glob("*.json")) == \
-        ["baseline__s0.json", "baseline__s1.json", "baseline__s2.json"]
+        ["baseline__s0.json", "baseline__s1.json", "example_rmsnorm__s0.json", "example_rmsnorm__s1.json"]
     on_ray, local = _rows(tmp_path / "ray" / "trials.csv"), _rows(tmp_path / "local" / "trials.csv")
-    assert len(on_ray) == 3 and (on_ray["status"] == "ok").all() and (on_ray["threads"] == "1").all()
+    assert len(on_ray) == 4 and (on_ray["status"] == "ok").all() and (on_ray["threads"] == "1").all()
     pd.testing.assert_frame_equal(on_ray, local)
     assert cli.main(["verify", str(tmp_path / "ray"), "-q"]) == 0
     assert not _session_pids(set(cluster.sessions)), "the cluster's processes outlived the test"
