@@ -69,3 +69,9 @@ def builtin_variant_names():
 
 def pytest_configure(config):
     sys.path.insert(0, str(ROOT))
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``slow`` first: under ``-n 2 --dist loadgroup`` the longest ones (the 2-node Ray
+    cluster, ~30-50 s) then overlap the rest instead of running alone at the end."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: otherwise in file order

@@ -199,7 +199,7 @@ def test_compare_gates_an_invalid_candidate(tmp_path):
     reg = [sys.executable, "-m", "harness", "--plugin", str(PLUGINS / "adv_causal_shift.py")]
     for run_id, variant in (("a", "baseline"), ("b", "adv_causal_shift")):
         subprocess.run(reg + ["run", "--variants", variant, "--preset", "tiny", "-q", "--results-dir", str(tmp_path),
-                              "--run-id", run_id], cwd=ROOT, capture_output=True, timeout=300)
+                              "--run-id", run_id, "--no-check"], cwd=ROOT, capture_output=True, timeout=300)
     meta = json.loads((tmp_path / "b" / "config.json").read_text())
     assert meta["variants"] == ["adv_causal_shift"]
     # rename B's variant so the two runs share it: the candidate is "baseline" with a leaking mask
