@@ -1,4 +1,7 @@
+import contextlib
+import io
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -35,6 +38,7 @@ def _share_cores_with_other_workers() -> int:
 # One intra-op thread per xdist worker on 2 cores (-n 2); up to 2 in a plain single-process run.
 torch.set_num_threads(_share_cores_with_other_workers())
 
+from harness import cli  # noqa: E402
 from harness.config import ModelConfig  # noqa: E402
 from harness.registry import Registry  # noqa: E402
 
@@ -60,6 +64,25 @@ def padded_batch(batch=4, s=9, t=10, vocab=11, seed=0):
         src[i, s - 1 - i:] = 0
         tgt[i, t - 1 - i:] = 0
     return src, tgt
+
+
+def cli_in_process(*args, cwd=None) -> subprocess.CompletedProcess:
+    """``python -m harness ARGS`` run in this process (:func:`harness.cli.main`): its exit code and
+    what it printed, as a ``CompletedProcess``. It saves a fresh interpreter's imports (torch,
+    scipy, matplotlib: about 3 s a call); what needs a real process (signals, an exit by an
+    uncaught exception, ``--help``'s imports, worker processes' output) runs a subprocess instead."""
+    out, err, old = io.StringIO(), io.StringIO(), os.getcwd()
+    try:
+        if cwd is not None:
+            os.chdir(cwd)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = cli.main([str(a) for a in args])
+            except SystemExit as exc:  # argparse's usage errors
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    finally:
+        os.chdir(old)
+    return subprocess.CompletedProcess(["harness", *map(str, args)], code, out.getvalue(), err.getvalue())
 
 
 def builtin_variant_names():

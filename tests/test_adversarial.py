@@ -195,11 +195,13 @@ def test_a_leak_that_opens_during_training_is_caught_after_training(registry):
     assert metrics["exact_match_method"] == T.EM_PREFIX
 
 
-def test_compare_gates_an_invalid_candidate(tmp_path):
-    reg = [sys.executable, "-m", "harness", "--plugin", str(PLUGINS / "adv_causal_shift.py")]
+def test_compare_gates_an_invalid_candidate(tmp_path, capsys):
+    from harness import cli
+
+    plugin = ["--plugin", str(PLUGINS / "adv_causal_shift.py")]
     for run_id, variant in (("a", "baseline"), ("b", "adv_causal_shift")):
-        subprocess.run(reg + ["run", "--variants", variant, "--preset", "tiny", "-q", "--results-dir", str(tmp_path),
-                              "--run-id", run_id, "--no-check"], cwd=ROOT, capture_output=True, timeout=300)
+        cli.main(plugin + ["run", "--variants", variant, "--preset", "tiny", "-q", "--results-dir", str(tmp_path),
+                           "--run-id", run_id, "--no-check"])
     meta = json.loads((tmp_path / "b" / "config.json").read_text())
     assert meta["variants"] == ["adv_causal_shift"]
     # rename B's variant so the two runs share it: the candidate is "baseline" with a leaking mask
@@ -212,9 +214,9 @@ def test_compare_gates_an_invalid_candidate(tmp_path):
         t["checksum"] = trial_checksum(t)  # a deliberate edit, re-signed (the store quarantines tampered files)
         p.unlink()
         (p.parent / p.name.replace("adv_causal_shift", "baseline")).write_text(json.dumps(t))
-    proc = subprocess.run([sys.executable, "-m", "harness", "compare", str(tmp_path / "a"), str(tmp_path / "b")],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 1 and "invalid (integrity probes)" in proc.stdout
+    capsys.readouterr()
+    code = cli.main(["compare", str(tmp_path / "a"), str(tmp_path / "b")])
+    assert code == 1 and "invalid (integrity probes)" in capsys.readouterr().out
 
 
 def test_run_treats_correct_plugins_like_built_ins(tmp_path):

@@ -7,7 +7,7 @@ import sys
 import pandas as pd
 import pytest
 
-from .conftest import EXAMPLE_PLUGIN, ROOT
+from .conftest import EXAMPLE_PLUGIN, ROOT, cli_in_process
 
 
 def harness(*args, cwd=None):
@@ -44,19 +44,19 @@ def test_run_tiny_writes_every_file(tmp_path):
 
 
 def test_list_shows_slots_variants_and_plugins():
-    r = harness("list")
+    r = cli_in_process("list")
     assert r.returncode == 0, r.stderr
     for word in ("norm", "attention", "d2l", "baseline", "seed_004", "variants.presets"):
         assert word in r.stdout
     assert "bug_001_discarded_mask" not in r.stdout
-    assert "bug_001_discarded_mask" in harness("list", "--buggy").stdout
+    assert "bug_001_discarded_mask" in cli_in_process("list", "--buggy").stdout
 
 
 def test_example_plugin_file_list_and_run(tmp_path):
-    r = harness("--plugin", str(EXAMPLE_PLUGIN), "list")
+    r = cli_in_process("--plugin", str(EXAMPLE_PLUGIN), "list")
     assert r.returncode == 0, r.stderr
     assert "example_rmsnorm" in r.stdout and "rms" in r.stdout
-    r = harness("--plugin", str(EXAMPLE_PLUGIN), "run", "--variants", "example_rmsnorm", "--preset", "tiny",
+    r = cli_in_process("--plugin", str(EXAMPLE_PLUGIN), "run", "--variants", "example_rmsnorm", "--preset", "tiny",
                 "--results-dir", str(tmp_path), "--quiet")
     assert r.returncode == 0, r.stderr
     trials = pd.read_csv(next(tmp_path.glob("*/trials.csv")))
@@ -78,7 +78,7 @@ def test_example_plugin_module_with_p():
     (["run", "--preset", "quik"], "unknown preset 'quik'"),
 ], ids=["unknown-variant", "d_model-not-divisible", "bad-preset"])
 def test_bad_input_one_line_exit_2(args, needle, tmp_path):
-    r = harness(*args, "--results-dir", str(tmp_path))
+    r = cli_in_process(*args, "--results-dir", str(tmp_path))
     assert r.returncode == 2
     assert needle in r.stderr
     assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1

@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import subprocess
-import sys
 
 import pandas as pd
 import pytest
@@ -21,7 +18,7 @@ from harness.tasks import copy as copy_mod
 from harness.testing import load_registry
 
 from . import tasks_by_name
-from .conftest import ROOT
+from .conftest import ROOT, cli_in_process
 
 TASK_PLUGIN = ROOT / "examples" / "harness-example-task" / "harness_example_task.py"
 BUILTIN = ["copy", "copy_fixed", "copy_length", "reverse", "sort"]
@@ -178,9 +175,7 @@ def test_plugin_task_reuses_the_split(tmp_path):
 
 
 def harness(*args):
-    env = {**os.environ, "HARNESS_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True,
-                          cwd=ROOT, env=env, timeout=300)
+    return cli_in_process(*args, cwd=ROOT)
 
 
 def test_task_plugin_runs_end_to_end(tmp_path):
