@@ -71,7 +71,8 @@ def cli_in_process(*args, cwd=None) -> subprocess.CompletedProcess:
     what it printed, as a ``CompletedProcess``. It saves a fresh interpreter's imports (torch,
     scipy, matplotlib: about 3 s a call); what needs a real process (signals, an exit by an
     uncaught exception, ``--help``'s imports, worker processes' output) runs a subprocess instead."""
-    out, err, old = io.StringIO(), io.StringIO(), os.getcwd()
+    out, err, old, argv = io.StringIO(), io.StringIO(), os.getcwd(), sys.argv
+    sys.argv = [str(Path(cli.__file__).with_name("__main__.py")), *map(str, args)]  # as `python -m harness` does
     try:
         if cwd is not None:
             os.chdir(cwd)
@@ -82,6 +83,7 @@ def cli_in_process(*args, cwd=None) -> subprocess.CompletedProcess:
                 code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     finally:
         os.chdir(old)
+        sys.argv = argv
     return subprocess.CompletedProcess(["harness", *map(str, args)], code, out.getvalue(), err.getvalue())
 
 

@@ -3,9 +3,7 @@ the fresh-process memory probe and the CLI end to end (tiny config, a few steps)
 from __future__ import annotations
 
 import math
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -18,7 +16,7 @@ from harness.config import get_preset
 from harness.model import build_model
 from harness.runmeta import RunMeta
 
-from .conftest import padded_batch
+from .conftest import cli_in_process, padded_batch
 from .tasks_by_name import make_batch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -132,10 +130,7 @@ def test_memory_probe_runs_in_a_fresh_process():
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HARNESS_DISABLE_PLUGIN_AUTOLOAD": "1",
-           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True, timeout=300,
-                          env=env, cwd=ROOT)
+    return cli_in_process(*args, cwd=ROOT)
 
 
 def test_cli_bench_writes_csv_and_markdown(tmp_path):

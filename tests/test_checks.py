@@ -1,6 +1,4 @@
 """Equivalence checks, mask probes and the conformance kit (harness.testing), used as plugin authors would."""
-import subprocess
-import sys
 import textwrap
 
 import pandas as pd
@@ -21,7 +19,7 @@ from harness import testing
 #: The conformance kit's pytest fixtures, used here by name as a plugin author's suite would.
 harness_registry, harness_config = testing.harness_registry, testing.harness_config
 
-from .conftest import ROOT, builtin_variant_names
+from .conftest import builtin_variant_names, cli_in_process
 
 VARIANTS = builtin_variant_names()
 BUGS = ["bug_001_discarded_mask", "bug_001_uint8_invert", "bug_001_unexpanded_mask", "bug_002_kv_query_len"]
@@ -316,9 +314,7 @@ def test_run_checks_classes_matrix_and_files(harness_registry):
 
 
 def test_cli_check_all_with_bugs_end_to_end(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "harness", "check", "--variants", "all,bug*", "-q",
-                           "--results-dir", str(tmp_path), "--run-id", "c"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    proc = cli_in_process("check", "--variants", "all,bug*", "-q", "--results-dir", str(tmp_path), "--run-id", "c")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "{additive_mask, baseline, d2l_attention, torch_attention}" in proc.stdout
     assert "0 result(s) do not match their declaration" in proc.stdout

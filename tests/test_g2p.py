@@ -24,7 +24,7 @@ from harness.tasks.copy import greedy_decode
 from harness.tasks.decoding import _strip, beam_search, error_counts, greedy, wer_per
 from harness.tasks.g2p import MAX_LETTERS, VOCAB, is_test, lexicon
 
-from .conftest import ROOT
+from .conftest import ROOT, cli_in_process
 
 pytestmark = pytest.mark.xdist_group("g2p")  # one worker loads the lexicon
 
@@ -74,11 +74,9 @@ def test_the_task_sets_vocab_and_max_len_unless_given(tmp_path):
     assert (cfg.model.vocab, cfg.model.max_len) == (VOCAB, 22)
     with pytest.raises(ConfigError, match="needs model.vocab >= 68, got 20"):
         reg.task("g2p").validate(resolve_config("tiny", ["train.task=g2p", "model.vocab=20"], reg))
-    env = {**os.environ, "HARNESS_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONPATH": str(ROOT)}
     for bad, need in (("model.vocab=20", "model.vocab >= 68"), ("model.max_len=16", "model.max_len >= 22")):
-        r = subprocess.run([sys.executable, "-m", "harness", "run", "--task", "g2p", "--preset", "tiny", "--set", bad,
-                            "--variants", "baseline", "-q", "--results-dir", str(tmp_path)],
-                           capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
+        r = cli_in_process("run", "--task", "g2p", "--preset", "tiny", "--set", bad, "--variants", "baseline", "-q",
+                           "--results-dir", str(tmp_path))
         assert r.returncode == 2 and need in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
 
 

@@ -2,9 +2,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -15,6 +12,8 @@ from harness.config import get_preset
 from harness.runmeta import Execution
 from harness.runner import make_specs
 from harness.train import PHASES
+
+from .conftest import cli_in_process
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -42,9 +41,8 @@ def test_profile_trial_splits_the_wall_time_into_the_loops_phases(registry, tmp_
 
 
 def test_profile_command_writes_a_table_and_the_trial(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "harness", "profile", "--variants", "baseline", "--preset", "tiny",
-                          "--results-dir", str(tmp_path), "--run-id", "p", "-q"],
-                         capture_output=True, text=True, cwd=ROOT, timeout=300)
+    out = cli_in_process("profile", "--variants", "baseline", "--preset", "tiny", "--results-dir", str(tmp_path),
+                         "--run-id", "p", "-q")
     assert out.returncode == 0, out.stderr
     assert "harness overhead" in out.stdout
     run = tmp_path / "p"
@@ -74,10 +72,8 @@ def test_jobs_auto(n, device, executor, threads, want):
 
 
 def test_run_records_the_resolved_jobs(tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    out = subprocess.run([sys.executable, "-m", "harness", "run", "--variants", "baseline", "pre_norm",
-                          "--preset", "tiny", "--device", "cpu", "--results-dir", str(tmp_path), "--run-id", "r", "-q"],
-                         capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+    out = cli_in_process("run", "--variants", "baseline", "pre_norm", "--preset", "tiny", "--device", "cpu",
+                         "--results-dir", str(tmp_path), "--run-id", "r", "-q")
     assert out.returncode == 0, out.stderr
     meta = json.loads((tmp_path / "r" / "config.json").read_text())
     from harness.env import available_cores

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 
 import pandas as pd
 import pytest
@@ -16,7 +14,7 @@ from harness.suite import report as suite_report
 from harness.errors import ConfigError
 from harness.suite.spec import SuiteSpec, load_suite
 
-from .conftest import ROOT
+from .conftest import ROOT, cli_in_process
 
 TINY = """description = "tiny test suite"
 preset = "tiny"
@@ -27,9 +25,8 @@ reference = "baseline"
 """
 
 
-def cli(*args, cwd=ROOT, timeout=600):
-    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout)
+def cli(*args, cwd=ROOT):
+    return cli_in_process(*args, cwd=cwd)
 
 
 def write_suite(tmp_path, variants=("baseline", "additive_mask", "pre_norm"), seeds=2, name="t"):
