@@ -26,6 +26,8 @@ import pytest
 from harness.train import run_trial
 from harness.trial import TrialSpec
 
+from .conftest import cli_in_process
+
 ROOT = Path(__file__).resolve().parents[1]
 TIMING = {"wall_s", "train_s", "step_ms", "tokens_per_s", "time_to_solve_s", "peak_mem_mb", "overhead_share"}
 
@@ -293,8 +295,8 @@ def test_interrupt_stops_cleanly_with_resume_hint(tmp_path, sig, extra):
 def test_nan_raise_and_oom_trials_are_isolated(tmp_path):
     plugin = tmp_path / "faulty_plugin.py"
     plugin.write_text(textwrap.dedent(FAULTY_PLUGIN))
-    res = harness_cli("--plugin", str(plugin), "run", "--variants", "baseline,goes_nan,raises,ooms,pre_norm",
-                      "--preset", "tiny", "--results-dir", str(tmp_path), "--run-id", "faulty")
+    res = cli_in_process("--plugin", str(plugin), "run", "--variants", "baseline,goes_nan,raises,ooms,pre_norm",
+                         "--preset", "tiny", "--results-dir", str(tmp_path), "--run-id", "faulty")
     assert res.returncode == 1, res.stderr
     assert "Traceback" not in res.stderr
     assert "3 of 5 trial(s) did not finish ok" in res.stderr
@@ -322,7 +324,7 @@ def test_nan_raise_and_oom_trials_are_isolated(tmp_path):
             assert comparable(got) == comparable(alone)
     # failed trials are stored trials: resuming runs nothing and still exits 1
     before = stored(run)
-    again = harness_cli("run", "--resume", str(run))
+    again = cli_in_process("run", "--resume", str(run))
     assert again.returncode == 1, again.stderr
     assert "nothing to run: all 5 trial(s)" in again.stderr
     assert stored(run) == before
@@ -331,8 +333,8 @@ def test_nan_raise_and_oom_trials_are_isolated(tmp_path):
 def test_worker_that_dies_is_recorded_and_the_pool_goes_on(tmp_path):
     plugin = tmp_path / "faulty_plugin.py"
     plugin.write_text(textwrap.dedent(FAULTY_PLUGIN))
-    res = harness_cli("--plugin", str(plugin), "run", "--variants", "baseline,kills_worker,pre_norm,seed_001",
-                      "--preset", "tiny", "--jobs", "2", "--results-dir", str(tmp_path), "--run-id", "pool", "-q")
+    res = cli_in_process("--plugin", str(plugin), "run", "--variants", "baseline,kills_worker,pre_norm,seed_001",
+                         "--preset", "tiny", "--jobs", "2", "--results-dir", str(tmp_path), "--run-id", "pool", "-q")
     assert res.returncode == 1, res.stderr
     assert "Traceback" not in res.stderr
     rows = read_rows(tmp_path / "pool" / "trials.csv")
