@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import importlib
 import io
 import json
 import math
 import os
+import pkgutil
 import shutil
 import tempfile
 import time
@@ -90,7 +92,14 @@ def _fake_result(template: dict, spec: dict) -> dict:
 
 @pytest.fixture
 def faked(template):
-    """Patch the numerical work (see the module docstring) for one test."""
+    """Patch the numerical work (see the module docstring) for one test. Every harness module is
+    imported first: one imported for the first time under the patch would keep the fakes it binds
+    with ``from .model import build_model`` after the undo, for every later test in this process."""
+    import harness
+
+    for info in pkgutil.walk_packages(harness.__path__, "harness."):
+        if not info.name.endswith("__main__"):
+            importlib.import_module(info.name)
     from harness import executors, model
     from harness.experiments import figures
 
