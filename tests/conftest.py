@@ -1,6 +1,8 @@
 import contextlib
+import importlib
 import io
 import os
+import pkgutil
 import subprocess
 import sys
 from pathlib import Path
@@ -64,6 +66,22 @@ def padded_batch(batch=4, s=9, t=10, vocab=11, seed=0):
         src[i, s - 1 - i:] = 0
         tgt[i, t - 1 - i:] = 0
     return src, tgt
+
+
+def import_every_harness_module() -> None:
+    """Import every module of the harness package (not ``__main__``, which runs the CLI). Called
+    once per process below, about 1 s: a test that monkeypatches a harness function (the fuzzer's
+    fakes, a ``monkeypatch.setattr``) can then never be the first import of a module that binds the
+    patched name with ``from .x import name``, which would keep the fake after the undo for every
+    later test in that worker."""
+    import harness
+
+    for info in pkgutil.walk_packages(harness.__path__, "harness."):
+        if not info.name.endswith("__main__"):
+            importlib.import_module(info.name)
+
+
+import_every_harness_module()
 
 
 def cli_in_process(*args, cwd=None) -> subprocess.CompletedProcess:

@@ -21,12 +21,10 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import importlib
 import io
 import json
 import math
 import os
-import pkgutil
 import shutil
 import tempfile
 import time
@@ -43,6 +41,8 @@ from harness.verification import verify_run  # noqa: E402
 from harness.config import RunConfig  # noqa: E402
 from harness.store import RunStore  # noqa: E402
 from harness.trial import TrialResult  # noqa: E402
+
+from .conftest import import_every_harness_module  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE_PLUGIN = ROOT / "examples" / "harness-example" / "harness_example.py"
@@ -93,13 +93,10 @@ def _fake_result(template: dict, spec: dict) -> dict:
 @pytest.fixture
 def faked(template):
     """Patch the numerical work (see the module docstring) for one test. Every harness module is
-    imported first: one imported for the first time under the patch would keep the fakes it binds
-    with ``from .model import build_model`` after the undo, for every later test in this process."""
-    import harness
-
-    for info in pkgutil.walk_packages(harness.__path__, "harness."):
-        if not info.name.endswith("__main__"):
-            importlib.import_module(info.name)
+    imported first (tests/conftest.py): one imported for the first time under the patch would keep
+    the fakes it binds with ``from .model import build_model`` after the undo, for every later test
+    in this process."""
+    import_every_harness_module()
     from harness import executors, model
     from harness.experiments import figures
 
