@@ -26,7 +26,7 @@ from harness.registry import Registry
 from harness.trial import TrialSpec
 from harness.tasks.base import evaluate, loss_fn
 
-from .conftest import ROOT
+from .conftest import ROOT, cli_in_process
 from .tasks_by_name import eval_set
 
 PLUGINS = ROOT / "tests" / "plugins"
@@ -158,12 +158,12 @@ def test_run_marks_leaking_plugins_invalid_and_never_ranks_them(tmp_path):
     """Five undeclared faults in one run (one process, 5 paired seeds): each variant is invalid on
     every seed, its numbers are visible, and no report row gives it a verdict; the baseline is ok."""
     seeds = 5
-    cmd = [sys.executable, "-m", "harness"]
+    cmd = []
     for name in LEAKING:
         cmd += ["--plugin", str(PLUGINS / f"{name}.py")]
     cmd += ["run", "--variants", "baseline", *LEAKING, "--seeds", str(seeds), "--preset", "tiny", "-q",
             "--results-dir", str(tmp_path), "--run-id", "r", "--no-check"]  # check's classes: tests/test_suite.py
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    proc = cli_in_process(*cmd, cwd=ROOT)
     assert proc.returncode == 1, proc.stderr[-2000:]
     assert (f"INVALID (excluded from every verdict; see the report's 'Invalid variants'): {', '.join(sorted(LEAKING))}"
             in proc.stderr)
