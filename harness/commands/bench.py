@@ -209,13 +209,27 @@ def _settings_main(args, variant, cfg, reg, device, store, meta, log) -> int:
     return 0
 
 
+def _write_arm_bench(store, meta, title: str, note: str, rows: list[dict], table: str, seconds: float) -> int:
+    """The outputs of ``bench --group-sizes`` (with or without ``--eval``): bench.md (``title``, the
+    command, the environment, ``note``, the ``table``), bench.csv (``rows``); prints the table."""
+    import pandas as pd
+
+    from ..store import atomic_write_text
+
+    md = "\n".join([f"# {title}", "", "```", meta.command, "```", "", "## Environment", ""]
+                   + [f"- {k}: {v}" for k, v in meta.environment.items() if v is not None]
+                   + ["", note, "", table]) + "\n"
+    atomic_write_text(store.root / "bench.csv", pd.DataFrame(rows).to_csv(index=False))
+    atomic_write_text(store.root / "bench.md", md)
+    print(table)
+    print(f"\nbench: {store.root / 'bench.md'}  ({seconds:.0f} s)")
+    return 0
+
+
 def _seeds_main(args, variant, cfg, reg, device, dtypes, store, meta, log) -> int:
     """``bench --group-sizes K,...``: sequential vs vectorised vs captured seeds of one variant
     (:mod:`harness.perf.seeds`); writes bench.csv and bench.md, prints the table."""
-    import pandas as pd
-
     from ..perf.seeds import run_seed_bench, seed_table
-    from ..store import atomic_write_text
 
     rows, peaks, seconds = [], {}, 0.0
     for dtype in dtypes:
@@ -226,31 +240,20 @@ def _seeds_main(args, variant, cfg, reg, device, dtypes, store, meta, log) -> in
         seconds += info["bench_s"]
     meta.group_sizes, meta.peak_gflop_per_s, meta.bench_s = args.group_sizes, peaks, seconds
     store.write_meta(meta)
+    note = (f"Arms interleaved round-robin (order rotated each round); {args.warmup_steps} warm-up + "
+            f"{args.steps} timed steps per arm; batch {cfg.train.batch}, label tokens per seed-step "
+            f"{info['tokens_per_step']}; trials/h counts the {cfg.train.steps} training steps of a trial "
+            "only (no evaluation, no decoding); MFU against the matmul throughput measured by this "
+            "command: " + ", ".join(f"{d} {g:,.0f} GFLOP/s" for d, g in peaks.items()) + " (harness.perf.seeds).")
+    title = f"Seeds per second: {variant.name} ({meta.preset or 'custom'} config, task {cfg.train.task})"
     table = seed_table(rows).to_markdown(index=False, tablefmt="github")
-    env = meta.environment
-    md = "\n".join([f"# Seeds per second: {variant.name} ({meta.preset or 'custom'} config, task {cfg.train.task})",
-                    "", "```", meta.command, "```", "", "## Environment", ""]
-                   + [f"- {k}: {v}" for k, v in env.items() if v is not None]
-                   + ["", f"Arms interleaved round-robin (order rotated each round); {args.warmup_steps} warm-up + "
-                      f"{args.steps} timed steps per arm; batch {cfg.train.batch}, label tokens per seed-step "
-                      f"{info['tokens_per_step']}; trials/h counts the {cfg.train.steps} training steps of a trial "
-                      "only (no evaluation, no decoding); MFU against the matmul throughput measured by this "
-                      "command: " + ", ".join(f"{d} {g:,.0f} GFLOP/s" for d, g in peaks.items())
-                      + " (harness.perf.seeds).", "", table]) + "\n"
-    atomic_write_text(store.root / "bench.csv", pd.DataFrame(rows).to_csv(index=False))
-    atomic_write_text(store.root / "bench.md", md)
-    print(table)
-    print(f"\nbench: {store.root / 'bench.md'}  ({seconds:.0f} s)")
-    return 0
+    return _write_arm_bench(store, meta, title, note, rows, table, seconds)
 
 
 def _eval_main(args, variant, cfg, reg, device, dtypes, store, meta, log) -> int:
     """``bench --group-sizes K,... --eval``: the evaluation of K seeds one after another vs batched
     (:mod:`harness.perf.eval`); writes bench.csv and bench.md, prints the table."""
-    import pandas as pd
-
     from ..perf.eval import eval_table, run_eval_bench
-    from ..store import atomic_write_text
 
     rows, seconds = [], 0.0
     for dtype in dtypes:
@@ -260,18 +263,10 @@ def _eval_main(args, variant, cfg, reg, device, dtypes, store, meta, log) -> int
         seconds += info["bench_s"]
     meta.group_sizes, meta.bench_s = args.group_sizes, seconds
     store.write_meta(meta)
+    note = (f"Arms interleaved round-robin (order rotated each round); {args.warmup_steps} warm-up + "
+            f"{args.steps} timed rounds per arm; each round one final evaluation ({info['eval_rows']} held-out "
+            "sequences) of the arm's seeds, freshly initialised models, one intra-op thread on the CPU "
+            "(harness.perf.eval).")
+    title = f"Evaluation per seed: {variant.name} ({meta.preset or 'custom'} config, task {cfg.train.task})"
     table = eval_table(rows).to_markdown(index=False, tablefmt="github")
-    env = meta.environment
-    md = "\n".join([f"# Evaluation per seed: {variant.name} ({meta.preset or 'custom'} config, task {cfg.train.task})",
-                    "", "```", meta.command, "```", "", "## Environment", ""]
-                   + [f"- {k}: {v}" for k, v in env.items() if v is not None]
-                   + ["", f"Arms interleaved round-robin (order rotated each round); {args.warmup_steps} warm-up + "
-                      f"{args.steps} timed rounds per arm; each round one final evaluation ({info['eval_rows']} "
-                      "held-out sequences) of the arm's seeds, freshly initialised models, one intra-op thread on the CPU "
-                      "(harness.perf.eval).",
-                      "", table]) + "\n"
-    atomic_write_text(store.root / "bench.csv", pd.DataFrame(rows).to_csv(index=False))
-    atomic_write_text(store.root / "bench.md", md)
-    print(table)
-    print(f"\nbench: {store.root / 'bench.md'}  ({seconds:.0f} s)")
-    return 0
+    return _write_arm_bench(store, meta, title, note, rows, table, seconds)
