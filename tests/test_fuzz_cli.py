@@ -42,8 +42,6 @@ from harness.config import RunConfig  # noqa: E402
 from harness.store import RunStore  # noqa: E402
 from harness.trial import TrialResult  # noqa: E402
 
-from .conftest import import_every_harness_module  # noqa: E402
-
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE_PLUGIN = ROOT / "examples" / "harness-example" / "harness_example.py"
 #: 250 examples in CI (500 took ~25 s on the shared 2-core machine; the suite is kept under 5 min); hunt with
@@ -92,11 +90,10 @@ def _fake_result(template: dict, spec: dict) -> dict:
 
 @pytest.fixture
 def faked(template):
-    """Patch the numerical work (see the module docstring) for one test. Every harness module is
-    imported first (tests/conftest.py): one imported for the first time under the patch would keep
-    the fakes it binds with ``from .model import build_model`` after the undo, for every later test
-    in this process."""
-    import_every_harness_module()
+    """Patch the numerical work (see the module docstring) for one test. It relies on every harness
+    module being imported before any test (tests/conftest.py, ``import_every_harness_module``): one
+    imported for the first time under the patch would keep the fakes it binds with ``from .model
+    import build_model`` after the undo, for every later test in this process."""
     from harness import executors, model
     from harness.experiments import figures
 
