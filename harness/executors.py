@@ -215,38 +215,45 @@ def _drain(queue, by_key: dict, bars: TrialBars) -> None:
             bars.update(by_key[key], step, loss)
 
 
-def _pool_round(todo: list[TrialSpec], jobs: int, threads: int, on_done: OnDone, bars: TrialBars,
-                ctx) -> tuple[list, list]:
-    """Run ``todo`` in one pool. Returns ``(unfinished, suspects)``: the trials lost when a
-    worker died (empty when none did) and those of them that may have been running."""
+def _submit(pool, unit: list[TrialSpec], queue, capture: str | None):
+    """One unit of work to a worker: a trial (``capture`` None: :func:`pool_trial`) or a trial
+    group (:func:`harness.group.pool_group` with ``run --capture``)."""
+    progress = [QueueProgress(ts.key, ts.config["train"]["steps"]) if queue is not None else None for ts in unit]
+    if capture is None:
+        return pool.submit(pool_trial, unit[0].to_dict(), progress[0])
+    from .group import pool_group
+
+    return pool.submit(pool_group, [ts.to_dict() for ts in unit], progress, capture)
+
+
+def _pool_round(todo: list[list[TrialSpec]], jobs: int, threads: int, on_done: OnDone, bars: TrialBars,
+                ctx, capture: str | None = None, log: Callable[[str], None] | None = None) -> tuple[list, list]:
+    """Run ``todo`` (units: one trial each, or trial groups with ``capture``) in one pool. Returns ``(unfinished,
+    suspects)``: the units lost when a worker died (empty when none did), those of them maybe running."""
     queue = ctx.Queue() if bars.enabled else None
     pool = ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=ctx, initializer=_init_worker,
                                initargs=(threads, queue, os.getpid()))
     futures: dict = {}
-    by_key = {ts.key: ts for ts in todo}
+    by_key = {ts.key: ts for unit in todo for ts in unit}
     seen_running: set = set()
     lost: list = []
     try:
         with _sigint_ignored(), _main_module_hidden():
-            for ts in todo:
-                progress = QueueProgress(ts.key, ts.config["train"]["steps"]) if queue is not None else None
-                fut = pool.submit(pool_trial, ts.to_dict(), progress)
-                futures[fut] = ts
+            for unit in todo:
+                futures[_submit(pool, unit, queue, capture)] = unit
         pending = set(futures)
         while pending:
             done, pending = wait(pending, timeout=0.25, return_when=FIRST_COMPLETED)
             _drain(queue, by_key, bars)
             seen_running.update(f for f in pending if f.running())
-            for fut in sorted(done, key=lambda f: futures[f].key):
-                ts = futures[fut]
-                exc = fut.exception()
+            for fut in sorted(done, key=lambda f: futures[f][0].key):
+                unit, exc = futures[fut], fut.exception()
                 if isinstance(exc, BrokenProcessPool):
                     lost.append(fut)
                     continue
-                bars.close(ts.key)
-                result = (TrialResult.from_dict(fut.result()) if exc is None
-                          else TrialResult.failed(ts, failure_reason(exc)))
-                on_done(ts, result)
+                for ts, result in zip(unit, _unit_results(unit, fut, exc, capture, log)):
+                    bars.close(ts.key)
+                    on_done(ts, result)
     except BaseException:
         _terminate(pool)
         raise
@@ -256,13 +263,28 @@ def _pool_round(todo: list[TrialSpec], jobs: int, threads: int, on_done: OnDone,
             queue.close()
             queue.cancel_join_thread()
     pool.shutdown(wait=True)
-    unfinished = [ts for f, ts in futures.items() if f in lost]  # in submission order
-    suspects = [ts for f, ts in futures.items() if f in lost and f in seen_running] or unfinished
+    unfinished = [unit for f, unit in futures.items() if f in lost]  # in submission order
+    suspects = [unit for f, unit in futures.items() if f in lost and f in seen_running] or unfinished
     return unfinished, suspects
 
 
+def _unit_results(unit: list[TrialSpec], fut, exc: BaseException | None, capture: str | None,
+                  log: Callable[[str], None] | None) -> list[TrialResult]:
+    """The results of a finished unit, in its order: the worker's, or each trial ``failed`` with the
+    exception's reason; a group's log lines (a fallback to sequential trials) go to ``log``."""
+    if exc is not None:
+        return [TrialResult.failed(ts, failure_reason(exc)) for ts in unit]
+    out = fut.result()
+    if capture is None:
+        return [TrialResult.from_dict(out)]
+    for line in out["log"] if log else ():
+        log(line)
+    return [TrialResult.from_dict(d) for d in out["results"]]
+
+
 def run_process_pool(specs: Iterable[TrialSpec], jobs: int, on_done: OnDone, threads: int | None = None,
-                     bars: TrialBars | None = None, start_method: str = START_METHOD) -> None:
+                     bars: TrialBars | None = None, start_method: str = START_METHOD, capture: str | None = None,
+                     log: Callable[[str], None] | None = None) -> None:
     """Run ``specs`` in ``jobs`` worker processes (``--jobs N``).
 
     Args:
@@ -272,31 +294,38 @@ def run_process_pool(specs: Iterable[TrialSpec], jobs: int, on_done: OnDone, thr
         threads: intra-op threads per worker (default ``max(1, cores // jobs)``).
         bars: per-trial progress bars fed from the workers through a queue.
         start_method: :data:`START_METHOD` (``forkserver`` where available) or ``spawn``.
+        capture: None: one trial per task; else ``run --capture``, each task a vectorised trial group
+            (``--vectorize-seeds on --jobs N``); ``log`` gets a group's line when it falls back.
 
     Raises:
         KeyboardInterrupt: passed on after the workers have been terminated.
     """
+    from .group import group_specs
+    from .runmeta import MAX_GROUP
+
     ctx = multiprocessing.get_context(start_method)
     if start_method == "forkserver":
         ctx.set_forkserver_preload(FORKSERVER_PRELOAD)
     threads = threads_per_trial(jobs, threads)
     bars = bars or TrialBars(False)
-    unfinished, suspects = _pool_round(list(specs), jobs, threads, on_done, bars, ctx)
+    units = [[ts] for ts in specs] if capture is None else group_specs(list(specs), MAX_GROUP)
+    run = lambda todo, n: _pool_round(todo, n, threads, on_done, bars, ctx, capture, log)  # noqa: E731
+    unfinished, suspects = run(units, jobs)
     while unfinished:
-        # A worker died. Re-run the trials that may have been on it in a pool of one worker,
-        # which takes them in order: when it dies too, the earliest unfinished trial was the one
-        # running, and it is recorded as failed; the others go on in a fresh one-worker pool.
+        # A worker died. Re-run the units that may have been on it in a pool of one worker, in order: when it
+        # dies too, the earliest unfinished unit was running; its trials are failed, the others go on.
         solo = suspects
         while solo:
-            lost, _ = _pool_round(solo, 1, threads, on_done, bars, ctx)
+            lost, _ = run(solo, 1)
             if not lost:
                 break
-            on_done(lost[0], TrialResult.failed(lost[0], WORKER_DIED))
+            for ts in lost[0]:
+                on_done(ts, TrialResult.failed(ts, WORKER_DIED))
             solo = lost[1:]
-        rest = [ts for ts in unfinished if ts not in suspects]
+        rest = [unit for unit in unfinished if unit not in suspects]
         if not rest:
             break
-        unfinished, suspects = _pool_round(rest, jobs, threads, on_done, bars, ctx)
+        unfinished, suspects = run(rest, jobs)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -468,5 +497,4 @@ def run_ray(specs: Iterable[TrialSpec], on_done: OnDone, address: str | None = N
             raise
 
 
-__all__ = ["pool_trial", "TrialBars",
-           "run_sequential", "run_process_pool", "run_ray", "ray_session", "ray_trial", "import_ray"]
+__all__ = ["pool_trial", "TrialBars", "run_sequential", "run_process_pool", "run_ray", "ray_session", "ray_trial", "import_ray"]

@@ -110,6 +110,15 @@ def run_groups(planned: list[TrialSpec], on_done: Callable[[TrialSpec, TrialResu
             on_done(ts, result)
 
 
+def pool_group(specs: list[dict], progress: list[Progress | None], capture: str = "auto") -> dict:
+    """The process-pool boundary of a trial group (``run --vectorize-seeds on --jobs N``, one group per
+    worker at a time): :func:`run_group` on ``TrialSpec.from_dict`` of each spec. Returns
+    ``{"results": [TrialResult.to_dict(), ...], "log": [line, ...]}`` (its fallback line, if any)."""
+    lines: list[str] = []
+    results = run_group([TrialSpec.from_dict(d) for d in specs], progress, lines.append, capture=capture)
+    return {"results": [r.to_dict() for r in results], "log": lines}
+
+
 def run_group(specs: list[TrialSpec], progress: list[Progress | None] | None = None,
               log: Callable[[str], None] | None = None, show_progress: bool = False,
               capture: str = "auto") -> list[TrialResult]:

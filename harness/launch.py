@@ -31,7 +31,7 @@ from .request import CONFIG_OPTIONS, TRIAL_OPTIONS, RunOutcome, RunRequest, Term
 from .resume import (check_code_config, check_components, check_plugins, check_points, check_setting, check_trials,
                      stored_specs)
 from .runner import Plan, execute, make_specs
-from .runmeta import Execution, Resume, RunMeta
+from .runmeta import MAX_GROUP, Execution, Resume, RunMeta
 from .store import RunStore, config_hash
 from .tasks.base import heldout_note
 from .env import environment, resolve_device
@@ -172,7 +172,9 @@ def start_run(req: RunRequest) -> RunOutcome:
     for _, point in plan.points:
         reg.task(point.train.task).validate(point)
     device, dtype = device_name(req.device or "auto", options), req.dtype or "fp32"
-    options = options.resolved(len(plan.variants) * len(plan.seeds) * len(plan.points), device)
+    n_trials = len(plan.variants) * len(plan.seeds) * len(plan.points)
+    n_groups = n_trials if plan.measure is not None else len(plan.variants) * len(plan.points) * -(-len(plan.seeds) // MAX_GROUP)
+    options = options.resolved(n_trials, device, n_groups)
     plugins = req.plugins.to_dict()
     specs = make_specs(plan.variants, plan.seeds, plan.config, device, dtype, plugins, points=plan.points,
                        threads=options.trial_threads(), measure=plan.measure)
@@ -256,7 +258,9 @@ def resume_run(req: RunRequest) -> RunOutcome:
     retried = retire_failed(store, specs) if req.retry_failed else []
     todo = [ts for ts in specs if ts.key in set(store.missing(ts.key for ts in specs))]
     todo = with_save_model(todo) if req.save_models else todo
-    options = options.resolved(len(todo), meta.device or "cpu")
+    from .group import group_specs
+
+    options = options.resolved(len(todo), meta.device or "cpu", len(group_specs(todo, MAX_GROUP)))
     with executor_session(options, meta.plugins or {}, req.quiet), store.lock():
         meta.resumes = [*(meta.resumes or []), Resume(req.command_line(), len(todo), retried, options)]
         headline = (f"resume {store.root}: {len(specs) - len(todo)} of {len(specs)} trial(s) stored, running the "

@@ -144,6 +144,8 @@ MAX_WORKERS = 1024
 #: ``--vectorize-seeds`` choices (:class:`Execution`), and the most seeds one vectorised group trains.
 VECTORIZE = ("auto", "on", "off")
 MAX_GROUP = 64
+#: ``--jobs auto`` on CUDA with vectorised seeds: worker processes sharing the one device.
+GPU_JOBS = 4
 #: ``--capture`` choices (:class:`Execution`).
 CAPTURE = ("auto", "on", "off")
 
@@ -162,9 +164,10 @@ class Execution(Record):
             1 on Ray (where it is also the CPUs reserved per task). None: not pinned.
         address: Ray cluster address (``ray`` only); default ``RAY_ADDRESS`` or a local cluster.
         vectorize_seeds: ``on``: the seeds of one variant x config train as vectorised trial groups
-            in this process (:mod:`harness.group`); ``off``: one trial after another; ``auto``
-            (resolved by :meth:`resolved`): ``on`` on CUDA with the local executor and one job,
-            where it pays, ``off`` on the CPU, where it measured 0.87-1.24x. A run stored before the
+            (:mod:`harness.group`), in this process or, with ``jobs > 1``, one group per worker
+            process; ``off``: one trial after another; ``auto`` (resolved by :meth:`resolved`): ``on``
+            on CUDA with the local executor, where it pays, ``off`` on the CPU, where it measured
+            0.87-1.24x. A run stored before the
             option existed has no ``vectorize_seeds`` key: it reads as ``auto`` and is written back
             without one.
         capture: the training step of a vectorised trial group as CUDA graphs
@@ -206,9 +209,9 @@ class Execution(Record):
             raise ConfigError(f"--address {self.address} needs --executor ray")
         if self.vectorize_seeds not in VECTORIZE:
             raise ConfigError(f"--vectorize-seeds must be one of {', '.join(VECTORIZE)}, got {self.vectorize_seeds!r}")
-        if self.vectorize_seeds == "on" and (self.executor != "local" or self.jobs not in (1, "auto")):
-            raise ConfigError("--vectorize-seeds on trains each group of seeds in this process: use it with the "
-                              f"local executor and --jobs 1 (got --executor {self.executor} --jobs {self.jobs})")
+        if self.vectorize_seeds == "on" and self.executor != "local":
+            raise ConfigError("--vectorize-seeds on trains groups of seeds in local processes: use it with the "
+                              f"local executor (got --executor {self.executor})")
         if self.capture not in CAPTURE:
             raise ConfigError(f"--capture must be one of {', '.join(CAPTURE)}, got {self.capture!r}")
         if self.capture == "on" and self.vectorize_seeds == "off":
@@ -216,17 +219,22 @@ class Execution(Record):
                               "on or auto, not off")
         return self
 
-    def resolved(self, n_trials: int, device: str) -> "Execution":
+    def resolved(self, n_trials: int, device: str, n_groups: int | None = None) -> "Execution":
         """A new record of these options with ``vectorize_seeds="auto"`` and ``jobs="auto"`` decided:
         on the CPU, one worker process per core (at most one per trial) with one thread each; on
-        CUDA, on Ray or for a single trial, 1 (this process).
+        CUDA with vectorised seeds and more than one trial group (``n_groups``, default
+        ``n_trials``), :data:`GPU_JOBS` worker processes (at most one per group and per core), each
+        training one group at a time on the same device; on Ray or for a single trial, 1 (this process).
 
         Why: at the ``quick`` preset's sizes a step is hundreds of small ops, so a second
         intra-op thread gains little (1.2-1.6x per step measured on 2 cores), while two
         one-thread trials side by side gain nearly 2x: ``run --variants all`` took 122 s
         with one process x 2 threads and 77 s with 2 processes x 1 thread (docs/benchmarks.md).
         Timings per trial are then taken with 1 thread next to another trial; for speed
-        comparisons use ``harness bench`` (one process, interleaved) or ``--jobs 1``.
+        comparisons use ``harness bench`` (one process, interleaved) or ``--jobs 1``. On a GPU a
+        small model's captured step leaves the chip mostly idle and each trial spends seconds on
+        the host (build, checks, evaluation), so groups of different variants side by side overlap
+        that host time (docs/benchmarks.md, "GPU").
         """
         if self.capture == "on" and not device.startswith("cuda"):
             from .errors import ConfigError
@@ -235,14 +243,16 @@ class Execution(Record):
                               "use --capture auto or off")
         vectorize, jobs = self.vectorize_seeds, self.jobs
         if vectorize == "auto":
-            on = device.startswith("cuda") and self.executor == "local" and jobs in (1, "auto")
-            vectorize = "on" if on else "off"
+            vectorize = "on" if device.startswith("cuda") and self.executor == "local" else "off"
         if jobs == "auto":
             jobs = 1
-            if self.executor == "local" and device == "cpu" and n_trials > 1 and vectorize != "on":
+            if self.executor == "local" and n_trials > 1:
                 from .env import available_cores
 
-                jobs = max(1, min(n_trials, available_cores() // max(1, int(self.threads or 1))))
+                if device == "cpu" and vectorize != "on":
+                    jobs = max(1, min(n_trials, available_cores() // max(1, int(self.threads or 1))))
+                elif device.startswith("cuda") and vectorize == "on":
+                    jobs = max(1, min(GPU_JOBS, n_trials if n_groups is None else n_groups, available_cores()))
         return Execution(self.executor, jobs, self.threads, self.address, vectorize, self.capture)
 
     def trial_threads(self) -> int:
@@ -260,7 +270,8 @@ class Execution(Record):
 
             return f"ray cluster {ray_address(self.address)}, {self.trial_threads()} thread(s) per trial"
         if self.vectorize_seeds == "on":
-            return f"this process, {self.trial_threads()} thread(s), seeds vectorised in groups of up to {MAX_GROUP}"
+            where = "this process" if self.jobs == 1 else f"{self.jobs} worker processes, one group each at a time"
+            return f"{where}, {self.trial_threads()} thread(s), seeds vectorised in groups of up to {MAX_GROUP}"
         if self.jobs == 1:
             return f"this process, {self.trial_threads()} thread(s)"
         return f"{self.jobs} worker processes x {self.trial_threads()} thread(s)"

@@ -132,6 +132,9 @@ def execute(specs: list[TrialSpec], store: RunStore, options: Execution | None =
             executors.run_ray(specs, on_done, address=options.address, cpus_per_trial=options.trial_threads(),
                               gpus_per_trial=1 if any(ts.device.startswith("cuda") for ts in specs) else 0,
                               log=log)
+        elif options.vectorize_seeds == "on" and options.jobs > 1 and len(specs) > 1:
+            executors.run_process_pool(specs, options.jobs, on_done, threads=options.trial_threads(), bars=bars,
+                                       capture=options.capture, log=log)
         elif options.vectorize_seeds == "on":
             from .group import run_groups
 

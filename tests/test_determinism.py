@@ -96,19 +96,21 @@ def test_sequential_and_jobs_2_give_bitwise_equal_rows(tmp_path):
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA device")
-def test_jobs_2_on_one_gpu_gives_the_rows_of_one_process(tmp_path):
+@pytest.mark.parametrize("vectorize", ["off", "on"])
+def test_jobs_2_on_one_gpu_gives_the_rows_of_one_process(tmp_path, vectorize):
     """Issue 27, item 5: several trial processes share one GPU (``--jobs 2 --device cuda``: different
-    variants, which do not vectorise together). Each worker process opens its own CUDA context; the
-    rows must be those of the same trials run one after another in one process."""
+    variants, which do not vectorise together; with ``on`` each worker trains one captured trial group
+    at a time). Each worker process opens its own CUDA context; the rows must be those of the same
+    trials (or groups) run one after another in one process."""
     common = ["run", "--variants", "baseline,pre_norm", "--preset", "tiny", "--seeds", "2", "--device", "cuda",
-              "--results-dir", str(tmp_path), "-q", "--no-check", "--vectorize-seeds", "off"]
+              "--results-dir", str(tmp_path), "-q", "--no-check", "--vectorize-seeds", vectorize]
     one = _cli(*common, "--run-id", "one")
     two = _cli(*common, "--run-id", "two", "--jobs", "2")
     assert one.returncode == 0, one.stderr
     assert two.returncode == 0, two.stderr
     def rows(run: str) -> pd.DataFrame:
         df = pd.read_csv(tmp_path / run / "trials.csv")
-        df = df.drop(columns=[c for c in df.columns if c in TIMING | {"threads"}])
+        df = df.drop(columns=[c for c in df.columns if c in TIMING | {"threads", "group_wall_s"}])
         return df.sort_values(["variant", "seed"]).reset_index(drop=True)
 
     a, b = rows("one"), rows("two")

@@ -18,7 +18,7 @@ from harness import vprobe
 from harness import train as train_mod
 from harness.config import get_preset
 from harness.errors import ConfigError
-from harness.runmeta import Execution
+from harness.runmeta import GPU_JOBS, Execution
 from harness.store import RunStore
 from harness.tasks.base import Batch
 from harness.trial import TrialSpec, registry_for
@@ -101,14 +101,22 @@ def test_resume_runs_the_missing_seeds_as_a_group(on_off, tmp_path):
                             before[("pre_norm", seed)].row["heldout_ce"], rel_tol=CE_RTOL)
 
 
-def test_auto_is_on_only_where_it_pays():
+def test_auto_is_on_only_where_it_pays(monkeypatch):
+    monkeypatch.setattr("harness.env.available_cores", lambda: 16)
     assert Execution(jobs="auto").resolved(8, "cpu").vectorize_seeds == "off"
-    cuda = Execution(jobs="auto").resolved(8, "cuda")
-    assert cuda.vectorize_seeds == "on" and cuda.jobs == 1
-    assert Execution(jobs=2).resolved(8, "cuda").vectorize_seeds == "off"
+    one_group = Execution(jobs="auto").resolved(8, "cuda", n_groups=1)
+    assert one_group.vectorize_seeds == "on" and one_group.jobs == 1
+    # several groups on one GPU: one worker process per group, at most GPU_JOBS (and one per core)
+    assert Execution(jobs="auto").resolved(8, "cuda", n_groups=3).jobs == 3
+    assert Execution(jobs="auto").resolved(11, "cuda", n_groups=11).jobs == GPU_JOBS
+    monkeypatch.setattr("harness.env.available_cores", lambda: 2)
+    assert Execution(jobs="auto").resolved(11, "cuda", n_groups=11).jobs == 2
+    assert Execution(jobs=2).resolved(8, "cuda").vectorize_seeds == "on"  # groups in two workers
+    assert Execution(jobs=2, vectorize_seeds="off").resolved(8, "cuda").vectorize_seeds == "off"
     assert Execution(jobs="auto", vectorize_seeds="on").resolved(8, "cpu").jobs == 1
-    with pytest.raises(ConfigError, match="--jobs 1"):
-        Execution(jobs=2, vectorize_seeds="on").validate()
+    assert Execution(jobs=2, vectorize_seeds="on").validate().jobs == 2
+    with pytest.raises(ConfigError, match="local executor"):
+        Execution(executor="ray", vectorize_seeds="on").validate()
     with pytest.raises(ConfigError, match="--vectorize-seeds must be one of"):
         Execution(vectorize_seeds="yes").validate()
 
@@ -349,6 +357,31 @@ def test_a_plugin_that_does_not_vectorise_runs_sequentially_with_one_line(name):
     for g, a in zip(grouped, alone):
         assert g.row["vectorized"] == 0 and mod.EXPECT_FALLBACK in g.row["vectorized_note"]
         assert g.row["status"] == a.row["status"] and g.row["heldout_ce"] == a.row["heldout_ce"]
+
+
+def test_groups_in_worker_processes_equal_groups_in_this_process():
+    """``--vectorize-seeds on --jobs 2``: each group trains in a worker (one group per worker at a time),
+    bitwise as in this process; a group that falls back to sequential trials there says why in one line,
+    which reaches the run's log."""
+    from harness import executors
+
+    path, mod = _plugin("vec_item_forward")
+    plugins = {"modules": [], "files": [str(path)], "strict": False}
+    cfg = get_preset("tiny").override({"train.steps": 4, "train.eval_sequences": 16}).to_dict()
+    base = [TrialSpec("baseline", s, cfg, device="cpu", threads=1) for s in range(2)]
+    odd = [TrialSpec("vec_item_forward", s, cfg, slots={"layer_norm": "vec_item_forward"}, device="cpu",
+                     plugins=plugins, threads=1) for s in range(2)]
+    got, lines = {}, []
+    executors.run_process_pool(base + odd, 2, lambda ts, r: got.__setitem__(ts.key, r), threads=1,
+                               capture="auto", log=lines.append)
+    assert len(got) == 4 and len(lines) == 1 and mod.EXPECT_FALLBACK in lines[0], lines
+    here = group_mod.run_group(base)
+    for ts, h in zip(base, here):
+        w = got[ts.key].row
+        assert w["vectorized"] == 2 and {k: w[k] for k in ("heldout_ce", "exact_match", "final_train_loss")} == \
+            {k: h.row[k] for k in ("heldout_ce", "exact_match", "final_train_loss")}
+        assert [r["loss"] for r in got[ts.key].curve] == [r["loss"] for r in h.curve]
+    assert all(got[ts.key].row["vectorized"] == 0 and got[ts.key].row["status"] == "ok" for ts in odd)
 
 
 @pytest.mark.cuda
