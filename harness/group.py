@@ -64,6 +64,8 @@ from .vstep import CapturedStep, GroupStep, bucket_widths, stack_batches
 #: ``vectorized_note`` of a vectorised seed trained with dropout > 0.
 DROPOUT_NOTE = ("dropout masks drawn per seed from the group's one RNG stream (vmap randomness='different'), "
                 "not the sequential trial's stream")
+#: ``_Group.eval_why`` of a group of one seed: evaluated and gated on its own model, as its sequential trial.
+SOLO = "one seed"
 #: Steps whose losses and gradient norms stay on the device before they are read back (one sync):
 #: a seed that goes non-finite is frozen by the step's mask at once and marked ``diverged`` at the
 #: read, with the step it happened at. Reading every step costs a sync a step (on CUDA the
@@ -190,7 +192,9 @@ class _Group:
         self.clock = PhaseClock()
         self.results = [TrialResult(row=s.identity_row(self.device.type, torch.get_num_threads())) for s in specs]
         self.final_set = None  # the final evaluation's held-out set, built once for the group (_finish)
-        self.eval_why: str | None = None  # why the seeds are evaluated one after another (None: batched)
+        # why the seeds are evaluated one after another (None: batched); a group of one has nothing to batch, and
+        # its own model's pass is the cheaper one (bench --eval: batched K=1 at 0.75x on the CPU, docs/benchmarks.md)
+        self.eval_why: str | None = SOLO if len(specs) == 1 else None
         self.gate_why: str | None = None  # why the future-leak checks run seed by seed (None: batched)
 
     def prepare(self) -> str | None:

@@ -359,6 +359,26 @@ def test_a_plugin_that_does_not_vectorise_runs_sequentially_with_one_line(name):
         assert g.row["status"] == a.row["status"] and g.row["heldout_ce"] == a.row["heldout_ce"]
 
 
+@pytest.mark.parametrize("k", [1, 2])
+def test_a_group_of_one_evaluates_on_its_own_model(monkeypatch, k):
+    """A group of one seed (what a captured single trial on CUDA is) scores and gates its seed with the
+    sequential trial's code, not the batched pass over a stack of one; K = 2 still batches."""
+    calls = []
+    for name in ("evaluate_seeds", "future_leak_seeds"):
+        real = getattr(group_mod, name)
+        monkeypatch.setattr(group_mod, name, lambda *a, real=real, name=name, **kw: calls.append(name) or real(*a, **kw))
+    cfg = get_preset("tiny").override({"train.steps": 4, "train.eval_every": 2, "train.eval_sequences": 16})
+    specs = [TrialSpec("baseline", s, cfg.to_dict(), device="cpu", threads=1) for s in range(k)]
+    group = group_mod._Group(specs, [None] * k, None)
+    assert group.prepare() is None
+    grouped = group.train_all(0.0)
+    alone = [train_mod.run_trial(s) for s in specs]
+    assert (calls == []) == (k == 1), calls
+    for g, a in zip(grouped, alone):
+        assert g.row["status"] == a.row["status"] == "ok"
+        assert math.isclose(g.row["heldout_ce"], a.row["heldout_ce"], rel_tol=1e-4)
+
+
 def test_groups_in_worker_processes_equal_groups_in_this_process():
     """``--vectorize-seeds on --jobs 2``: each group trains in a worker (one group per worker at a time),
     bitwise as in this process; a group that falls back to sequential trials there says why in one line,
