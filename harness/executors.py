@@ -9,10 +9,10 @@ function (:func:`pool_trial`, :func:`ray_trial`) plus its spec's plain dict
 as a pickled model or closure: those two calls, here, are the only place the records are dicts
 outside the files.
 
-* :func:`run_sequential` (``--jobs 1``, the default): one trial after the other in this process.
-* :func:`run_process_pool` (``--jobs N``): N worker processes from
-  :class:`concurrent.futures.ProcessPoolExecutor` with the ``spawn`` start method (a fresh
-  interpreter: no inherited OpenMP or CUDA state). Each worker calls
+* :func:`run_sequential` (``--jobs 1``): one trial after the other in this process.
+* :func:`run_process_pool` (``--jobs N``): N worker processes from ProcessPoolExecutor, each task a trial
+  or, with vectorised seeds, a trial group (:func:`harness.group.pool_group`); started with
+  :data:`START_METHOD` (no inherited OpenMP or CUDA state). Each worker calls
   ``torch.set_num_threads(threads)`` with ``threads = max(1, cores // N)`` unless ``--threads``
   says otherwise, so N workers never oversubscribe the cores. A worker that dies (killed by a
   signal or by the out-of-memory killer) breaks the pool; the trials it may have been running

@@ -76,9 +76,10 @@ def register(sub, parents):
                    help="with --resume: also run the failed and diverged trials again (their old files are kept "
                         "under RUN_DIR/trials/retried/)")
     g.add_argument("--jobs", "-j", type=jobs_arg, metavar="N",
-                   help="run trials in N local worker processes, each with max(1, cores // N) threads; 'auto' "
-                        "(default): on the CPU one process per core with 1 thread each, else 1. Use --jobs 1 "
-                        "when the trials' own timings matter")
+                   help="run trials (or, with vectorised seeds, trial groups) in N local worker processes, each "
+                        "with max(1, cores // N) threads; 'auto' (default): on the CPU one process per core with 1 "
+                        "thread each; on CUDA up to 4 processes sharing the GPU, one per trial group; else 1. Use "
+                        "--jobs 1 when the trials' own timings matter")
     g.add_argument("--vectorize-seeds", choices=VECTORIZE, metavar="{auto,on,off}",
                    help="train the seeds of each variant as one vectorised trial group (stacked parameters, "
                         "per-seed Adam; each seed still its own trial record, equal to its sequential trial within "
