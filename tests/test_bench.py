@@ -195,3 +195,72 @@ def test_bench_eval_arms_per_seed(tmp_path, capsys):
     assert main([*args, "--run-id", "f"]) == 2
     err = capsys.readouterr().err
     assert "--eval times the evaluation of trial groups" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("name, cat", [
+    ("aten::mm", "matmul"), ("aten::addmm", "matmul"),
+    ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1", "matmul"),
+    ("ampere_bf16_s16816gemm_bf16_128x64_ldg8_f2f_stages_64x4_tn", "matmul"),
+    ("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float>", "attention"),
+    ("aten::native_layer_norm_backward", "normalisation"), ("aten::_fused_adam_", "optimizer"),
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>", "elementwise"),
+    ("aten::t", "views and allocation"), ("aten::tanh", "elementwise"), ("aten::embedding_dense_backward",
+                                                                       "embedding and loss"),
+    ("Memcpy HtoD (Pageable -> Device)", "copy and cast"), ("some_new_kernel", "other"),
+])
+def test_kernel_categories_by_name(name, cat):
+    from harness.perf.kernels import category
+
+    assert category(name) == cat
+
+
+def test_op_rows_sum_by_name_per_step_and_skip_other_devices():
+    from types import SimpleNamespace as E
+
+    from harness.perf.kernels import category_rows, op_rows
+
+    cpu, cuda = torch.autograd.DeviceType.CPU, torch.autograd.DeviceType.CUDA
+    events = [E(name="aten::mm", device_type=cpu, self_cpu_time_total=300.0),
+              E(name="aten::mm", device_type=cpu, self_cpu_time_total=100.0),
+              E(name="aten::add", device_type=cpu, self_cpu_time_total=100.0),
+              E(name="gemm_kernel", device_type=cuda, device_time_total=900.0)]
+    rows = op_rows(events, on_device=False, steps=2)
+    assert [r["op"] for r in rows] == ["aten::mm", "aten::add"]
+    assert rows[0]["calls_per_step"] == 1.0 and rows[0]["ms_per_step"] == pytest.approx(0.2)
+    assert [r["share"] for r in rows] == pytest.approx([0.8, 0.2])
+    gpu = op_rows(events, on_device=True, steps=1)
+    assert [(r["op"], r["ms_per_step"], r["share"]) for r in gpu] == [("gemm_kernel", 0.9, 1.0)]
+    cats = category_rows(rows)
+    assert [(c["category"], c["ops"]) for c in cats] == [("matmul", 1), ("elementwise", 1)]
+
+
+def test_bench_kernels_profiles_every_arm(tmp_path, capsys):
+    """``bench --kernels N`` on the CPU: per arm the N largest ops by self time, matmuls among them,
+    categories that cover the whole profiled time; with --group-sizes it is one line, exit 2."""
+    from harness.cli import main
+
+    args = ["bench", "--variants", "baseline", "--preset", "tiny", "--steps", "2", "--warmup-steps", "1",
+            "--device", "cpu", "--results-dir", str(tmp_path), "-q"]
+    assert main([*args, "--kernels", "5", "--run-id", "k"]) == 0
+    df = pd.read_csv(tmp_path / "k" / "bench.csv")
+    assert set(df["arm"]) == {f"{B.REFERENCE} fp32", "baseline fp32"}
+    for _, arm in df.groupby("arm"):
+        assert list(arm["rank"]) == [1, 2, 3, 4, 5] and arm["ms_per_step"].is_monotonic_decreasing
+        assert (arm["share"] > 0).all() and arm["share"].sum() < 1
+    md = (tmp_path / "k" / "bench.md").read_text()
+    assert "### baseline fp32" in md and "| matmul" in md and "CPU ops (self time)" in md
+    assert main([*args, "--kernels", "5", "--group-sizes", "2", "--run-id", "g"]) == 2
+    assert "--kernels N profiles" in capsys.readouterr().err
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_kernel_bench_on_cuda_counts_gpu_kernels(registry):
+    from harness.perf.kernels import run_kernel_bench
+
+    rows, info = run_kernel_bench([registry.variants["baseline"]], tiny(), torch.device("cuda"), ["bf16"], steps=2,
+                                  warmup=1, registry=registry, top=10)
+    assert info["unit"] == "GPU kernels" and set(info["ms_profiled"]) == {f"{B.REFERENCE} fp32",
+                                                                           f"{B.REFERENCE} bf16", "baseline bf16"}
+    assert all(ms > 0 for ms in info["ms_profiled"].values())
+    assert any(c["category"] == "matmul" and c["share"] > 0 for c in info["categories"]["baseline bf16"])

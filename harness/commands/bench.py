@@ -24,7 +24,8 @@ EPILOG = """examples:
   python -m harness bench --variants all                      paper config, fp32, 3 warm-up + 8 timed steps
   python -m harness bench --variants all --dtype both         fp32 and bf16 autocast in one run
   python -m harness bench --variants baseline --preset quick --steps 30
-  python -m harness bench --variants baseline --preset tiny --task g2p --group-sizes 4,8 --eval --device cpu"""
+  python -m harness bench --variants baseline --preset tiny --task g2p --group-sizes 4,8 --eval --device cpu
+  python -m harness bench --variants baseline --dtype both --kernels 12 --steps 3   where the step's time goes"""
 
 
 def register(sub, parents):
@@ -59,6 +60,10 @@ def register(sub, parents):
                    help="with --group-sizes: time the final held-out evaluation (decoding included) of K seeds "
                         "one after another vs in one batched pass (what a trial group runs), per seed; --steps "
                         "and --warmup-steps count evaluation rounds")
+    p.add_argument("--kernels", type=int, default=0, metavar="N",
+                   help="where a step's time goes instead: each contender's --steps steps under torch.profiler, the "
+                        "N largest ops (on CUDA the GPU kernels' device time, on the CPU ops' self time) and the "
+                        "share of matmuls, attention, normalisation, copies ... per step (harness.perf.kernels)")
     p.add_argument("--no-memory", dest="memory", action="store_false",
                    help="skip the fresh-process peak-memory probes (about 5 s per contender and dtype)")
     add_output(p, "bench")
@@ -136,6 +141,8 @@ def main(args) -> int:
 
     if args.steps < 1 or args.warmup_steps < 0:
         raise BenchError(f"--steps must be >= 1 and --warmup-steps >= 0, got {args.steps} and {args.warmup_steps}")
+    if args.kernels < 0 or (args.kernels and (args.group_sizes or args.old)):
+        raise BenchError("--kernels N profiles the contenders' plain steps: N >= 1, without --group-sizes or --old")
     if args.eval and not args.group_sizes:
         raise BenchError("--eval times the evaluation of trial groups: give their sizes with --group-sizes, e.g. 4,8")
     reg = load_registry(args)
@@ -157,6 +164,8 @@ def main(args) -> int:
         return _settings_main(args, variants[0], cfg, reg, device, store, meta, log)
     if args.eval:
         return _eval_main(args, variants[0], cfg, reg, device, dtypes, store, meta, log)
+    if args.kernels > 0:
+        return _kernels_main(args, variants, cfg, reg, device, dtypes, store, meta, log)
     if args.group_sizes:
         return _seeds_main(args, variants[0], cfg, reg, device, dtypes, store, meta, log)
     rows, info = run_bench(variants, cfg, device, dtypes, args.steps, args.warmup_steps, reg, plugins,
@@ -270,3 +279,19 @@ def _eval_main(args, variant, cfg, reg, device, dtypes, store, meta, log) -> int
     title = f"Evaluation per seed: {variant.name} ({meta.preset or 'custom'} config, task {cfg.train.task})"
     table = eval_table(rows).to_markdown(index=False, tablefmt="github")
     return _write_arm_bench(store, meta, title, note, rows, table, seconds)
+
+
+def _kernels_main(args, variants, cfg, reg, device, dtypes, store, meta, log) -> int:
+    """``bench --kernels N``: each contender's step under torch.profiler (:mod:`harness.perf.kernels`);
+    writes bench.csv (the N largest ops of every arm) and bench.md (per arm: categories and ops)."""
+    from ..perf.kernels import kernel_markdown, run_kernel_bench
+
+    rows, info = run_kernel_bench(variants, cfg, device, dtypes, args.steps, args.warmup_steps, reg, args.kernels, log)
+    meta.bench_s = info["bench_s"]
+    store.write_meta(meta)
+    note = (f"{args.warmup_steps} warm-up + {args.steps} profiled steps per arm, one arm after another; "
+            f"{info['unit']} summed by name per step, the {args.kernels} largest per arm; categories by name "
+            "(harness.perf.kernels.CATEGORIES, a reading aid). Profiled steps run slower than plain ones: "
+            "use the shares, and plain bench for step times.")
+    title = f"Where the step's time goes ({meta.preset or 'custom'} config, task {cfg.train.task}, {device.type})"
+    return _write_arm_bench(store, meta, title, note, rows, kernel_markdown(rows, info), info["bench_s"])

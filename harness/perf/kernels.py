@@ -1,0 +1,184 @@
+"""Where a training step's time goes, op by op: ``python -m harness bench --kernels N``.
+
+Each selected variant (and the ``nn.Transformer`` reference, in fp32 and in every ``--dtype``)
+trains ``warmup`` untimed steps, then ``steps`` steps under ``torch.profiler`` with the loop's own
+step (:func:`harness.train.train_step`: autocast, float32 loss, gradient norm, Adam, schedule).
+The profile's events are summed by name:
+
+* on CUDA, the **GPU kernels** (``ProfilerActivity.CUDA`` events): their time on the device, which
+  is what MFU measures against (the host's launch overhead does not appear here; ``bench`` and its
+  captured arms measure that);
+* on the CPU, every op's **self** CPU time (time inside the op minus its children: no op is
+  counted twice).
+
+Each name is put in a coarse category by substrings of its lower-cased name (:data:`CATEGORIES`,
+first match wins; ``other`` otherwise), so a table can say "matmuls take X % of the step" without
+naming every vendor kernel. The categories are a reading aid, not a measurement: a fused kernel
+counts where its name puts it.
+
+Source: ``torch.profiler`` (PyTorch docs, "PyTorch Profiler"); MFU and why the non-matmul share
+matters: Chowdhery et al. 2022 (PaLM), appendix B.
+"""
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from typing import Callable
+
+import torch
+
+from ..config import RunConfig
+from ..registry import Registry, Variant
+from ..tasks.base import Batch
+from ..train import make_optimizer, train_step
+
+#: (category, substrings of a lower-cased op or kernel name); the first category with a match wins.
+CATEGORIES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("optimizer", ("adam", "multi_tensor", "foreach", "clip_grad")),
+    ("matmul", ("gemm", "matmul", "aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten::linear",
+                "cutlass", "xmma", "cublas", "wgmma", "mkldnn_matmul", "onednn")),
+    ("attention", ("softmax", "attention", "flash", "fmha")),
+    ("normalisation", ("layer_norm", "layernorm", "rms_norm", "batch_norm")),
+    ("embedding and loss", ("embedding", "nll_loss", "cross_entropy", "log_softmax", "gather", "scatter",
+                            "index")),
+    ("views and allocation", ("aten::view", "transpose", "aten::empty", "as_strided", "reshape", "permute",
+                              "expand", "unsqueeze", "squeeze", "aten::slice", "aten::select", "detach", "alias",
+                              "aten::t")),
+    ("copy and cast", ("copy", "cast", "convert", "to_copy", "memcpy", "memset", "fill", "cat", "contiguous")),
+    ("reduction", ("reduce", "sum", "mean", "amax", "norm")),
+    ("dropout", ("bernoulli", "dropout", "philox")),
+    ("elementwise", ("elementwise", "vectorized", "add", "mul", "div", "sub", "where", "masked",
+                     "aten::relu", "aten::gelu", "aten::silu", "threshold", "clamp", "exp", "sqrt", "pow", "tanh")),
+)
+
+
+def category(name: str) -> str:
+    """The :data:`CATEGORIES` entry of an op or kernel ``name`` (``other`` when none matches)."""
+    low = name.lower()
+    for cat, keys in CATEGORIES:
+        if any(k in low and (k != "aten::t" or low == k) for k in keys):  # aten::t alone, not aten::tanh
+            return cat
+    return "other"
+
+
+def _event_us(event, on_device: bool) -> float:
+    """Microseconds of one profiler event: a kernel's device time, or an op's self CPU time."""
+    if on_device:
+        for attr in ("device_time_total", "cuda_time_total", "device_time", "cuda_time"):
+            value = getattr(event, attr, None)
+            if value is not None:
+                return float(value)
+        return 0.0
+    return float(getattr(event, "self_cpu_time_total", 0.0))
+
+
+def op_rows(events, on_device: bool, steps: int) -> list[dict]:
+    """The profile's ``events`` summed by name, per step, largest first.
+
+    Args:
+        events: ``torch.profiler.profile(...).events()``.
+        on_device: True: GPU kernels only (``DeviceType.CUDA``); False: CPU ops by self time.
+        steps: the profiled steps (the totals are divided by it).
+
+    Returns:
+        ``[{"op", "category", "calls_per_step", "ms_per_step", "share"}, ...]``; ``share`` is of the
+        summed time of every row (0..1).
+    """
+    want = torch.autograd.DeviceType.CUDA if on_device else torch.autograd.DeviceType.CPU
+    total: dict[str, float] = defaultdict(float)
+    calls: dict[str, int] = defaultdict(int)
+    for e in events:
+        if getattr(e, "device_type", None) != want:
+            continue
+        total[e.name] += _event_us(e, on_device)
+        calls[e.name] += 1
+    grand = sum(total.values()) or 1.0
+    rows = [{"op": name, "category": category(name), "calls_per_step": calls[name] / steps,
+             "ms_per_step": us / 1000.0 / steps, "share": us / grand} for name, us in total.items()]
+    return sorted(rows, key=lambda r: -r["ms_per_step"])
+
+
+def category_rows(rows: list[dict]) -> list[dict]:
+    """``rows`` (of :func:`op_rows`) summed by category, largest first."""
+    by: dict[str, dict] = {}
+    for r in rows:
+        c = by.setdefault(r["category"], {"category": r["category"], "ops": 0, "ms_per_step": 0.0, "share": 0.0})
+        c["ops"] += 1
+        c["ms_per_step"] += r["ms_per_step"]
+        c["share"] += r["share"]
+    return sorted(by.values(), key=lambda r: -r["ms_per_step"])
+
+
+def profile_steps(model: torch.nn.Module, batch: Batch, cfg: RunConfig, device: torch.device, dtype: str,
+                  steps: int, warmup: int) -> list[dict]:
+    """``warmup`` untimed training steps of ``model`` on ``batch``, then ``steps`` under
+    ``torch.profiler``; returns :func:`op_rows` (GPU kernels on CUDA, CPU ops by self time otherwise)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    opt, sched = make_optimizer(model, cfg)
+    model.train()
+    for _ in range(warmup):
+        train_step(model, batch, opt, sched, cfg, device, dtype)
+    on_device = device.type == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_device else [])
+    if on_device:
+        torch.cuda.synchronize(device)
+    with profile(activities=activities) as prof:
+        for _ in range(steps):
+            train_step(model, batch, opt, sched, cfg, device, dtype)
+        if on_device:
+            torch.cuda.synchronize(device)
+    return op_rows(prof.events(), on_device, steps)
+
+
+def run_kernel_bench(variants: list[Variant], cfg: RunConfig, device: torch.device, dtypes: list[str], steps: int,
+                     warmup: int, registry: Registry, top: int,
+                     log: Callable[[str], None] | None = None) -> tuple[list[dict], dict]:
+    """``bench --kernels N``: :func:`profile_steps` for the reference and each variant in each dtype.
+
+    Returns:
+        ``(rows, info)``: the ``top`` largest ops of every arm (each row with ``arm`` and ``rank``),
+        and ``{"categories": {arm: category_rows}, "ms_profiled": {arm: summed ms per step},
+        "bench_s": float, "unit": "GPU kernels" | "CPU ops (self time)"}``.
+
+    Raises:
+        UnknownNameError: a variant's component is not registered.
+    """
+    from .bench import REFERENCE, build_contender
+
+    t0 = time.perf_counter()
+    tc, mc = cfg.train, cfg.model
+    batch = registry.task(tc.task).make_batch(tc.batch, tc.seq_len, mc.vocab, torch.Generator().manual_seed(0))
+    batch = batch.to(device)
+    arms = [(REFERENCE, {}, d) for d in dict.fromkeys(["fp32", *dtypes])]
+    arms += [(v.name, dict(v.slots), d) for v in variants for d in dtypes]
+    rows, cats, summed = [], {}, {}
+    for name, slots, dtype in arms:
+        arm = f"{name} {dtype}"
+        if log:
+            log(f"profiling {arm}: {warmup} warm-up + {steps} profiled steps")
+        model = build_contender(name, slots, mc, registry).to(device)
+        got = profile_steps(model, batch, cfg, device, dtype, steps, warmup)
+        cats[arm] = category_rows(got)
+        summed[arm] = sum(r["ms_per_step"] for r in got)
+        rows += [{"arm": arm, "rank": i + 1, **r} for i, r in enumerate(got[:top])]
+        del model
+    unit = "GPU kernels" if device.type == "cuda" else "CPU ops (self time)"
+    return rows, {"categories": cats, "ms_profiled": summed, "bench_s": time.perf_counter() - t0, "unit": unit}
+
+
+def kernel_markdown(rows: list[dict], info: dict) -> str:
+    """Per arm: its category table, then its largest ops (GitHub markdown)."""
+    import pandas as pd
+
+    parts = []
+    for arm, cats in info["categories"].items():
+        parts += [f"### {arm}: {info['ms_profiled'][arm]:.2f} ms of {info['unit']} per step", ""]
+        frame = pd.DataFrame(cats)
+        frame["share"] = frame["share"].map(lambda s: f"{100 * s:.1f}%")
+        parts += [frame.to_markdown(index=False, tablefmt="github", floatfmt=".3f"), ""]
+        ops = pd.DataFrame([r for r in rows if r["arm"] == arm]).drop(columns=["arm"])
+        ops["op"] = ops["op"].map(lambda s: s if len(s) <= 70 else s[:67] + "...")
+        ops["share"] = ops["share"].map(lambda s: f"{100 * s:.1f}%")
+        parts += [ops.to_markdown(index=False, tablefmt="github", floatfmt=".3f"), ""]
+    return "\n".join(parts)
