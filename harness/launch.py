@@ -30,7 +30,7 @@ from .registry import Registry
 from .request import CONFIG_OPTIONS, TRIAL_OPTIONS, RunOutcome, RunRequest, Terminated
 from .resume import (check_code_config, check_components, check_plugins, check_points, check_setting, check_trials,
                      stored_specs)
-from .runner import Plan, execute, make_specs
+from .runner import Plan, execute, make_specs, with_threads
 from .runmeta import MAX_GROUP, Execution, Resume, RunMeta
 from .store import RunStore, config_hash
 from .tasks.base import heldout_note
@@ -172,12 +172,11 @@ def start_run(req: RunRequest) -> RunOutcome:
     for _, point in plan.points:
         reg.task(point.train.task).validate(point)
     device, dtype = device_name(req.device or "auto", options), req.dtype or "fp32"
-    n_trials = len(plan.variants) * len(plan.seeds) * len(plan.points)
-    n_groups = n_trials if plan.measure is not None else len(plan.variants) * len(plan.points) * -(-len(plan.seeds) // MAX_GROUP)
-    options = options.resolved(n_trials, device, n_groups)
     plugins = req.plugins.to_dict()
     specs = make_specs(plan.variants, plan.seeds, plan.config, device, dtype, plugins, points=plan.points,
-                       threads=options.trial_threads(), measure=plan.measure)
+                       measure=plan.measure)
+    options = resolved_for(options, specs, device)
+    specs = with_threads(specs, options.trial_threads())
     specs = with_save_model(specs) if req.save_models else specs
     if req.tensorboard is not None:
         check_available()  # before anything is stored
@@ -231,6 +230,14 @@ def record_check(reg, variants, quiet: bool) -> dict:
 
 # ------------------------------------------------------------------------------------- resuming
 
+def resolved_for(options: Execution, specs: list[TrialSpec], device: str) -> Execution:
+    """``options`` resolved (:meth:`Execution.resolved`) for running ``specs`` on ``device``: the trials
+    and the trial groups they would form (:func:`harness.group.group_specs`)."""
+    from .group import group_specs
+
+    return options.resolved(len(specs), device, len(group_specs(specs, MAX_GROUP)))
+
+
 def resume_run(req: RunRequest) -> RunOutcome:
     """Run the stored run's missing trials (``req.resume``; with ``req.retry_failed`` also its failed
     and diverged ones, whose old files are kept under ``trials/retried/``), then re-render its report.
@@ -258,9 +265,7 @@ def resume_run(req: RunRequest) -> RunOutcome:
     retried = retire_failed(store, specs) if req.retry_failed else []
     todo = [ts for ts in specs if ts.key in set(store.missing(ts.key for ts in specs))]
     todo = with_save_model(todo) if req.save_models else todo
-    from .group import group_specs
-
-    options = options.resolved(len(todo), meta.device or "cpu", len(group_specs(todo, MAX_GROUP)))
+    options = resolved_for(options, todo, meta.device or "cpu")
     with executor_session(options, meta.plugins or {}, req.quiet), store.lock():
         meta.resumes = [*(meta.resumes or []), Resume(req.command_line(), len(todo), retried, options)]
         headline = (f"resume {store.root}: {len(specs) - len(todo)} of {len(specs)} trial(s) stored, running the "
