@@ -99,3 +99,38 @@ def test_the_modern_preset_trains(reg):
     model = build_model(reg, reg.variants["modern"], cfg.model, seed=0)
     metrics, _ = T.train(model, cfg, seed=0, device=torch.device("cpu"))
     assert metrics["status"] == "ok", metrics.get("reason")
+
+
+def test_no_builtin_variant_builds_a_tensor_from_python_numbers_in_a_step(reg):
+    """A tensor made from Python data inside forward (``torch.tensor(list)``) is a host-to-device
+    copy on every step on CUDA, which a CUDA graph cannot capture: the H200 suite's ALiBi group fell
+    back to uncaptured steps for that, 3.4x slower (results/reference/gpu-h200-run4). A forward and
+    backward of every built-in and modern variant under a dispatch mode must see no ``lift_fresh``
+    (the op ``torch.tensor`` records); a component that does it fails here, named."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from harness.tasks.base import loss_fn
+    from tests.conftest import padded_batch
+
+    class Lifts(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.seen = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.seen += "lift_fresh" in str(func)
+            return func(*args, **(kwargs or {}))
+
+    cfg = ModelConfig(N=1, d_model=16, h=2, d_ff=32, dropout=0.0, max_len=16, vocab=11)
+    src, tgt = padded_batch()
+    offenders = []
+    for v in reg.select(["all", "group:modern"]):
+        model = build_model(reg, v, cfg)
+        with Lifts() as mode:
+            loss_fn(model(src, tgt[:, :-1]), tgt[:, 1:], 0, 0.0).backward()
+        if mode.seen:
+            offenders.append(v.name)
+    assert offenders == []
+    with Lifts() as mode:  # the mode sees it: the check can fail
+        torch.tensor([1.0, 2.0]) * 2
+    assert mode.seen == 1

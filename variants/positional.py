@@ -163,11 +163,14 @@ class ALiBiPositional(ScaledOnly):
     def __init__(self, ctx):
         super().__init__(ctx)
         self.h = ctx.cfg.h
+        # (H,) float64, built once: a tensor made from Python numbers in forward is a host-to-device
+        # copy on every step, which a CUDA graph cannot capture (results/reference/gpu-h200-run4).
+        self.register_buffer("slopes", alibi_slopes(self.h), persistent=False)
 
     def score_bias(self, tq, tk, device, dtype):
         """(H, Tq, Tk): -m_h * |i - j|."""
         dist = (torch.arange(tq, device=device)[:, None] - torch.arange(tk, device=device)[None, :]).abs()  # (Tq, Tk)
-        return (-alibi_slopes(self.h).to(device)[:, None, None] * dist).to(dtype)
+        return (-self.slopes.to(device)[:, None, None] * dist).to(dtype)
 
 
 @hookimpl
