@@ -207,6 +207,20 @@ def test_bench_eval_arms_per_seed(tmp_path, capsys):
     ("aten::t", "views and allocation"), ("aten::tanh", "elementwise"), ("aten::embedding_dense_backward",
                                                                        "embedding and loss"),
     ("Memcpy HtoD (Pageable -> Device)", "copy and cast"), ("some_new_kernel", "other"),
+    # names seen on an H200 (results/reference/gpu-h200-run4/bench-kernels-gpu), first read wrongly
+    ("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT", "matmul"),
+    ("cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16_knob_26_64x64x64_1x4x1_cga1x1x1_kernel0_0",
+     "attention"),
+    ("fmha_cutlassB_f32_aligned_64x64_k64_sm80(PyTorchMemEffAttention::AttentionBackwardKernel<cutlass::arch::Sm80",
+     "attention"),
+    ("void at::native::(anonymous namespace)::GammaBetaBackwardCUDAKernelTemplate<float, float, 32u>",
+     "normalisation"),
+    ("void at::native::elementwise_kernel<128, 2, at::native::gpu_kernel_impl_nocast<at::native::CUDAFunctor_add"
+     "<float> >(at::TensorIteratorBase&)", "elementwise"),
+    ("void at::native::elementwise_kernel<128, 4, at::native::gpu_kernel_impl_nocast<at::native::direct_copy_"
+     "kernel_cuda(at::TensorIteratorBase&)", "copy and cast"),
+    ("void at::native::vectorized_elementwise_kernel<8, at::native::bfloat16_copy_kernel_cuda(at::TensorIterator"
+     "Base&)::{lambda(float)#1}>", "copy and cast"),
 ])
 def test_kernel_categories_by_name(name, cat):
     from harness.perf.kernels import category

@@ -33,12 +33,16 @@ from ..tasks.base import Batch
 from ..train import make_optimizer, train_step
 
 #: (category, substrings of a lower-cased op or kernel name); the first category with a match wins.
+#: Fused attention kernels (cuDNN's ``..._sdpa_..._wgmma_...``, xformers' ``fmha_cutlass...``) come
+#: before matmul, whose GEMM names they contain; ``nvjet_...`` are cuBLAS's Hopper GEMMs;
+#: ``GammaBetaBackward`` is LayerNorm's weight gradient (names seen on an H200:
+#: results/reference/gpu-h200-run4/bench-kernels-gpu).
 CATEGORIES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("optimizer", ("adam", "multi_tensor", "foreach", "clip_grad")),
+    ("attention", ("sdpa", "flash", "fmha", "attention", "softmax")),
     ("matmul", ("gemm", "matmul", "aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten::linear",
-                "cutlass", "xmma", "cublas", "wgmma", "mkldnn_matmul", "onednn")),
-    ("attention", ("softmax", "attention", "flash", "fmha")),
-    ("normalisation", ("layer_norm", "layernorm", "rms_norm", "batch_norm")),
+                "cutlass", "xmma", "cublas", "wgmma", "nvjet", "mkldnn_matmul", "onednn")),
+    ("normalisation", ("layer_norm", "layernorm", "rms_norm", "batch_norm", "gammabeta")),
     ("embedding and loss", ("embedding", "nll_loss", "cross_entropy", "log_softmax", "gather", "scatter",
                             "index")),
     ("views and allocation", ("aten::view", "transpose", "aten::empty", "as_strided", "reshape", "permute",
@@ -50,11 +54,16 @@ CATEGORIES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("elementwise", ("elementwise", "vectorized", "add", "mul", "div", "sub", "where", "masked",
                      "aten::relu", "aten::gelu", "aten::silu", "threshold", "clamp", "exp", "sqrt", "pow", "tanh")),
 )
+#: Template words of CUDA kernel names that say nothing about the op (``gpu_kernel_impl_nocast``,
+#: ``LoadWithCast``): removed before matching, so an add kernel is not read as a cast.
+_NOISE = ("nocast", "withcast")
 
 
 def category(name: str) -> str:
     """The :data:`CATEGORIES` entry of an op or kernel ``name`` (``other`` when none matches)."""
     low = name.lower()
+    for word in _NOISE:
+        low = low.replace(word, "")
     for cat, keys in CATEGORIES:
         if any(k in low and (k != "aten::t" or low == k) for k in keys):  # aten::t alone, not aten::tanh
             return cat
