@@ -65,6 +65,25 @@ def log_function(quiet: bool):
     return None if quiet else (lambda line: print(line, file=sys.stderr, flush=True))
 
 
+#: A run's log lines (its headline, one line per stored trial, every fallback's reason) are kept in
+#: this file of the run's folder, appended to on resume, with or without ``--quiet``.
+RUN_LOG = "log.txt"
+
+
+def run_log(root, quiet: bool):
+    """The log function of a run stored in ``root``: each line is appended to ``root/log.txt``
+    (:data:`RUN_LOG`) and, unless ``quiet``, printed on stderr (:func:`log_function`)."""
+    echo = log_function(quiet)
+    path = root / RUN_LOG
+
+    def log(line: str) -> None:
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(line.rstrip("\n") + "\n")
+        if echo is not None:
+            echo(line)
+    return log
+
+
 def load_registry(plugins: PluginSpec) -> Registry:
     """The registry with ``plugins`` loaded; its warnings as ``harness: warning:`` lines on stderr."""
     reg = Registry.from_plugins(plugins)
@@ -349,7 +368,7 @@ def drive(store: RunStore, specs: list[TrialSpec], meta: RunMeta, options: Execu
     with Ctrl-C and SIGTERM at any of these phases ending the run as ``interrupted``; ``after_store(key,
     result)`` runs after each trial is stored (``--tensorboard``)."""
     total = len(specs) if total is None else total
-    log = log_function(quiet)
+    log = run_log(store.root, quiet)
     interrupted: KeyboardInterrupt | None = None
     report = None
     t0 = time.perf_counter()

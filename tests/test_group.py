@@ -429,3 +429,26 @@ def test_a_captured_group_equals_the_uncaptured_one(monkeypatch):
         assert c.row["status"] == e.row["status"] == "ok"
         assert math.isclose(c.row["heldout_ce"], e.row["heldout_ce"], rel_tol=CE_RTOL)
         assert [r["step"] for r in c.curve] == [r["step"] for r in e.curve]
+
+
+def test_a_quiet_run_keeps_its_log_lines_in_the_run_folder(tmp_path):
+    """``run -q`` prints no log lines, yet the run's ``log.txt`` holds its headline, one line per stored
+    trial and a fallback's one-line reason (a run on a GPU under ``-q`` lost the reason a group's
+    captured step was given up); a resume appends to it."""
+    from tests.conftest import cli_in_process
+
+    path, mod = _plugin("vec_item_forward")
+    args = ["--plugin", str(path), "run", "--variants", "vec_item_forward", "--preset", "tiny", "--seeds", "2",
+            "--set", "train.steps=3", "--set", "train.eval_sequences=16", "--vectorize-seeds", "on", "--device",
+            "cpu", "--no-check", "-q", "--results-dir", str(tmp_path)]
+    r = cli_in_process(*args, "--run-id", "q")
+    assert r.returncode == 0, r.stderr
+    assert mod.EXPECT_FALLBACK not in r.stderr and "stored in" not in r.stderr
+    lines = (tmp_path / "q" / "log.txt").read_text().splitlines()
+    assert sum(mod.EXPECT_FALLBACK in ln for ln in lines) == 1, lines
+    assert sum("stored in" in ln for ln in lines) == 2, lines
+    (tmp_path / "q" / "trials" / "vec_item_forward__s1.json").unlink()
+    r = cli_in_process("run", "--resume", str(tmp_path / "q"), "-q", "--plugin", str(path))
+    assert r.returncode == 0, r.stderr
+    again = (tmp_path / "q" / "log.txt").read_text().splitlines()
+    assert again[:len(lines)] == lines and sum("stored in" in ln for ln in again) == 3, again
