@@ -278,3 +278,30 @@ def test_kernel_bench_on_cuda_counts_gpu_kernels(registry):
                                                                            f"{B.REFERENCE} bf16", "baseline bf16"}
     assert all(ms > 0 for ms in info["ms_profiled"].values())
     assert any(c["category"] == "matmul" and c["share"] > 0 for c in info["categories"]["baseline bf16"])
+
+
+def test_bench_compile_adds_a_compiled_contender_beside_each_variant(tmp_path, capsys, monkeypatch):
+    """``bench --compile``: each variant also runs through ``torch.compile``, a row of its own with
+    the eager model's parameters and FLOPs (counted on the wrapped model); it has no memory probe and is no "variant" in the targets' summary. Here with the
+    ``eager`` backend (dynamo's tracing, no code generation) to stay fast; TorchInductor on the CPU:
+    results/reference/bench-compile-cpu. With --group-sizes it is one line, exit 2."""
+    from harness.cli import main
+
+    monkeypatch.setattr(B, "COMPILE_BACKEND", "eager")
+    probed = []
+    monkeypatch.setattr(B, "memory_probe", lambda name, *a, **k: probed.append(name) or {"peak_rss_mb": 1.0,
+                                                                                             "base_rss_mb": 0.0})
+    args = ["bench", "--variants", "baseline", "pre_norm", "--preset", "tiny", "--steps", "1", "--warmup-steps", "1",
+            "--device", "cpu", "--results-dir", str(tmp_path), "-q"]
+    assert main([*args, "--compile", "--run-id", "c"]) == 0
+    df = pd.read_csv(tmp_path / "c" / "bench.csv").set_index("contender")
+    assert set(df.index) == {B.REFERENCE, "baseline", "pre_norm", "baseline compiled", "pre_norm compiled"}
+    for v in ("baseline", "pre_norm"):
+        row, comp = df.loc[v], df.loc[f"{v} compiled"]
+        assert comp["kind"] == "compiled" and comp["params"] == row["params"]
+        assert comp["gflop_per_step"] == pytest.approx(row["gflop_per_step"]) and comp["step_ms_median"] > 0
+        assert math.isnan(comp["peak_rss_mb"]) and row["peak_rss_mb"] == 1.0
+    assert sorted(probed) == sorted([B.REFERENCE, "baseline", "pre_norm"])
+    assert "compiled" not in " ".join(line for line in capsys.readouterr().out.splitlines() if "variant" in line)
+    assert main([*args, "--compile", "--group-sizes", "2", "--run-id", "g"]) == 2
+    assert "--compile adds compiled contenders" in capsys.readouterr().err

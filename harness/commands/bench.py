@@ -64,6 +64,10 @@ def register(sub, parents):
                    help="where a step's time goes instead: each contender's --steps steps under torch.profiler, the "
                         "N largest ops (on CUDA the GPU kernels' device time, on the CPU ops' self time) and the "
                         "share of matmuls, attention, normalisation, copies ... per step (harness.perf.kernels)")
+    p.add_argument("--compile", action="store_true",
+                   help="also run each variant's step through torch.compile (TorchInductor), a contender '<variant> "
+                        "compiled' beside the eager one, with its MFU; the first steps compile (minutes on a CPU): "
+                        "give --warmup-steps enough to cover them")
     p.add_argument("--no-memory", dest="memory", action="store_false",
                    help="skip the fresh-process peak-memory probes (about 5 s per contender and dtype)")
     add_output(p, "bench")
@@ -143,6 +147,8 @@ def main(args) -> int:
         raise BenchError(f"--steps must be >= 1 and --warmup-steps >= 0, got {args.steps} and {args.warmup_steps}")
     if args.kernels < 0 or (args.kernels and (args.group_sizes or args.old)):
         raise BenchError("--kernels N profiles the contenders' plain steps: N >= 1, without --group-sizes or --old")
+    if args.compile and (args.group_sizes or args.old or args.kernels):
+        raise BenchError("--compile adds compiled contenders to the plain bench: drop --group-sizes, --old and --kernels")
     if args.eval and not args.group_sizes:
         raise BenchError("--eval times the evaluation of trial groups: give their sizes with --group-sizes, e.g. 4,8")
     reg = load_registry(args)
@@ -169,7 +175,7 @@ def main(args) -> int:
     if args.group_sizes:
         return _seeds_main(args, variants[0], cfg, reg, device, dtypes, store, meta, log)
     rows, info = run_bench(variants, cfg, device, dtypes, args.steps, args.warmup_steps, reg, plugins,
-                           memory=args.memory, log=log)
+                           memory=args.memory, log=log, compile=args.compile)
     meta.peak_gflop_per_s, meta.bench_s = info["peak_gflop_per_s"], info["bench_s"]
     store.write_meta(meta)
     csv_path, md_path = write_outputs(store.root, rows, info, meta)

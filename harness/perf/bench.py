@@ -68,6 +68,11 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 TARGETS = {"fp32_slowest": 0.9, "fp32_fastest": 1.0, "bf16_fastest": 2.0, "peak_rss_mb": 900.0}
 
 
+#: ``torch.compile`` backend of ``bench --compile``'s contenders (TorchInductor: fuses the casts,
+#: LayerNorms and elementwise kernels that bound the bf16 step on a GPU, results/reference/gpu-h200-run4).
+COMPILE_BACKEND = "inductor"
+
+
 class BenchError(HarnessError):
     """Bad bench options (steps, dtypes) or a memory probe that failed."""
 
@@ -283,7 +288,7 @@ def _probe_main(payload: str) -> None:
 
 def run_bench(variants: list[Variant], cfg: RunConfig, device: torch.device, dtypes: list[str], steps: int,
               warmup: int, registry: Registry, plugins: dict | None = None, memory: bool = True,
-              log: Callable[[str], None] | None = None) -> tuple[list[dict], dict[str, Any]]:
+              log: Callable[[str], None] | None = None, compile: bool = False) -> tuple[list[dict], dict[str, Any]]:
     """Benchmark ``variants`` and the reference (see the module docstring).
 
     Args:
@@ -291,6 +296,8 @@ def run_bench(variants: list[Variant], cfg: RunConfig, device: torch.device, dty
             (the yardstick of every ratio).
         steps: timed rounds (>= 1); warmup: untimed rounds first (>= 0).
         memory: run the fresh-process memory probes.
+        compile: also each variant through ``torch.compile`` (:data:`COMPILE_BACKEND`), a contender
+            ``"<variant> compiled"`` of kind ``compiled`` with the same initial weights (no memory probe).
 
     Returns:
         ``(rows, info)``: one row per contender x dtype (see :func:`bench_rows`), and
@@ -309,23 +316,28 @@ def run_bench(variants: list[Variant], cfg: RunConfig, device: torch.device, dty
     trial_settings()
     tc, mc = cfg.train, cfg.model
     names = [(REFERENCE, "reference", {})] + [(v.name, "variant", dict(v.slots)) for v in variants]
+    names += [(f"{v.name} compiled", "compiled", dict(v.slots)) for v in variants if compile]
     runs = [(n, d) for n, _, _ in names for d in dtypes]
     if "fp32" not in dtypes:
         runs.insert(0, (REFERENCE, "fp32"))
     contenders: dict[str, Contender] = {}
     for name, kind, slots in names:
-        model = build_contender(name, slots, mc, registry).to(device)
+        model = build_contender(name.removesuffix(" compiled"), slots, mc, registry).to(device)
         opt, sched = make_optimizer(model, cfg)
+        model = torch.compile(model, backend=COMPILE_BACKEND) if kind == "compiled" else model
         contenders[name] = Contender(name, kind, slots, model, opt, sched, unique_parameter_count(model))
     task = registry.task(tc.task)
     gen = torch.Generator().manual_seed(0)
     batch = task.make_batch(tc.batch, tc.seq_len, mc.vocab, gen).to(device)
     tokens = batch.ntokens
     for name, dtype in runs:
-        contenders[name].flops[dtype] = count_flops(contenders[name].model, batch, cfg, device, dtype)
+        model = contenders[name].model
+        contenders[name].flops[dtype] = count_flops(getattr(model, "_orig_mod", model), batch, cfg, device, dtype)
     if memory:
         for name, dtype in runs:
             c = contenders[name]
+            if c.kind == "compiled":
+                continue
             say(f"memory probe: {name} {dtype}")
             c.memory[dtype] = memory_probe(name, c.slots, cfg, device.type, dtype, plugins)
     n = PEAK_N.get(device.type, 2048)
