@@ -173,6 +173,8 @@ def environment(device: torch.device | str = "cpu", trial_settings_applied: bool
                            else "not applied (torch defaults: deterministic algorithms off)"),
         "git_commit": commit,
     }
+    if os.environ.get("HARNESS_PREFIX_PASS", "").strip():  # harness.tasks.prefix.PREFIX_ENV, opt-in
+        env["prefix_pass"] = os.environ["HARNESS_PREFIX_PASS"].strip()
     return env
 
 

@@ -27,6 +27,7 @@ from torch.nn import functional as F
 from ..env import autocast
 from ..errors import ConfigError
 from ..metrics import COPY_METRICS, COPY_PRIMARY, Metric
+from .prefix import prefix_logits_batched, prefix_pass
 
 if TYPE_CHECKING:
     from ..config import RunConfig
@@ -406,6 +407,8 @@ def prefix_logits(model, src: torch.Tensor, tgt: torch.Tensor, keep: torch.Tenso
     Shape:
         src (B, S), tgt (B, T), keep (B, T) bool -> (B, T, V).
     """
+    if prefix_pass() == "batched":  # opt-in, one forward: harness.tasks.prefix
+        return prefix_logits_batched(model, src, tgt, keep, pad)
     style = model.mask_style
     src_mask = style.src_mask(src, pad)
     memory = model.encode(src, src_mask)  # (B, S, D)

@@ -1,0 +1,72 @@
+"""Prefix-only logits in one decoder pass: an opt-in strategy for launch-bound devices.
+
+:func:`harness.tasks.base.prefix_logits` (the default) runs one decoder forward per target
+position t, on the rows scored there, each holding exactly the target's first t + 1 tokens. On a
+GPU a small model's evaluation is then bound by kernel launches: the decoder's ops run once per
+target position, and every periodic evaluation runs three such passes (the scores and the
+future-leak gate's two).
+
+:func:`prefix_logits_batched` gives each scored position (b, t) a row of its own and runs them all
+in one decoder forward: row (b, t) holds ``tgt[b, :t + 1]`` followed by pads up to a width W
+set by the batch's shape, so no row holds a later target token. What it gives up: the loop's
+inputs have width t + 1, these have W, and in a chunk of rows sorted by length (g2p trims each
+chunk to its longest row) W tells a row roughly how long the rows around it are. So W is one
+column wider than the data (when ``max_len`` allows): a component that reads the decoder input's
+width then sees another width here than in the future-leak gate's whole-target pass, and the gate
+shows the gap and marks the trial invalid. At least 4x fewer ops (``tests/test_prefix_pass.py``);
+the decoder works on W positions a row instead of t + 1, about twice the arithmetic for the copy
+task, so on a CPU, where arithmetic bounds it, it is slower. For a causal decoder the logits
+equal the default's up to float rounding (~2e-6 in float32, within the gate's tolerance).
+
+Chosen with the environment variable :data:`PREFIX_ENV` (``loop``, the default, or ``batched``),
+read at each call, so worker processes inherit it; a run's environment block records it
+(:func:`harness.env.environment`). Not measured on a GPU yet.
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+import torch.nn.functional as F
+
+#: Environment variable choosing the prefix pass: ``loop`` (default) or ``batched``.
+PREFIX_ENV = "HARNESS_PREFIX_PASS"
+
+
+def prefix_pass() -> str:
+    """``loop`` or ``batched`` from :data:`PREFIX_ENV`.
+
+    Raises:
+        ValueError: another value (the message names the variable and its choices).
+    """
+    mode = os.environ.get(PREFIX_ENV, "loop").strip().lower() or "loop"
+    if mode not in ("loop", "batched"):
+        raise ValueError(f"{PREFIX_ENV} must be loop or batched, got {mode!r}")
+    return mode
+
+
+def prefix_logits_batched(model, src: torch.Tensor, tgt: torch.Tensor, keep: torch.Tensor, pad: int) -> torch.Tensor:
+    """:func:`harness.tasks.base.prefix_logits` in one decoder forward (see the module docstring).
+
+    Shape:
+        src (B, S), tgt (B, T), keep (B, T) bool -> (B, T, V); positions with ``keep`` False hold zeros.
+
+    Raises:
+        ValueError: no scored position (``keep`` all False).
+    """
+    b, t_max = tgt.shape
+    rows, pos = torch.nonzero(keep, as_tuple=True)  # (P,), (P,)
+    if rows.numel() == 0:
+        raise ValueError("prefix_logits: no scored position (keep is all False)")
+    max_len = getattr(getattr(model, "cfg", None), "max_len", None)
+    width = t_max + 1 if max_len is None or t_max + 1 <= max_len else t_max
+    ys = F.pad(tgt[rows], (0, width - t_max), value=pad)  # (P, W)
+    later = torch.arange(width, device=tgt.device)[None, :] > pos[:, None]  # (P, W) after position t
+    ys = ys.masked_fill(later, pad)
+    style = model.mask_style
+    memory = model.encode(src, style.src_mask(src, pad))  # (B, S, D)
+    h = model.decode(memory[rows], style.src_mask(src[rows], pad), ys, style.tgt_mask(ys, pad))  # (P, W, D)
+    lg = model.embed.logits(h[torch.arange(rows.numel(), device=h.device), pos])  # (P, V)
+    out = lg.new_zeros(b, t_max, lg.size(-1))
+    out[rows, pos] = lg
+    return out

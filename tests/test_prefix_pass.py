@@ -1,0 +1,130 @@
+"""The opt-in one-pass prefix logits (``HARNESS_PREFIX_PASS=batched``, harness/tasks/prefix.py).
+
+It must give the default loop's numbers for every built-in variant, launch far fewer ops, and
+leave the future-leak gate as sharp as the loop: leaking plugins, and one built to read the
+decoder input's width, are caught in both modes.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from harness.config import ModelConfig, get_preset
+from harness.model import build_model
+from harness.plugins import PluginSpec
+from harness.registry import Registry
+from harness.tasks import prefix
+from harness.tasks.base import future_leak, prefix_logits
+
+PLUGINS = Path(__file__).parent / "plugins"
+CFG = ModelConfig(N=1, d_model=16, h=2, d_ff=32, dropout=0.0, max_len=16, vocab=11)
+
+
+@pytest.fixture(scope="module")
+def data():
+    """A quick-preset held-out set of the copy task, 48 rows of real lengths."""
+    cfg = get_preset("quick")
+    reg = Registry.from_plugins()
+    return reg.task(cfg.train.task).eval_set(48, cfg.train.seq_len, CFG.vocab, 5)
+
+
+def _both(model, b):
+    keep = b.tgt_y != CFG.pad
+    with torch.inference_mode():
+        a = prefix_logits(model.eval(), b.src, b.tgt, keep, CFG.pad)
+        c = prefix.prefix_logits_batched(model, b.src, b.tgt, keep, CFG.pad)
+    return a, c, keep
+
+
+def test_batched_prefix_logits_equal_the_loop_for_every_builtin_variant(data, monkeypatch):
+    monkeypatch.delenv(prefix.PREFIX_ENV, raising=False)
+    reg = Registry.from_plugins()
+    for v in reg.select(["all", "group:modern"]):
+        model = build_model(reg, v, CFG, seed=3)
+        a, c, keep = _both(model, data)
+        assert (c[~keep] == 0).all(), v.name
+        assert torch.allclose(a[keep], c[keep], atol=1e-5, rtol=1e-4), (v.name, float((a[keep] - c[keep]).abs().max()))
+
+
+def test_the_environment_variable_switches_prefix_logits_and_bad_values_say_what_to_do(data, monkeypatch):
+    reg = Registry.from_plugins()
+    model = build_model(reg, reg.variants["baseline"], CFG).eval()
+    keep = data.tgt_y != CFG.pad
+    calls = []
+    real = prefix.prefix_logits_batched
+    monkeypatch.setattr("harness.tasks.base.prefix_logits_batched", lambda *a: calls.append(1) or real(*a))
+    with torch.inference_mode():
+        prefix_logits(model, data.src, data.tgt, keep, CFG.pad)
+        assert calls == []
+        monkeypatch.setenv(prefix.PREFIX_ENV, "batched")
+        prefix_logits(model, data.src, data.tgt, keep, CFG.pad)
+        assert calls == [1]
+        monkeypatch.setenv(prefix.PREFIX_ENV, "fast")
+        with pytest.raises(ValueError, match="HARNESS_PREFIX_PASS must be loop or batched, got 'fast'"):
+            prefix_logits(model, data.src, data.tgt, keep, CFG.pad)
+    monkeypatch.setenv(prefix.PREFIX_ENV, "batched")
+    from harness.env import environment
+
+    assert environment(torch.device("cpu"))["prefix_pass"] == "batched"
+
+
+def test_the_batched_pass_runs_at_least_4x_fewer_ops(data, monkeypatch):
+    """What it is for: on a GPU a small model's evaluation is launch-bound; counted here as
+    torch.profiler's CPU events, one per op."""
+    from torch.profiler import ProfilerActivity, profile
+
+    monkeypatch.delenv(prefix.PREFIX_ENV, raising=False)
+    reg = Registry.from_plugins()
+    model = build_model(reg, reg.variants["baseline"], CFG).eval()
+    keep = data.tgt_y != CFG.pad
+    counts = []
+    with torch.inference_mode():
+        for fn in (prefix_logits, prefix.prefix_logits_batched):
+            with profile(activities=[ProfilerActivity.CPU]) as prof:
+                fn(model, data.src, data.tgt, keep, CFG.pad)
+            counts.append(len(prof.events()))
+    assert counts[0] >= 4 * counts[1], counts
+
+
+class _WidthAwareEmbeddings(nn.Module):
+    """Adversarial: a target embedding that adds a vector chosen by the decoder input's width
+    (``tgt.size(1)``): in training with length buckets the width tells a row about its own
+    length. Causal masks cannot stop it. The gate must see it in both prefix modes: the loop's
+    prefixes have width t + 1, the batched pass's one column more than the whole pass."""
+
+    def __init__(self, inner, max_len):
+        super().__init__()
+        self.inner = inner
+        self.width_lut = nn.Embedding(max_len + 2, CFG.d_model)
+        nn.init.normal_(self.width_lut.weight, std=1.0)
+
+    def src(self, ids):
+        return self.inner.src(ids)
+
+    def tgt(self, ids):
+        return self.inner.tgt(ids) + self.width_lut.weight[ids.size(1)]
+
+    def logits(self, x):
+        return self.inner.logits(x)
+
+
+@pytest.mark.parametrize("mode", ["loop", "batched"])
+@pytest.mark.parametrize("name", ["adv_causal_shift", "adv_length_embedding", "width"])
+def test_the_future_leak_gate_catches_leaks_in_both_modes(data, monkeypatch, mode, name):
+    monkeypatch.setenv(prefix.PREFIX_ENV, mode)
+    if name == "width":
+        reg = Registry.from_plugins()
+        model = build_model(reg, reg.variants["baseline"], CFG, seed=1)
+        model.embed = _WidthAwareEmbeddings(model.embed, CFG.max_len)
+    else:
+        reg = Registry.from_plugins(PluginSpec(files=[str(PLUGINS / f"{name}.py")], strict=True))
+        model = build_model(reg, reg.variants[name], CFG, seed=1)
+    future, state, thr = future_leak(model, data, CFG.pad, "cpu")
+    assert future > thr, (name, mode, future, thr)
+    reg = Registry.from_plugins()
+    clean = build_model(reg, reg.variants["baseline"], CFG, seed=1)
+    future, state, thr = future_leak(clean, data, CFG.pad, "cpu")
+    assert future <= thr and state <= thr, (mode, future, state, thr)
