@@ -218,30 +218,40 @@ class _Group:
             with self.clock("evaluate"):
                 self.invalid.append(integrity_reasons(model, mc, device, seed=spec.seed, when="at initialisation"))
             self.loops.append(_Loop(model, cfg, self.task, device, dtype, self.clock))
-            self.streams.append(self.task.batches(cfg, torch.Generator().manual_seed(spec.seed)))
+            gen = torch.Generator().manual_seed(spec.seed)
+            indexed = self.task.index_stream(cfg, gen)  # the task's index fast path, or None
+            self.streams.append(indexed if indexed is not None else self.task.batches(cfg, gen))
+        self.indexed = indexed is not None
         self.last = [next(s) for s in self.streams]
         self.step = GroupStep(self.models, mc.pad, cfg.train.label_smoothing, cfg.train.grad_clip, device, dtype)
         self.stack = SeedStack(self.models[0], {**self.step.params, **self.step.buffers}, mc.pad)  # live tensors
         torch.manual_seed(self.specs[0].seed)  # the group's one RNG stream (dropout)
         self.captured = None
-        why = vectorise_problem(self.step, self.models, self._stacked(self.last), cfg, device, dtype)
+        why = vectorise_problem(self.step, self.models, self._stacked(self.last)[0], cfg, device, dtype)
         if why is None and capture_wanted(device, self.capture_mode):
             self.captured = CapturedStep(self.step)
         return why
 
-    def _stacked(self, batches: list) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The seeds' batches stacked on the device: padded to the widest, or with a captured step to
-        the smallest of a few static shapes (:func:`harness.vstep.bucket_widths`); pinned and copied
-        without blocking the host on CUDA."""
-        widths = None
-        if getattr(self, "captured", None) is not None:
+    def _stacked(self, batches: list) -> tuple[tuple[torch.Tensor, torch.Tensor, torch.Tensor], list[int]]:
+        """The seeds' batches stacked on the device, and each seed's label tokens: padded to the
+        widest, or with a captured step to the smallest of a few static shapes
+        (:func:`harness.vstep.bucket_widths`); pinned and copied without blocking the host on CUDA.
+        ``batches`` are :class:`Batch` es, or index draws where the task has the fast path
+        (:meth:`harness.tasks.base.Task.index_stream`: one gather for all seeds, the same tensors)."""
+        full = self.task.widths(self.cfg.train.seq_len)
+
+        def fit(s: int, t: int) -> tuple[int, int] | None:
+            if getattr(self, "captured", None) is None or s > full[0] or t > full[1]:
+                return None
+            return bucket_widths(s, t, full)
+        if self.indexed:
+            stacked, ntokens = self.task.stack_indices(self.cfg, batches, fit)
+        else:
             s, t = max(b.src.size(1) for b in batches), max(b.tgt.size(1) for b in batches)
-            full = self.task.widths(self.cfg.train.seq_len)
-            widths = bucket_widths(s, t, full) if s <= full[0] and t <= full[1] else None
-        stacked = stack_batches(batches, widths, pad=self.cfg.model.pad)
+            stacked, ntokens = stack_batches(batches, fit(s, t), pad=self.cfg.model.pad), [b.ntokens for b in batches]
         if self.device.type == "cuda":
-            return tuple(x.pin_memory().to(self.device, non_blocking=True) for x in stacked)
-        return tuple(x.to(self.device) for x in stacked)
+            return tuple(x.pin_memory().to(self.device, non_blocking=True) for x in stacked), ntokens
+        return tuple(x.to(self.device) for x in stacked), ntokens
 
     def _step(self, stacked: tuple, step: int) -> tuple[torch.Tensor, torch.Tensor]:
         """One group step, through the captured graphs where there are any; a capture that fails is
@@ -369,8 +379,7 @@ class _Group:
                 batches = self.last if step == 1 else [self.last[i] if done[i] else next(self.streams[i])
                                                        for i in range(k)]
                 self.last = batches
-                ntokens = [b.ntokens for b in batches]
-                stacked = self._stacked(batches)
+                stacked, ntokens = self._stacked(batches)
             with clock("step"):
                 self.step.set_lr(tc.noam_factor * lam(step - 1))
                 loss, gnorm = self._step(stacked, step)

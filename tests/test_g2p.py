@@ -22,7 +22,7 @@ from harness.tasks import heldout_overlap
 from harness.tasks.base import END, PAD, START
 from harness.tasks.copy import greedy_decode
 from harness.tasks.decoding import _strip, beam_search, error_counts, greedy, wer_per
-from harness.tasks.g2p import MAX_LETTERS, VOCAB, is_test, lexicon
+from harness.tasks.g2p import MAX_LETTERS, VOCAB, G2PTask, is_test, lexicon
 
 from .conftest import ROOT, cli_in_process
 
@@ -192,3 +192,46 @@ def test_settings_bench_runs_both_arms_on_their_own_streams():
     assert rows[0]["padded_per_step"] == 32 * 21 > rows[1]["padded_per_step"]  # fixed width vs trimmed
     assert all(r["steps_timed"] == 3 and r["tokens_per_s"] > 0 for r in rows)
     assert "x old" in settings_table(rows).columns
+
+
+@pytest.mark.parametrize("bucket", [True, False])
+def test_a_groups_index_fast_path_stacks_the_same_tensors_as_its_batches(lex, bucket):
+    """``index_stream`` + ``stack_indices`` (a trial group's one gather for all seeds) give, step by
+    step, exactly the stacked seeds' ``batches()``: the same rows, widths (natural and the captured
+    step's buckets), padding and label-token counts."""
+    from harness.vstep import bucket_widths, stack_batches
+
+    task = G2PTask()
+    cfg = get_preset("g2p").override({"train.batch": 16, "train.bucket": bucket})
+    full = task.widths(cfg.train.seq_len)
+    seeds = [0, 1, 5]
+    streams = [task.batches(cfg, torch.Generator().manual_seed(s)) for s in seeds]
+    draws = [task.index_stream(cfg, torch.Generator().manual_seed(s)) for s in seeds]
+    for step in range(40):
+        batches, idx = [next(s) for s in streams], [next(d) for d in draws]
+        fit = (lambda s, t: bucket_widths(s, t, full)) if step % 2 else (lambda s, t: None)
+        s, t = max(b.src.size(1) for b in batches), max(b.tgt.size(1) for b in batches)
+        want = stack_batches(batches, fit(s, t), pad=cfg.model.pad)
+        got, ntokens = task.stack_indices(cfg, idx, fit)
+        assert all(torch.equal(a, b) for a, b in zip(got, want)), step
+        assert ntokens == [b.ntokens for b in batches]
+
+
+def test_a_g2p_group_trains_the_same_with_and_without_the_index_fast_path(monkeypatch):
+    from harness import group as group_mod
+    from harness.trial import TrialSpec
+
+    cfg = get_preset("g2p").override({"model.N": 1, "model.d_model": 16, "model.d_ff": 32, "train.batch": 16,
+                                      "train.steps": 6, "train.eval_every": 3, "train.eval_sequences": 24})
+    specs = [TrialSpec("baseline", s, cfg.to_dict(), device="cpu", threads=1) for s in (0, 1)]
+    calls, real = [], G2PTask.stack_indices
+    monkeypatch.setattr(G2PTask, "stack_indices", lambda self, *a: calls.append(1) or real(self, *a))
+    fast = group_mod.run_group(specs)
+    assert len(calls) == 7  # the probe on the first batches, then one per step
+    monkeypatch.setattr(G2PTask, "index_stream", lambda self, cfg, gen: None)
+    slow = group_mod.run_group(specs)
+    for f, s in zip(fast, slow):
+        assert f.row["vectorized"] == 2 and f.row["status"] == "ok"
+        assert [r["loss"] for r in f.curve] == [r["loss"] for r in s.curve]
+        assert {k: f.row[k] for k in ("heldout_ce", "wer", "final_train_loss")} == \
+            {k: s.row[k] for k in ("heldout_ce", "wer", "final_train_loss")}

@@ -109,6 +109,17 @@ class Task:
         while True:
             yield self.make_batch(tc.batch, tc.seq_len, cfg.model.vocab, generator)
 
+    def index_stream(self, cfg: "RunConfig", generator: torch.Generator) -> Iterator[torch.Tensor] | None:
+        """Optional fast path of a trial group: the draws of :meth:`batches` from ``generator`` as
+        index tensors, which :meth:`stack_indices` turns into K seeds' stacked batches in one
+        gather -- the same tensors as stacking K :meth:`batches`. Default None: no fast path."""
+        return None
+
+    def stack_indices(self, cfg: "RunConfig", indices: list, fit) -> tuple[tuple, list[int]]:
+        """``((src, tgt, tgt_y) (K, B, S|T), label tokens per seed)`` of :meth:`index_stream`'s
+        draws; ``fit(s, t)`` gives the padded widths for the widest (s, t), or None to keep them."""
+        raise NotImplementedError("stack_indices goes with index_stream")
+
     def fit(self, cfg: "RunConfig", given: set[str]) -> "RunConfig":
         """``cfg`` adjusted to what the task needs, for the keys the user did not set (``given``:
         the dotted keys of ``--set``, e.g. ``{"model.vocab"}``). Called when a run or bench resolves

@@ -151,18 +151,53 @@ class G2PTask(Task):
         True: the same uniform draw, :data:`POOL_BATCHES` batches at a time, sorted by length and
         cut into batches of similar lengths, each trimmed to its longest row, in random order
         (every pair is still drawn uniformly; only which pairs share a batch changes)."""
-        tc = cfg.train
-        if not tc.bucket:
-            yield from super().batches(cfg, generator)
-            return
         self._check_vocab(cfg.model.vocab)
         lex = lexicon()
+        for index in self._indices(cfg, generator):
+            yield lex.pick(index, trim=cfg.train.bucket)
+
+    def _indices(self, cfg: "RunConfig", generator: torch.Generator) -> Iterator[torch.Tensor]:
+        """The training pairs of each batch of :meth:`batches`, (B,) indices into the lexicon."""
+        tc, lex = cfg.train, lexicon()
         while True:
+            if not tc.bucket:  # make_batch's draw
+                yield torch.randint(len(lex.train_pairs), (tc.batch,), generator=generator)
+                continue
             pick = torch.randint(len(lex.train_pairs), (tc.batch * POOL_BATCHES,), generator=generator)  # (P,)
             key = lex.train_len[pick, 0] * 64 + lex.train_len[pick, 1]  # (P,) letters, then phonemes
             pool = pick[torch.sort(key, stable=True).indices]
             for j in torch.randperm(POOL_BATCHES, generator=generator).tolist():
-                yield lex.pick(pool[j * tc.batch:(j + 1) * tc.batch], trim=True)
+                yield pool[j * tc.batch:(j + 1) * tc.batch]
+
+    def index_stream(self, cfg, generator):
+        """:meth:`batches`' draws as (B,) lexicon indices (a trial group's fast path)."""
+        self._check_vocab(cfg.model.vocab)
+        return self._indices(cfg, generator)
+
+    def stack_indices(self, cfg, indices, fit):
+        """K seeds' batches from their lexicon indices in one gather per tensor: the rows
+        :meth:`Lexicon.pick` gives each seed, padded with ``PAD`` to the widest seed's widths
+        (or ``fit``'s), as stacking the seeds' :meth:`batches` does.
+
+        Shape:
+            indices: K x (B,) -> src (K, B, S), tgt (K, B, T), tgt_y (K, B, T); label tokens K ints.
+        """
+        lex = lexicon()
+        index = torch.stack(indices)  # (K, B)
+        k, flat = index.size(0), index.flatten()  # index_select: ~4x faster than a 2-D advanced index here
+
+        def rows(table: torch.Tensor) -> torch.Tensor:
+            return table.index_select(0, flat).view(k, -1, table.size(1))  # (K, B, width)
+        lens = rows(lex.train_len)  # (K, B, 2) letters, phonemes
+        full_s, full_t = lex.train.src.size(1), lex.train.tgt.size(1)
+        s, t = (int(lens[..., 0].max()), int(lens[..., 1].max()) + 1) if cfg.train.bucket else (full_s, full_t)
+        s, t = fit(s, t) or (s, t)
+        ntokens = (lens[..., 1] + 1).sum(1).tolist()  # phonemes + the end symbol, per seed
+        tgt = rows(lex.train.tgt[:, :t])  # (K, B, T)
+        if cfg.train.bucket:  # a seed's batch is trimmed to its own longest row: the end symbol of that row goes
+            own = lens[..., 1].amax(1) + 1  # (K,) the seed's own T
+            tgt = tgt.masked_fill(torch.arange(t)[None, None, :] >= own[:, None, None], PAD)
+        return (rows(lex.train.src[:, :s]), tgt, rows(lex.train.tgt_y[:, :t])), ntokens
 
     def eval_set(self, n, seq_len, vocab, seed):
         """The whole test split (``n`` >= its size, rows sorted by length), else ``n`` test words
