@@ -362,6 +362,24 @@ def events_writer(req: RunRequest, store: RunStore, meta: RunMeta):
     return None if req.tensorboard is None else trial_writer(run_logdir(req.tensorboard, store.root), meta)
 
 
+def warm_workers(options: Execution, n_specs: int) -> bool:
+    """Start the fork server now when this run's trials will go to local worker processes
+    (:func:`harness.executors.run_process_pool`): it imports :data:`~harness.executors.FORKSERVER_PRELOAD`
+    (torch and the harness: about a second) in a process of its own while this one
+    runs the pre-training check, instead of after it. Returns whether it started one."""
+    from .executors import FORKSERVER_PRELOAD, START_METHOD
+
+    if options.executor != "local" or not isinstance(options.jobs, int) or options.jobs < 2 or n_specs < 2 \
+            or START_METHOD != "forkserver":
+        return False
+    import multiprocessing
+    import multiprocessing.forkserver
+
+    multiprocessing.get_context("forkserver").set_forkserver_preload(FORKSERVER_PRELOAD)
+    multiprocessing.forkserver.ensure_running()  # returns at once; the server imports in the background
+    return True
+
+
 def drive(store: RunStore, specs: list[TrialSpec], meta: RunMeta, options: Execution, quiet: bool,
           headline: str, total: int | None = None, before=None, after_store=None) -> RunOutcome:
     """Run ``before()`` (the pre-training check), execute ``specs`` into ``store`` and write the report,
@@ -376,6 +394,7 @@ def drive(store: RunStore, specs: list[TrialSpec], meta: RunMeta, options: Execu
         try:
             if log:
                 log(headline)
+            warm_workers(options, len(specs))
             if before is not None:
                 before()
             if specs:

@@ -4,7 +4,15 @@ cluster); ``--jobs 2`` against sequential: tests/test_determinism.py.
 """
 from __future__ import annotations
 
+import multiprocessing
+import subprocess
+import sys
+
+import pytest
+
 from harness.env import ray_address
+
+from .conftest import ROOT
 
 
 def test_ray_address_precedence(monkeypatch):
@@ -13,3 +21,20 @@ def test_ray_address_precedence(monkeypatch):
     monkeypatch.setenv("RAY_ADDRESS", "10.0.0.5:6379")
     assert ray_address(None) == "10.0.0.5:6379"
     assert ray_address("ray://head:10001") == "ray://head:10001"
+
+
+def test_a_local_pool_run_starts_its_fork_server_before_the_check():
+    """``warm_workers``: with trials bound for local worker processes the fork server (and its import
+    of the harness) starts before the pre-training check; not for one process, one trial or Ray."""
+    code = (
+        "import multiprocessing.forkserver as fs\n"
+        "from harness.launch import warm_workers\n"
+        "from harness.runmeta import Execution\n"
+        "print(warm_workers(Execution(jobs=1), 4), warm_workers(Execution(jobs=2), 1),"
+        " warm_workers(Execution(executor='ray', address='auto', jobs=1), 4), fs._forkserver._forkserver_pid is None)\n"
+        "print(warm_workers(Execution(jobs=2), 4), fs._forkserver._forkserver_pid is not None)\n")
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        pytest.skip("no forkserver on this platform")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["False", "False", "False", "True", "True", "True"], proc.stdout
