@@ -128,3 +128,43 @@ def test_the_future_leak_gate_catches_leaks_in_both_modes(data, monkeypatch, mod
     clean = build_model(reg, reg.variants["baseline"], CFG, seed=1)
     future, state, thr = future_leak(clean, data, CFG.pad, "cpu")
     assert future <= thr and state <= thr, (mode, future, state, thr)
+
+
+@pytest.mark.parametrize("name", ["baseline", "rope_positions", "seed_004"])
+def test_a_groups_batched_prefix_logits_equal_its_loop_and_each_seeds_own(data, monkeypatch, name):
+    """A trial group's prefix logits (K seeds through vmap) in one pass equal the group's loop and
+    each seed's own model within the gate's tolerance; the leak gate of the group in batched mode
+    passes for these clean models."""
+    from harness.tasks.seeds import SeedStack, future_leak_seeds, prefix_logits_seeds
+    from harness.vstep import GroupStep
+
+    reg = Registry.from_plugins()
+    models = [build_model(reg, reg.variants[name], CFG, seed=s) for s in (0, 1)]
+    step = GroupStep(models, CFG.pad, 0.0, 1.0, torch.device("cpu"))
+    stack = SeedStack(models[0], {**step.params, **step.buffers}, CFG.pad)
+    keep = data.tgt_y != CFG.pad
+    with torch.inference_mode():
+        monkeypatch.setenv(prefix.PREFIX_ENV, "loop")
+        loop = prefix_logits_seeds(stack, data.src, data.tgt, keep)
+        monkeypatch.setenv(prefix.PREFIX_ENV, "batched")
+        batched = prefix_logits_seeds(stack, data.src, data.tgt, keep)
+        for s, model in enumerate(models):
+            own = prefix.prefix_logits_batched(model.eval(), data.src, data.tgt, keep, CFG.pad)
+            assert torch.allclose(batched[s][keep], loop[s][keep], atol=1e-5, rtol=1e-4), name
+            assert torch.allclose(batched[s][keep], own[keep], atol=1e-5, rtol=1e-4), name
+        assert (batched[:, ~keep] == 0).all()
+        gaps = future_leak_seeds(stack, data, "cpu")
+    assert all(f <= thr and st <= thr for f, st, thr in gaps), gaps
+
+
+@pytest.mark.parametrize("name", ["adv_causal_shift", "adv_length_embedding"])
+def test_a_groups_batched_leak_gate_catches_leaking_plugins(data, monkeypatch, name):
+    from harness.tasks.seeds import SeedStack, future_leak_seeds
+    from harness.vstep import GroupStep
+
+    monkeypatch.setenv(prefix.PREFIX_ENV, "batched")
+    reg = Registry.from_plugins(PluginSpec(files=[str(PLUGINS / f"{name}.py")], strict=True))
+    models = [build_model(reg, reg.variants[name], CFG, seed=s) for s in (0, 1)]
+    step = GroupStep(models, CFG.pad, 0.0, 1.0, torch.device("cpu"))
+    gaps = future_leak_seeds(SeedStack(models[0], {**step.params, **step.buffers}, CFG.pad), data, "cpu")
+    assert all(f > thr for f, _, thr in gaps), gaps

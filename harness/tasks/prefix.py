@@ -45,6 +45,29 @@ def prefix_pass() -> str:
     return mode
 
 
+def prefix_rows(tgt: torch.Tensor, keep: torch.Tensor, pad: int, max_len: int | None):
+    """The one-pass decoder input: ``(rows, pos, ys)``, the scored positions (b, t) as row and
+    position indices (P,) and their inputs ``ys`` (P, W): ``tgt[b, :t + 1]`` then pads, W one
+    column wider than ``tgt`` when ``max_len`` (the model's) allows.
+
+    Raises:
+        ValueError: no scored position (``keep`` all False).
+    """
+    t_max = tgt.size(1)
+    rows, pos = torch.nonzero(keep, as_tuple=True)  # (P,), (P,)
+    if rows.numel() == 0:
+        raise ValueError("prefix_logits: no scored position (keep is all False)")
+    width = t_max + 1 if max_len is None or t_max + 1 <= max_len else t_max
+    ys = F.pad(tgt[rows], (0, width - t_max), value=pad)  # (P, W)
+    later = torch.arange(width, device=tgt.device)[None, :] > pos[:, None]  # (P, W) after position t
+    return rows, pos, ys.masked_fill(later, pad)
+
+
+def model_max_len(model) -> int | None:
+    """The model's ``cfg.max_len`` (None when it has none)."""
+    return getattr(getattr(model, "cfg", None), "max_len", None)
+
+
 def prefix_logits_batched(model, src: torch.Tensor, tgt: torch.Tensor, keep: torch.Tensor, pad: int) -> torch.Tensor:
     """:func:`harness.tasks.base.prefix_logits` in one decoder forward (see the module docstring).
 
@@ -55,14 +78,7 @@ def prefix_logits_batched(model, src: torch.Tensor, tgt: torch.Tensor, keep: tor
         ValueError: no scored position (``keep`` all False).
     """
     b, t_max = tgt.shape
-    rows, pos = torch.nonzero(keep, as_tuple=True)  # (P,), (P,)
-    if rows.numel() == 0:
-        raise ValueError("prefix_logits: no scored position (keep is all False)")
-    max_len = getattr(getattr(model, "cfg", None), "max_len", None)
-    width = t_max + 1 if max_len is None or t_max + 1 <= max_len else t_max
-    ys = F.pad(tgt[rows], (0, width - t_max), value=pad)  # (P, W)
-    later = torch.arange(width, device=tgt.device)[None, :] > pos[:, None]  # (P, W) after position t
-    ys = ys.masked_fill(later, pad)
+    rows, pos, ys = prefix_rows(tgt, keep, pad, model_max_len(model))
     style = model.mask_style
     memory = model.encode(src, style.src_mask(src, pad))  # (B, S, D)
     h = model.decode(memory[rows], style.src_mask(src[rows], pad), ys, style.tgt_mask(ys, pad))  # (P, W, D)

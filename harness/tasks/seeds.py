@@ -39,6 +39,7 @@ from ..env import autocast
 from .base import PAD, START, Batch, Task, eval_chunk, leak_gaps, loss_fn
 from .decoding import _advance, _strip, error_counts
 from .g2p import CUDA_EVAL_CHUNK, MAX_PHONES, G2PTask, _trim, lexicon
+from .prefix import model_max_len, prefix_pass, prefix_rows
 
 if TYPE_CHECKING:
     from ..config import RunConfig
@@ -86,6 +87,8 @@ class SeedStack:
         self._step = _Call(base, lambda m, memory, src, ys: m.embed.logits(
             m.decode(memory, style.src_mask(src, pad), ys, style.tgt_mask(ys, pad))[:, -1]))
         self._whole = _Call(base, lambda m, src, tgt: m(src, tgt))
+        self._at = _Call(base, lambda m, memory, src, ys, pos: m.embed.logits(m.decode(
+            memory, style.src_mask(src, pad), ys, style.tgt_mask(ys, pad))[torch.arange(ys.size(0), device=ys.device), pos]))
         self._model = model
 
     def select(self, seeds: list[int]) -> "SeedStack":
@@ -112,6 +115,13 @@ class SeedStack:
         return self._run(self._step, (memory, src, ys), (0, None, 0 if ys.dim() == 3 else None))
 
 
+    def position_logits(self, memory: torch.Tensor, src: torch.Tensor, ys: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """Every seed's logits of row i at position ``pos[i]`` (the one-pass prefix logits,
+        :mod:`harness.tasks.prefix`). Shape: memory (K, P, S, D), src (P, S), ys (P, W), pos (P,)
+        (shared) -> (K, P, V)."""
+        return self._run(self._at, (memory, src, ys, pos), (0, None, None, None))
+
+
 def group_chunk(chunk: int, k: int) -> int:
     """Rows per chunk of a K-seed evaluation whose sequential chunk is ``chunk`` rows: the same
     rows up to :data:`MAX_STACKED_CHUNKS` seeds, then fewer (at least 1)."""
@@ -120,9 +130,16 @@ def group_chunk(chunk: int, k: int) -> int:
 
 def prefix_logits_seeds(stack: SeedStack, src: torch.Tensor, tgt: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
     """:func:`harness.tasks.base.prefix_logits` of K seeds: the same rows and prefixes, every
-    decoding step one vmapped call. Shape: src (B, S), tgt (B, T), keep (B, T) -> (K, B, T, V)."""
+    decoding step one vmapped call, or with ``HARNESS_PREFIX_PASS=batched`` all positions in one
+    (:mod:`harness.tasks.prefix`). Shape: src (B, S), tgt (B, T), keep (B, T) -> (K, B, T, V)."""
     memory = stack.encode(src)  # (K, B, S, D)
     b, t_max = tgt.shape
+    if prefix_pass() == "batched":
+        rows, pos, ys = prefix_rows(tgt, keep, stack.pad, model_max_len(stack._model))
+        lg = stack.position_logits(memory[:, rows], src[rows], ys, pos)  # (K, P, V)
+        out = lg.new_zeros(stack.k, b, t_max, lg.size(-1))
+        out[:, rows, pos] = lg
+        return out
     out: torch.Tensor | None = None
     for t in range(t_max):
         rows = torch.nonzero(keep[:, t]).flatten()  # (B',) the same rows for every seed
