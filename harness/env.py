@@ -28,6 +28,11 @@ TRIAL_SETTINGS = {
 }
 
 
+#: Environment variable choosing the prefix-only logits' pass (:mod:`harness.tasks.prefix`):
+#: ``loop`` (default) or ``batched``; recorded in :func:`environment` when set.
+PREFIX_ENV = "HARNESS_PREFIX_PASS"
+
+
 def resolve_device(name: str) -> torch.device:
     """``auto`` -> cuda when available else cpu. Raises DeviceError for unavailable cuda."""
     if name == "auto":
@@ -173,8 +178,8 @@ def environment(device: torch.device | str = "cpu", trial_settings_applied: bool
                            else "not applied (torch defaults: deterministic algorithms off)"),
         "git_commit": commit,
     }
-    if os.environ.get("HARNESS_PREFIX_PASS", "").strip():  # harness.tasks.prefix.PREFIX_ENV, opt-in
-        env["prefix_pass"] = os.environ["HARNESS_PREFIX_PASS"].strip()
+    if os.environ.get(PREFIX_ENV, "").strip():  # opt-in: harness.tasks.prefix
+        env["prefix_pass"] = os.environ[PREFIX_ENV].strip()
     return env
 
 

@@ -29,8 +29,7 @@ import os
 import torch
 import torch.nn.functional as F
 
-#: Environment variable choosing the prefix pass: ``loop`` (default) or ``batched``.
-PREFIX_ENV = "HARNESS_PREFIX_PASS"
+from ..env import PREFIX_ENV
 
 
 def prefix_pass() -> str:

@@ -114,7 +114,6 @@ class SeedStack:
         (shared), ys (B, t) (shared) or (K, B, t) (per seed) -> (K, B, V)."""
         return self._run(self._step, (memory, src, ys), (0, None, 0 if ys.dim() == 3 else None))
 
-
     def position_logits(self, memory: torch.Tensor, src: torch.Tensor, ys: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """Every seed's logits of row i at position ``pos[i]`` (the one-pass prefix logits,
         :mod:`harness.tasks.prefix`). Shape: memory (K, P, S, D), src (P, S), ys (P, W), pos (P,)
