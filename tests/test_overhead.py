@@ -57,15 +57,16 @@ def test_profile_command_writes_a_table_and_the_trial(tmp_path):
 @pytest.mark.parametrize("n, device, executor, threads, want", [
     (11, "cpu", "local", None, "cores"),  # one worker per core
     (1, "cpu", "local", None, 1),  # a single trial runs here
-    (11, "cuda", "local", None, 1),
+    (11, "cuda", "local", None, "gpu"),  # GPU_JOBS worker processes of captured groups, at most one per core
     (11, "cpu", "ray", None, 1),
     (11, "cpu", "local", 1024, 1),  # threads per trial fill the machine (1024: the most --threads accepts)
 ])
 def test_jobs_auto(n, device, executor, threads, want):
     from harness.env import available_cores
+    from harness.runmeta import GPU_JOBS
 
     opts = Execution(executor, "auto", threads).validate().resolved(n, device)
-    expected = min(n, available_cores()) if want == "cores" else want
+    expected = {"cores": min(n, available_cores()), "gpu": min(GPU_JOBS, n, available_cores())}.get(want, want)
     assert opts.jobs == expected
     assert opts.trial_threads() >= 1
     assert Execution("local", 3).resolved(n, device).jobs == 3  # a number is kept
