@@ -424,13 +424,13 @@ class _Group:
         (:meth:`_evaluate_seeds`), the future-leak check on each seed's unstacked model; with
         ``train.stop_at_solved`` a solved seed stops."""
         live = [i for i in range(len(self.specs)) if not done[i]]
-        with self.clock("evaluate"):
+        with self.clock("evaluate"):  # one block: each seed's own (nested) block is not counted again
             scores = self._evaluate_seeds(live, self.loops[0].probe)  # the probe set is the same for every seed
             gaps = self._leak_gaps(live, step)
-        for i, m, g in zip(live, scores, gaps):
-            loop = self.loops[i]
-            self.step.load(i, self.models[i])
-            loop.train_s = train_s
-            if loop._evaluate(step, m, g) and self.cfg.train.stop_at_solved:
-                done[i] = True
-                self.step.stop(i)
+            for i, m, g in zip(live, scores, gaps):
+                loop = self.loops[i]
+                self.step.load(i, self.models[i])
+                loop.train_s = train_s
+                if loop._evaluate(step, m, g) and self.cfg.train.stop_at_solved:
+                    done[i] = True
+                    self.step.stop(i)

@@ -60,21 +60,35 @@ class PhaseClock:
     records them (the ``overhead_share`` column) and ``harness profile`` can read them for a
     trial of any length; ``harness profile --torch-profiler`` cross-checks them against the
     profiler's own ranges.
+
+    A block inside a block of the same phase (a trial group's evaluation around each seed's
+    bookkeeping) is neither timed nor counted again: ``calls`` counts the outermost blocks.
+    ``current`` is the innermost phase open now (None outside every block).
     """
 
     def __init__(self) -> None:
         self.seconds: dict[str, float] = {k: 0.0 for k in PHASES}
         self.calls: dict[str, int] = {k: 0 for k in PHASES}
+        self._open: list[str] = []
+
+    @property
+    def current(self) -> str | None:
+        return self._open[-1] if self._open else None
 
     @contextlib.contextmanager
     def __call__(self, name: str):
+        if name in self._open:  # nested in its own phase: already timed by the outer block
+            yield
+            return
         with record_function(PHASES[name]):
+            self._open.append(name)
             t0 = time.perf_counter()
             try:
                 yield
             finally:
                 self.seconds[name] += time.perf_counter() - t0
                 self.calls[name] += 1
+                self._open.pop()
 
     def to_dict(self) -> dict[str, dict[str, float]]:
         """``{phase: {"s": seconds, "calls": n}}``."""

@@ -76,6 +76,21 @@ def test_vectorised_seeds_equal_their_sequential_trials(on_off):
     assert cols_on - cols_off == {"vectorized", "group_wall_s", "captured"} and cols_off <= cols_on
 
 
+def test_a_groups_phase_clock_counts_each_evaluation_once(on_off):
+    """The group's evaluation block wraps each seed's own bookkeeping block of the same phase: the
+    inner one must not count again (the H200 main job read 15 evaluation calls for 8 evaluations)."""
+    from harness.config import get_preset
+
+    cfg = get_preset("tiny")
+    probes = cfg.train.steps // cfg.train.eval_every - 1
+    for folder, group in ((on_off["on"], 4), (on_off["off"], 1)):
+        for t in RunStore.open(folder).load_trials():
+            # the integrity gate at initialisation once per seed of the clock's trial(s), then the probes
+            assert t.phases["evaluate"]["calls"] == group + probes, (folder.name, t.phases)
+            # the group's batched final evaluation, then each seed's gate and row
+            assert t.phases["final_eval"]["calls"] == (group + 1 if group > 1 else 1), (folder.name, t.phases)
+
+
 def test_the_run_records_how_it_was_executed(on_off):
     assert RunStore.open(on_off["on"]).meta().execution.vectorize_seeds == "on"
     assert RunStore.open(on_off["off"]).meta().execution.vectorize_seeds == "off"
