@@ -40,14 +40,43 @@ def test_profile_trial_splits_the_wall_time_into_the_loops_phases(registry, tmp_
     assert "misses" in O.verdict("baseline", prof, target=0.0)
 
 
+def test_count_ops_counts_each_phases_ops_and_sees_the_one_pass_prefix_logits(registry, monkeypatch):
+    """--count-ops: the ops each phase dispatches (views left out). The one-pass prefix logits
+    (HARNESS_PREFIX_PASS=batched) must show as far fewer evaluation ops, with the same scores."""
+    from harness.env import PREFIX_ENV
+
+    cfg = get_preset("tiny")
+    (spec,) = make_specs([registry.variants["baseline"]], [0], cfg, "cpu", "fp32", {})
+    got = {}
+    for mode in ("loop", "batched"):
+        monkeypatch.setenv(PREFIX_ENV, mode)
+        got[mode] = O.profile_trial(spec, lambda r: None, count_ops=True)
+    (res_loop, loop), (res_batched, batched) = got["loop"], got["batched"]
+    assert set(loop["ops"]) == set(PHASES) | {O.NO_PHASE}
+    for phase in ("build", "data", "step", "evaluate", "final_eval"):
+        assert loop["ops"][phase] > 0, phase
+    assert loop["ops"]["store"] == 0  # writing JSON dispatches no aten op
+    assert loop["ops"]["step"] == batched["ops"]["step"]  # training is not touched by the prefix pass
+    # fewer in every evaluation (at the tiny preset's 6 tokens: 882 fewer in each; in the quick preset's
+    # trial 3x fewer in all, docs/benchmarks.md)
+    assert batched["ops"]["evaluate"] < loop["ops"]["evaluate"], (loop["ops"], batched["ops"])
+    assert batched["ops"]["final_eval"] < loop["ops"]["final_eval"], (loop["ops"], batched["ops"])
+    assert res_loop.row["heldout_ce"] == pytest.approx(res_batched.row["heldout_ce"], rel=1e-5)
+    rows = {r["phase"]: r for r in O.profile_rows("baseline", loop)}
+    assert rows["evaluate"]["ops/call"] == round(loop["ops"]["evaluate"] / loop["phases"]["evaluate"]["calls"])
+    assert rows["wall"]["ops"] == sum(loop["ops"].values())
+    assert rows["overhead (all but step)"]["ops"] == rows["wall"]["ops"] - loop["ops"]["step"]
+
+
 def test_profile_command_writes_a_table_and_the_trial(tmp_path):
     out = cli_in_process("profile", "--variants", "baseline", "--preset", "tiny", "--results-dir", str(tmp_path),
-                         "--run-id", "p", "-q")
+                         "--run-id", "p", "--count-ops", "-q")
     assert out.returncode == 0, out.stderr
     assert "harness overhead" in out.stdout
     run = tmp_path / "p"
     frame = pd.read_csv(run / "profile.csv")
     assert {"build", "data", "step", "log", "evaluate", "final_eval", "store", "wall"} <= set(frame.phase)
+    assert (frame.set_index("phase").loc[["step", "evaluate"], "ops"] > 0).all()  # --count-ops
     assert (run / "trials" / "baseline__s0.json").exists() or list((run / "trials").glob("*.json"))
     md = (run / "profile.md").read_text()
     assert "python -m harness profile" in md and "## Environment" in md

@@ -24,7 +24,8 @@ environment, table) under results/<run-id>/, next to the trials' JSON."""
 EPILOG = """examples:
   python -m harness profile --variants baseline --preset paper     the Annotated copy config, 400 steps
   python -m harness profile --variants baseline pre_norm           the quick preset
-  python -m harness profile --variants baseline --torch-profiler   quick preset, cross-checked by torch.profiler"""
+  python -m harness profile --variants baseline --torch-profiler   quick preset, cross-checked by torch.profiler
+  python -m harness profile --variants baseline --count-ops        ops per phase: what a GPU trial launches"""
 
 
 def register(sub, parents):
@@ -39,6 +40,10 @@ def register(sub, parents):
     p.add_argument("--torch-profiler", action="store_true",
                    help="also run under torch.profiler and report its range totals (memory: a few GB for a "
                         "400-step paper trial; fine for the quick preset)")
+    p.add_argument("--count-ops", action="store_true",
+                   help="also count the aten ops each phase dispatches (views left out): about one kernel launch "
+                        "each on a GPU, so a CPU run shows what an uncaptured GPU trial launches (the trial runs "
+                        "a few times slower; its seconds read higher)")
     add_output(p, "profile")
     p.set_defaults(func=main)
 
@@ -54,7 +59,7 @@ def render_markdown(frame, lines: list[str], meta: RunMeta) -> str:
            "## Environment", ""]
     out += [f"- {k}: {v}" for k, v in env.items() if v is not None]
     out += ["", "## Config", "", "```json"] + [f'"{k}": {json.dumps(v)}' for k, v in meta.config.items()]
-    out += ["```", "", "## Phases", "", frame.to_markdown(index=False, tablefmt="github", floatfmt=".3f"), "",
+    out += ["```", "", "## Phases", "", frame.to_markdown(index=False, tablefmt="github", floatfmt=".3f", missingval=""), "",
             "## Summary", ""] + [f"- {line}" for line in lines]
     out += ["", "## How to read this", "",
             "- Each trial ran as `harness run` runs it (`harness.train.run_trial`, then the trial's JSON written "
@@ -64,6 +69,10 @@ def render_markdown(frame, lines: list[str], meta: RunMeta) -> str:
             "the same blocks' `record_function` range totals as the profiler saw them (CPU wall time).",
             f"- overhead = wall - step; the target is <= {OVERHEAD_TARGET:.0%}. Under `--torch-profiler` every op "
             "is recorded, which slows `step` (small-op models most), so its overhead share reads lower.",
+            "- `ops` (with `--count-ops`): the aten ops each phase dispatched, views left out "
+            "(`harness.perf.overhead.OpCounter`); on a GPU each is about one kernel launch, so this counts what an "
+            "uncaptured trial launches on any device. The counter is a Python call per op: under it the seconds "
+            "read higher than in a plain run.",
             ""]
     return "\n".join(out)
 
@@ -96,7 +105,7 @@ def main(args) -> int:
         if log:
             log(f"{ts.variant}: one trial under torch.profiler ...")
         result, prof = profile_trial(ts, lambda r, key=ts.key: store.write_trial(key, r),
-                                     torch_profiler=args.torch_profiler)
+                                     torch_profiler=args.torch_profiler, count_ops=args.count_ops)
         row = result.row
         if result.status != "ok" and log:
             log(f"{ts.variant}: trial {result.status}: {result.reason}")
@@ -116,7 +125,7 @@ def main(args) -> int:
         atomic_write_text(store.root / "profile.csv", frame.to_csv(index=False))
         atomic_write_text(store.root / "profile.md", render_markdown(frame, lines, meta))
     frame = pd.DataFrame(rows)
-    print(frame.drop(columns=["what"]).to_markdown(index=False, tablefmt="github", floatfmt=".3f"))
+    print(frame.drop(columns=["what"]).to_markdown(index=False, tablefmt="github", floatfmt=".3f", missingval=""))
     print()
     for line in lines:
         print(line)

@@ -10,6 +10,11 @@ periodic and final held-out evaluations, storing -- and whatever no phase covers
 settings, peak-memory reads) is the harness's overhead. Issue 6 asks for overhead <= 5% of a
 trial's wall time (:data:`OVERHEAD_TARGET`).
 
+With ``count_ops=True`` every aten op the trial dispatches is counted per phase (:class:`OpCounter`):
+the ops that are not views, about one kernel launch each on a GPU. A device-independent proxy of
+what an uncaptured trial launches, measurable on a CPU (the counter slows the trial, so its
+seconds read higher).
+
 With ``torch_profiler=True`` the trial also runs inside ``torch.profiler.profile`` and the
 profiler's own range totals are reported next to the clock's, as an independent measurement.
 The profiler records every op too (about a microsecond or two each, mostly inside ``step``, and
@@ -37,8 +42,45 @@ PHASE_NOTES = {
 }
 
 
+class OpCounter:
+    """Counts the aten ops dispatched while it is active, per phase of ``clock`` (a
+    :class:`harness.train.PhaseClock`; ``(no phase)`` outside its blocks). ``ops`` counts the ops
+    that are not views (``OpOverload.is_view``): on a GPU each launches about one kernel, where a
+    view launches none. Used as ``with OpCounter(clock) as counter: ...``; the counts are in
+    ``counter.ops`` ({phase: int}).
+
+    Built on ``torch.utils._python_dispatch.TorchDispatchMode`` (a Python call per op: a trial
+    runs a few times slower under it). Ops inside a captured CUDA graph's replay are not seen.
+    """
+
+    def __init__(self, clock) -> None:
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        counter = self
+
+        class _Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                if not func.is_view:
+                    phase = clock.current or NO_PHASE
+                    counter.ops[phase] = counter.ops.get(phase, 0) + 1
+                return func(*args, **(kwargs or {}))
+
+        self.ops: dict[str, int] = {}
+        self._mode = _Mode()
+
+    def __enter__(self) -> "OpCounter":
+        self._mode.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._mode.__exit__(*exc)
+
+
+NO_PHASE = "(no phase)"  #: OpCounter's key for ops dispatched outside every phase block
+
+
 def profile_trial(spec: TrialSpec, write: Callable[[TrialResult], Any],
-                  torch_profiler: bool = False) -> tuple[TrialResult, dict[str, Any]]:
+                  torch_profiler: bool = False, count_ops: bool = False) -> tuple[TrialResult, dict[str, Any]]:
     """Run one trial (:func:`harness.train.run_trial` on ``spec``) and ``write(result)``;
     return ``(result, profile)`` (``result``: the :class:`harness.trial.TrialResult`).
 
@@ -46,7 +88,8 @@ def profile_trial(spec: TrialSpec, write: Callable[[TrialResult], Any],
     "calls": int}} from the phase clock), ``unattributed_s``, ``overhead_s`` / ``overhead_share``
     (everything but ``step``) and, with ``torch_profiler``, ``profiler_phases`` (the same phases
     as the profiler's ``record_function`` range totals, CPU wall time) and ``profiler_s`` (its
-    start-up and post-processing, not counted in ``wall_s``).
+    start-up and post-processing, not counted in ``wall_s``), and with ``count_ops`` ``ops``
+    ({phase: ops that are not views}, :class:`OpCounter`).
 
     Raises:
         nothing for a failing trial (run_trial records it as ``failed``); profiler errors propagate.
@@ -67,14 +110,17 @@ def profile_trial(spec: TrialSpec, write: Callable[[TrialResult], Any],
         if spec.device.startswith("cuda") and torch.cuda.is_available():
             acts.append(ProfilerActivity.CUDA)
         prof_cm = profile(activities=acts, record_shapes=False, with_stack=False)
+    counter = OpCounter(clock) if count_ops else contextlib.nullcontext()
     t_outer = time.perf_counter()
-    with prof_cm as prof:
+    with prof_cm as prof, counter:
         t0 = time.perf_counter()
         result = run_trial(spec, clock=clock)
         with clock("store"):
             write(result)
         wall = time.perf_counter() - t0
     out: dict[str, Any] = {"wall_s": wall, "phases": clock.to_dict()}
+    if count_ops:
+        out["ops"] = {k: counter.ops.get(k, 0) for k in [*PHASES, NO_PHASE]}
     if torch_profiler:
         names = {v: k for k, v in PHASES.items()}
         got = {k: {"s": 0.0, "calls": 0} for k in PHASES}
@@ -93,16 +139,22 @@ def profile_trial(spec: TrialSpec, write: Callable[[TrialResult], Any],
 def profile_rows(variant: str, prof: dict[str, Any]) -> list[dict[str, Any]]:
     """One table row per phase (plus ``(unattributed)`` and ``overhead``) for ``variant``."""
     wall = prof["wall_s"]
-    pp = prof.get("profiler_phases")
+    pp, ops = prof.get("profiler_phases"), prof.get("ops")
     rows = [{"variant": variant, "phase": k, "seconds": v["s"], "share": v["s"] / wall, "calls": v["calls"],
-             **({"torch.profiler s": pp[k]["s"]} if pp else {}), "what": PHASE_NOTES.get(k, "")}
+             **({"torch.profiler s": pp[k]["s"]} if pp else {}),
+             **({"ops": ops[k], "ops/call": round(ops[k] / v["calls"]) if v["calls"] else ""} if ops else {}),
+             "what": PHASE_NOTES.get(k, "")}
             for k, v in prof["phases"].items()]
     rows.append({"variant": variant, "phase": "(unattributed)", "seconds": prof["unattributed_s"],
                  "share": prof["unattributed_s"] / wall, "calls": 0,
+                 **({"ops": ops[NO_PHASE], "ops/call": ""} if ops else {}),
                  "what": "seeding, settings, registry, peak-memory reads: covered by no range"})
     rows.append({"variant": variant, "phase": "overhead (all but step)", "seconds": prof["overhead_s"],
-                 "share": prof["overhead_share"], "calls": 0, "what": "the harness's own share of the trial"})
+                 "share": prof["overhead_share"], "calls": 0,
+                 **({"ops": sum(ops.values()) - ops["step"], "ops/call": ""} if ops else {}),
+                 "what": "the harness's own share of the trial"})
     rows.append({"variant": variant, "phase": "wall", "seconds": wall, "share": 1.0, "calls": 1,
+                 **({"ops": sum(ops.values()), "ops/call": ""} if ops else {}),
                  "what": "the trial: run_trial + store"})
     return rows
 
