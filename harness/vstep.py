@@ -7,11 +7,18 @@ seed's loss and gradients in one call (the "model ensembling" recipe of the PyTo
 Everything after the backward is written on the stacked tensors so that each seed stays its own
 trial:
 
-- gradient norm per seed (the 2-norm of the seed's gradients, as ``clip_grad_norm_`` computes it)
+- gradient norm per seed (the 2-norm of the seed's gradients, as ``clip_grad_norm_`` computes it,
+  up to float rounding: one reduction over the seed's row instead of a norm of per-tensor norms)
   and clipping to ``train.grad_clip`` per seed (``max_norm / (norm + 1e-6)``, clamped to 1);
 - Adam per seed (:class:`StackedAdam`: its moments and step count are rows of stacked tensors),
   with the learning rate a tensor (the Noam multiplier of ``LambdaLR``), so the step holds no
   Python number that changes between steps and can be captured as a CUDA graph;
+- all of it on flat storage (:class:`FlatRows`): the parameters are views into one (K, N) buffer
+  per dtype, and the gradients are gathered into one, so the norm, the clipping and Adam are a
+  fixed handful of elementwise ops whatever the number of parameter tensors. Per tensor they were
+  about 16 ops each, 759 of the 1,155 non-view ops of a ``quick`` baseline step at K = 4 (38 of 438
+  now: ``results/reference/group-step-ops``), and in a captured step every op is a kernel the GPU
+  runs one after another;
 - a non-finite loss or gradient norm skipped by a mask, not a Python branch: that seed's
   parameters, moments and step count stay as they were, the other seeds step on, and the seed is
   frozen from then on (:attr:`GroupStep.active`); early stopping clears its row of the same mask.
@@ -46,9 +53,44 @@ BETAS, EPS = (0.9, 0.98), 1e-9
 CLIP_EPS = 1e-6
 
 
-def _rows(x: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """``x`` (K,) viewed as (K, 1, ..., 1) to broadcast against ``like`` (K, ...)."""
-    return x.view((-1,) + (1,) * (like.dim() - 1))
+class FlatRows:
+    """Stacked tensors (name -> (K, ...)) stored as column blocks of one (K, N) buffer per dtype.
+
+    ``views[name]`` is a (K, ...) view into its buffer (row k = seed k, as the input), so writing a
+    buffer in place updates every view and the views' storage never moves (a captured graph
+    replays on the same memory). :meth:`gather` lays out other tensors of the same names and
+    shapes (the gradients) the same way, in one ``torch.cat`` per buffer.
+
+    Args:
+        tensors: name -> (K, ...) tensors, all with the same K and device (copied).
+    """
+
+    def __init__(self, tensors: dict[str, torch.Tensor]):
+        by_dtype: dict[torch.dtype, list[str]] = {}
+        for name, t in tensors.items():
+            by_dtype.setdefault(t.dtype, []).append(name)
+        self.groups = list(by_dtype.values())  # the names in each buffer, in column order
+        self.shapes = {n: tuple(t.shape) for n, t in tensors.items()}
+        self.buffers = [b.clone() for b in self.gather(tensors)]  # (K, N_d) each
+        self.views = self._views()
+
+    def _views(self) -> dict[str, torch.Tensor]:
+        views = {}
+        for names, buf in zip(self.groups, self.buffers):
+            start = 0
+            for n in names:
+                size = math.prod(self.shapes[n][1:])
+                views[n] = buf[:, start:start + size].view(self.shapes[n])
+                start += size
+        return views
+
+    def zeros_like(self) -> "FlatRows":
+        """The same layout, all zeros (Adam's moments)."""
+        return FlatRows({n: torch.zeros_like(v) for n, v in self.views.items()})
+
+    def gather(self, tensors: dict[str, torch.Tensor]) -> list[torch.Tensor]:
+        """``tensors`` (the names and shapes of :attr:`views`) as new (K, N_d) buffers in this layout."""
+        return [torch.cat([tensors[n].reshape(self.shapes[n][0], -1) for n in names], dim=1) for names in self.groups]
 
 
 class StackedAdam:
@@ -58,45 +100,52 @@ class StackedAdam:
     The update is PyTorch's (``torch.optim.Adam``'s single-tensor rule): m <- lerp(m, g, 1 - b1),
     v <- b2 v + (1 - b2) g^2, p <- p - lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps), with
     ``lr`` a 0-dim tensor and a (K,) bool ``mask``: a seed whose row is False keeps its parameters,
-    moments and step count (``torch.where``; no Python branch, no sync). Updates in place, so the
-    tensors' storage never changes (a captured graph replays on the same memory).
+    moments and step count (``torch.where``; no Python branch, no sync). It runs on the flat
+    buffers of a :class:`FlatRows` (about 15 ops per dtype, whatever the number of tensors) and
+    updates them in place, so the tensors' storage never changes (a captured graph replays on the
+    same memory).
 
     Args:
-        params: name -> (K, ...) stacked parameters (updated in place by :meth:`step`).
+        params: the stacked parameters (updated in place by :meth:`step`).
+
+    Attributes:
+        m, v: name -> (K, ...) views of the moments; t: (K,) float32 steps taken.
     """
 
-    def __init__(self, params: dict[str, torch.Tensor]):
-        first = next(iter(params.values()))
-        self.m = {k: torch.zeros_like(p) for k, p in params.items()}
-        self.v = {k: torch.zeros_like(p) for k, p in params.items()}
+    def __init__(self, params: FlatRows):
+        self.params = params
+        self._m, self._v = params.zeros_like(), params.zeros_like()
+        self.m, self.v = self._m.views, self._v.views
+        first = params.buffers[0]
         self.t = torch.zeros(first.size(0), dtype=torch.float32, device=first.device)  # (K,) steps taken
 
-    def step(self, params: dict[str, torch.Tensor], grads: dict[str, torch.Tensor], lr: torch.Tensor,
-             mask: torch.Tensor) -> None:
-        """One masked Adam step. Shape: params, grads name -> (K, ...); lr (); mask (K,) bool."""
+    def step(self, grads: list[torch.Tensor], lr: torch.Tensor, mask: torch.Tensor) -> None:
+        """One masked Adam step. Shape: grads: per buffer of :attr:`params` (K, N_d) (its
+        :meth:`FlatRows.gather`); lr (); mask (K,) bool."""
         b1, b2 = BETAS
         t = self.t + mask.to(self.t.dtype)  # (K,)
         tc = t.clamp(min=1.0)  # a seed that never stepped: no division by 0 (its row is masked)
-        step_size = lr / (1.0 - torch.pow(b1, tc))  # (K,)
-        bc2_sqrt = (1.0 - torch.pow(b2, tc)).sqrt()  # (K,)
-        for k, p in params.items():
-            g = grads[k].to(p.dtype)
-            keep = _rows(mask, p)
-            m = self.m[k].lerp(g, 1.0 - b1)
-            v = self.v[k].mul(b2).addcmul(g, g, value=1.0 - b2)
-            denom = (v.sqrt() / _rows(bc2_sqrt, p)).add(EPS)
-            new = p - _rows(step_size, p) * (m / denom)
-            self.m[k].copy_(torch.where(keep, m, self.m[k]))
-            self.v[k].copy_(torch.where(keep, v, self.v[k]))
+        step_size = (lr / (1.0 - torch.pow(b1, tc)))[:, None]  # (K, 1)
+        bc2_sqrt = (1.0 - torch.pow(b2, tc)).sqrt()[:, None]  # (K, 1)
+        keep = mask[:, None]  # (K, 1)
+        for p, g, m_old, v_old in zip(self.params.buffers, grads, self._m.buffers, self._v.buffers):
+            g = g.to(p.dtype)
+            m = m_old.lerp(g, 1.0 - b1)
+            v = v_old.mul(b2).addcmul(g, g, value=1.0 - b2)
+            denom = (v.sqrt() / bc2_sqrt).add(EPS)
+            new = p - step_size * (m / denom)
+            m_old.copy_(torch.where(keep, m, m_old))
+            v_old.copy_(torch.where(keep, v, v_old))
             p.copy_(torch.where(keep, new, p))
         self.t.copy_(t)
 
 
-def grad_norms(grads: dict[str, torch.Tensor]) -> torch.Tensor:
-    """Per-seed global gradient 2-norm: the norm of the per-tensor norms (``clip_grad_norm_``'s
-    order). Shape: name -> (K, ...) -> (K,)."""
-    per = [torch.linalg.vector_norm(g.float().flatten(1), dim=1) for g in grads.values()]  # P x (K,)
-    return torch.linalg.vector_norm(torch.stack(per), dim=0)
+def grad_norms(grads: list[torch.Tensor]) -> torch.Tensor:
+    """Per-seed global gradient 2-norm over the seeds' rows (every buffer of a
+    :meth:`FlatRows.gather`): ``clip_grad_norm_``'s value up to float rounding (it takes the norm
+    of per-tensor norms). Shape: buffers (K, N_d) -> (K,)."""
+    norms = [torch.linalg.vector_norm(g.float(), dim=1) for g in grads]  # per buffer (K,)
+    return norms[0] if len(norms) == 1 else torch.linalg.vector_norm(torch.stack(norms), dim=0)
 
 
 def stack_batches(batches: list[Batch], widths: tuple[int, int] | None = None,
@@ -149,12 +198,13 @@ class GroupStep:
         self.k, self.grad_clip, self.device = len(models), float(grad_clip), device
         params, buffers = stack_module_state(models)
         frozen = {n for n, p in models[0].named_parameters() if not p.requires_grad}  # Adam never sees them
-        self.params = {n: p.detach().clone() for n, p in params.items() if n not in frozen}
+        self.flat = FlatRows({n: p.detach() for n, p in params.items() if n not in frozen})
+        self.params = self.flat.views
         self.buffers = {n: b.detach().clone() for n, b in buffers.items()}
         self.buffers.update({n: params[n].detach().clone() for n in frozen})
         self.base = copy.deepcopy(models[0]).to("meta")
         self.base.train()
-        self.adam = StackedAdam(self.params)
+        self.adam = StackedAdam(self.flat)
         self.active = torch.ones(self.k, dtype=torch.bool, device=device)
         self.lr = torch.zeros((), dtype=torch.float32, device=device)
 
@@ -176,12 +226,13 @@ class GroupStep:
         ``(loss (K,), grad_norm (K,))``, float32, before clipping (the seeds' values, also for
         frozen seeds, whose update is masked)."""
         grads, loss = self.grad_fn(self.params, self.buffers, src, tgt, tgt_y)
-        gnorm = grad_norms(grads)  # (K,)
+        flat = self.flat.gather(grads)  # per dtype (K, N_d)
+        gnorm = grad_norms(flat)  # (K,)
         if self.grad_clip > 0:
-            coef = (self.grad_clip / (gnorm + CLIP_EPS)).clamp(max=1.0)  # (K,)
-            grads = {n: g * _rows(coef, g).to(g.dtype) for n, g in grads.items()}
+            coef = (self.grad_clip / (gnorm + CLIP_EPS)).clamp(max=1.0)[:, None]  # (K, 1)
+            flat = [g * coef.to(g.dtype) for g in flat]
         finite = torch.isfinite(loss) & torch.isfinite(gnorm)
-        self.adam.step(self.params, grads, self.lr, self.active & finite)
+        self.adam.step(flat, self.lr, self.active & finite)
         self.active.logical_and_(finite)
         return loss.detach().float(), gnorm
 

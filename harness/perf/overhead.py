@@ -44,7 +44,7 @@ PHASE_NOTES = {
 
 class OpCounter:
     """Counts the aten ops dispatched while it is active, per phase of ``clock`` (a
-    :class:`harness.train.PhaseClock`; ``(no phase)`` outside its blocks). ``ops`` counts the ops
+    :class:`harness.train.PhaseClock`; ``(no phase)`` outside its blocks or without a clock). ``ops`` counts the ops
     that are not views (``OpOverload.is_view``): on a GPU each launches about one kernel, where a
     view launches none. Used as ``with OpCounter(clock) as counter: ...``; the counts are in
     ``counter.ops`` ({phase: int}).
@@ -53,7 +53,7 @@ class OpCounter:
     runs a few times slower under it). Ops inside a captured CUDA graph's replay are not seen.
     """
 
-    def __init__(self, clock) -> None:
+    def __init__(self, clock=None) -> None:
         from torch.utils._python_dispatch import TorchDispatchMode
 
         counter = self
@@ -61,7 +61,7 @@ class OpCounter:
         class _Mode(TorchDispatchMode):
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                 if not func.is_view:
-                    phase = clock.current or NO_PHASE
+                    phase = (clock.current if clock is not None else None) or NO_PHASE
                     counter.ops[phase] = counter.ops.get(phase, 0) + 1
                 return func(*args, **(kwargs or {}))
 
@@ -77,6 +77,14 @@ class OpCounter:
 
 
 NO_PHASE = "(no phase)"  #: OpCounter's key for ops dispatched outside every phase block
+
+
+def count_ops(fn: Callable[[], Any]) -> int:
+    """The non-view aten ops ``fn()`` dispatches (:class:`OpCounter`): about the kernels it
+    launches on a GPU, counted on any device."""
+    with OpCounter() as counter:
+        fn()
+    return sum(counter.ops.values())
 
 
 def profile_trial(spec: TrialSpec, write: Callable[[TrialResult], Any],

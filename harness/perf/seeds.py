@@ -15,7 +15,10 @@ the evaluations and the final decoding are not in it), and MFU: K x the model FL
 forward + backward (:func:`harness.perf.bench.count_flops`) per step time, over this machine's matmul
 throughput in the same dtype measured by the same command (:func:`harness.perf.bench.matmul_seconds`).
 The batches are drawn and stacked before the clock starts (host-side batch drawing is not timed
-in any arm). On CUDA every step is synchronised before the clock is read.
+in any arm). On CUDA every step is synchronised before the clock is read. ``ops / step``: the
+non-view aten ops one more (untimed) step dispatches (:func:`harness.perf.overhead.count_ops`;
+a captured arm's are its step's, the kernels its graph replays): on a GPU about one kernel each,
+so it says what a launch-bound step costs on any device.
 """
 from __future__ import annotations
 
@@ -61,6 +64,18 @@ class _Arm:
             return
         self.group = GroupStep(models, cfg.model.pad, cfg.train.label_smoothing, cfg.train.grad_clip, device, dtype)
         self.run = CapturedStep(self.group) if kind == "captured" else self.group.step
+
+    def ops(self, batches: list) -> int:
+        """The non-view ops of one untimed step on the first K of ``batches`` (a captured arm: its
+        uncaptured step, what its graph holds)."""
+        from .overhead import count_ops
+
+        if self.kind == "sequential":
+            batch = batches[0].to(self.device)
+            return count_ops(lambda: train_step(self.model, batch, self.opt, self.sched, self.cfg, self.device,
+                                                self.dtype))
+        stacked = [x.to(self.device) for x in stack_batches(batches[:self.k], pad=self.cfg.model.pad)]
+        return count_ops(lambda: self.group.step(*stacked))
 
     def step(self, batches: list) -> float:
         """One timed step on the first K of ``batches``; seconds."""
@@ -128,6 +143,8 @@ def run_seed_bench(variant: Variant, cfg: RunConfig, device: torch.device, dtype
             peak.append(s)
         say(f"round {r + 1}/{warmup + steps}{' (warm-up)' if r < warmup else ''}: {time.perf_counter() - t_round:.1f} s")
     peak_gflops = 2 * n ** 3 / statistics.median(peak) / 1e9
+    for arm in built.values():  # after the timed rounds: the counter slows what it counts
+        arm.op_count = arm.ops(batches)
     rows = seed_rows(list(built.values()), flops, first.ntokens, peak_gflops, tc.steps)
     return rows, {"peak_gflop_per_s": {dtype: peak_gflops}, "peak_n": n, "tokens_per_step": first.ntokens,
                   "bench_s": time.perf_counter() - t_start}
@@ -137,7 +154,8 @@ def seed_rows(arms_: list, flops: int, tokens: int, peak_gflops: float, trial_st
     """One row per arm: ``arm``, ``K``, ``dtype``, ``params``, ``step_ms_median`` (one step of the arm,
     all K seeds), ``ms_per_seed_step``, ``seed_steps_per_s``, ``vs_sequential`` (seed-steps/s over the
     sequential arm's), ``trials_per_h`` (3600 / (ms_per_seed_step x ``trial_steps``), training steps
-    only), ``tokens_per_s`` (label tokens of all K seeds), ``achieved_gflop_per_s``, ``mfu``."""
+    only), ``tokens_per_s`` (label tokens of all K seeds), ``achieved_gflop_per_s``, ``mfu``,
+    ``ops_per_step`` (the arm's ``op_count``: non-view ops of one step, all K seeds; None when not counted)."""
     rows = []
     for a in arms_:
         med = statistics.median(a.times)
@@ -147,7 +165,8 @@ def seed_rows(arms_: list, flops: int, tokens: int, peak_gflops: float, trial_st
                      "steps_timed": len(a.times), "step_ms_median": med * 1e3, "ms_per_seed_step": per_seed * 1e3,
                      "seed_steps_per_s": 1.0 / per_seed, "trials_per_h": 3600.0 / (per_seed * trial_steps),
                      "tokens_per_s": tokens * a.k / med, "gflop_per_seed_step": flops / 1e9,
-                     "achieved_gflop_per_s": achieved, "peak_gflop_per_s": peak_gflops, "mfu": achieved / peak_gflops})
+                     "achieved_gflop_per_s": achieved, "peak_gflop_per_s": peak_gflops, "mfu": achieved / peak_gflops,
+                     "ops_per_step": getattr(a, "op_count", None)})
     seq = next(r for r in rows if r["kind"] == "sequential")
     for r in rows:
         r["vs_sequential"] = r["seed_steps_per_s"] / seq["seed_steps_per_s"]
@@ -158,7 +177,8 @@ def seed_rows(arms_: list, flops: int, tokens: int, peak_gflops: float, trial_st
 SEED_TABLE = [("arm", "arm", "{}"), ("dtype", "dtype", "{}"), ("step_ms_median", "step ms", "{:.2f}"),
               ("ms_per_seed_step", "ms / seed-step", "{:.3f}"), ("seed_steps_per_s", "seed-steps/s", "{:,.0f}"),
               ("vs_sequential", "x sequential", "{:.2f}"), ("trials_per_h", "trials/h (train steps)", "{:,.0f}"),
-              ("achieved_gflop_per_s", "GFLOP/s", "{:,.1f}"), ("mfu", "MFU", "{:.1%}")]
+              ("achieved_gflop_per_s", "GFLOP/s", "{:,.1f}"), ("mfu", "MFU", "{:.1%}"),
+              ("ops_per_step", "ops / step", "{:,}")]
 
 
 def _fmt(f: str, x) -> str:
@@ -172,4 +192,4 @@ def seed_table(rows: list[dict]):
     """The rows as a formatted pandas DataFrame (:data:`SEED_TABLE`)."""
     import pandas as pd
 
-    return pd.DataFrame([{h: _fmt(f, r[c]) for c, h, f in SEED_TABLE} for r in rows])
+    return pd.DataFrame([{h: "" if r.get(c) is None else _fmt(f, r[c]) for c, h, f in SEED_TABLE} for r in rows])
