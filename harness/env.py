@@ -154,13 +154,7 @@ def environment(device: torch.device | str = "cpu", trial_settings_applied: bool
     """
     applied = torch.are_deterministic_algorithms_enabled() if trial_settings_applied is None \
         else trial_settings_applied
-    import subprocess
-
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                cwd=os.path.dirname(__file__), timeout=5).stdout.strip() or "unknown"
-    except Exception:  # noqa: BLE001
-        commit = "unknown"
+    commit = git_commit(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = {
         "torch": torch.__version__,
         "python": platform.python_version(),
@@ -212,6 +206,28 @@ def _cpu_flags() -> list[str]:
 
 # ---------------------------------------------------------------------------------------------
 # cores and clusters: what --jobs, --threads and --executor ray size themselves from
+
+
+#: The folders (of the checkout) whose uncommitted changes make a run's code differ from its commit.
+CODE_DIRS = ("harness", "variants")
+
+
+def git_commit(root: str) -> str:
+    """The checkout's short commit hash, with ``+uncommitted`` when tracked files under
+    :data:`CODE_DIRS` differ from it (the run's code is then not that commit's); ``unknown``
+    outside a git checkout or without git."""
+    import subprocess
+
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                cwd=root, timeout=5).stdout.strip()
+        if not commit:
+            return "unknown"
+        dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", *CODE_DIRS], capture_output=True,
+                               cwd=root, timeout=5).returncode == 1
+        return commit + ("+uncommitted" if dirty else "")
+    except Exception:  # noqa: BLE001
+        return "unknown"
 
 
 def available_cores() -> int:

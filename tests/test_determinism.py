@@ -117,3 +117,29 @@ def test_jobs_2_on_one_gpu_gives_the_rows_of_one_process(tmp_path, vectorize):
     assert len(a) == 4 and (a["device"] == "cuda").all() and (a["status"] == "ok").all()
     pd.testing.assert_frame_equal(a, b, check_exact=False, rtol=1e-4)  # GPU kernels, two processes: not bitwise
     assert json.loads((tmp_path / "two" / "config.json").read_text())["execution"]["jobs"] == 2
+
+
+def test_git_commit_says_when_the_code_differs_from_its_commit(tmp_path):
+    """A run made from a checkout with uncommitted code changes must not claim the commit's code."""
+    import shutil
+    import subprocess
+
+    from harness.env import git_commit
+
+    if shutil.which("git") is None:
+        pytest.skip("needs git")
+    assert git_commit(str(tmp_path)) == "unknown"  # not a checkout
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    subprocess.run([*git, "init", "-q"], cwd=tmp_path, check=True)
+    for folder in ("harness", "variants", "docs"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "a.py").write_text("x = 1\n")
+    subprocess.run([*git, "add", "."], cwd=tmp_path, check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "c"], cwd=tmp_path, check=True)
+    clean = git_commit(str(tmp_path))
+    assert len(clean) >= 7 and "+" not in clean
+    (tmp_path / "docs" / "a.py").write_text("x = 2\n")  # not code: still the commit
+    (tmp_path / "results.txt").write_text("untracked\n")
+    assert git_commit(str(tmp_path)) == clean
+    (tmp_path / "variants" / "a.py").write_text("x = 2\n")
+    assert git_commit(str(tmp_path)) == clean + "+uncommitted"
