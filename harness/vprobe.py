@@ -50,7 +50,8 @@ def capture_wanted(device: torch.device, mode: str = "auto") -> bool:
 def vectorise_problem(step: GroupStep, models: list[torch.nn.Module], batch: tuple, cfg: RunConfig,
                       device: torch.device, dtype: str) -> str | None:
     """Why ``step`` cannot train ``models`` as one group, or None when it can: one vmapped forward and
-    backward on ``batch`` (src (K, B, S), tgt/tgt_y (K, B, T)) must run, leave every buffer as it was,
+    backward (a group of one: its plain functional one, :class:`harness.vstep.GroupStep`) on ``batch``
+    (src (K, B, S), tgt/tgt_y (K, B, T)) must run, leave every buffer as it was,
     and give per-seed losses equal (within :data:`PROBE_RTOL`) to each model's own forward on its rows
     (models with dropout are compared in eval mode). Parameters, moments and the global RNG are left
     unchanged."""

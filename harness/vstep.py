@@ -3,7 +3,8 @@
 The K models' parameters and buffers are stacked along a new leading dimension
 (``torch.func.stack_module_state``: every tensor gets shape (K, ...), row k = seed k), and one
 ``torch.func.vmap`` over ``torch.func.grad_and_value`` of ``functional_call`` computes every
-seed's loss and gradients in one call (the "model ensembling" recipe of the PyTorch tutorials).
+seed's loss and gradients in one call (the "model ensembling" recipe of the PyTorch tutorials);
+a group of one calls ``grad_and_value`` on its row without ``vmap`` (:func:`_one_seed`).
 Everything after the backward is written on the stacked tensors so that each seed stays its own
 trial:
 
@@ -178,6 +179,21 @@ def stack_batches(batches: list[Batch], widths: tuple[int, int] | None = None,
             torch.stack([padded(b.tgt_y, t) for b in batches]))
 
 
+def _one_seed(fn: Callable, grads: bool = False) -> Callable:
+    """``fn`` (a per-seed ``(params, buffers, src, tgt, tgt_y)`` function) called on row 0 of stacked
+    inputs with a leading dimension of 1 added back to its outputs: what ``vmap(fn)`` gives for K = 1,
+    without vmap's batching rules. Under vmap a linear layer is a batched matmul plus a separate bias
+    add and the loss a gather/scatter decomposition: the forward and backward of a ``quick`` baseline
+    step dispatch 396 non-view ops under vmap and 224 without (``results/reference/group-step-ops``)."""
+    def call(p, b, src, tgt, tgt_y):
+        out = fn({n: t[0] for n, t in p.items()}, {n: t[0] for n, t in b.items()}, src[0], tgt[0], tgt_y[0])
+        if grads:
+            g, loss = out
+            return {n: x.unsqueeze(0) for n, x in g.items()}, loss.unsqueeze(0)
+        return out.unsqueeze(0)
+    return call
+
+
 class GroupStep:
     """The stacked state of K models and their training step (see the module docstring).
 
@@ -214,8 +230,12 @@ class GroupStep:
                 logits = functional_call(self.base, (p, b), (src, tgt))  # (B, T, V)
             return loss_fn(logits, tgt_y, pad, smoothing)
 
-        self.grad_fn: Callable = vmap(grad_and_value(loss_of), randomness="different")
-        self.loss_fn: Callable = vmap(loss_of, randomness="different")
+        if self.k == 1:  # a group of one (the main job's): the seed's own functional step, no vmap
+            self.grad_fn: Callable = _one_seed(grad_and_value(loss_of), grads=True)
+            self.loss_fn: Callable = _one_seed(loss_of)
+        else:
+            self.grad_fn = vmap(grad_and_value(loss_of), randomness="different")
+            self.loss_fn = vmap(loss_of, randomness="different")
 
     def set_lr(self, lr: float) -> None:
         """The next step's learning rate (written into :attr:`lr`, outside any captured graph)."""

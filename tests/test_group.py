@@ -276,12 +276,13 @@ def _models(seeds, variant="baseline"):
     return [train_mod.build_model(reg, v, cfg.model, seed=s) for s in seeds], cfg
 
 
-def test_a_seed_is_bitwise_the_same_alone_and_in_a_group_of_4_on_cpu():
+def test_a_seed_is_bitwise_the_same_in_groups_of_2_and_4_on_cpu():
+    """Under vmap a seed's trajectory does not depend on how many seeds share its group (on the CPU)."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         task, out = registry_for(None).task("copy"), []
-        for k in (1, 4):
+        for k in (2, 4):
             models, cfg = _models(range(k))
             g = GroupStep(models, 0, 0.1, 0.0, torch.device("cpu"))
             streams = [task.batches(cfg, torch.Generator().manual_seed(s)) for s in range(k)]
@@ -292,6 +293,23 @@ def test_a_seed_is_bitwise_the_same_alone_and_in_a_group_of_4_on_cpu():
     finally:
         torch.set_num_threads(threads)
     assert all(torch.equal(out[0][n], out[1][n]) for n in out[0])
+
+
+def test_a_group_of_one_computes_its_models_own_loss_and_gradients_bitwise():
+    """A group of one (the main job's groups) steps without vmap: its loss and gradients are bitwise
+    those of the model's own forward and backward, for every variant of 'all'."""
+    reg, cfg = registry_for(None), get_preset("tiny")
+    task = reg.task("copy")
+    batch = next(task.batches(cfg, torch.Generator().manual_seed(0)))
+    for variant in reg.select(["all"]):
+        model = train_mod.build_model(reg, variant, cfg.model, seed=0)
+        step = GroupStep([train_mod.build_model(reg, variant, cfg.model, seed=0)], 0, 0.1, 1.0, torch.device("cpu"))
+        grads, loss = step.grad_fn(step.params, step.buffers, *stack_batches([batch]))
+        own = train_mod.loss_fn(model(batch.src, batch.tgt), batch.tgt_y, 0, 0.1)
+        own.backward()
+        assert loss.shape == (1,) and torch.equal(loss[0], own.detach()), variant.name
+        for name, p in model.named_parameters():
+            assert torch.equal(grads[name][0], p.grad), (variant.name, name)
 
 
 def test_a_non_finite_seed_is_frozen_and_the_others_step_on():
