@@ -168,3 +168,41 @@ def test_a_groups_batched_leak_gate_catches_leaking_plugins(data, monkeypatch, n
     step = GroupStep(models, CFG.pad, 0.0, 1.0, torch.device("cpu"))
     gaps = future_leak_seeds(SeedStack(models[0], {**step.params, **step.buffers}, CFG.pad), data, "cpu")
     assert all(f > thr for f, _, thr in gaps), gaps
+
+
+def test_a_pass_over_the_element_budget_runs_in_row_chunks_with_the_same_logits(data, monkeypatch):
+    """A one pass larger than PREFIX_ELEMENTS splits its rows over a few forwards (bounded memory on
+    a large evaluation) and gives the unsplit pass's logits, for one model and for a group."""
+    from harness.tasks.seeds import SeedStack, prefix_logits_seeds
+    from harness.vstep import GroupStep
+
+    reg = Registry.from_plugins()
+    models = [build_model(reg, reg.variants["baseline"], CFG, seed=s).eval() for s in (0, 1)]
+    step = GroupStep(models, CFG.pad, 0.0, 1.0, torch.device("cpu"))
+    stack = SeedStack(models[0], {**step.params, **step.buffers}, CFG.pad)
+    keep = data.tgt_y != CFG.pad
+    monkeypatch.setenv(prefix.PREFIX_ENV, "batched")
+    with torch.inference_mode():
+        whole = prefix.prefix_logits_batched(models[0], data.src, data.tgt, keep, CFG.pad)
+        whole_k = prefix_logits_seeds(stack, data.src, data.tgt, keep)
+        width = data.tgt.size(1) + 1
+        rows = int(keep.sum())
+        # a budget of 7 rows a forward (3 for the two seeds)
+        monkeypatch.setattr(prefix, "PREFIX_ELEMENTS", 7 * width * max(CFG.d_ff, CFG.d_model, CFG.vocab))
+        assert prefix.row_chunk(models[0], width) == 7 and prefix.row_chunk(models[0], width, 2) == 3
+        calls = []
+        real = type(models[0]).decode
+        monkeypatch.setattr(type(models[0]), "decode", lambda self, *a: calls.append(a[2].size(0)) or real(self, *a))
+        split = prefix.prefix_logits_batched(models[0], data.src, data.tgt, keep, CFG.pad)
+        assert len(calls) == -(-rows // 7) and max(calls) == 7, calls
+        monkeypatch.undo()
+        monkeypatch.setenv(prefix.PREFIX_ENV, "batched")
+        monkeypatch.setattr(prefix, "PREFIX_ELEMENTS", 3 * 2 * width * max(CFG.d_ff, CFG.d_model, CFG.vocab))
+        seen = []
+        real_at = stack.position_logits
+        monkeypatch.setattr(stack, "position_logits", lambda m, *a: seen.append(m.size(1)) or real_at(m, *a))
+        split_k = prefix_logits_seeds(stack, data.src, data.tgt, keep)
+        assert len(seen) == -(-rows // 3) and max(seen) == 3, seen
+    assert torch.allclose(split[keep], whole[keep], atol=1e-6, rtol=1e-5) and (split[~keep] == 0).all()
+    assert torch.allclose(split_k[:, keep], whole_k[:, keep], atol=1e-6, rtol=1e-5)
+    assert prefix.row_chunk(nn.Linear(2, 2), width) is None  # no cfg: no limit

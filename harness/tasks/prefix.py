@@ -14,6 +14,7 @@ chunk to its longest row) W tells a row roughly how long the rows around it are.
 column wider than the data (when ``max_len`` allows): a component that reads the decoder input's
 width then sees another width here than in the future-leak gate's whole-target pass, and the gate
 shows the gap and marks the trial invalid. At least 4x fewer ops (``tests/test_prefix_pass.py``);
+a pass larger than :data:`PREFIX_ELEMENTS` runs as a few forwards of fewer rows each (:func:`row_chunk`);
 the decoder works on W positions a row instead of t + 1, about twice the arithmetic for the copy
 task, so on a CPU, where arithmetic bounds it, it is slower. For a causal decoder the logits
 equal the default's up to float rounding (~2e-6 in float32, within the gate's tolerance).
@@ -62,6 +63,22 @@ def prefix_rows(tgt: torch.Tensor, keep: torch.Tensor, pad: int, max_len: int | 
     return rows, pos, ys.masked_fill(later, pad)
 
 
+#: Activation elements (rows x width x widest layer, times the seeds of a group) one one-pass decoder
+#: forward may hold: 256 MiB a float32 activation. A larger pass is split by rows
+#: (:func:`row_chunk`), so the one pass never holds more than a few times what the loop's widest
+#: step holds (its rows are about T / 2 times the loop's).
+PREFIX_ELEMENTS = 2**26
+
+
+def row_chunk(model, width: int, seeds: int = 1) -> int | None:
+    """Rows of one one-pass decoder forward of ``width`` positions, for ``seeds`` stacked seeds:
+    :data:`PREFIX_ELEMENTS` over width x the model's widest layer (``cfg.d_ff``, ``d_model``,
+    ``vocab``) x seeds, at least 1; None (no limit) for a model without that ``cfg``."""
+    cfg = getattr(model, "cfg", None)
+    widest = max(int(getattr(cfg, k, 0) or 0) for k in ("d_ff", "d_model", "vocab"))
+    return max(1, PREFIX_ELEMENTS // (width * widest * seeds)) if widest else None
+
+
 def model_max_len(model) -> int | None:
     """The model's ``cfg.max_len`` (None when it has none)."""
     return getattr(getattr(model, "cfg", None), "max_len", None)
@@ -80,8 +97,13 @@ def prefix_logits_batched(model, src: torch.Tensor, tgt: torch.Tensor, keep: tor
     rows, pos, ys = prefix_rows(tgt, keep, pad, model_max_len(model))
     style = model.mask_style
     memory = model.encode(src, style.src_mask(src, pad))  # (B, S, D)
-    h = model.decode(memory[rows], style.src_mask(src[rows], pad), ys, style.tgt_mask(ys, pad))  # (P, W, D)
-    lg = model.embed.logits(h[torch.arange(rows.numel(), device=h.device), pos])  # (P, V)
-    out = lg.new_zeros(b, t_max, lg.size(-1))
-    out[rows, pos] = lg
+    cap = row_chunk(model, ys.size(1)) or rows.numel()
+    out = None
+    for i in range(0, rows.numel(), cap):  # one forward unless the rows exceed PREFIX_ELEMENTS
+        r, p, y = rows[i:i + cap], pos[i:i + cap], ys[i:i + cap]
+        h = model.decode(memory[r], style.src_mask(src[r], pad), y, style.tgt_mask(y, pad))  # (P', W, D)
+        lg = model.embed.logits(h[torch.arange(r.numel(), device=h.device), p])  # (P', V)
+        if out is None:
+            out = lg.new_zeros(b, t_max, lg.size(-1))
+        out[r, p] = lg.to(out.dtype)
     return out
