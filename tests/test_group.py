@@ -174,6 +174,28 @@ def test_stacked_adam_with_a_tensor_lr_equals_torch_adam():
     assert mine["w"].untyped_storage().data_ptr() == flat.buffers[0].untyped_storage().data_ptr()
 
 
+def test_flat_rows_keep_one_buffer_per_dtype_and_the_norm_spans_them():
+    """Parameters of two dtypes: two (K, N) buffers, views that share their storage, gradients
+    gathered in the same layout, and a per-seed norm over all of them (clip_grad_norm_'s value)."""
+    from harness.vstep import grad_norms
+
+    g = torch.Generator().manual_seed(1)
+    tensors = {"w": torch.randn(2, 3, 4, generator=g), "h": torch.randn(2, 5, generator=g).double(),
+               "b": torch.randn(2, 4, generator=g)}
+    flat = FlatRows(tensors)
+    assert [b.shape for b in flat.buffers] == [(2, 16), (2, 5)] and flat.groups == [["w", "b"], ["h"]]
+    assert all(torch.equal(flat.views[n], t) and flat.views[n].dtype == t.dtype for n, t in tensors.items())
+    flat.buffers[0][1].fill_(7.0)  # writing a buffer is writing its views
+    assert (flat.views["w"][1] == 7).all() and (flat.views["b"][1] == 7).all() and torch.equal(flat.views["w"][0], tensors["w"][0])
+    grads = {n: torch.randn(t.shape, generator=g).to(t.dtype) for n, t in tensors.items()}
+    norms = grad_norms(flat.gather(grads))
+    for k in range(2):
+        ref = torch.nn.utils.get_total_norm([grads[n][k].float() for n in tensors])
+        assert norms[k] == pytest.approx(float(ref), rel=1e-6)
+    zeros = flat.zeros_like()
+    assert zeros.groups == flat.groups and all(not b.any() for b in zeros.buffers)
+
+
 def test_stack_batches_pads_to_the_widest_or_to_fixed_widths():
     a = Batch(torch.ones(2, 3, dtype=torch.long), torch.ones(2, 4, dtype=torch.long), torch.ones(2, 4, dtype=torch.long))
     b = Batch(torch.ones(2, 5, dtype=torch.long), torch.ones(2, 2, dtype=torch.long), torch.ones(2, 2, dtype=torch.long))
