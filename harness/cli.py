@@ -25,7 +25,7 @@ COMMANDS = {
     "list": "show components by slot, variants and tasks with their plugins",
     "check": "equivalence matrix, PyTorch references, mask probes, bugs",
     "bench": "training speed of variants vs torch.nn.Transformer",
-    "profile": "the harness's own overhead in a trial (phase clock, optional torch.profiler)",
+    "profile": "the harness's own overhead in a trial (phase clock; optional torch.profiler, op counts)",
     "report": "re-render a run's report from stored data",
     "compare": "compare two runs per variant; exit 1 on a regression",
     "experiments": "list the declarative experiments",

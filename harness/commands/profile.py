@@ -32,7 +32,7 @@ def register(sub, parents):
     import argparse
 
     p = sub.add_parser("profile", parents=parents,
-                       help="the harness's own overhead in a trial (phase clock, optional torch.profiler)",
+                       help="the harness's own overhead in a trial (phase clock; optional torch.profiler, op counts)",
                        description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_selection(p, default="baseline")
     add_config(p)
