@@ -17,7 +17,7 @@ trial:
 - all of it on flat storage (:class:`FlatRows`): the parameters are views into one (K, N) buffer
   per dtype, and the gradients are gathered into one, so the norm, the clipping and Adam are a
   fixed handful of elementwise ops whatever the number of parameter tensors. Per tensor they were
-  about 16 ops each, 759 of the 1,155 non-view ops of a ``quick`` baseline step at K = 4 (38 of 438
+  about 16 ops each, 759 of the 1,155 non-view ops of a ``quick`` baseline step at K = 4 (35 of 435
   now: ``results/reference/group-step-ops``), and in a captured step every op is a kernel the GPU
   runs one after another;
 - a non-finite loss or gradient norm skipped by a mask, not a Python branch: that seed's
@@ -131,13 +131,12 @@ class StackedAdam:
         keep = mask[:, None]  # (K, 1)
         for p, g, m_old, v_old in zip(self.params.buffers, grads, self._m.buffers, self._v.buffers):
             g = g.to(p.dtype)
-            m = m_old.lerp(g, 1.0 - b1)
-            v = v_old.mul(b2).addcmul(g, g, value=1.0 - b2)
-            denom = (v.sqrt() / bc2_sqrt).add(EPS)
-            new = p - step_size * (m / denom)
-            m_old.copy_(torch.where(keep, m, m_old))
-            v_old.copy_(torch.where(keep, v, v_old))
-            p.copy_(torch.where(keep, new, p))
+            m = m_old.lerp(g, 1.0 - b1)  # (K, N) each; the in-place steps below reuse these temporaries
+            v = v_old.mul(b2).addcmul_(g, g, value=1.0 - b2)
+            step = m.div(v.sqrt().div_(bc2_sqrt).add_(EPS)).mul_(step_size)
+            torch.where(keep, m, m_old, out=m_old)  # a masked row keeps its state (bitwise)
+            torch.where(keep, v, v_old, out=v_old)
+            torch.where(keep, p - step, p, out=p)
         self.t.copy_(t)
 
 
