@@ -482,15 +482,17 @@ def test_a_cuda_group_equals_its_sequential_trials():
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_a_captured_group_equals_the_uncaptured_one(monkeypatch):
-    """The CUDA-graph step (one graph for the copy task's fixed shapes) gives the eager group's rows."""
+@pytest.mark.parametrize("k", [1, 4])
+def test_a_captured_group_equals_the_uncaptured_one(monkeypatch, k):
+    """The CUDA-graph step (one graph for the copy task's fixed shapes) gives the eager group's rows;
+    a captured group of one (no vmap: the main job's groups) gives its sequential trial's."""
     cfg = get_preset("tiny").override({"train.steps": 30, "train.eval_every": 10, "train.log_every": 5})
-    specs = [TrialSpec("baseline", s, cfg.to_dict(), device="cuda") for s in range(4)]
+    specs = [TrialSpec("baseline", s, cfg.to_dict(), device="cuda") for s in range(k)]
     captured = group_mod.run_group(specs)
     monkeypatch.setenv(vprobe.CAPTURE_ENV, "off")
-    eager = group_mod.run_group(specs)
+    eager = group_mod.run_group(specs)  # a group of one without capture: its sequential trial
     for c, e in zip(captured, eager):
-        assert c.row["captured"] == 1 and e.row["captured"] == 0
+        assert c.row["captured"] == 1 and c.row["vectorized"] == k and e.row.get("captured", 0) == 0
         assert c.row["status"] == e.row["status"] == "ok"
         assert math.isclose(c.row["heldout_ce"], e.row["heldout_ce"], rel_tol=CE_RTOL)
         assert [r["step"] for r in c.curve] == [r["step"] for r in e.curve]
