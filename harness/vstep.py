@@ -17,7 +17,7 @@ trial:
 - all of it on flat storage (:class:`FlatRows`): the parameters are views into one (K, N) buffer
   per dtype, and the gradients are gathered into one, so the norm, the clipping and Adam are a
   fixed handful of elementwise ops whatever the number of parameter tensors. Per tensor they were
-  about 16 ops each, 759 of the 1,155 non-view ops of a ``quick`` baseline step at K = 4 (35 of 435
+  about 16 ops each, 759 of the 1,059 ops of a ``quick`` baseline step at K = 4 (35 of 337
   now: ``results/reference/group-step-ops``), and in a captured step every op is a kernel the GPU
   runs one after another;
 - a non-finite loss or gradient norm skipped by a mask, not a Python branch: that seed's
@@ -183,7 +183,7 @@ def _one_seed(fn: Callable, grads: bool = False) -> Callable:
     inputs with a leading dimension of 1 added back to its outputs: what ``vmap(fn)`` gives for K = 1,
     without vmap's batching rules. Under vmap a linear layer is a batched matmul plus a separate bias
     add and the loss a gather/scatter decomposition: the forward and backward of a ``quick`` baseline
-    step dispatch 396 non-view ops under vmap and 224 without (``results/reference/group-step-ops``)."""
+    step do 300 ops of work under vmap and 197 without (``results/reference/group-step-ops``)."""
     def call(p, b, src, tgt, tgt_y):
         out = fn({n: t[0] for n, t in p.items()}, {n: t[0] for n, t in b.items()}, src[0], tgt[0], tgt_y[0])
         if grads:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import torch
 
 from harness.perf import overhead as O
 from harness.config import get_preset
@@ -38,6 +39,23 @@ def test_profile_trial_splits_the_wall_time_into_the_loops_phases(registry, tmp_
     line = O.verdict("baseline", prof, target=1.0)
     assert "meets the target <= 100%" in line
     assert "misses" in O.verdict("baseline", prof, target=0.0)
+
+
+def test_count_ops_counts_kernels_not_views_allocations_or_composites_in_any_grad_mode():
+    """A linear layer is one addmm whether gradients are on or not: under inference mode the dispatch
+    mode sees the composite ``linear`` itself (not its parts), and counting it, or nothing, would be
+    wrong; views, ``_unsafe_view`` and ``empty`` launch no kernel."""
+    import torch.nn.functional as F
+
+    x, w, b = torch.randn(3, 4), torch.randn(5, 4), torch.randn(5)
+    for mode in (torch.enable_grad, torch.no_grad, torch.inference_mode):
+        with mode():
+            assert O.count_ops(lambda: F.linear(x, w, b)) == 1, mode
+            assert O.count_ops(lambda: F.layer_norm(x, (4,))) == 1, mode
+            assert O.count_ops(lambda: x.t().reshape(12)) == 1, mode  # the copy; the views are free
+            assert O.count_ops(lambda: torch.ops.aten._unsafe_view(x, (12,))) == 0, mode
+            assert O.count_ops(lambda: torch.empty(3)) == 0, mode
+    assert not O.launches_work(torch.ops.aten.linear.default) and O.launches_work(torch.ops.aten.addmm.default)
 
 
 def test_count_ops_counts_each_phases_ops_and_sees_the_one_pass_prefix_logits(registry, monkeypatch):

@@ -260,7 +260,7 @@ def _seeds_main(args, variant, cfg, reg, device, dtypes, store, meta, log) -> in
             f"{info['tokens_per_step']}; trials/h counts the {cfg.train.steps} training steps of a trial "
             "only (no evaluation, no decoding); MFU against the matmul throughput measured by this "
             "command: " + ", ".join(f"{d} {g:,.0f} GFLOP/s" for d, g in peaks.items()) + "; ops / step: the "
-            "non-view aten ops of one more step of the arm (all K seeds; a captured arm's are the kernels its "
+            "aten ops that do work in one more step of the arm (all K seeds; a captured arm's are the kernels its "
             "graph replays), about one GPU kernel each (harness.perf.seeds).")
     title = f"Seeds per second: {variant.name} ({meta.preset or 'custom'} config, task {cfg.train.task})"
     table = seed_table(rows).to_markdown(index=False, tablefmt="github")

@@ -41,7 +41,8 @@ def register(sub, parents):
                    help="also run under torch.profiler and report its range totals (memory: a few GB for a "
                         "400-step paper trial; fine for the quick preset)")
     p.add_argument("--count-ops", action="store_true",
-                   help="also count the aten ops each phase dispatches (views left out): about one kernel launch "
+                   help="also count the aten ops each phase dispatches that do work (views, allocations and "
+                        "composites' own entries left out): about one kernel launch "
                         "each on a GPU, so a CPU run shows what an uncaptured GPU trial launches (the trial runs "
                         "a few times slower; its seconds read higher)")
     add_output(p, "profile")
@@ -69,8 +70,9 @@ def render_markdown(frame, lines: list[str], meta: RunMeta) -> str:
             "the same blocks' `record_function` range totals as the profiler saw them (CPU wall time).",
             f"- overhead = wall - step; the target is <= {OVERHEAD_TARGET:.0%}. Under `--torch-profiler` every op "
             "is recorded, which slows `step` (small-op models most), so its overhead share reads lower.",
-            "- `ops` (with `--count-ops`): the aten ops each phase dispatched, views left out "
-            "(`harness.perf.overhead.OpCounter`); on a GPU each is about one kernel launch, so this counts what an "
+            "- `ops` (with `--count-ops`): the aten ops each phase dispatched that do work (views, allocations and "
+            "composites' own entries left out: `harness.perf.overhead.launches_work`); on a GPU each is about "
+            "one kernel launch, so this counts what an "
             "uncaptured trial launches on any device. The counter is a Python call per op: under it the seconds "
             "read higher than in a plain run.",
             ""]

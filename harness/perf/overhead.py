@@ -11,7 +11,8 @@ settings, peak-memory reads) is the harness's overhead. Issue 6 asks for overhea
 trial's wall time (:data:`OVERHEAD_TARGET`).
 
 With ``count_ops=True`` every aten op the trial dispatches is counted per phase (:class:`OpCounter`):
-the ops that are not views, about one kernel launch each on a GPU. A device-independent proxy of
+the ops that do work (no views, allocations or composites' own entries), about one kernel launch
+each on a GPU. A device-independent proxy of
 what an uncaptured trial launches, measurable on a CPU (the counter slows the trial, so its
 seconds read higher).
 
@@ -42,11 +43,34 @@ PHASE_NOTES = {
 }
 
 
+#: aten ops that launch no kernel on a GPU (metadata, allocation, profiler marks), left out of the count.
+NO_KERNEL = frozenset({"_unsafe_view", "_reshape_alias", "empty", "empty_strided", "empty_like", "new_empty",
+                       "new_empty_strided", "resize_", "set_", "lift_fresh", "_record_function_enter_new",
+                       "_record_function_exit"})
+
+
+def is_composite(func) -> bool:
+    """Whether the aten op ``func`` (an ``OpOverload``) is a composite (``CompositeImplicitAutograd``:
+    ``linear``, ``dropout``, ``layer_norm``, ``item``...). With gradients on, these decompose before
+    a dispatch mode sees them; under ``torch.inference_mode`` the mode sees the composite itself, and
+    :class:`OpCounter` runs its decomposition under the mode so that its parts are what is counted."""
+    import torch
+
+    return torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd")
+
+
+def launches_work(func) -> bool:
+    """Whether the aten op ``func`` counts as work: not a view, not in :data:`NO_KERNEL`, not a
+    composite (:func:`is_composite`: its parts count)."""
+    return not (func.is_view or func.overloadpacket.__name__ in NO_KERNEL or is_composite(func))
+
+
 class OpCounter:
     """Counts the aten ops dispatched while it is active, per phase of ``clock`` (a
-    :class:`harness.train.PhaseClock`; ``(no phase)`` outside its blocks or without a clock). ``ops`` counts the ops
-    that are not views (``OpOverload.is_view``): on a GPU each launches about one kernel, where a
-    view launches none. Used as ``with OpCounter(clock) as counter: ...``; the counts are in
+    :class:`harness.train.PhaseClock`; ``(no phase)`` outside its blocks or without a clock). ``ops``
+    counts the ops that do work (:func:`launches_work`): on a GPU each launches about one kernel
+    (a fused or foreach op one or a few), where a view, an allocation or a composite's own entry
+    launches none. Used as ``with OpCounter(clock) as counter: ...``; the counts are in
     ``counter.ops`` ({phase: int}).
 
     Built on ``torch.utils._python_dispatch.TorchDispatchMode`` (a Python call per op: a trial
@@ -60,10 +84,14 @@ class OpCounter:
 
         class _Mode(TorchDispatchMode):
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-                if not func.is_view:
+                kwargs = kwargs or {}
+                if is_composite(func):  # count its parts: run its decomposition with this mode on
+                    with self:
+                        return func.decompose(*args, **kwargs)
+                if launches_work(func):
                     phase = (clock.current if clock is not None else None) or NO_PHASE
                     counter.ops[phase] = counter.ops.get(phase, 0) + 1
-                return func(*args, **(kwargs or {}))
+                return func(*args, **kwargs)
 
         self.ops: dict[str, int] = {}
         self._mode = _Mode()
@@ -80,7 +108,7 @@ NO_PHASE = "(no phase)"  #: OpCounter's key for ops dispatched outside every pha
 
 
 def count_ops(fn: Callable[[], Any]) -> int:
-    """The non-view aten ops ``fn()`` dispatches (:class:`OpCounter`): about the kernels it
+    """The aten ops ``fn()`` dispatches that do work (:class:`OpCounter`): about the kernels it
     launches on a GPU, counted on any device."""
     with OpCounter() as counter:
         fn()

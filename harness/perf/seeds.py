@@ -16,9 +16,10 @@ forward + backward (:func:`harness.perf.bench.count_flops`) per step time, over 
 throughput in the same dtype measured by the same command (:func:`harness.perf.bench.matmul_seconds`).
 The batches are drawn and stacked before the clock starts (host-side batch drawing is not timed
 in any arm). On CUDA every step is synchronised before the clock is read. ``ops / step``: the
-non-view aten ops one more (untimed) step dispatches (:func:`harness.perf.overhead.count_ops`;
-a captured arm's are its step's, the kernels its graph replays): on a GPU about one kernel each,
-so it says what a launch-bound step costs on any device.
+aten ops that do work (no views, allocations or composites' own entries) in one more (untimed)
+step (:func:`harness.perf.overhead.count_ops`; a captured arm's are its step's, the kernels its
+graph replays): on a GPU about one kernel each, so it says what a launch-bound step costs on any
+device.
 """
 from __future__ import annotations
 
@@ -66,7 +67,7 @@ class _Arm:
         self.run = CapturedStep(self.group) if kind == "captured" else self.group.step
 
     def ops(self, batches: list) -> int:
-        """The non-view ops of one untimed step on the first K of ``batches`` (a captured arm: its
+        """The ops that do work in one untimed step on the first K of ``batches`` (a captured arm: its
         uncaptured step, what its graph holds)."""
         from .overhead import count_ops
 
@@ -155,7 +156,7 @@ def seed_rows(arms_: list, flops: int, tokens: int, peak_gflops: float, trial_st
     all K seeds), ``ms_per_seed_step``, ``seed_steps_per_s``, ``vs_sequential`` (seed-steps/s over the
     sequential arm's), ``trials_per_h`` (3600 / (ms_per_seed_step x ``trial_steps``), training steps
     only), ``tokens_per_s`` (label tokens of all K seeds), ``achieved_gflop_per_s``, ``mfu``,
-    ``ops_per_step`` (the arm's ``op_count``: non-view ops of one step, all K seeds; None when not counted)."""
+    ``ops_per_step`` (the arm's ``op_count``: ops that do work in one step, all K seeds; None when not counted)."""
     rows = []
     for a in arms_:
         med = statistics.median(a.times)
