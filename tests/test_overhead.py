@@ -75,8 +75,7 @@ def test_count_ops_counts_each_phases_ops_and_sees_the_one_pass_prefix_logits(re
         assert loop["ops"][phase] > 0, phase
     assert loop["ops"]["store"] == 0  # writing JSON dispatches no aten op
     assert loop["ops"]["step"] == batched["ops"]["step"]  # training is not touched by the prefix pass
-    # fewer in every evaluation (at the tiny preset's 6 tokens: 882 fewer in each; in the quick preset's
-    # trial 3x fewer in all, docs/benchmarks.md)
+    # fewer in every evaluation (a quick-preset trial's 3.1x fewer: results/reference/profile-ops-cpu)
     assert batched["ops"]["evaluate"] < loop["ops"]["evaluate"], (loop["ops"], batched["ops"])
     assert batched["ops"]["final_eval"] < loop["ops"]["final_eval"], (loop["ops"], batched["ops"])
     assert res_loop.row["heldout_ce"] == pytest.approx(res_batched.row["heldout_ce"], rel=1e-5)
