@@ -228,8 +228,8 @@ def test_bench_group_sizes_arms_on_cpu():
     assert all(0 < r["mfu"] < 1 for r in rows) and info["tokens_per_step"] > 0
     assert list(seed_table(rows).columns)[:3] == ["arm", "dtype", "step ms"]
     # ops / step: the group's norm, clipping and Adam run on flat buffers, a fixed handful of ops, not the
-    # ~16 per parameter tensor of a per-tensor optimizer (at K=4: 1,155 ops a step before, 435 now,
-    # results/reference/group-step-ops; the sequential step 235: vmap's forward and backward add ~170)
+    # ~16 per parameter tensor of a per-tensor optimizer (at K=4: 1,059 ops a step before, 337 now,
+    # results/reference/group-step-ops; the sequential step 204: vmap's forward and backward add ~100)
     seq, vec = rows[0]["ops_per_step"], rows[1]["ops_per_step"]
     n_tensors = sum(1 for _ in train_mod.build_model(reg, reg.select(["baseline"])[0], cfg.model).parameters())
     assert 0 < seq and 0 < vec < seq + 8 * n_tensors, (seq, vec, n_tensors)
