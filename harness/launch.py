@@ -170,6 +170,26 @@ def execution_options(req: RunRequest) -> Execution:
 
 # ------------------------------------------------------------------------------------- starting
 
+def check_switches() -> None:
+    """The environment switches a run's trials read (``HARNESS_PREFIX_PASS``,
+    ``harness.tasks.prefix``; ``HARNESS_CAPTURE``, :func:`harness.vprobe.capture_wanted`), checked
+    before anything is stored: a bad value is bad input, not a failed trial.
+
+    Raises:
+        ConfigError: a value the switch does not take (the message names the variable and its values).
+    """
+    import torch
+
+    from .tasks.prefix import prefix_pass
+    from .vprobe import capture_wanted
+
+    try:
+        prefix_pass()
+    except ValueError as exc:
+        raise ConfigError(f"{exc} (or unset it)") from None
+    capture_wanted(torch.device("cpu"))  # reads HARNESS_CAPTURE whatever the device
+
+
 def start_run(req: RunRequest) -> RunOutcome:
     """Plan, store and execute a new run (or resume one: ``req.resume``), then write its report.
 
@@ -180,6 +200,7 @@ def start_run(req: RunRequest) -> RunOutcome:
         HarnessError: bad input, before anything is stored (exit 2 on the command line).
     """
     req.validate()
+    check_switches()
     if req.resume is not None:
         return resume_run(req)
     given = req.given()

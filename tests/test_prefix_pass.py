@@ -206,3 +206,17 @@ def test_a_pass_over_the_element_budget_runs_in_row_chunks_with_the_same_logits(
     assert torch.allclose(split[keep], whole[keep], atol=1e-6, rtol=1e-5) and (split[~keep] == 0).all()
     assert torch.allclose(split_k[:, keep], whole_k[:, keep], atol=1e-6, rtol=1e-5)
     assert prefix.row_chunk(nn.Linear(2, 2), width) is None  # no cfg: no limit
+
+
+@pytest.mark.parametrize("var, say", [(prefix.PREFIX_ENV, "must be loop or batched"),
+                                      ("HARNESS_CAPTURE", "must be auto, on or off")])
+def test_a_bad_switch_is_bad_input_before_anything_is_stored(tmp_path, monkeypatch, var, say):
+    """A mistyped environment switch is one line and exit 2 at the start, not a failed trial per
+    seed (it was read only inside the trials)."""
+    from .conftest import cli_in_process
+
+    monkeypatch.setenv(var, "bogus")
+    out = cli_in_process("run", "--variants", "baseline", "--preset", "tiny", "--results-dir", str(tmp_path), "-q")
+    assert out.returncode == 2 and say in out.stderr and var in out.stderr, out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
+    assert list(tmp_path.iterdir()) == []
