@@ -216,7 +216,8 @@ def test_a_bad_switch_is_bad_input_before_anything_is_stored(tmp_path, monkeypat
     from .conftest import cli_in_process
 
     monkeypatch.setenv(var, "bogus")
-    out = cli_in_process("run", "--variants", "baseline", "--preset", "tiny", "--results-dir", str(tmp_path), "-q")
-    assert out.returncode == 2 and say in out.stderr and var in out.stderr, out.stderr
-    assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
-    assert list(tmp_path.iterdir()) == []
+    for args in (["--variants", "baseline", "--preset", "tiny"], ["--suite"]):  # a suite checks before its folder
+        out = cli_in_process("run", *args, "--results-dir", str(tmp_path), "-q")
+        assert out.returncode == 2 and say in out.stderr and var in out.stderr, (args, out.stderr)
+        assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr, out.stderr
+        assert list(tmp_path.iterdir()) == [], args

@@ -175,7 +175,8 @@ def run_suite(spec: SuiteSpec, folder: Path, registry, variants, base: RunReques
 
     Raises:
         ConfigError: the reference variant is not among ``variants``; a task that does not declare the
-            suite's metric for verdicts (``Task.metrics``), found before anything trains.
+            suite's metric for verdicts (``Task.metrics``); a bad environment switch
+            (:func:`harness.launch.check_switches`), found before anything trains.
     """
     names = [v.name for v in variants]
     if spec.reference not in names:
@@ -185,6 +186,9 @@ def run_suite(spec: SuiteSpec, folder: Path, registry, variants, base: RunReques
         if spec.metric not in [m.name for m in registry.task(task).metrics if m.verdict]:
             raise ConfigError(f"suite {spec.name}: task {task!r} does not declare the metric {spec.metric!r} "
                               f"(its metrics: {', '.join(m.name for m in registry.task(task).metrics if m.verdict)})")
+    from ..launch import check_switches
+
+    check_switches()  # a mistyped HARNESS_* switch: bad input before the suite's folder and check
     folder.mkdir(parents=True, exist_ok=True)
     info = _read_json(folder / SUITE_FILE) or {"spec": asdict(spec), "wall_s": 0.0, "command": base.command_line()}
     t0 = time.perf_counter()
