@@ -172,22 +172,20 @@ def execution_options(req: RunRequest) -> Execution:
 
 def check_switches() -> None:
     """The environment switches a run's trials read (``HARNESS_PREFIX_PASS``,
-    ``harness.tasks.prefix``; ``HARNESS_CAPTURE``, :func:`harness.vprobe.capture_wanted`), checked
+    ``harness.tasks.prefix``; ``HARNESS_CAPTURE``, :func:`harness.vprobe.capture_env`), checked
     before anything is stored: a bad value is bad input, not a failed trial.
 
     Raises:
         ConfigError: a value the switch does not take (the message names the variable and its values).
     """
-    import torch
-
     from .tasks.prefix import prefix_pass
-    from .vprobe import capture_wanted
+    from .vprobe import capture_env
 
     try:
         prefix_pass()
     except ValueError as exc:
         raise ConfigError(f"{exc} (or unset it)") from None
-    capture_wanted(torch.device("cpu"))  # reads HARNESS_CAPTURE whatever the device
+    capture_env()
 
 
 def start_run(req: RunRequest) -> RunOutcome:

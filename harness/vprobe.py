@@ -41,10 +41,20 @@ def capture_wanted(device: torch.device, mode: str = "auto") -> bool:
     if mode not in CAPTURE:
         raise ConfigError(f"--capture must be auto, on or off, got {mode!r}")
     if mode == "auto":
-        mode = os.environ.get(CAPTURE_ENV, "auto").strip().lower() or "auto"
-        if mode not in CAPTURE:
-            raise ConfigError(f"{CAPTURE_ENV} must be auto, on or off, got {mode!r}")
+        mode = capture_env()
     return device.type == "cuda" and mode != "off"
+
+
+def capture_env() -> str:
+    """:data:`CAPTURE_ENV`: ``auto`` (also when unset), ``on`` or ``off``.
+
+    Raises:
+        ConfigError: another value (the message names the variable and its values).
+    """
+    mode = os.environ.get(CAPTURE_ENV, "auto").strip().lower() or "auto"
+    if mode not in CAPTURE:
+        raise ConfigError(f"{CAPTURE_ENV} must be auto, on or off, got {mode!r}")
+    return mode
 
 
 def vectorise_problem(step: GroupStep, models: list[torch.nn.Module], batch: tuple, cfg: RunConfig,

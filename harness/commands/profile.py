@@ -49,6 +49,12 @@ def register(sub, parents):
     p.set_defaults(func=main)
 
 
+def _markdown(frame) -> str:
+    """The phase table as GitHub markdown; a cell a row has no value for stays empty (not ``nan``)."""
+    return frame.astype(object).where(frame.notna(), None).to_markdown(index=False, tablefmt="github",
+                                                                       floatfmt=".3f", missingval="")
+
+
 def render_markdown(frame, lines: list[str], meta: RunMeta) -> str:
     """profile.md: command, environment, config, the phase table and the verdicts."""
     import json
@@ -60,7 +66,7 @@ def render_markdown(frame, lines: list[str], meta: RunMeta) -> str:
            "## Environment", ""]
     out += [f"- {k}: {v}" for k, v in env.items() if v is not None]
     out += ["", "## Config", "", "```json"] + [f'"{k}": {json.dumps(v)}' for k, v in meta.config.items()]
-    out += ["```", "", "## Phases", "", frame.astype(object).where(frame.notna(), None).to_markdown(index=False, tablefmt="github", floatfmt=".3f", missingval=""), "",
+    out += ["```", "", "## Phases", "", _markdown(frame), "",
             "## Summary", ""] + [f"- {line}" for line in lines]
     out += ["", "## How to read this", "",
             "- Each trial ran as `harness run` runs it (`harness.train.run_trial`, then the trial's JSON written "
@@ -127,7 +133,7 @@ def main(args) -> int:
         atomic_write_text(store.root / "profile.csv", frame.to_csv(index=False))
         atomic_write_text(store.root / "profile.md", render_markdown(frame, lines, meta))
     frame = pd.DataFrame(rows)
-    print(frame.drop(columns=["what"]).astype(object).where(frame.notna(), None).to_markdown(index=False, tablefmt="github", floatfmt=".3f", missingval=""))
+    print(_markdown(frame.drop(columns=["what"])))
     print()
     for line in lines:
         print(line)

@@ -24,6 +24,7 @@ costs a few microseconds per phase block.
 """
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any, Callable
 
@@ -49,6 +50,7 @@ NO_KERNEL = frozenset({"_unsafe_view", "_reshape_alias", "empty", "empty_strided
                        "_record_function_exit"})
 
 
+@functools.lru_cache(maxsize=None)
 def is_composite(func) -> bool:
     """Whether the aten op ``func`` (an ``OpOverload``) is a composite (``CompositeImplicitAutograd``:
     ``linear``, ``dropout``, ``layer_norm``, ``item``...). With gradients on, these decompose before
@@ -88,7 +90,7 @@ class OpCounter:
                 if is_composite(func):  # count its parts: run its decomposition with this mode on
                     with self:
                         return func.decompose(*args, **kwargs)
-                if launches_work(func):
+                if launches_work(func):  # (not a composite here: is_composite is cached)
                     phase = (clock.current if clock is not None else None) or NO_PHASE
                     counter.ops[phase] = counter.ops.get(phase, 0) + 1
                 return func(*args, **kwargs)
@@ -125,7 +127,7 @@ def profile_trial(spec: TrialSpec, write: Callable[[TrialResult], Any],
     (everything but ``step``) and, with ``torch_profiler``, ``profiler_phases`` (the same phases
     as the profiler's ``record_function`` range totals, CPU wall time) and ``profiler_s`` (its
     start-up and post-processing, not counted in ``wall_s``), and with ``count_ops`` ``ops``
-    ({phase: ops that are not views}, :class:`OpCounter`).
+    ({phase: ops that do work}, :class:`OpCounter`).
 
     Raises:
         nothing for a failing trial (run_trial records it as ``failed``); profiler errors propagate.

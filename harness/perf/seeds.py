@@ -66,33 +66,33 @@ class _Arm:
         self.group = GroupStep(models, cfg.model.pad, cfg.train.label_smoothing, cfg.train.grad_clip, device, dtype)
         self.run = CapturedStep(self.group) if kind == "captured" else self.group.step
 
+    def _prepared(self, batches: list, timed: bool = True):
+        """One step of this arm on the first K of ``batches``, its inputs already on the device, as a
+        call: what the arm times (a group's learning rate set, then its step, captured or not), or with
+        ``timed=False`` a group's uncaptured step alone (what its graph holds: what ``ops`` counts)."""
+        if self.kind == "sequential":
+            batch = batches[0].to(self.device)
+            return lambda: train_step(self.model, batch, self.opt, self.sched, self.cfg, self.device, self.dtype)
+        stacked = [x.to(self.device) for x in stack_batches(batches[:self.k], pad=self.cfg.model.pad)]
+        if not timed:
+            return lambda: self.group.step(*stacked)
+        lr = self.cfg.train.noam_factor * self.lam(self.steps - 1)
+        return lambda: (self.group.set_lr(lr), self.run(*stacked))
+
     def ops(self, batches: list) -> int:
         """The ops that do work in one untimed step on the first K of ``batches`` (a captured arm: its
         uncaptured step, what its graph holds)."""
         from .overhead import count_ops
 
-        if self.kind == "sequential":
-            batch = batches[0].to(self.device)
-            return count_ops(lambda: train_step(self.model, batch, self.opt, self.sched, self.cfg, self.device,
-                                                self.dtype))
-        stacked = [x.to(self.device) for x in stack_batches(batches[:self.k], pad=self.cfg.model.pad)]
-        return count_ops(lambda: self.group.step(*stacked))
+        return count_ops(self._prepared(batches, timed=False))
 
     def step(self, batches: list) -> float:
         """One timed step on the first K of ``batches``; seconds."""
         self.steps += 1
-        if self.kind == "sequential":
-            batch = batches[0].to(self.device)
-            _sync(self.device)
-            t0 = time.perf_counter()
-            train_step(self.model, batch, self.opt, self.sched, self.cfg, self.device, self.dtype)
-            _sync(self.device)
-            return time.perf_counter() - t0
-        stacked = [x.to(self.device) for x in stack_batches(batches[:self.k], pad=self.cfg.model.pad)]
+        run = self._prepared(batches)
         _sync(self.device)
         t0 = time.perf_counter()
-        self.group.set_lr(self.cfg.train.noam_factor * self.lam(self.steps - 1))
-        self.run(*stacked)
+        run()
         _sync(self.device)
         return time.perf_counter() - t0
 

@@ -97,13 +97,25 @@ def prefix_logits_batched(model, src: torch.Tensor, tgt: torch.Tensor, keep: tor
     rows, pos, ys = prefix_rows(tgt, keep, pad, model_max_len(model))
     style = model.mask_style
     memory = model.encode(src, style.src_mask(src, pad))  # (B, S, D)
-    cap = row_chunk(model, ys.size(1)) or rows.numel()
+    def logits_of(sl: slice) -> torch.Tensor:  # (P', V) of the scored positions rows[sl]
+        r, y = rows[sl], ys[sl]
+        h = model.decode(memory[r], style.src_mask(src[r], pad), y, style.tgt_mask(y, pad))  # (P', W, D)
+        return model.embed.logits(h[torch.arange(r.numel(), device=h.device), pos[sl]])
+
+    return scatter_positions(rows, pos, b, t_max, row_chunk(model, ys.size(1)), logits_of)
+
+
+def scatter_positions(rows: torch.Tensor, pos: torch.Tensor, b: int, t_max: int, cap: int | None,
+                      logits_of) -> torch.Tensor:
+    """The one pass in chunks of at most ``cap`` scored positions (all at once for None):
+    ``logits_of(slice)`` gives the logits (..., P', V) of ``rows[slice]`` at ``pos[slice]``; they are
+    placed at (row, position) of a zero (..., B, T, V) tensor (``...``: a group's K seeds or none)."""
+    cap = cap or rows.numel()
     out = None
     for i in range(0, rows.numel(), cap):  # one forward unless the rows exceed PREFIX_ELEMENTS
-        r, p, y = rows[i:i + cap], pos[i:i + cap], ys[i:i + cap]
-        h = model.decode(memory[r], style.src_mask(src[r], pad), y, style.tgt_mask(y, pad))  # (P', W, D)
-        lg = model.embed.logits(h[torch.arange(r.numel(), device=h.device), p])  # (P', V)
+        sl = slice(i, i + cap)
+        lg = logits_of(sl)
         if out is None:
-            out = lg.new_zeros(b, t_max, lg.size(-1))
-        out[r, p] = lg.to(out.dtype)
+            out = lg.new_zeros(*lg.shape[:-2], b, t_max, lg.size(-1))
+        out[..., rows[sl], pos[sl], :] = lg.to(out.dtype)
     return out

@@ -39,7 +39,7 @@ from ..env import autocast
 from .base import PAD, START, Batch, Task, eval_chunk, leak_gaps, loss_fn
 from .decoding import _advance, _strip, error_counts
 from .g2p import CUDA_EVAL_CHUNK, MAX_PHONES, G2PTask, _trim, lexicon
-from .prefix import model_max_len, prefix_pass, prefix_rows, row_chunk
+from .prefix import model_max_len, prefix_pass, prefix_rows, row_chunk, scatter_positions
 
 if TYPE_CHECKING:
     from ..config import RunConfig
@@ -135,15 +135,8 @@ def prefix_logits_seeds(stack: SeedStack, src: torch.Tensor, tgt: torch.Tensor, 
     b, t_max = tgt.shape
     if prefix_pass() == "batched":
         rows, pos, ys = prefix_rows(tgt, keep, stack.pad, model_max_len(stack._model))
-        cap = row_chunk(stack._model, ys.size(1), stack.k) or rows.numel()
-        out = None
-        for i in range(0, rows.numel(), cap):  # one call unless the rows exceed PREFIX_ELEMENTS
-            r, p = rows[i:i + cap], pos[i:i + cap]
-            lg = stack.position_logits(memory[:, r], src[r], ys[i:i + cap], p)  # (K, P', V)
-            if out is None:
-                out = lg.new_zeros(stack.k, b, t_max, lg.size(-1))
-            out[:, r, p] = lg.to(out.dtype)
-        return out
+        return scatter_positions(rows, pos, b, t_max, row_chunk(stack._model, ys.size(1), stack.k),
+                                 lambda sl: stack.position_logits(memory[:, rows[sl]], src[rows[sl]], ys[sl], pos[sl]))
     out: torch.Tensor | None = None
     for t in range(t_max):
         rows = torch.nonzero(keep[:, t]).flatten()  # (B',) the same rows for every seed
