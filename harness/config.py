@@ -145,6 +145,21 @@ def hash_view(config: dict) -> dict:
     return out
 
 
+def current_view(config: dict) -> dict:
+    """A stored config dict as this code reads it: old key names under their new ones
+    (:data:`RENAMED`) and a key added since the run was stored at its default (:data:`ADDED`, the
+    value that keeps the older code's behaviour). What ``compare`` lists as config differences.
+
+    Raises:
+        ConfigError: a key given under both its name and its old name."""
+    out = {}
+    for section, table in config.items():
+        if isinstance(table, dict):
+            table = {**ADDED.get(section, {}), **renamed(table, section, section)}
+        out[section] = table
+    return out
+
+
 def _check_fields(cls, data: dict, where: str) -> dict:
     """Validate keys and primitive types of ``data`` against dataclass ``cls``."""
     if not isinstance(data, dict):

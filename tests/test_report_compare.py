@@ -448,3 +448,23 @@ def test_a_zoomed_axis_says_so():
     assert note_zoom(near) and "ZOOMED: the axis starts at 0.3, not 0" in near.get_title()
     assert not note_zoom(full) and "ZOOMED" not in full.get_title()
     plt.close(fig)
+
+
+def test_compare_lists_real_config_differences_not_keys_added_or_renamed_since():
+    """A run stored before ``model.window`` / ``train.log_every`` existed, with ``train.lr`` (the old
+    name of noam_factor), against today's config of the same settings: no differences; a value that
+    differs, or an added key away from its default, is still listed."""
+    from types import SimpleNamespace
+
+    from harness.config import ADDED, get_preset
+    from harness.report.compare import config_differences
+
+    today = get_preset("quick").to_dict()
+    old = {s: {k: v for k, v in t.items() if k not in ADDED.get(s, {})} for s, t in today.items()}
+    old["train"]["lr"] = old["train"].pop("noam_factor")
+    meta = SimpleNamespace
+    assert config_differences(meta(config=old), meta(config=today)) == []
+    changed = {s: dict(t) for s, t in today.items()}
+    changed["model"]["window"], changed["model"]["d_model"] = 4, 32
+    assert config_differences(meta(config=old), meta(config=changed)) == [
+        "model.d_model: 64 -> 32", "model.window: 0 -> 4"]
