@@ -101,6 +101,17 @@ class Component:
             return f"equivalent to {self.slot}={self.equivalent_to}"
         return "slot reference"
 
+    def held_to(self) -> str:
+        """:meth:`declaration` in a few words, for ``list``'s narrow column: ``slot reference``,
+        ``formula 'NAME'``, ``differs (declared)``, ``= slot=NAME`` or ``a bug check must flag``."""
+        if self.buggy:
+            return "a bug check must flag"
+        if self.differs:
+            return f"formula {self.reference!r}" if self.reference else "differs (declared)"
+        if self.equivalent_to:
+            return f"= {self.slot}={self.equivalent_to}"
+        return "slot reference"
+
 
 #: Allowed values of ``Component.fully_masked_row``.
 FULLY_MASKED_ROW = ("finite", "uniform", "zeros", "nan")

@@ -52,6 +52,24 @@ def test_list_shows_slots_variants_and_plugins():
     assert "bug_001_discarded_mask" in cli_in_process("list", "--buggy").stdout
 
 
+def test_list_fits_120_columns_and_marks_what_a_plugin_offers(registry):
+    """Every line of ``list --buggy`` with a plugin file loaded is at most 120 characters, every
+    variant and task name is there whole, and only the plugin's variant is marked ``[plugin ...]``."""
+    r = cli_in_process("--plugin", str(EXAMPLE_PLUGIN), "list", "--buggy")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert max(map(len, lines)) <= 120
+    first_cells = {line.split("|")[1].strip() for line in lines if line.startswith("| ")}
+    for name in [*registry.variants, *registry.tasks]:
+        assert any(cell.startswith(name) for cell in first_cells), name
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines if line.startswith("| ")]
+    names = [(cells[1] if cells[0] in registry.slots else cells[0]).split() for cells in rows]
+    marked = {name[0] for name, cells in zip(names, rows) if name and any("[plugin " in cell for cell in cells)}
+    built_in = {*registry.variants, *registry.tasks, *(name for _, name in registry.components)}
+    assert "example_rmsnorm" in marked and not marked & built_in, marked
+    assert "variants.presets" in r.stdout  # the footnote names the built-in modules
+
+
 def test_example_plugin_file_list_and_run(tmp_path):
     r = cli_in_process("--plugin", str(EXAMPLE_PLUGIN), "list")
     assert r.returncode == 0, r.stderr

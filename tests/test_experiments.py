@@ -95,8 +95,8 @@ def test_experiments_command_lists_and_reports_a_broken_file(tmp_path, monkeypat
     assert cli.main(["experiments"]) == 2
     out, err = capsys.readouterr()
     assert "good" in out and "tiny test experiment" in out
-    row = next(line for line in out.splitlines() if line.startswith("| good"))
-    assert "| 8 |" in row.replace(" ", "").replace("|8|", "| 8 |")  # 2 variants x 2 seeds x 2 points
+    assert "good (train: 2 variants x 2 seeds x 2 point(s) = 8 trials)" in out.splitlines()
+    assert "    variants: baseline, pre_norm" in out.splitlines()
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1 and "broken.toml" in lines[0] and "sweep.lr" in lines[0]
     assert cli.main(["experiments", "good"]) == 0

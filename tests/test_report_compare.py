@@ -135,6 +135,31 @@ def test_terminal_table_fits_120_columns_and_keeps_the_verdict(tmp_path):
     assert "**better**" in shown and "[95% CI]" in shown  # 8 seeds: the intervals stay
 
 
+def test_wrapped_table_fits_the_width_without_losing_or_breaking_a_name():
+    """A 300-character summary beside identifiers: every line <= 120, the identifiers (<= 24
+    characters) whole, every word of every cell still there in order, the long column the widest."""
+    import re
+
+    import pandas as pd
+
+    from harness.report.terminal import wrapped_table
+
+    words = [f"word{i}" for i in range(50)]
+    df = pd.DataFrame({"name": ["xiong_grad_norm_at_init", "a"], "slots": ["norm=pre, layer_norm=rmsnorm", "-"],
+                       "summary": [" ".join(words), "short"], "source": ["Xiong et al. 2020 §3 " * 3, "x"]})
+    text = wrapped_table(df)
+    lines = text.splitlines()
+    assert max(map(len, lines)) <= 120
+    cols = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[2:]]
+    assert "xiong_grad_norm_at_init" in [c[0] for c in cols]
+    assert re.findall(r"word\d+", " ".join(c[2] for c in cols)) == words
+    widths = [len(cell) for cell in lines[0].strip("|").split("|")]
+    assert widths[2] == max(widths)
+    assert wrapped_table(df.head(0)) == "_no rows_"
+    narrow = pd.DataFrame({"a": ["x" * 10], "b": ["y" * 10]})
+    assert wrapped_table(narrow) == narrow.to_markdown(index=False, tablefmt="github")  # fits: as it is
+
+
 def test_retry_failed_is_suggested_only_where_a_retry_can_help(capsys, tmp_path):
     from harness.commands.run import print_failures
 

@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import sys
+import textwrap
 
 import pandas as pd
 
 from ..errors import HarnessError
+from ..report.terminal import WIDTH
 
 DESCRIPTION = """List the experiments found in ./experiments and in the repository's experiments/
 folder (a name in ./experiments hides the repository's): name, description, kind, variants,
@@ -47,12 +49,15 @@ def main(args) -> int:
             errors.append(str(exc))
             continue
         n = ex.n_trials(exp, reg)
-        rows.append({"name": exp.name, "description": exp.description, "kind": exp.kind,
-                     "variants": ", ".join(exp.variants), "seeds": len(exp.seeds), "points": exp.n_points,
-                     "trials": n if n is not None else "? (unknown variant)"})
+        trials = f"{n} trials" if n is not None else "? trials (an unknown variant)"
+        rows.append(f"{exp.name} ({exp.kind}: {len(exp.variants)} variants x {len(exp.seeds)} seeds x "
+                    f"{exp.n_points} point(s) = {trials})\n"
+                    + textwrap.fill(exp.description, WIDTH, initial_indent="    ", subsequent_indent="    ") + "\n"
+                    + textwrap.fill("variants: " + ", ".join(exp.variants), WIDTH, initial_indent="    ",
+                                    subsequent_indent="        "))
     if rows:
-        print(pd.DataFrame(rows).to_markdown(index=False, tablefmt="github", maxcolwidths=[None, 60, None, 30, None, None, None]))
-        print("\nrun one with: python -m harness run --experiment NAME")
+        print("\n\n".join(rows))
+        print("\nrun one with: python -m harness run --experiment NAME; its plan: python -m harness experiments NAME")
     else:
         dirs = ", ".join(str(d) for d in ex.experiment_dirs())
         print(f"no experiments found in {dirs}" if dirs else "no experiments/ folder here or in the repository")

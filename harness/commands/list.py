@@ -1,7 +1,11 @@
-"""``python -m harness list``: every component by slot, every variant and every task, with its plugin."""
+"""``python -m harness list``: every component by slot, every variant and every task, marked with its plugin
+where that is not a built-in; each table at most 120 characters wide (:func:`harness.report.terminal.wrapped_table`)."""
 from __future__ import annotations
 
+import textwrap
+
 from ..config import TrainConfig
+from ..plugins import BUILTIN_MODULES
 from .common import load_registry
 
 
@@ -19,37 +23,58 @@ def register(sub, parents):
 def main(args) -> int:
     import pandas as pd  # here, not at the top: python -m harness --help imports no pandas
 
+    from ..report.terminal import WIDTH, wrapped_table
+
+    def say(text: str, indent: str = "") -> None:  # a note, wrapped to the tables' width
+        print(textwrap.fill(text, WIDTH, initial_indent=indent, subsequent_indent=indent + "    "))
+
     reg = load_registry(args)
-    rows = []
-    for (slot, name), c in sorted(reg.components.items(), key=lambda kv: (list(reg.slots).index(kv[0][0]), kv[0][1])):
-        if c.buggy and not args.buggy:
-            continue
-        default = reg.defaults[slot] == name
-        rows.append({"slot": slot, "component": name + (" (default)" if default else "") + (" [bug]" if c.buggy else ""),
-                     "held to": c.declaration(), "summary": c.summary, "source": c.source, "plugin": c.plugin})
     print("Components (slot: what it decides)\n")
     for slot in reg.slots.values():
-        print(f"  {slot.name}: {slot.decides}" + (f" [plugin {slot.plugin}]" if slot.plugin != "harness.slots" else ""))
+        say(f"{slot.name}: {slot.decides}" + (f" [plugin {slot.plugin}]" if slot.plugin != "harness.slots" else ""), "  ")
     print()
-    print(pd.DataFrame(rows).to_markdown(index=False, tablefmt="github", maxcolwidths=[None, None, 45, 45, 40, None]))
-    print("\n'held to': the slot's reference (docs/components.md) unless the component declares a difference "
-          "or an equivalence; python -m harness check holds it to that.")
-    vrows = []
-    for v in reg.variants.values():
-        if v.buggy and not args.buggy:
-            continue
-        r = v.resolved(reg.defaults)
-        changed = ", ".join(f"{s}={c}" for s, c in r.items() if c != reg.defaults[s]) or "(all defaults)"
-        vrows.append({"variant": v.name + (" [bug]" if v.buggy else "") + (f" [group:{v.group}]" if v.group else ""), "slots (non-default)": changed,
-                      "summary": v.summary, "source": v.source, "plugin": v.plugin})
+    print(wrapped_table(pd.DataFrame(_component_rows(reg, args.buggy))))
+    print()
+    say("'held to': what python -m harness check holds a component to: its slot's reference (docs/components.md), "
+        "an independent formula of the difference it declares, or the component it declares it equals (= slot=NAME).")
     print("\nVariants ([group:NAME]: kept out of all; select with --variants group:NAME)\n")
-    print(pd.DataFrame(vrows).to_markdown(index=False, tablefmt="github", maxcolwidths=[None, 40, 70, 30, None]))
-    trows = [{"task": t.name + (" (default)" if t.name == DEFAULT_TASK else ""), "summary": t.summary,
-              "source": t.source, "plugin": t.plugin} for t in reg.tasks.values()]
+    print(wrapped_table(pd.DataFrame(_variant_rows(reg, args.buggy))))
+    trows = [{"task": t.name + (" (default)" if t.name == DEFAULT_TASK else "") + _plugin(t.plugin),
+              "summary": t.summary, "source": t.source} for t in reg.tasks.values()]
     print("\nTasks (--task NAME)\n")
-    print(pd.DataFrame(trows, columns=["task", "summary", "source", "plugin"]).to_markdown(
-        index=False, tablefmt="github", maxcolwidths=[None, 60, 50, None]))
+    print(wrapped_table(pd.DataFrame(trows, columns=["task", "summary", "source"])))
+    print()
+    say(f"[plugin NAME]: offered by a plugin you installed or loaded; the rest are built in, from the modules "
+        f"{', '.join(BUILTIN_MODULES)} (leave one out with -p no:NAME).")
     n_bug = sum(v.buggy for v in reg.variants.values())
     if n_bug and not args.buggy:
         print(f"\n{n_bug} faithful-bug variants hidden (python -m harness list --buggy).")
     return 0
+
+
+def _component_rows(reg, buggy: bool) -> list[dict]:
+    rows = []
+    for (slot, name), c in sorted(reg.components.items(), key=lambda kv: (list(reg.slots).index(kv[0][0]), kv[0][1])):
+        if c.buggy and not buggy:
+            continue
+        default = reg.defaults[slot] == name
+        rows.append({"slot": slot, "component": name + (" (default)" if default else "") + (" [bug]" if c.buggy else "")
+                     + _plugin(c.plugin), "summary": c.summary, "source": c.source, "held to": c.held_to()})
+    return rows
+
+
+def _variant_rows(reg, buggy: bool) -> list[dict]:
+    rows = []
+    for v in reg.variants.values():
+        if v.buggy and not buggy:
+            continue
+        r = v.resolved(reg.defaults)
+        changed = ", ".join(f"{s}={c}" for s, c in r.items() if c != reg.defaults[s]) or "(all defaults)"
+        rows.append({"variant": v.name + (" [bug]" if v.buggy else "") + (f" [group:{v.group}]" if v.group else "")
+                     + _plugin(v.plugin), "slots (non-default)": changed, "summary": v.summary, "source": v.source})
+    return rows
+
+
+def _plugin(name: str) -> str:
+    """`` [plugin NAME]`` for what a plugin outside the built-ins (:data:`BUILTIN_MODULES`) offers."""
+    return "" if name in BUILTIN_MODULES else f" [plugin {name}]"

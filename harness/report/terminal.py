@@ -128,3 +128,44 @@ def terminal_table(table: pd.DataFrame, width: int = WIDTH) -> str:
         what = [f"{more} more column(s)"] * bool(more) + ["the verdicts' reasons"] * cut
         shown += f"\n({' and '.join(what)}: report.md)"
     return shown
+
+
+#: The narrowest a wrapped column is made (or its header's or longest word's width, if wider) by
+#: :func:`wrapped_table`.
+MIN_WRAP = 12
+
+#: A word longer than this may be broken by :func:`wrapped_table` (a path, a formula without spaces).
+MAX_WORD = 24
+
+
+def wrapped_table(df: pd.DataFrame, width: int = WIDTH) -> str:
+    """``df`` as GitHub markdown at most ``width`` characters wide where it can be: its widest columns
+    are wrapped at word boundaries (more lines per row), each giving up the same share of what it has
+    beyond its floor: its header, its longest word (up to :data:`MAX_WORD` characters) or
+    :data:`MIN_WRAP`, whichever is widest. Nothing is dropped. For tables of text (``list``)."""
+    if df.empty:
+        return "_no rows_"
+    cells = df.astype(str)
+    natural = [max(len(str(c)), int(cells[c].str.len().max())) for c in df.columns]
+    word = [min(MAX_WORD, int(cells[c].str.split().map(lambda ws: max(map(len, ws), default=0)).max()))
+            for c in df.columns]
+    floor = [min(n, max(len(str(c)), MIN_WRAP, w)) for n, c, w in zip(natural, df.columns, word)]
+    budget = width - (3 * len(natural) + 1)  # "| " + " |" around each cell, one "|" shared between two
+    while True:
+        widths = _shares(natural, floor, budget)
+        text = cells.to_markdown(index=False, tablefmt="github",
+                                 maxcolwidths=[w if w < n else None for w, n in zip(widths, natural)])
+        over = max(len(line) for line in text.splitlines()) - width
+        if over <= 0 or budget <= sum(floor):
+            return text
+        budget -= over  # a wrapped word or the padding took more than planned: plan narrower
+
+
+def _shares(natural: list[int], floor: list[int], budget: int) -> list[int]:
+    """Column widths summing to ``budget`` where they can: each column keeps its ``floor`` and the
+    same fraction of the rest of its ``natural`` width (a long column keeps more than a short one)."""
+    spare = sum(natural) - sum(floor)
+    if sum(natural) <= budget or spare <= 0:
+        return list(natural)
+    r = max(0.0, (budget - sum(floor)) / spare)
+    return [f + int((n - f) * r) for n, f in zip(natural, floor)]
