@@ -5,13 +5,15 @@ Each sub-command lives in ``harness/commands/<name>.py`` and exposes
 exit code. Only the module of the command being run is imported (the one-line help of the
 others comes from :data:`COMMANDS`, as pip's command table does), so ``--help`` imports neither
 torch nor pandas. Exit codes: 0 success, 1 a trial failed or a check/compare found a problem,
-2 bad input (one line on stderr, no traceback), 130 interrupted.
+2 bad input (one line on stderr, no traceback), 130 interrupted, 141 the output's reader stopped early
+(``| head``).
 """
 from __future__ import annotations
 
 import argparse
 import importlib
 import importlib.util
+import os
 import sys
 import warnings
 
@@ -41,7 +43,8 @@ EPILOG = """examples:
   python -m harness verify results/<run-id>       check a stored run's files and checksums
 
 exit codes: 0 ok, 1 a trial failed / a check or comparison found a problem,
-            2 bad input, 130 interrupted (the run can be resumed)"""
+            2 bad input, 130 interrupted (the run can be resumed),
+            141 stdout's reader stopped early (| head)"""
 
 
 class HarnessArgumentParser(argparse.ArgumentParser):
@@ -104,12 +107,26 @@ def _one_line(text) -> str:
                    for c in str(text).strip())
 
 
+#: Exit code when stdout's reader closes the pipe early (``... | head``): 128 + SIGPIPE, as a shell reports it.
+BROKEN_PIPE = 141
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so that the interpreter's last flush of a closed pipe raises nothing."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse ``argv`` (default ``sys.argv[1:]``), run the sub-command and return its exit code.
 
     A :class:`HarnessError` becomes one line on stderr and its exit code (2); a
     :class:`HarnessWarning` one line ``harness: warning: ...``; a run id (``--run-id``) and an
-    empty ``--results-dir`` are checked before anything else runs.
+    empty ``--results-dir`` are checked before anything else runs. Output piped into a reader that
+    stops early (``| head``) ends the command quietly with :data:`BROKEN_PIPE`.
 
     Raises:
         SystemExit: from argparse for ``--help``, ``--version`` and malformed options (exit 2,
@@ -139,3 +156,6 @@ def main(argv: list[str] | None = None) -> int:
         except KeyboardInterrupt:
             print("harness: interrupted", file=sys.stderr)
             return 130
+        except BrokenPipeError:  # the reader went away (| head): stop printing, quietly
+            _silence_stdout()
+            return BROKEN_PIPE

@@ -152,3 +152,19 @@ def test_every_help_renders_clean():
         text = parser.format_help()   # raises ValueError/TypeError/KeyError on a bad format
         for leak in ("option_strings", "<argparse.", "%("):
             assert leak not in text, f"{prog or 'harness'} --help shows {leak!r}"
+
+
+def test_a_reader_that_stops_early_gets_no_traceback():
+    """``python -m harness list | head -1``: the command stops quietly with exit 141 (128 + SIGPIPE)."""
+    fcntl = pytest.importorskip("fcntl")
+    if not hasattr(fcntl, "F_SETPIPE_SZ"):
+        pytest.skip("needs Linux's F_SETPIPE_SZ to make the pipe smaller than the output")
+    from harness.cli import BROKEN_PIPE
+
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "list", "--buggy"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, cwd=ROOT, env={**os.environ, "HARNESS_DISABLE_PLUGIN_AUTOLOAD": "1"})
+    fcntl.fcntl(proc.stdout.fileno(), fcntl.F_SETPIPE_SZ, 4096)  # the ~28 kB of output cannot all fit in the pipe
+    assert proc.stdout.readline().startswith(b"Components")
+    proc.stdout.close()  # the reader goes away before the rest is written
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == BROKEN_PIPE and err == "", err
