@@ -53,7 +53,7 @@ def fast_check(monkeypatch):
     monkeypatch.setattr("harness.checks.run_checks", lambda *a, **k: report)  # what checking.start_check runs
     monkeypatch.setattr("harness.checks.results_frame", lambda rep: __import__("pandas").DataFrame({"section": []}))
     monkeypatch.setattr("harness.checks.render_markdown", lambda rep, meta: "# checks\n")
-    monkeypatch.setattr(check_cmd, "render_text", lambda rep: "checked")
+    monkeypatch.setattr(check_cmd, "render_text", lambda rep, *layout: "checked")
 
 
 def test_the_python_api_check_writes_the_record_the_command_writes(tmp_path, fast_check):

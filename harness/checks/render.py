@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from typing import Callable
 
 from .contract_base import SLOT_REFERENCES
 from .inputs import fmt_size
@@ -150,26 +151,41 @@ def _md(df) -> str:
     return "_no rows_" if df.empty else df.to_markdown(index=False, tablefmt="github")
 
 
-def render_text(report: CheckReport) -> str:
-    """What ``check`` prints: the matrix, the classes, failures and flagged bugs."""
+#: The classes' table's headers on the terminal, shorter so that it fits 120 columns (checks.md: the long ones).
+TERMINAL_HEADERS = {"comparisons": "compared", "largest max|Δ|": "max|Δ|"}
+
+
+def render_text(report: CheckReport, width: int | None = None, table: Callable | None = None) -> str:
+    """What ``check`` prints: the matrix, the classes, failures and flagged bugs. With ``width`` (the
+    ``check`` command: 120) the lines of text are wrapped to it, and the classes' table, with shorter
+    headers (:data:`TERMINAL_HEADERS`), is laid out by ``table(frame)`` (the command passes
+    :func:`harness.report.terminal.wrapped_table`); the matrix, a column per variant, stays as wide as
+    it is. checks.md keeps everything wide."""
+    import textwrap
+
     import pandas as pd
+
+    def fill(text: str, first: str = "", rest: str = "") -> str:
+        return textwrap.fill(text, width, initial_indent=first, subsequent_indent=rest) if width else first + text
 
     parts = []
     if report.variants:
-        parts += ["Equivalence matrix (" + f"{report.device}, {report.dtype}; " + LEGEND + ")", "",
-                  _md(matrix_frame(report)), ""]
+        parts += [fill("Equivalence matrix (" + f"{report.device}, {report.dtype}; " + LEGEND + ")"),
+                  "", _md(matrix_frame(report)), ""]
         parts += ["Equivalence classes:", ""]
-        parts += [f"  {class_text(report, c)}" for c in report.classes()]
-        parts += ["", _md(pd.DataFrame(class_summary(report))), ""]
+        parts += [fill(class_text(report, c), "  ", "    ") for c in report.classes()]
+        summary = pd.DataFrame(class_summary(report))
+        parts += ["", _md(summary) if table is None or summary.empty else table(summary.rename(columns=TERMINAL_HEADERS)),
+                  ""]
     if report.results.get("bugs"):
         parts += ["Faithful-bug variants:", ""]
         for b in report.bugs:
             parts.append(f"  {b.variant}: {'flagged' if b.flagged else 'NOT FLAGGED'}")
-            parts += [f"    - {r}" for r in b.reasons[:3]]
+            parts += [fill(r, "    - ", "      ") for r in b.reasons[:3]]
         parts.append("")
     fails = report.failures()
     parts.append(f"{len(fails)} result(s) do not match their declaration" + (":" if fails else "."))
-    parts += [f"  - {f}" for f in fails]
+    parts += [fill(f, "  - ", "    ") for f in fails]
     return "\n".join(parts)
 
 

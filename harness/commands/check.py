@@ -12,6 +12,7 @@ import argparse
 import dataclasses
 
 from ..checks import CHECK_MODEL, TOLERANCES, render_text, slot_default
+from ..report.terminal import WIDTH, wrapped_table
 from ..request import CheckRequest
 from ..store import CHECKS_DIR
 from .common import add_output, add_selection, command_line, plugin_spec
@@ -85,6 +86,6 @@ def main(args) -> int:
     from ..checking import start_check
 
     outcome = start_check(request_from_args(args))
-    print(render_text(outcome.report))
+    print(render_text(outcome.report, WIDTH, wrapped_table))
     print(f"\nchecks: {outcome.markdown}  {outcome.csv}  ({outcome.report.wall_s:.1f} s)")
     return outcome.exit_code
