@@ -32,7 +32,8 @@ def resolve_run(ref: str, results_dir: str = "results", records: bool = False) -
                 raise StoreError(f"{str(folder)!r} is a {kind} record, not a training run: read {files} there "
                                  f"(report, compare and load_run take runs of python -m harness run)")
             return store
-    raise StoreError(f"run {ref!r} not found: neither {str(p)!r} nor {str(q)!r} is a run folder "
+    where = f"{str(p)!r} is not" if p == q else f"neither {str(p)!r} nor {str(q)!r} is"  # an absolute ref: one place
+    raise StoreError(f"run {ref!r} not found: {where} a run folder "
                      f"(runs live under {results_dir}/<run-id>/ with a config.json)")
 
 

@@ -193,6 +193,10 @@ def test_verify_bad_input_is_exit_2(tmp_path, capsys):
     assert cli.main(["verify", str(tmp_path / "no_such_run")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("harness: error: run ") and "not found" in err[0]
+    missing = tmp_path / "no_such_run"  # absolute: one place looked at, named once
+    assert f"not found: '{missing}' is not a run folder" in err[0] and "neither" not in err[0]
+    assert cli.main(["verify", "no_such_run", "--results-dir", str(tmp_path)]) == 2
+    assert f"neither 'no_such_run' nor '{missing}' is a run folder" in capsys.readouterr().err
 
 
 def test_environment_deterministic_line_matches_the_trial_settings_line(run):
