@@ -60,8 +60,11 @@ def test_list_fits_120_columns_and_marks_what_a_plugin_offers(registry):
     lines = r.stdout.splitlines()
     assert max(map(len, lines)) <= 120
     first_cells = {line.split("|")[1].strip() for line in lines if line.startswith("| ")}
-    for name in [*registry.variants, *registry.tasks]:
+    from harness.config import PRESET_NOTES
+    for name in [*registry.variants, *registry.tasks, *PRESET_NOTES]:
         assert any(cell.startswith(name) for cell in first_cells), name
+    preset_help = cli_in_process("run", "--help").stdout.split("  --preset NAME", 1)[1].split("  --set", 1)[0]
+    assert len(preset_help.splitlines()) <= 4 and "python -m harness list" in " ".join(preset_help.split())
     rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines if line.startswith("| ")]
     names = [(cells[1] if cells[0] in registry.slots else cells[0]).split() for cells in rows]
     marked = {name[0] for name, cells in zip(names, rows) if name and any("[plugin " in cell for cell in cells)}

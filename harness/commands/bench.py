@@ -35,7 +35,7 @@ def register(sub, parents):
                        description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_selection(p)
     notes = preset_notes()
-    p.add_argument("--preset", default="paper", metavar="NAME", help=f"config preset ({notes}). Default: paper")
+    p.add_argument("--preset", default="paper", metavar="NAME", help=f"config preset: {notes}. Default: paper")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override one config value, e.g. --set train.batch=40")
     add_task(p)

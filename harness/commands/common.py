@@ -73,14 +73,14 @@ def check_task(reg: Registry, cfg: RunConfig) -> None:
 
 
 def preset_notes() -> str:
-    """Every preset's note as one help string, ``%`` doubled: argparse formats help with
-    %-interpolation, so a literal ``%`` ("WER <= 30 %") would print argparse's own dict."""
-    return "; ".join(f"{k}: {v}" for k, v in PRESET_NOTES.items()).replace("%", "%%")
+    """The presets' names for ``--preset``'s help; what each one is, ``python -m harness list`` prints
+    (its "Presets" table, from :data:`harness.config.PRESET_NOTES`): a help page stays a page."""
+    return ", ".join(PRESET_NOTES) + "; what each is: python -m harness list"
 
 
 def add_config(p: argparse.ArgumentParser) -> None:
     notes = preset_notes()
-    p.add_argument("--preset", default="quick", metavar="NAME", help=f"config preset ({notes}). Default: quick")
+    p.add_argument("--preset", default="quick", metavar="NAME", help=f"config preset: {notes}. Default: quick")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override one config value, e.g. --set train.steps=200 --set model.d_model=128")
     add_task(p)

@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import textwrap
 
-from ..config import TrainConfig
+from ..config import PRESET_NOTES, PRESETS, TrainConfig
 from ..plugins import BUILTIN_MODULES
 from .common import load_registry
 
 
 DEFAULT_TASK = TrainConfig().task
+DEFAULT_PRESET = "quick"  #: run's --preset default (bench's: paper)
 
 
 def register(sub, parents):
     p = sub.add_parser("list", parents=parents, help="show components by slot, variants and tasks with their plugins",
-                       description="Show every slot with its components and every variant with its slot "
-                                   "assignment, summary, source and the plugin that provided it.")
+                       description="Show every slot with its components, every variant with its slot "
+                                   "assignment, summary and source, every task and every config preset; what a "
+                                   "plugin you loaded offers is marked with its name.")
     p.add_argument("--buggy", action="store_true", help="also show the faithful-bug variants")
     p.set_defaults(func=main)
 
@@ -43,6 +45,8 @@ def main(args) -> int:
               "summary": t.summary, "source": t.source} for t in reg.tasks.values()]
     print("\nTasks (--task NAME)\n")
     print(wrapped_table(pd.DataFrame(trows, columns=["task", "summary", "source"])))
+    print("\nPresets (--preset NAME; --set KEY=VALUE changes one value)\n")
+    print(wrapped_table(pd.DataFrame(_preset_rows())))
     print()
     say(f"[plugin NAME]: offered by a plugin you installed or loaded; the rest are built in, from the modules "
         f"{', '.join(BUILTIN_MODULES)} (leave one out with -p no:NAME).")
@@ -72,6 +76,16 @@ def _variant_rows(reg, buggy: bool) -> list[dict]:
         changed = ", ".join(f"{s}={c}" for s, c in r.items() if c != reg.defaults[s]) or "(all defaults)"
         rows.append({"variant": v.name + (" [bug]" if v.buggy else "") + (f" [group:{v.group}]" if v.group else "")
                      + _plugin(v.plugin), "slots (non-default)": changed, "summary": v.summary, "source": v.source})
+    return rows
+
+
+def _preset_rows() -> list[dict]:
+    rows = []
+    for name, note in PRESET_NOTES.items():
+        m, t = PRESETS[name].model, PRESETS[name].train
+        rows.append({"preset": name + (" (default)" if name == DEFAULT_PRESET else ""), "what it is": note,
+                     "model": f"N={m.N} d_model={m.d_model} h={m.h} d_ff={m.d_ff} dropout={m.dropout:g}",
+                     "training": f"{t.task}, {t.steps} steps x batch {t.batch}"})
     return rows
 
 
