@@ -91,6 +91,56 @@ def test_a_groups_phase_clock_counts_each_evaluation_once(on_off):
             assert t.phases["final_eval"]["calls"] == (group + 1 if group > 1 else 1), (folder.name, t.phases)
 
 
+#: aten ops that make the host wait for a GPU (a value read back, or an output whose size depends on
+#: the data), and the tensor methods that read a tensor into Python; the CPU runs the same code, so a
+#: count here is what a GPU would wait for.
+SYNC_OPS = {"_local_scalar_dense", "nonzero", "is_nonzero", "equal", "masked_select", "unique", "_unique2",
+            "unique_consecutive", "repeat_interleave"}
+READS = ("tolist", "numpy", "cpu")
+
+
+def test_a_groups_training_steps_wait_for_the_device_once_a_logging_interval(monkeypatch):
+    """Issue 27's "one sync per logging interval, not per step": in a group's training, the ``step``
+    phase reads nothing back and the ``log`` phase one read per :data:`harness.group.FLUSH_STEPS`
+    steps (plus the last). Counted on the CPU, per phase of the group's clock; a ``.item()``, a
+    ``bool(tensor)`` or a boolean-mask index in the step would show."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    clock = train_mod.PhaseClock()
+    monkeypatch.setattr(group_mod, "PhaseClock", lambda: clock)
+    seen: dict[str, int] = {}
+
+    def count(what: str) -> None:  # per phase of the group's clock
+        phase = clock.current or "(none)"
+        seen[phase] = seen.get(phase, 0) + 1
+
+    class Syncs(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func.overloadpacket.__name__ in SYNC_OPS:
+                count(func.overloadpacket.__name__)
+            return func(*args, **(kwargs or {}))
+
+    def counted(name: str):
+        method = getattr(torch.Tensor, name)
+
+        def read(self, *args, **kwargs):
+            count(name)
+            return method(self, *args, **kwargs)
+        return read
+
+    for name in READS:
+        monkeypatch.setattr(torch.Tensor, name, counted(name))
+    monkeypatch.setattr(group_mod, "FLUSH_STEPS", 5)  # a short trial with several intervals
+    steps = 3 * group_mod.FLUSH_STEPS
+    cfg = get_preset("tiny").override({"train.steps": steps, "train.eval_every": 10 * steps})
+    specs = [TrialSpec("baseline", s, cfg.to_dict(), device="cpu") for s in (0, 1)]
+    with Syncs():
+        results = group_mod.run_group(specs)
+    assert [r.row["status"] for r in results] == ["ok", "ok"] and all(r.row.get("vectorized") for r in results)
+    assert seen.get("step", 0) == 0, seen
+    assert 1 <= seen.get("log", 0) <= steps // group_mod.FLUSH_STEPS + 1, seen
+
+
 def test_the_run_records_how_it_was_executed(on_off):
     assert RunStore.open(on_off["on"]).meta().execution.vectorize_seeds == "on"
     assert RunStore.open(on_off["off"]).meta().execution.vectorize_seeds == "off"
