@@ -160,6 +160,20 @@ def test_wrapped_table_fits_the_width_without_losing_or_breaking_a_name():
     assert wrapped_table(narrow) == narrow.to_markdown(index=False, tablefmt="github")  # fits: as it is
 
 
+def test_compare_text_lists_each_distinct_note_once_under_the_table():
+    import pandas as pd
+
+    from harness.report.terminal import compare_text
+
+    few = "1 seed(s) finished in both runs; the paired CI needs >= 3"
+    table = pd.DataFrame({"variant": ["a", "a", "b"], "metric": ["heldout_ce", "exact_match", "heldout_ce"],
+                          "status": ["too few seeds"] * 2 + ["no change"], "note": [few, few, ""]})
+    text = compare_text(table)
+    rows, notes = text.split("\n\n")
+    assert notes.splitlines() == [f"[1] {few}"]
+    assert [line.split("|")[-2].strip() for line in rows.splitlines()[2:]] == ["[1]", "[1]", ""]
+
+
 def test_retry_failed_is_suggested_only_where_a_retry_can_help(capsys, tmp_path):
     from harness.commands.run import print_failures
 
@@ -230,11 +244,20 @@ def test_compare_gates_a_degraded_run(tmp_path, capsys):
 ARMS = {"baseline": (0.5, 0.99, ()), "pre_norm": (0.4, 1.0, ())}
 
 
+def _cell(a, b, variant: str, metric: str, column: str, **options) -> str:
+    """One cell of ``harness.compare(a, b)``'s table: what the ``compare`` command shows in that row
+    (wrapped on the terminal; this is the cell whole)."""
+    import harness
+
+    table = harness.compare(a.root, b.root, **options).table
+    return table[(table["variant"] == variant) & (table["metric"] == metric)][column].item()
+
+
 def test_the_python_api_compares_and_verifies_as_the_commands_do(tmp_path, capsys):
     """``harness.compare`` / ``harness.verify`` return what ``compare`` / ``verify`` print (one code
     path below ``commands/``): the same table, verdict and exit status; the same problem lines."""
     import harness
-    from harness.report import to_markdown
+    from harness.report.terminal import compare_text
 
     a = make_run(tmp_path, "a", ARMS, rng_seed=1)
     worse = make_run(tmp_path, "worse", {"baseline": (0.5, 0.99, ()), "pre_norm": (0.9, 0.6, ())}, rng_seed=3)
@@ -244,7 +267,8 @@ def test_the_python_api_compares_and_verifies_as_the_commands_do(tmp_path, capsy
         ["pre_norm exact_match", "pre_norm heldout_ce"]
     assert cli.main(["compare", str(a.root), str(worse.root)]) == 1
     out = capsys.readouterr().out
-    assert to_markdown(outcome.table) in out and outcome.verdict() in out
+    assert compare_text(outcome.table) in out and outcome.verdict() in out
+    assert max(map(len, out.splitlines()[3:-2])) <= 120  # the table and its notes (not the folders' paths)
     assert harness.compare(a.root, a.root).ok
     with pytest.raises(harness.HarnessError, match="unknown metric 'bleu'"):
         harness.compare(a.root, worse.root, metrics=["bleu"])
@@ -265,7 +289,7 @@ def test_compare_candidate_whose_trials_all_failed_is_a_regression(tmp_path, cap
     assert cli.main(["compare", str(a.root), str(b.root)]) == 1
     out = capsys.readouterr().out
     assert "pre_norm failed or diverged" in out and "all 5 trials of B failed" in out
-    assert "5/5 (5 failed, 0 diverged)" in out
+    assert _cell(a, b, "pre_norm", "failed or diverged", "B") == "5/5 (5 failed, 0 diverged) [0.57, 1.00]"
     assert "baseline failed or diverged" not in out.split("REGRESSION", 1)[1]
     # every trial of every variant crashed: the run has no metric columns at all
     dead = make_run(tmp_path, "dead", ARMS, seeds=5, failed={"baseline": range(5), "pre_norm": range(5)})
@@ -294,7 +318,7 @@ def test_compare_diverged_candidate_is_a_regression_by_newcombe(tmp_path, capsys
     b = make_run(tmp_path, "b", {**ARMS, "pre_norm": (0.4, 1.0, tuple(range(n_diverged)))}, seeds=5)
     assert cli.main(["compare", str(a.root), str(b.root), "--metrics", "heldout_ce"]) == code
     out = capsys.readouterr().out
-    assert f"{n_diverged}/5 (0 failed, {n_diverged} diverged)" in out
+    assert _cell(a, b, "pre_norm", "failed or diverged", "B").startswith(f"{n_diverged}/5 (0 failed, {n_diverged} diverged)")
     if code:
         assert "pre_norm failed or diverged" in out and "Newcombe 95% CI of rate(B) - rate(A) above 0" in out
     d, lo, hi = stats.rate_difference_ci([[1] * n_diverged + [0] * (5 - n_diverged)], [[0] * 5])

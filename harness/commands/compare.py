@@ -27,7 +27,8 @@ from __future__ import annotations
 import argparse
 
 from ..lookup import resolve_run
-from ..report import METRICS, to_markdown
+from ..report import METRICS
+from ..report.terminal import compare_text
 from ..report.compare import DEFAULT_METRICS, compare_runs
 
 
@@ -55,7 +56,7 @@ def main(args) -> int:
     print(f"A: {outcome.run_a.root}\nB: {outcome.run_b.root}\n")
     if outcome.config_differences:
         print("config differences (A -> B): " + "; ".join(outcome.config_differences) + "\n")
-    print(to_markdown(outcome.table))
+    print(compare_text(outcome.table))
     print()
     print(outcome.verdict())
     return outcome.exit_code

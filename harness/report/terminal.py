@@ -169,3 +169,17 @@ def _shares(natural: list[int], floor: list[int], budget: int) -> list[int]:
         return list(natural)
     r = max(0.0, (budget - sum(floor)) / spare)
     return [f + int((n - f) * r) for n, f in zip(natural, floor)]
+
+
+def compare_text(table: pd.DataFrame, width: int = WIDTH) -> str:
+    """``compare``'s table on the terminal: each row's ``note`` replaced by a reference ``[k]`` to the
+    distinct notes listed under the table, one unwrapped line each (with one seed every row shares
+    "the paired CI needs >= 3"), and the table wrapped to ``width`` (:func:`wrapped_table`). The
+    table with every note in its row: :attr:`harness.report.compare.CompareOutcome.table`."""
+    if table.empty or "note" not in table:
+        return wrapped_table(table, width)
+    text = table["note"].fillna("").astype(str)
+    notes = list(dict.fromkeys(n for n in text if n))
+    ref = {n: f"[{i}]" for i, n in enumerate(notes, 1)}
+    shown = wrapped_table(table.assign(note=text.map(lambda n: ref.get(n, ""))), width)
+    return shown + ("\n\n" + "\n".join(f"{ref[n]} {n}" for n in notes) if notes else "")
