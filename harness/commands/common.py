@@ -9,6 +9,7 @@ from ..config import PRESETS, PRESET_NOTES, RunConfig
 from ..errors import ConfigError
 from ..plugins import PluginSpec
 from ..registry import Registry
+from ..request import PLAN_DEFAULTS
 
 
 def plugin_spec(args: argparse.Namespace) -> PluginSpec:
@@ -80,7 +81,8 @@ def preset_notes() -> str:
 
 def add_config(p: argparse.ArgumentParser) -> None:
     notes = preset_notes()
-    p.add_argument("--preset", default="quick", metavar="NAME", help=f"config preset: {notes}. Default: quick")
+    default = PLAN_DEFAULTS["preset"]
+    p.add_argument("--preset", default=default, metavar="NAME", help=f"config preset: {notes}. Default: {default}")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override one config value, e.g. --set train.steps=200 --set model.d_model=128")
     add_task(p)

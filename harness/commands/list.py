@@ -6,11 +6,12 @@ import textwrap
 
 from ..config import PRESET_NOTES, PRESETS, TrainConfig
 from ..plugins import BUILTIN_MODULES
+from ..request import PLAN_DEFAULTS
 from .common import load_registry
 
 
 DEFAULT_TASK = TrainConfig().task
-DEFAULT_PRESET = "quick"  #: run's --preset default (bench's: paper)
+DEFAULT_PRESET = PLAN_DEFAULTS["preset"]  #: run's --preset default (bench's: paper)
 
 
 def register(sub, parents):
