@@ -1,4 +1,4 @@
-"""``python -m harness list``: every component by slot, every variant and every task, marked with its plugin
+"""``python -m harness list``: every component by slot, every variant, task and config preset, marked with its plugin
 where that is not a built-in; each table at most 120 characters wide (:func:`harness.report.terminal.wrapped_table`)."""
 from __future__ import annotations
 
