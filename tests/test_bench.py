@@ -143,6 +143,9 @@ def test_cli_bench_writes_csv_and_markdown(tmp_path):
     assert "python -m harness bench --variants baseline --preset tiny" in md.splitlines()[3]
     assert "## Environment" in md and "cpu_flags" in md
     assert "baseline" in out.stdout and "matmul throughput fp32" in out.stdout
+    table = [line for line in out.stdout.splitlines() if line.startswith("|")]
+    assert max(map(len, table)) <= 120 and "more column(s): bench.md)" in out.stdout  # the terminal's table
+    assert "fwd ms" in md and "MFU" in table[0] and "fwd ms" not in table[0]  # bench.md keeps them all
 
 
 def test_cli_bench_bad_input_is_one_line(tmp_path):

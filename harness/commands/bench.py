@@ -137,7 +137,8 @@ def write_outputs(store_root: Path, rows: list[dict], info: dict, meta: RunMeta)
 
 
 def main(args) -> int:
-    from ..perf.bench import BenchError, bench_meta, run_bench, summary_lines, table_frame
+    from ..perf.bench import TERMINAL_DROPS, BenchError, bench_meta, run_bench, summary_lines, table_frame
+    from ..report.terminal import narrowed_table
     from .common import plugin_spec
     from ..env import resolve_device, trial_settings
     from ..store import RunStore
@@ -179,7 +180,7 @@ def main(args) -> int:
     meta.peak_gflop_per_s, meta.bench_s = info["peak_gflop_per_s"], info["bench_s"]
     store.write_meta(meta)
     csv_path, md_path = write_outputs(store.root, rows, info, meta)
-    print(table_frame(rows).to_markdown(index=False, tablefmt="github"))
+    print(narrowed_table(table_frame(rows), TERMINAL_DROPS, "bench.md"))
     print()
     for d, g in info["peak_gflop_per_s"].items():
         print(f"matmul throughput {d}: {g:,.0f} GFLOP/s")
@@ -224,19 +225,23 @@ def _settings_main(args, variant, cfg, reg, device, store, meta, log) -> int:
     return 0
 
 
-def _write_arm_bench(store, meta, title: str, note: str, rows: list[dict], table: str, seconds: float) -> int:
-    """The outputs of ``bench --group-sizes`` (with or without ``--eval``): bench.md (``title``, the
-    command, the environment, ``note``, the ``table``), bench.csv (``rows``); prints the table."""
+def _write_arm_bench(store, meta, title: str, note: str, rows: list[dict], frame, seconds: float,
+                     drops: tuple[str, ...] = ()) -> int:
+    """The outputs of ``bench --group-sizes`` (with or without ``--eval``) and ``--kernels``: bench.md
+    (``title``, the command, the environment, ``note``, the table ``frame``: a DataFrame, or markdown
+    already written), bench.csv (``rows``); prints the table, a DataFrame's columns in ``drops`` left
+    to bench.md while it is wider than 120 characters."""
     import pandas as pd
 
+    from ..report.terminal import narrowed_table
     from ..store import atomic_write_text
 
     md = "\n".join([f"# {title}", "", "```", meta.command, "```", "", "## Environment", ""]
                    + [f"- {k}: {v}" for k, v in meta.environment.items() if v is not None]
-                   + ["", note, "", table]) + "\n"
+                   + ["", note, "", frame if isinstance(frame, str) else frame.to_markdown(index=False, tablefmt="github")]) + "\n"
     atomic_write_text(store.root / "bench.csv", pd.DataFrame(rows).to_csv(index=False))
     atomic_write_text(store.root / "bench.md", md)
-    print(table)
+    print(frame if isinstance(frame, str) else narrowed_table(frame, drops, "bench.md"))
     print(f"\nbench: {store.root / 'bench.md'}  ({seconds:.0f} s)")
     return 0
 
@@ -263,8 +268,8 @@ def _seeds_main(args, variant, cfg, reg, device, dtypes, store, meta, log) -> in
             "aten ops that do work in one more step of the arm (all K seeds; a captured arm's are the kernels its "
             "graph replays), about one GPU kernel each (harness.perf.seeds).")
     title = f"Seeds per second: {variant.name} ({meta.preset or 'custom'} config, task {cfg.train.task})"
-    table = seed_table(rows).to_markdown(index=False, tablefmt="github")
-    return _write_arm_bench(store, meta, title, note, rows, table, seconds)
+    return _write_arm_bench(store, meta, title, note, rows, seed_table(rows), seconds,
+                            drops=("GFLOP/s", "step ms", "seed-steps/s"))
 
 
 def _eval_main(args, variant, cfg, reg, device, dtypes, store, meta, log) -> int:
@@ -285,8 +290,7 @@ def _eval_main(args, variant, cfg, reg, device, dtypes, store, meta, log) -> int
             "sequences) of the arm's seeds, freshly initialised models, one intra-op thread on the CPU "
             "(harness.perf.eval).")
     title = f"Evaluation per seed: {variant.name} ({meta.preset or 'custom'} config, task {cfg.train.task})"
-    table = eval_table(rows).to_markdown(index=False, tablefmt="github")
-    return _write_arm_bench(store, meta, title, note, rows, table, seconds)
+    return _write_arm_bench(store, meta, title, note, rows, eval_table(rows), seconds)
 
 
 def _kernels_main(args, variants, cfg, reg, device, dtypes, store, meta, log) -> int:

@@ -459,6 +459,11 @@ TABLE = [("contender", "contender", "{}"), ("dtype", "dtype", "{}"), ("params", 
          ("mfu", "MFU", "{:.0%}"), ("peak_rss_mb", "peak RSS MiB", "{:.0f}")]
 
 
+#: Columns of :data:`TABLE` the terminal leaves to bench.md, first to last, while its table is wider
+#: than 120 characters (:func:`harness.report.terminal.narrowed_table`).
+TERMINAL_DROPS = ("peak RSS MiB", "params", "GFLOP/step", "fwd ms", "bwd ms", "opt ms", "GFLOP/s", "IQR ms")
+
+
 def table_frame(rows: list[dict]):
     """The rows as the printed table (pandas DataFrame of formatted strings)."""
     import pandas as pd

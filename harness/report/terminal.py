@@ -183,3 +183,18 @@ def compare_text(table: pd.DataFrame, width: int = WIDTH) -> str:
     ref = {n: f"[{i}]" for i, n in enumerate(notes, 1)}
     shown = wrapped_table(table.assign(note=text.map(lambda n: ref.get(n, ""))), width)
     return shown + ("\n\n" + "\n".join(f"{ref[n]} {n}" for n in notes) if notes else "")
+
+
+def narrowed_table(df: pd.DataFrame, drop_order, where: str, width: int = WIDTH) -> str:
+    """``df`` (a table of numbers, which wrapping would not help) as GitHub markdown, its columns in
+    ``drop_order`` (headers) left out one by one, first to last, until it is at most ``width`` wide;
+    then a line naming how many went to ``where`` (the file that keeps them all)."""
+    shown = df
+    for col in drop_order:
+        if _width(shown) <= width:
+            break
+        if col in shown:
+            shown = shown.drop(columns=[col])
+    text = _markdown(shown)
+    more = len(df.columns) - len(shown.columns)
+    return text + (f"\n({more} more column(s): {where})" if more else "")
