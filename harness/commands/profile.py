@@ -5,6 +5,7 @@ Heavy imports (torch, pandas) happen inside :func:`main`, so ``python -m harness
 from __future__ import annotations
 
 import sys
+import textwrap
 from typing import TYPE_CHECKING
 
 from .common import add_config, add_output, add_selection
@@ -135,7 +136,9 @@ def main(args) -> int:
     frame = pd.DataFrame(rows)
     print(_markdown(frame.drop(columns=["what"])))
     print()
-    for line in lines:
-        print(line)
+    from ..report.terminal import WIDTH
+
+    for line in lines:  # one verdict a variant, wrapped to the terminal's 120 columns
+        print(textwrap.fill(line, WIDTH, subsequent_indent="    "))
     print(f"\nprofile: {store.root / 'profile.md'}")
     return 0
