@@ -186,15 +186,10 @@ def compare_text(table: pd.DataFrame, width: int = WIDTH) -> str:
 
 
 def narrowed_table(df: pd.DataFrame, drop_order, where: str, width: int = WIDTH) -> str:
-    """``df`` (a table of numbers, which wrapping would not help) as GitHub markdown, its columns in
-    ``drop_order`` (headers) left out one by one, first to last, until it is at most ``width`` wide;
-    then a line naming how many went to ``where`` (the file that keeps them all)."""
-    shown = df
-    for col in drop_order:
-        if _width(shown) <= width:
-            break
-        if col in shown:
-            shown = shown.drop(columns=[col])
-    text = _markdown(shown)
+    """``df`` (a table of numbers, which wrapping would not help) as GitHub markdown, the columns named
+    by ``drop_order`` (header prefixes) left out one by one, first to last, while it is wider than
+    ``width`` (:func:`_drop`, as :func:`terminal_table` does); then a line naming how many went to
+    ``where`` (the file that keeps them all)."""
+    shown = _drop(df, drop_order, width)
     more = len(df.columns) - len(shown.columns)
-    return text + (f"\n({more} more column(s): {where})" if more else "")
+    return _markdown(shown) + (f"\n({more} more column(s): {where})" if more else "")
