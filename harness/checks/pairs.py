@@ -129,6 +129,15 @@ class PairResult:
                 UNEXPECTED: f"FAIL ≠ {fmt_size(size)}", UNEXPECTED_SAME: f"≈ {fmt_size(size)} (declared ≠)",
                 CRASHES: "FAIL crash", NOT_COMPARABLE: "no counterpart"}.get(self.verdict, self.verdict)
 
+    def symbol(self) -> str:
+        """:meth:`cell` in a symbol, for the matrix on a narrow terminal: ``=``, ``≈``, ``≠x`` (x the
+        max |Δ logit| to 2 significant digits), ``≈!`` (declared different, measured the same),
+        ``FAIL`` or ``n/a``."""
+        if self.verdict == DECLARED:
+            return f"≠{self.logits.max_abs:.2g}" if self.logits else "≠"
+        return {IDENTICAL: "=", EQUIVALENT: "≈", UNEXPECTED_SAME: "≈!", UNEXPECTED: "FAIL", CRASHES: "FAIL",
+                NOT_COMPARABLE: "n/a"}.get(self.verdict, self.verdict)
+
     def explain(self) -> str:
         """One paragraph a reader understands (used in assertion messages)."""
         parts = [f"{self.a} vs {self.b}: {self.verdict} (expected {self.expected}"

@@ -12,8 +12,7 @@ from typing import Callable
 
 from .contract_base import SLOT_REFERENCES
 from .inputs import fmt_size
-from .pairs import (CRASHES, DECLARED, EQUIVALENT, IDENTICAL, NOT_COMPARABLE, UNEXPECTED, UNEXPECTED_SAME,
-                    ReferenceResult, TensorDiff)
+from .pairs import EQUIVALENT, IDENTICAL, NOT_COMPARABLE, ReferenceResult, TensorDiff
 from .policy import TOLERANCES
 from ..runmeta import RunMeta
 from .report import CheckReport
@@ -23,42 +22,28 @@ LEGEND = ("identical: bitwise equal logits and gradients; ≈ x: equivalent, lar
           "different, measured the same (not a failure); FAIL: does not match the declaration (see the pair table).")
 
 
-def matrix_frame(report: CheckReport):
-    """variant x variant table of :meth:`PairResult.cell` texts (pandas DataFrame)."""
+def matrix_frame(report: CheckReport, compact: bool = False):
+    """variant x variant table of :meth:`PairResult.cell` texts (pandas DataFrame). ``compact`` (a narrow
+    terminal): the variants numbered (row ``k name``, column ``k``) and each cell
+    :meth:`PairResult.symbol` (:data:`COMPACT_LEGEND`)."""
     import pandas as pd
 
-    cells = {(p.a, p.b): p.cell() for p in report.results.get("pairs", [])}
+    text = (lambda p: p.symbol()) if compact else (lambda p: p.cell())
+    cells = {(p.a, p.b): text(p) for p in report.results.get("pairs", [])}
+    number = {v: str(i) for i, v in enumerate(report.variants, 1)}
     rows = []
     for a in report.variants:
-        row = {"variant": a}
+        row = {"variant": f"{number[a]} {a}" if compact else a}
         for b in report.variants:
-            row[b] = "—" if a == b else cells.get((a, b)) or cells.get((b, a), "")
+            row[number[b] if compact else b] = "—" if a == b else cells.get((a, b)) or cells.get((b, a), "")
         rows.append(row)
     return pd.DataFrame(rows)
 
 
-#: The matrix on a narrow terminal (:func:`compact_matrix_frame`): what each compact cell means.
+#: The matrix on a narrow terminal (``matrix_frame(report, compact=True)``): what each cell means.
 COMPACT_LEGEND = ("= identical (bitwise); ≈ equivalent, within its threshold; ≠x differs as declared, x = max|Δ logit| "
                   "(2 significant digits); ≈! declared different, measured the same (not a failure); FAIL does not "
                   "match its declaration; n/a no counterpart. Columns are the rows' numbers; the sizes: checks.md")
-
-
-def compact_matrix_frame(report: CheckReport):
-    """:func:`matrix_frame` for a terminal narrower than it: the variants numbered (row ``k name``,
-    column ``k``) and each cell a symbol (:data:`COMPACT_LEGEND`), sizes only for declared differences."""
-    import pandas as pd
-
-    def cell(p) -> str:
-        if p.verdict == DECLARED:
-            return f"≠{p.logits.max_abs:.2g}" if p.logits else "≠"
-        return {IDENTICAL: "=", EQUIVALENT: "≈", UNEXPECTED_SAME: "≈!", UNEXPECTED: "FAIL", CRASHES: "FAIL",
-                NOT_COMPARABLE: "n/a"}.get(p.verdict, p.verdict)
-
-    cells = {(p.a, p.b): cell(p) for p in report.results.get("pairs", [])}
-    number = {v: str(i) for i, v in enumerate(report.variants, 1)}
-    return pd.DataFrame([{"variant": f"{number[a]} {a}", **{number[b]: "—" if a == b else cells.get((a, b))
-                                                             or cells.get((b, a), "") for b in report.variants}}
-                         for a in report.variants])
 
 
 def results_frame(report: CheckReport):
@@ -185,7 +170,7 @@ def render_text(report: CheckReport, width: int | None = None, table: Callable |
     ``check`` command: 120) the lines of text are wrapped to it, and the classes' table, with shorter
     headers (:data:`TERMINAL_HEADERS`), is laid out by ``table(frame)`` (the command passes
     :func:`harness.report.terminal.wrapped_table`), and a matrix wider than ``width`` is shown compact
-    (:func:`compact_matrix_frame`). checks.md keeps everything as it is."""
+    (``matrix_frame(report, compact=True)``). checks.md keeps everything as it is."""
     import textwrap
 
     import pandas as pd
@@ -197,7 +182,7 @@ def render_text(report: CheckReport, width: int | None = None, table: Callable |
     if report.variants:
         matrix = _md(matrix_frame(report))
         if width and max(map(len, matrix.splitlines())) > width:  # numbered columns, a symbol a cell
-            matrix, legend = _md(compact_matrix_frame(report)), COMPACT_LEGEND
+            matrix, legend = _md(matrix_frame(report, compact=True)), COMPACT_LEGEND
         else:
             legend = LEGEND
         parts += [fill("Equivalence matrix (" + f"{report.device}, {report.dtype}; " + legend + ")"), "", matrix, ""]
