@@ -313,6 +313,31 @@ def test_run_checks_classes_matrix_and_files(harness_registry):
     assert "## Equivalence matrix" in md and "final LayerNorm" in md and "bug_001_discarded_mask" in md
 
 
+def test_a_compact_matrix_too_wide_for_the_terminal_is_printed_in_blocks_of_columns():
+    from harness.checks.render import matrix_blocks
+
+    names = [f"{i} variant_{i:02d}" for i in range(1, 29)]  # all + group:modern is 26-28 variants
+    frame = pd.DataFrame([{"variant": n, **{str(j): "—" if i == j else "≠0.058" for j in range(1, 29)}}
+                          for i, n in enumerate(names, 1)])
+    blocks = matrix_blocks(frame, 120)
+    assert len(blocks) == 3
+    seen = []
+    for block in blocks:
+        head, table = block.split("\n\n")
+        lines = table.splitlines()
+        assert max(map(len, lines)) <= 120 and len(lines) == 2 + 28  # every row in every block
+        cols = [c.strip() for c in lines[0].strip("|").split("|")]
+        assert cols[0] == "variant" and head == f"columns {cols[1]}-{cols[-1]} of 28:"
+        seen += cols[1:]
+    assert seen == [str(j) for j in range(1, 29)]  # each column once, in order
+    assert [len(b.splitlines()[2].split("|")) - 3 for b in blocks] == [10, 9, 9]  # even, not 12+12+4
+    # a matrix that fits is one table with no heading; one column wider than the terminal gets its own block
+    assert matrix_blocks(frame.iloc[:5, :6], 120) == [frame.iloc[:5, :6].to_markdown(index=False, tablefmt="github")]
+    wide = frame.iloc[:3, :4].assign(**{"2": "x" * 130})
+    assert [b.split(":")[0] for b in matrix_blocks(wide, 120)] == ["columns 1-1 of 3", "columns 2-2 of 3",
+                                                                  "columns 3-3 of 3"]
+
+
 def test_cli_check_all_with_bugs_end_to_end(tmp_path):
     proc = cli_in_process("check", "--variants", "all,bug*", "-q", "--results-dir", str(tmp_path), "--run-id", "c")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -161,6 +161,32 @@ def _md(df) -> str:
     return "_no rows_" if df.empty else df.to_markdown(index=False, tablefmt="github")
 
 
+def _widest(text: str) -> int:
+    return max(map(len, text.splitlines()))
+
+
+def matrix_blocks(frame, width: int) -> list[str]:
+    """The compact matrix ``frame`` (:func:`matrix_frame` with ``compact=True``) as markdown tables no
+    wider than ``width`` characters where one column allows it: each block repeats the variant column
+    and takes consecutive numbered columns, as few blocks as fit and of even sizes where they still
+    fit; with more than one block each is headed ``columns i-j of n``. A single column wider than ``width`` still gets a block of its own."""
+    first, columns = frame.columns[0], list(frame.columns[1:])
+    blocks: list[list] = []
+    for col in columns:
+        if blocks and _widest(_md(frame[[first, *blocks[-1], col]])) <= width:
+            blocks[-1].append(col)
+        else:
+            blocks.append([col])
+    if len(blocks) == 1:
+        return [_md(frame)]
+    q, r = divmod(len(columns), len(blocks))  # even sizes, e.g. 9+9+8 rather than 12+12+2
+    ends = [(i + 1) * q + min(i + 1, r) for i in range(len(blocks))]
+    even = [columns[end - q - (i < r):end] for i, end in enumerate(ends)]
+    if all(_widest(_md(frame[[first, *b]])) <= width for b in even):
+        blocks = even
+    return [f"columns {b[0]}-{b[-1]} of {len(columns)}:\n\n" + _md(frame[[first, *b]]) for b in blocks]
+
+
 #: The classes' table's headers on the terminal, shorter so that it fits 120 columns (checks.md: the long ones).
 TERMINAL_HEADERS = {"comparisons": "compared", "largest max|Δ|": "max|Δ|"}
 
@@ -181,8 +207,8 @@ def render_text(report: CheckReport, width: int | None = None, table: Callable |
     parts = []
     if report.variants:
         matrix = _md(matrix_frame(report))
-        if width and max(map(len, matrix.splitlines())) > width:  # numbered columns, a symbol a cell
-            matrix, legend = _md(matrix_frame(report, compact=True)), COMPACT_LEGEND
+        if width and _widest(matrix) > width:  # numbered columns, a symbol a cell, in blocks of columns
+            matrix, legend = "\n\n".join(matrix_blocks(matrix_frame(report, compact=True), width)), COMPACT_LEGEND
         else:
             legend = LEGEND
         parts += [fill("Equivalence matrix (" + f"{report.device}, {report.dtype}; " + legend + ")"), "", matrix, ""]
