@@ -3,6 +3,7 @@ the fresh-process memory probe and the CLI end to end (tiny config, a few steps)
 from __future__ import annotations
 
 import math
+import os
 import subprocess
 from pathlib import Path
 
@@ -253,12 +254,23 @@ def test_op_rows_sum_by_name_per_step_and_skip_other_devices():
 
 def test_bench_kernels_profiles_every_arm(tmp_path, capsys):
     """``bench --kernels N`` on the CPU: per arm the N largest ops by self time, matmuls among them,
-    categories that cover the whole profiled time; with --group-sizes it is one line, exit 2."""
+    categories that cover the whole profiled time; the terminal's tables fit 120 columns and torch's
+    profiler prints no start/stop lines (a fresh process: Kineto reads its log level once); with
+    --group-sizes it is one line, exit 2."""
+    import sys
+
     from harness.cli import main
 
     args = ["bench", "--variants", "baseline", "--preset", "tiny", "--steps", "2", "--warmup-steps", "1",
             "--device", "cpu", "--results-dir", str(tmp_path), "-q"]
-    assert main([*args, "--kernels", "5", "--run-id", "k"]) == 0
+    env = {k: v for k, v in os.environ.items() if k != "KINETO_LOG_LEVEL"}
+    proc = subprocess.run([sys.executable, "-m", "harness", *args, "--kernels", "5", "--run-id", "k"], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "profiler_start" not in proc.stderr + proc.stdout  # torch 2.13's Kineto "USDT: ..." lines
+    tables = [line for line in proc.stdout.splitlines() if line.startswith("|")]
+    assert len(tables) >= 2 * (2 + 5) and max(map(len, tables)) <= 120
+    assert any(line.startswith("|      1 | ") for line in tables)  # the ops' ranks as integers
     df = pd.read_csv(tmp_path / "k" / "bench.csv")
     assert set(df["arm"]) == {f"{B.REFERENCE} fp32", "baseline fp32"}
     for _, arm in df.groupby("arm"):

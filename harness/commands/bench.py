@@ -226,11 +226,12 @@ def _settings_main(args, variant, cfg, reg, device, store, meta, log) -> int:
 
 
 def _write_arm_bench(store, meta, title: str, note: str, rows: list[dict], frame, seconds: float,
-                     drops: tuple[str, ...] = ()) -> int:
+                     drops: tuple[str, ...] = (), terminal: str | None = None) -> int:
     """The outputs of ``bench --group-sizes`` (with or without ``--eval``) and ``--kernels``: bench.md
     (``title``, the command, the environment, ``note``, the table ``frame``: a DataFrame, or markdown
     already written), bench.csv (``rows``); prints the table, a DataFrame's columns in ``drops`` left
-    to bench.md while it is wider than 120 characters."""
+    to bench.md while it is wider than 120 characters; ``terminal``: what to print instead of markdown
+    already written."""
     import pandas as pd
 
     from ..report.terminal import narrowed_table
@@ -241,7 +242,7 @@ def _write_arm_bench(store, meta, title: str, note: str, rows: list[dict], frame
                    + ["", note, "", frame if isinstance(frame, str) else frame.to_markdown(index=False, tablefmt="github")]) + "\n"
     atomic_write_text(store.root / "bench.csv", pd.DataFrame(rows).to_csv(index=False))
     atomic_write_text(store.root / "bench.md", md)
-    print(frame if isinstance(frame, str) else narrowed_table(frame, drops, "bench.md"))
+    print(terminal or (frame if isinstance(frame, str) else narrowed_table(frame, drops, "bench.md")))
     print(f"\nbench: {store.root / 'bench.md'}  ({seconds:.0f} s)")
     return 0
 
@@ -306,4 +307,7 @@ def _kernels_main(args, variants, cfg, reg, device, dtypes, store, meta, log) ->
             "(harness.perf.kernels.CATEGORIES, a reading aid). Profiled steps run slower than plain ones: "
             "use the shares, and plain bench for step times.")
     title = f"Where the step's time goes ({meta.preset or 'custom'} config, task {cfg.train.task}, {device.type})"
-    return _write_arm_bench(store, meta, title, note, rows, kernel_markdown(rows, info), info["bench_s"])
+    from ..report.terminal import wrapped_table
+
+    return _write_arm_bench(store, meta, title, note, rows, kernel_markdown(rows, info), info["bench_s"],
+                            terminal=kernel_markdown(rows, info, lambda frame, fmt: wrapped_table(frame, floatfmt=fmt)))

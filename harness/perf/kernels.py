@@ -21,6 +21,7 @@ matters: Chowdhery et al. 2022 (PaLM), appendix B.
 """
 from __future__ import annotations
 
+import os
 import time
 from collections import defaultdict
 from typing import Callable
@@ -118,12 +119,25 @@ def category_rows(rows: list[dict]) -> list[dict]:
     return sorted(by.values(), key=lambda r: -r["ms_per_step"])
 
 
+#: Kineto's log threshold set for the profiled steps unless the user set one: torch 2.13's profiler prints
+#: a ``USDT: ... profiler_start`` / ``profiler_stop`` line to stderr at every start and stop (its level 5),
+#: so a threshold of 6 hides those; ``KINETO_LOG_LEVEL=0`` brings every Kineto message back.
+KINETO_QUIET = "6"
+
+
+def quiet_profiler() -> None:
+    """Keep torch.profiler's start/stop lines off the terminal (:data:`KINETO_QUIET`); read by Kineto
+    when a profile starts, so call it before."""
+    os.environ.setdefault("KINETO_LOG_LEVEL", KINETO_QUIET)
+
+
 def profile_steps(model: torch.nn.Module, batch: Batch, cfg: RunConfig, device: torch.device, dtype: str,
                   steps: int, warmup: int) -> list[dict]:
     """``warmup`` untimed training steps of ``model`` on ``batch``, then ``steps`` under
     ``torch.profiler``; returns :func:`op_rows` (GPU kernels on CUDA, CPU ops by self time otherwise)."""
     from torch.profiler import ProfilerActivity, profile
 
+    quiet_profiler()
     opt, sched = make_optimizer(model, cfg)
     model.train()
     for _ in range(warmup):
@@ -176,18 +190,30 @@ def run_kernel_bench(variants: list[Variant], cfg: RunConfig, device: torch.devi
     return rows, {"categories": cats, "ms_profiled": summed, "bench_s": time.perf_counter() - t0, "unit": unit}
 
 
-def kernel_markdown(rows: list[dict], info: dict) -> str:
-    """Per arm: its category table, then its largest ops (GitHub markdown)."""
+def kernel_markdown(rows: list[dict], info: dict, table: Callable | None = None) -> str:
+    """Per arm: its category table, then its largest ops (GitHub markdown; op names cut to 70
+    characters, ms to 3 decimals, calls per step as counted, e.g. ``28`` or ``1.5``). ``table(frame)``
+    lays the tables out instead of plain markdown (``bench`` passes
+    :func:`harness.report.terminal.wrapped_table` for the terminal); it is called as ``table(frame, floatfmt)``."""
     import pandas as pd
 
+    layout = table or (lambda frame, floatfmt: frame.to_markdown(index=False, tablefmt="github", floatfmt=floatfmt))
     parts = []
     for arm, cats in info["categories"].items():
         parts += [f"### {arm}: {info['ms_profiled'][arm]:.2f} ms of {info['unit']} per step", ""]
-        frame = pd.DataFrame(cats)
-        frame["share"] = frame["share"].map(lambda s: f"{100 * s:.1f}%")
-        parts += [frame.to_markdown(index=False, tablefmt="github", floatfmt=".3f"), ""]
+        parts += [layout(_formatted(pd.DataFrame(cats)), ".3f"), ""]
         ops = pd.DataFrame([r for r in rows if r["arm"] == arm]).drop(columns=["arm"])
         ops["op"] = ops["op"].map(lambda s: s if len(s) <= 70 else s[:67] + "...")
-        ops["share"] = ops["share"].map(lambda s: f"{100 * s:.1f}%")
-        parts += [ops.to_markdown(index=False, tablefmt="github", floatfmt=".3f"), ""]
+        parts += [layout(_formatted(ops), ".3f"), ""]
     return "\n".join(parts)
+
+
+def _formatted(frame):
+    """A category or op table for printing: ``share`` in %, ``calls_per_step`` and ``ops`` as counted
+    (``%g`` text, so that the table's ``.3f`` reaches ``ms_per_step`` only)."""
+    frame = frame.copy()
+    frame["share"] = frame["share"].map(lambda s: f"{100 * s:.1f}%")
+    for col in ("calls_per_step", "ops"):
+        if col in frame:
+            frame[col] = frame[col].map(lambda v: f"{v:g}")
+    return frame

@@ -144,6 +144,9 @@ def profile_trial(spec: TrialSpec, write: Callable[[TrialResult], Any],
         import torch
         from torch.profiler import ProfilerActivity, profile
 
+        from .kernels import quiet_profiler
+
+        quiet_profiler()
         acts = [ProfilerActivity.CPU]
         if spec.device.startswith("cuda") and torch.cuda.is_available():
             acts.append(ProfilerActivity.CUDA)

@@ -138,11 +138,12 @@ MIN_WRAP = 12
 MAX_WORD = 24
 
 
-def wrapped_table(df: pd.DataFrame, width: int = WIDTH) -> str:
+def wrapped_table(df: pd.DataFrame, width: int = WIDTH, floatfmt: str = "g") -> str:
     """``df`` as GitHub markdown at most ``width`` characters wide where it can be: its widest columns
     are wrapped at word boundaries (more lines per row), each giving up the same share of what it has
     beyond its floor: its header, its longest word (up to :data:`MAX_WORD` characters) or
-    :data:`MIN_WRAP`, whichever is widest. Nothing is dropped. For tables of text (``list``)."""
+    :data:`MIN_WRAP`, whichever is widest. Nothing is dropped. For tables of text (``list``); numbers
+    are printed with ``floatfmt`` (tabulate's format, e.g. ``.3f``)."""
     if df.empty:
         return "_no rows_"
     cells = df.astype(str)
@@ -153,7 +154,7 @@ def wrapped_table(df: pd.DataFrame, width: int = WIDTH) -> str:
     budget = width - (3 * len(natural) + 1)  # "| " + " |" around each cell, one "|" shared between two
     while True:
         widths = _shares(natural, floor, budget)
-        text = cells.to_markdown(index=False, tablefmt="github",
+        text = cells.to_markdown(index=False, tablefmt="github", floatfmt=floatfmt,
                                  maxcolwidths=[w if w < n else None for w, n in zip(widths, natural)])
         over = max(len(line) for line in text.splitlines()) - width
         if over <= 0 or budget <= sum(floor):
