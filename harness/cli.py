@@ -51,7 +51,28 @@ class HarnessArgumentParser(argparse.ArgumentParser):
     """argparse with one-line errors: ``harness: error: <what> (see <prog> --help)``, exit 2."""
 
     def error(self, message):
-        self.exit(2, f"harness: error: {_one_line(message)} (see: {self.prog} --help)\n")
+        self.exit(2, f"harness: error: {_one_line(_command_hint(message))} (see: {self.prog} --help)\n")
+
+
+#: What a command that does not exist is usually meant to be (``python -m harness suite`` ...).
+COMMAND_HINTS = {"suite": "run --suite NAME", "train": "run", "experiment": "run --experiment NAME",
+                 "test": "check (the project's tests: python -m pytest)", "compile": "bench --compile"}
+
+
+def _command_hint(message: str) -> str:
+    """argparse's "invalid choice" for the sub-command, shortened: the unknown name, what it is
+    usually meant to be (:data:`COMMAND_HINTS`) or the closest command, and the commands."""
+    import difflib
+    import re
+
+    m = re.match(r"argument COMMAND: invalid choice: '([^']*)' \(choose from (.*)\)$", message)
+    if not m:
+        return message
+    name, commands = m.group(1), [c.strip(" '") for c in m.group(2).split(",")]
+    close = difflib.get_close_matches(name, commands, n=1)
+    meant = COMMAND_HINTS.get(name) or (close[0] if close else None)
+    return (f"unknown command '{name}'" + (f"; did you mean: {meant}?" if meant else "")
+            + f" (commands: {', '.join(commands)})")
 
 
 def plugin_parent(suppress: bool) -> argparse.ArgumentParser:

@@ -211,6 +211,8 @@ def _catalogue(tmp: Path) -> dict[str, tuple[list[str], str]]:
         "capture_on_cpu": ([*base, "--device", "cpu", "--capture", "on"], "--capture on needs a CUDA device"),
         "capture_on_not_vectorised": ([*base, "--capture", "on", "--vectorize-seeds", "off"],
                                       "it needs --vectorize-seeds on or auto"),
+        "unknown_command_suite": (["suite", "modern"], "unknown command 'suite'; did you mean: run --suite NAME?"),
+        "unknown_command_typo": (["chekc", "--variants", "all"], "unknown command 'chekc'; did you mean: check?"),
     }
     if os.geteuid() != 0:
         (tmp / "readonly").mkdir()
@@ -237,7 +239,8 @@ CASE_IDS = [  # the fixture builds each case's paths; the ids are fixed here for
     "set_pad_not_0", "run_id_traversal", "run_id_absolute", "run_id_dotdot", "run_id_empty", "run_id_hidden",
     "run_id_taken", "check_run_id_traversal", "experiment_not_utf8", "experiment_name_is_a_path",
     "seed_start_negative", "too_many_trials", "threads_too_many", "results_dir_empty", "experiment_with_variants",
-    "argparse_value_with_newline", "capture_on_cpu", "capture_on_not_vectorised"]
+    "argparse_value_with_newline", "capture_on_cpu", "capture_on_not_vectorised", "unknown_command_suite",
+    "unknown_command_typo"]
 if not torch.cuda.is_available():
     CASE_IDS.append("device_cuda_without_cuda")
 if importlib.util.find_spec("ray") is None:
