@@ -4,6 +4,9 @@
   Annotated ``Embeddings`` + ``PositionalEncoding`` (seeds 000, 001).
 * ``unscaled_ln``: dropout(LayerNorm(lut(x) + PE)), no sqrt(d_model) -- seed 004's BERT-style
   ``TransformerEmbeddings``.
+* ``unscaled``: dropout(lut(x) + PE), the paper's embedding with only the sqrt(d_model) scale taken
+  out: the controlled answer to the notes' question "why scale by sqrt(d_model)?" (seeds 000, 001;
+  ``unscaled_ln`` drops the scale *and* adds a LayerNorm).
 * ``scaled_input_ln``: LayerNorm(dropout(lut(x) * sqrt(d_model) + PE)) -- seed 001, whose
   ``Encoder``/``Decoder`` apply their LayerNorm to the *input* of the first layer instead of
   after the last one.
@@ -73,6 +76,18 @@ class UnscaledLayerNormPositional(nn.Module):
 
     def forward(self, x):
         return self.dropout(self.norm(x + self.pe[: x.size(1)]))
+
+
+class UnscaledPositional(nn.Module):
+    """dropout(x + PE[:L]): §3.4-3.5 without the sqrt(D) scale of the embeddings."""
+
+    def __init__(self, ctx):
+        super().__init__()
+        self.register_buffer("pe", sinusoidal_table(ctx.cfg.max_len, ctx.cfg.d_model), persistent=False)
+        self.dropout = nn.Dropout(ctx.cfg.dropout)
+
+    def forward(self, x):
+        return self.dropout(x + self.pe[: x.size(1)])
 
 
 class ScaledInputLayerNormPositional(ScaledPositional):
@@ -182,6 +197,10 @@ def harness_add_components():
                   "x + sinusoidal PE, then LayerNorm, dropout (no sqrt(d_model))", "seed 004 (BERT-style)",
                   differs="no sqrt(d_model) scaling and a LayerNorm after adding PE (seed 004's BERT-style "
                           "embeddings)"),
+        Component("unscaled", "positional", UnscaledPositional, "x + sinusoidal PE, dropout (no sqrt(d_model))",
+                  "Vaswani et al. 2017 §3.4 without its scale; the notes' question (seeds 000, 001)",
+                  differs="no sqrt(d_model) scaling of the embeddings (the paper's embedding otherwise)",
+                  reference="unscaled_sinusoidal"),
         Component("scaled_input_ln", "positional", ScaledInputLayerNormPositional,
                   "x*sqrt(d_model) + PE, dropout, then LayerNorm", "seed 001 (Encoder/Decoder norm on input)",
                   differs="a LayerNorm after x*sqrt(d_model) + PE (seed 001 applies the stack's LayerNorm to "

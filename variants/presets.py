@@ -8,7 +8,9 @@ The five seed notes, their sources, choices, bugs and open questions: docs/seeds
 
 The choices of today's implementations (nanoGPT, LLaMA-style code, x-transformers, timm) are in the
 group ``modern`` (``--variants group:modern``), kept out of ``all`` so the main job does not grow:
-one change from the baseline each, and ``modern``, the LLaMA-style preset with all of them.
+one change from the baseline each, and ``modern``, the LLaMA-style preset with all of them. The
+group ``questions`` holds controlled changes that answer the notes' open questions (the
+sqrt(d_model) scale).
 """
 from __future__ import annotations
 
@@ -79,6 +81,15 @@ MODERN = [
 ]
 
 
+#: The notes' open question "why multiply the embeddings by sqrt(d_model)?" (seeds 000, 001) as a
+#: controlled change, in the group ``questions`` (out of ``all``; experiments/sqrt_d_model_scale.toml).
+QUESTIONS = [
+    Variant("unscaled_embeddings", {"positional": "unscaled"},
+            summary="baseline without the sqrt(d_model) scale of the embeddings (x + PE)",
+            source="Vaswani §3.4 ablated; seeds 000, 001 ask why the scale", group="questions"),
+]
+
+
 @hookimpl
 def harness_add_variants():
     return [
@@ -96,4 +107,5 @@ def harness_add_variants():
                 summary="baseline with F.scaled_dot_product_attention", source="PyTorch SDPA"),
         *SEED_PRESETS,
         *MODERN,
+        *QUESTIONS,
     ]

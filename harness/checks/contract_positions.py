@@ -82,19 +82,29 @@ def _embedding_side(mod, cfg: ModelConfig, seed: int, formula: str, state):
         pe = sinusoidal_pe(length + 1, cfg.d_model)
         paper = x * math.sqrt(cfg.d_model) + pe[:length]
         want = {"": paper, "learned_absolute": x * math.sqrt(cfg.d_model) + state.get("weight", torch.zeros(1)).double()[:length],
-                "rotary": x * math.sqrt(cfg.d_model), "linear_biases": x * math.sqrt(cfg.d_model)}[formula]
+                "rotary": x * math.sqrt(cfg.d_model), "linear_biases": x * math.sqrt(cfg.d_model),
+                "unscaled_sinusoidal": x + pe[:length]}[formula]
         gap = output_gap(got, want)
         ref_gap = output_gap(got, paper)
         worst = max(worst, gap, key=lambda gt: gt[0] / gt[1])
         worst_ref = max(worst_ref, ref_gap, key=lambda gt: gt[0] / gt[1])
         if gap[0] > gap[1] and not diagnosis:
-            diagnosis = _first_match(got, {
-                "PE shifted by one position (PE[1:L+1])": x * math.sqrt(cfg.d_model) + pe[1:length + 1],
-                "no sqrt(d_model) scaling of the embeddings": want - x * (math.sqrt(cfg.d_model) - 1),
-                "embeddings scaled by d_model instead of sqrt(d_model)": want + x * (cfg.d_model - math.sqrt(cfg.d_model)),
-                "no positional encoding added": x * math.sqrt(cfg.d_model),
-                "a sinusoidal PE added although positions act inside attention": paper})
+            diagnosis = _first_match(got, _embedding_faults(x, pe, length, cfg.d_model, want, formula))
     return (*worst, diagnosis), worst_ref
+
+
+def _embedding_faults(x, pe, length: int, d: int, want, formula: str) -> dict:
+    """The embedding side's known faults (name -> what such code outputs) for the formula ``formula``."""
+    paper = x * math.sqrt(d) + pe[:length]
+    if formula == "unscaled_sinusoidal":  # x + PE: the faults of a component meant to drop the scale
+        return {"PE shifted by one position (PE[1:L+1])": x + pe[1:length + 1],
+                "embeddings scaled by sqrt(d_model) although the formula has no scale": paper,
+                "no positional encoding added": x}
+    return {"PE shifted by one position (PE[1:L+1])": x * math.sqrt(d) + pe[1:length + 1],
+            "no sqrt(d_model) scaling of the embeddings": want - x * (math.sqrt(d) - 1),
+            "embeddings scaled by d_model instead of sqrt(d_model)": want + x * (d - math.sqrt(d)),
+            "no positional encoding added": x * math.sqrt(d),
+            "a sinusoidal PE added although positions act inside attention": paper}
 
 
 def _attention_side(hooks: PositionHooks, cfg: ModelConfig, seed: int, formula: str):

@@ -1,0 +1,60 @@
+"""Adversarial plugin: a "no sqrt(d_model) scale" positional component that still scales.
+
+Fault: the author copied the paper's embedding (x * sqrt(d_model) + PE[:L]) to make the ablation the
+seed notes ask for ("why multiply by sqrt(d_model)?"), declared it held to the formula
+``unscaled_sinusoidal`` (x + PE[:L]), and forgot to take the scale out. Trained against the
+baseline it would be the baseline again, and a study of the scale would find "no effect" whatever
+the truth. Its declared difference is the built-in ``unscaled``'s, word for word.
+
+Expected: ``check`` fails the component against its formula and names the fault: "embeddings scaled
+by sqrt(d_model) although the formula has no scale".
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from harness import Component, Variant, hookimpl
+
+NAME = "adv_unscaled_still_scaled"
+EXPECT_CHECK = "fail"
+EXPECT_REASON = "declared x + PE[:L] (formula unscaled_sinusoidal) but computes x * sqrt(d_model) + PE[:L]"
+
+
+def sinusoidal_table(max_len: int, d_model: int) -> torch.Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/D)), PE(pos, 2i+1) = cos(...) (§3.5); (max_len, D) float32."""
+    pos = torch.arange(max_len, dtype=torch.float32)[:, None]  # (max_len, 1)
+    div = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * -(math.log(10000.0) / d_model))  # (D/2,)
+    pe = torch.zeros(max_len, d_model)
+    pe[:, 0::2] = torch.sin(pos * div)
+    pe[:, 1::2] = torch.cos(pos * div[: d_model // 2])
+    return pe
+
+
+class StillScaledPositional(nn.Module):
+    """dropout(x * sqrt(D) + PE[:L]) (the fault: should be x + PE[:L]). Shape (B, L, D) -> (B, L, D)."""
+
+    def __init__(self, ctx):
+        super().__init__()
+        self.scale = math.sqrt(ctx.cfg.d_model)  # FAULT: left in from the paper's component
+        self.register_buffer("pe", sinusoidal_table(ctx.cfg.max_len, ctx.cfg.d_model), persistent=False)
+        self.dropout = nn.Dropout(ctx.cfg.dropout)
+
+    def forward(self, x):
+        return self.dropout(x * self.scale + self.pe[: x.size(1)])
+
+
+@hookimpl
+def harness_add_components():
+    return [Component(NAME, "positional", StillScaledPositional, "x + sinusoidal PE, dropout (no sqrt(d_model))",
+                      "adversarial test plugin",
+                      differs="no sqrt(d_model) scaling of the embeddings (the paper's embedding otherwise)",
+                      reference="unscaled_sinusoidal")]
+
+
+@hookimpl
+def harness_add_variants():
+    return [Variant(NAME, {"positional": NAME}, summary="baseline without the sqrt(d_model) scale (it says)",
+                    source="adversarial test plugin")]
