@@ -135,6 +135,28 @@ def test_terminal_table_fits_120_columns_and_keeps_the_verdict(tmp_path):
     assert "**better**" in shown and "[95% CI]" in shown  # 8 seeds: the intervals stay
 
 
+def test_terminal_table_of_a_sweep_keeps_the_point_that_tells_the_rows_apart(tmp_path):
+    """A sweep's table has two rows per variant; without ``point`` they cannot be told apart (an
+    experiment over d_model printed two unlabelled "baseline" rows). The reasons go before it."""
+    import pandas as pd
+
+    store = make_run(tmp_path, "sweep", {"baseline": (0.5, 0.99, ()), "unscaled_embeddings": (0.4, 1.0, ())}, seeds=8)
+    one = summary_table(trials_frame(store))
+    rows = []
+    for point in ("d_model=64", "d_model=256"):
+        rows.append(one.assign(point=point, verdict=["—", "**better** (sign test 15-1, p < 0.001)"]))
+    table = pd.concat(rows, ignore_index=True)
+    table = table[["variant", "point", *[c for c in table.columns if c not in ("variant", "point")]]]
+    shown = terminal_table(table)
+    lines = shown.splitlines()
+    assert max(map(len, lines)) <= 120, shown
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    assert header[:2] == ["variant", "point"]
+    cells = [[c.strip() for c in line.strip("|").split("|")][:2] for line in lines[2:6]]
+    assert cells == [["baseline", "d_model=64"], ["unscaled_embeddings", "d_model=64"],
+                     ["baseline", "d_model=256"], ["unscaled_embeddings", "d_model=256"]]
+
+
 def test_wrapped_table_fits_the_width_without_losing_or_breaking_a_name():
     """A 300-character summary beside identifiers: every line <= 120, the identifiers (<= 24
     characters) whole, every word of every cell still there in order, the long column the widest."""
