@@ -180,6 +180,11 @@ def test_wrapped_table_fits_the_width_without_losing_or_breaking_a_name():
     assert wrapped_table(df.head(0)) == "_no rows_"
     narrow = pd.DataFrame({"a": ["x" * 10], "b": ["y" * 10]})
     assert wrapped_table(narrow) == narrow.to_markdown(index=False, tablefmt="github")  # fits: as it is
+    # five columns whose longest words (24 characters each) cannot all stay whole in 120: broken, not over
+    long = pd.DataFrame({f"c{i}": [f"{'w' * 24} short words here"] for i in range(5)})
+    text = wrapped_table(long)
+    assert max(map(len, text.splitlines())) <= 120, text
+    assert text.count("w") == 5 * (24 + 1)  # every letter still there ("words" has one), across lines
 
 
 def test_compare_text_lists_each_distinct_note_once_under_the_table():

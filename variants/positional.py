@@ -200,7 +200,7 @@ def harness_add_components():
         Component("unscaled", "positional", UnscaledPositional, "x + sinusoidal PE, dropout (no sqrt(d_model))",
                   "Vaswani et al. 2017 §3.4 without its scale; the notes' question (seeds 000, 001)",
                   differs="no sqrt(d_model) scaling of the embeddings (the paper's embedding otherwise)",
-                  reference="unscaled_sinusoidal"),
+                  reference="unscaled_pe"),
         Component("scaled_input_ln", "positional", ScaledInputLayerNormPositional,
                   "x*sqrt(d_model) + PE, dropout, then LayerNorm", "seed 001 (Encoder/Decoder norm on input)",
                   differs="a LayerNorm after x*sqrt(d_model) + PE (seed 001 applies the stack's LayerNorm to "

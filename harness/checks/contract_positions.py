@@ -83,7 +83,7 @@ def _embedding_side(mod, cfg: ModelConfig, seed: int, formula: str, state):
         paper = x * math.sqrt(cfg.d_model) + pe[:length]
         want = {"": paper, "learned_absolute": x * math.sqrt(cfg.d_model) + state.get("weight", torch.zeros(1)).double()[:length],
                 "rotary": x * math.sqrt(cfg.d_model), "linear_biases": x * math.sqrt(cfg.d_model),
-                "unscaled_sinusoidal": x + pe[:length]}[formula]
+                "unscaled_pe": x + pe[:length]}[formula]
         gap = output_gap(got, want)
         ref_gap = output_gap(got, paper)
         worst = max(worst, gap, key=lambda gt: gt[0] / gt[1])
@@ -96,7 +96,7 @@ def _embedding_side(mod, cfg: ModelConfig, seed: int, formula: str, state):
 def _embedding_faults(x, pe, length: int, d: int, want, formula: str) -> dict:
     """The embedding side's known faults (name -> what such code outputs) for the formula ``formula``."""
     paper = x * math.sqrt(d) + pe[:length]
-    if formula == "unscaled_sinusoidal":  # x + PE: the faults of a component meant to drop the scale
+    if formula == "unscaled_pe":  # x + PE: the faults of a component meant to drop the scale
         return {"PE shifted by one position (PE[1:L+1])": x + pe[1:length + 1],
                 "embeddings scaled by sqrt(d_model) although the formula has no scale": paper,
                 "no positional encoding added": x}

@@ -18,7 +18,7 @@ import torch
 FORMULAS: dict[str, dict[str, str]] = {
     "positional": {
         "learned_absolute": "x * sqrt(d_model) + weight[:L], weight the canonical (max_len, D) table (GPT-2, BERT)",
-        "unscaled_sinusoidal": "x + PE[:L]: Vaswani et al. 2017 §3.4-3.5 without the sqrt(d_model) scale of the "
+        "unscaled_pe": "x + PE[:L]: Vaswani et al. 2017 §3.4-3.5 without the sqrt(d_model) scale of the "
                                "embeddings (the sinusoidal table unchanged)",
         "rotary": "x * sqrt(d_model) on the embeddings; in self-attention each head's q and k rotated as complex "
                 "pairs (x_2i + i x_2i+1) * exp(i pos theta_i), theta_i = 10000^(-2i/d_k) (RoFormer eq. 12/34)",

@@ -2,7 +2,7 @@
 
 Fault: the author copied the paper's embedding (x * sqrt(d_model) + PE[:L]) to make the ablation the
 seed notes ask for ("why multiply by sqrt(d_model)?"), declared it held to the formula
-``unscaled_sinusoidal`` (x + PE[:L]), and forgot to take the scale out. Trained against the
+``unscaled_pe`` (x + PE[:L]), and forgot to take the scale out. Trained against the
 baseline it would be the baseline again, and a study of the scale would find "no effect" whatever
 the truth. Its declared difference is the built-in ``unscaled``'s, word for word.
 
@@ -20,7 +20,7 @@ from harness import Component, Variant, hookimpl
 
 NAME = "adv_unscaled_still_scaled"
 EXPECT_CHECK = "fail"
-EXPECT_REASON = "declared x + PE[:L] (formula unscaled_sinusoidal) but computes x * sqrt(d_model) + PE[:L]"
+EXPECT_REASON = "declared x + PE[:L] (formula unscaled_pe) but computes x * sqrt(d_model) + PE[:L]"
 
 
 def sinusoidal_table(max_len: int, d_model: int) -> torch.Tensor:
@@ -51,7 +51,7 @@ def harness_add_components():
     return [Component(NAME, "positional", StillScaledPositional, "x + sinusoidal PE, dropout (no sqrt(d_model))",
                       "adversarial test plugin",
                       differs="no sqrt(d_model) scaling of the embeddings (the paper's embedding otherwise)",
-                      reference="unscaled_sinusoidal")]
+                      reference="unscaled_pe")]
 
 
 @hookimpl
