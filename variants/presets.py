@@ -81,12 +81,18 @@ MODERN = [
 ]
 
 
-#: The notes' open question "why multiply the embeddings by sqrt(d_model)?" (seeds 000, 001) as a
-#: controlled change, in the group ``questions`` (out of ``all``; experiments/sqrt_d_model_scale.toml).
+#: The notes' open question "why multiply the embeddings by sqrt(d_model)?" (seeds 000, 001) as
+#: controlled changes, in the group ``questions`` (out of ``all``): the scale dropped with separate
+#: embeddings (experiments/sqrt_d_model_scale.toml) and with the paper's tied ones, where the same
+#: matrix is the generator (experiments/sqrt_d_model_scale_tied.toml, against shared_embeddings).
 QUESTIONS = [
     Variant("unscaled_embeddings", {"positional": "unscaled"},
             summary="baseline without the sqrt(d_model) scale of the embeddings (x + PE)",
             source="Vaswani §3.4 ablated; seeds 000, 001 ask why the scale", group="questions"),
+    Variant("shared_unscaled", {"embedding": "shared", "positional": "unscaled"},
+            summary="shared_embeddings without the sqrt(d_model) scale (one matrix for both embeddings and the "
+                    "generator, x + PE)",
+            source="Vaswani §3.4 ablated; Press & Wolf 2017", group="questions"),
 ]
 
 
