@@ -13,24 +13,14 @@ from __future__ import annotations
 
 import math
 
-import torch
 from torch import nn
 
 from harness import Component, Variant, hookimpl
+from variants.positional import sinusoidal_table  # the table is right; the scale is the fault
 
 NAME = "adv_unscaled_still_scaled"
 EXPECT_CHECK = "fail"
 EXPECT_REASON = "declared x + PE[:L] (formula unscaled_pe) but computes x * sqrt(d_model) + PE[:L]"
-
-
-def sinusoidal_table(max_len: int, d_model: int) -> torch.Tensor:
-    """PE(pos, 2i) = sin(pos / 10000^(2i/D)), PE(pos, 2i+1) = cos(...) (§3.5); (max_len, D) float32."""
-    pos = torch.arange(max_len, dtype=torch.float32)[:, None]  # (max_len, 1)
-    div = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * -(math.log(10000.0) / d_model))  # (D/2,)
-    pe = torch.zeros(max_len, d_model)
-    pe[:, 0::2] = torch.sin(pos * div)
-    pe[:, 1::2] = torch.cos(pos * div[: d_model // 2])
-    return pe
 
 
 class StillScaledPositional(nn.Module):
