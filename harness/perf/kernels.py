@@ -192,7 +192,7 @@ def run_kernel_bench(variants: list[Variant], cfg: RunConfig, device: torch.devi
 
 def kernel_markdown(rows: list[dict], info: dict, table: Callable | None = None) -> str:
     """Per arm: its category table, then its largest ops (GitHub markdown; op names cut to 70
-    characters, ms to 3 decimals, calls per step as counted, e.g. ``28`` or ``1.5``). ``table(frame)``
+    characters, ms to 3 decimals, whole calls per step as integers). ``table(frame)``
     lays the tables out instead of plain markdown (``bench`` passes
     :func:`harness.report.terminal.wrapped_table` for the terminal); it is called as ``table(frame, floatfmt)``."""
     import pandas as pd
@@ -209,8 +209,9 @@ def kernel_markdown(rows: list[dict], info: dict, table: Callable | None = None)
 
 
 def _formatted(frame):
-    """A category or op table for printing: ``share`` in %, ``calls_per_step`` and ``ops`` as counted
-    (``%g`` text, so that the table's ``.3f`` reaches ``ms_per_step`` only)."""
+    """A category or op table for printing: ``share`` in %, ``calls_per_step`` and ``ops`` as ``%g``
+    text (tabulate reads a whole count back as an integer, untouched by the table's ``.3f``; a
+    fractional one, an op seen in only some profiled steps, shows 3 decimals like ``ms_per_step``)."""
     frame = frame.copy()
     frame["share"] = frame["share"].map(lambda s: f"{100 * s:.1f}%")
     for col in ("calls_per_step", "ops"):
