@@ -169,7 +169,8 @@ def matrix_blocks(frame, width: int) -> list[str]:
     """The compact matrix ``frame`` (:func:`matrix_frame` with ``compact=True``) as markdown tables no
     wider than ``width`` characters where one column allows it: each block repeats the variant column
     and takes consecutive numbered columns, as few blocks as fit and of even sizes where they still
-    fit; with more than one block each is headed ``columns i-j of n``. A single column wider than ``width`` still gets a block of its own."""
+    fit; with more than one block each is headed ``columns i-j of n``. A single column wider than
+    ``width`` still gets a block of its own."""
     first, columns = frame.columns[0], list(frame.columns[1:])
     blocks: list[list] = []
     for col in columns:
@@ -208,7 +209,8 @@ def render_text(report: CheckReport, width: int | None = None, table: Callable |
     if report.variants:
         matrix = _md(matrix_frame(report))
         if width and _widest(matrix) > width:  # numbered columns, a symbol a cell, in blocks of columns
-            matrix, legend = "\n\n".join(matrix_blocks(matrix_frame(report, compact=True), width)), COMPACT_LEGEND
+            matrix = "\n\n".join(matrix_blocks(matrix_frame(report, compact=True), width))
+            legend = COMPACT_LEGEND
         else:
             legend = LEGEND
         parts += [fill("Equivalence matrix (" + f"{report.device}, {report.dtype}; " + legend + ")"), "", matrix, ""]

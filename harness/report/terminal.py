@@ -144,8 +144,8 @@ def wrapped_table(df: pd.DataFrame, width: int = WIDTH, floatfmt: str = "g") -> 
     are wrapped at word boundaries (more lines per row), each giving up the same share of what it has
     beyond its floor: its header, its longest word (up to :data:`MAX_WORD` characters) or
     :data:`MIN_WRAP`, whichever is widest (where those floors alone are wider than ``width``, the
-    widest word floors give way first, a long word then broken across lines). Nothing is dropped. For tables of text (``list``); numbers
-    are printed with ``floatfmt`` (tabulate's format, e.g. ``.3f``)."""
+    widest word floors give way first, a long word then broken across lines). Nothing is dropped.
+    For tables of text (``list``); numbers are printed with ``floatfmt`` (tabulate's, e.g. ``.3f``)."""
     if df.empty:
         return "_no rows_"
     cells = df.astype(str)
@@ -155,7 +155,7 @@ def wrapped_table(df: pd.DataFrame, width: int = WIDTH, floatfmt: str = "g") -> 
     floor = [min(n, max(len(str(c)), MIN_WRAP, w)) for n, c, w in zip(natural, df.columns, word)]
     budget = width - (3 * len(natural) + 1)  # "| " + " |" around each cell, one "|" shared between two
     least = [min(n, max(len(str(c)), MIN_WRAP)) for n, c in zip(natural, df.columns)]
-    while sum(floor) > budget and any(f > m for f, m in zip(floor, least)):  # long words do not all fit: break the longest
+    while sum(floor) > budget and any(f > m for f, m in zip(floor, least)):  # the long words cannot all stay whole
         i = max(range(len(floor)), key=lambda j: (floor[j] - least[j], -j))
         floor[i] -= 1
     while True:
