@@ -51,6 +51,18 @@ def test_shipped_experiments_load_and_plan(registry, name):
     assert plan.meta["experiment_spec"]["name"] == name
 
 
+def test_a_report_says_when_the_run_changed_what_its_experiment_file_sets():
+    """sqrt_d_model_scale's claim speaks of the copy task; its sort run (``--set train.task=sort``, stored as
+    ``cli_overrides``) must say it changed the file's setting. ``--set seeds=N`` changes only the sample: not named."""
+    from harness.experiments.claims import set_on_top_note
+
+    assert set_on_top_note(RunMeta.from_dict({"cli_overrides": []})) == []
+    assert set_on_top_note(RunMeta.from_dict({"cli_overrides": ["seeds=4"]})) == []
+    said = set_on_top_note(RunMeta.from_dict({"cli_overrides": ["train.task=sort", "seeds=4"]}))
+    assert said == ["This run sets train.task=sort on top of the experiment file (--set). The claims' text and the "
+                    "setup notes are the file's, written for its own values: read them for this run's."]
+
+
 def test_sweep_is_a_full_factorial_with_short_and_dotted_keys(tmp_path, registry):
     p = write(tmp_path, "sw", TINY.format(extra='[config]\ntrain.steps = 7\n[sweep]\nlr = [0.5, 1.0]\n"model.N" = [1, 2, 3]'))
     exp = ex.load_experiment(p)
@@ -191,10 +203,13 @@ a = "pre_norm"
 b = "baseline"
 expected = "4*d_model"
 """))
-    assert cli.main(["run", "--experiment", "tr", "-q", "--results-dir", "res", "--run-id", "t", "--device", "cpu"]) == 0
+    assert cli.main(["run", "--experiment", "tr", "-q", "--results-dir", "res", "--run-id", "t", "--device", "cpu",
+                     "--set", "train.steps=4"]) == 0
     text = (tmp_path / "res" / "t" / "report.md").read_text()
     assert "## Convergence" in text and "failed x/n [Wilson 95%]" in text and "(all points)" in text
-    # 5 steps: every run ends below exact-match 0.5, so the failure rates are equal: not reproduced
+    # --set on a pinned key: the report says the file's wording is read for another value
+    assert "This run sets train.steps=4 on top of the experiment file (--set)." in text
+    # 4 steps: every run ends below exact-match 0.5, so the failure rates are equal: not reproduced
     assert "**not reproduced**: pre-norm fails less" in text and "baseline 4/4, pre_norm 4/4" in text
     assert "## Where this miniature departs from the paper" in text and "No run diverged" in text
     # pre-norm adds the two final LayerNorms: 2 x (weight + bias) x d_model

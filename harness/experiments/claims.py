@@ -67,7 +67,7 @@ def failure_frame(df, exp: Experiment, meta: RunMeta):
 
 def departures(exp: Experiment, df, rows, baseline, metric, meta) -> list[str]:
     """Data-driven statements of where this run departs from the paper's picture (plain sentences)."""
-    out: list[str] = []
+    out: list[str] = set_on_top_note(meta)
     if df is None or len(df) == 0:
         return out
     for c in exp.claims:
@@ -120,6 +120,18 @@ def departures(exp: Experiment, df, rows, baseline, metric, meta) -> list[str]:
     return out
 
 
+
+
+def set_on_top_note(meta) -> list[str]:
+    """One sentence when the run set config keys on top of its experiment file (``--set``, stored as
+    ``cli_overrides``; e.g. ``--set train.task=sort`` on a file written for copy): the claims' text and
+    the notes are the file's, so the report says they are read for other values. ``seeds=`` only
+    changes the sample and is not named. Empty otherwise."""
+    changed = [o for o in (getattr(meta, "cli_overrides", None) or []) if not str(o).startswith("seeds=")]
+    if not changed:
+        return []
+    return [f"This run sets {', '.join(changed)} on top of the experiment file (--set). The claims' text and "
+            "the setup notes are the file's, written for its own values: read them for this run's."]
 
 
 def evaluate_claim(c: dict, exp: Experiment, df, rows, baseline, metric, meta) -> tuple[str, str]:
