@@ -225,26 +225,33 @@ def _settings_main(args, variant, cfg, reg, device, store, meta, log) -> int:
     return 0
 
 
-def _write_arm_bench(store, meta, title: str, note: str, rows: list[dict], frame, seconds: float,
-                     drops: tuple[str, ...] = (), terminal: str | None = None) -> int:
+def _write_arm_bench(store, meta, title: str, note: str, rows: list[dict], markdown: str, terminal: str,
+                     seconds: float) -> int:
     """The outputs of ``bench --group-sizes`` (with or without ``--eval``) and ``--kernels``: bench.md
-    (``title``, the command, the environment, ``note``, the table ``frame``: a DataFrame, or markdown
-    already written), bench.csv (``rows``); prints the table, a DataFrame's columns in ``drops`` left
-    to bench.md while it is wider than 120 characters; ``terminal``: what to print instead of markdown
-    already written."""
+    (``title``, the command, the environment, ``note``, the table(s) ``markdown``), bench.csv
+    (``rows``); prints ``terminal``, the same table(s) laid out for a 120-column terminal."""
     import pandas as pd
 
-    from ..report.terminal import narrowed_table
     from ..store import atomic_write_text
 
     md = "\n".join([f"# {title}", "", "```", meta.command, "```", "", "## Environment", ""]
                    + [f"- {k}: {v}" for k, v in meta.environment.items() if v is not None]
-                   + ["", note, "", frame if isinstance(frame, str) else frame.to_markdown(index=False, tablefmt="github")]) + "\n"
+                   + ["", note, "", markdown]) + "\n"
     atomic_write_text(store.root / "bench.csv", pd.DataFrame(rows).to_csv(index=False))
     atomic_write_text(store.root / "bench.md", md)
-    print(terminal or (frame if isinstance(frame, str) else narrowed_table(frame, drops, "bench.md")))
+    print(terminal)
     print(f"\nbench: {store.root / 'bench.md'}  ({seconds:.0f} s)")
     return 0
+
+
+def _table_bench(store, meta, title: str, note: str, rows: list[dict], frame, seconds: float,
+                 drops: tuple[str, ...] = ()) -> int:
+    """:func:`_write_arm_bench` for one table ``frame``: whole in bench.md; on the terminal its columns in
+    ``drops`` left to bench.md while it is wider than 120 characters."""
+    from ..report.terminal import narrowed_table
+
+    return _write_arm_bench(store, meta, title, note, rows, frame.to_markdown(index=False, tablefmt="github"),
+                            narrowed_table(frame, drops, "bench.md"), seconds)
 
 
 def _seeds_main(args, variant, cfg, reg, device, dtypes, store, meta, log) -> int:
@@ -269,8 +276,8 @@ def _seeds_main(args, variant, cfg, reg, device, dtypes, store, meta, log) -> in
             "aten ops that do work in one more step of the arm (all K seeds; a captured arm's are the kernels its "
             "graph replays), about one GPU kernel each (harness.perf.seeds).")
     title = f"Seeds per second: {variant.name} ({meta.preset or 'custom'} config, task {cfg.train.task})"
-    return _write_arm_bench(store, meta, title, note, rows, seed_table(rows), seconds,
-                            drops=("GFLOP/s", "step ms", "seed-steps/s"))
+    return _table_bench(store, meta, title, note, rows, seed_table(rows), seconds,
+                        drops=("GFLOP/s", "step ms", "seed-steps/s"))
 
 
 def _eval_main(args, variant, cfg, reg, device, dtypes, store, meta, log) -> int:
@@ -291,7 +298,7 @@ def _eval_main(args, variant, cfg, reg, device, dtypes, store, meta, log) -> int
             "sequences) of the arm's seeds, freshly initialised models, one intra-op thread on the CPU "
             "(harness.perf.eval).")
     title = f"Evaluation per seed: {variant.name} ({meta.preset or 'custom'} config, task {cfg.train.task})"
-    return _write_arm_bench(store, meta, title, note, rows, eval_table(rows), seconds)
+    return _table_bench(store, meta, title, note, rows, eval_table(rows), seconds)
 
 
 def _kernels_main(args, variants, cfg, reg, device, dtypes, store, meta, log) -> int:
@@ -309,5 +316,5 @@ def _kernels_main(args, variants, cfg, reg, device, dtypes, store, meta, log) ->
     title = f"Where the step's time goes ({meta.preset or 'custom'} config, task {cfg.train.task}, {device.type})"
     from ..report.terminal import wrapped_table
 
-    return _write_arm_bench(store, meta, title, note, rows, kernel_markdown(rows, info), info["bench_s"],
-                            terminal=kernel_markdown(rows, info, lambda frame, fmt: wrapped_table(frame, floatfmt=fmt)))
+    return _write_arm_bench(store, meta, title, note, rows, kernel_markdown(rows, info),
+                            kernel_markdown(rows, info, wrapped_table), info["bench_s"])

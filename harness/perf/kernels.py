@@ -192,19 +192,19 @@ def run_kernel_bench(variants: list[Variant], cfg: RunConfig, device: torch.devi
 
 def kernel_markdown(rows: list[dict], info: dict, table: Callable | None = None) -> str:
     """Per arm: its category table, then its largest ops (GitHub markdown; op names cut to 70
-    characters, ms to 3 decimals, whole calls per step as integers). ``table(frame)``
-    lays the tables out instead of plain markdown (``bench`` passes
-    :func:`harness.report.terminal.wrapped_table` for the terminal); it is called as ``table(frame, floatfmt)``."""
+    characters, ms to 3 decimals, whole calls per step as integers). ``table(frame, floatfmt=".3f")``
+    lays each table out instead of plain markdown (``bench`` passes
+    :func:`harness.report.terminal.wrapped_table` for the terminal)."""
     import pandas as pd
 
     layout = table or (lambda frame, floatfmt: frame.to_markdown(index=False, tablefmt="github", floatfmt=floatfmt))
     parts = []
     for arm, cats in info["categories"].items():
         parts += [f"### {arm}: {info['ms_profiled'][arm]:.2f} ms of {info['unit']} per step", ""]
-        parts += [layout(_formatted(pd.DataFrame(cats)), ".3f"), ""]
+        parts += [layout(_formatted(pd.DataFrame(cats)), floatfmt=".3f"), ""]
         ops = pd.DataFrame([r for r in rows if r["arm"] == arm]).drop(columns=["arm"])
         ops["op"] = ops["op"].map(lambda s: s if len(s) <= 70 else s[:67] + "...")
-        parts += [layout(_formatted(ops), ".3f"), ""]
+        parts += [layout(_formatted(ops), floatfmt=".3f"), ""]
     return "\n".join(parts)
 
 
