@@ -29,7 +29,8 @@ TRIAL_SETTINGS = {
 
 
 #: Environment variable choosing the prefix-only logits' pass (:mod:`harness.tasks.prefix`):
-#: ``loop`` (default) or ``batched``; recorded in :func:`environment` when set.
+#: ``auto`` (default: ``batched`` on CUDA, ``loop`` elsewhere), ``loop`` or ``batched`` (:func:`prefix_pass`);
+#: :func:`environment` records the pass its device gets.
 PREFIX_ENV = "HARNESS_PREFIX_PASS"
 
 
@@ -172,9 +173,27 @@ def environment(device: torch.device | str = "cpu", trial_settings_applied: bool
                            else "not applied (torch defaults: deterministic algorithms off)"),
         "git_commit": commit,
     }
-    if os.environ.get(PREFIX_ENV, "").strip():  # opt-in: harness.tasks.prefix
+    try:  # the evaluation's prefix pass on this device: harness.tasks.prefix
+        env["prefix_pass"] = prefix_pass(device)
+    except ValueError:
         env["prefix_pass"] = os.environ[PREFIX_ENV].strip()
     return env
+
+
+def prefix_pass(device: torch.device | str | None = None) -> str:
+    """How prefix-only logits run (:mod:`harness.tasks.prefix`): ``loop`` or ``batched``, the value of
+    :data:`PREFIX_ENV`, or for ``auto`` (also when unset) ``batched`` on a CUDA ``device`` (launch-bound
+    there) and ``loop`` elsewhere (arithmetic-bound). Read at each call, so worker processes inherit it.
+
+    Raises:
+        ValueError: another value (the message names the variable and its choices).
+    """
+    mode = os.environ.get(PREFIX_ENV, "auto").strip().lower() or "auto"
+    if mode not in ("auto", "loop", "batched"):
+        raise ValueError(f"{PREFIX_ENV} must be auto, loop or batched, got {mode!r}")
+    if mode == "auto":
+        return "batched" if device is not None and torch.device(device).type == "cuda" else "loop"
+    return mode
 
 
 def _cpu_model() -> str:

@@ -1,4 +1,4 @@
-"""The opt-in one-pass prefix logits (``HARNESS_PREFIX_PASS=batched``, harness/tasks/prefix.py).
+"""The one-pass prefix logits (CUDA's default, ``HARNESS_PREFIX_PASS=batched`` anywhere; harness/tasks/prefix.py).
 
 It must give the default loop's numbers for every built-in variant, launch far fewer ops, and
 leave the future-leak gate as sharp as the loop: leaking plugins, and one built to read the
@@ -63,12 +63,38 @@ def test_the_environment_variable_switches_prefix_logits_and_bad_values_say_what
         prefix_logits(model, data.src, data.tgt, keep, CFG.pad)
         assert calls == [1]
         monkeypatch.setenv(prefix.PREFIX_ENV, "fast")
-        with pytest.raises(ValueError, match="HARNESS_PREFIX_PASS must be loop or batched, got 'fast'"):
+        with pytest.raises(ValueError, match="HARNESS_PREFIX_PASS must be auto, loop or batched, got 'fast'"):
             prefix_logits(model, data.src, data.tgt, keep, CFG.pad)
     monkeypatch.setenv(prefix.PREFIX_ENV, "batched")
     from harness.env import environment
 
     assert environment(torch.device("cpu"))["prefix_pass"] == "batched"
+
+
+@pytest.mark.parametrize("value", [None, "auto", " AUTO ", ""])
+def test_auto_is_the_batched_pass_on_cuda_and_the_loop_elsewhere(data, monkeypatch, value):
+    """The default: launch-bound CUDA gets the one-pass logits, the arithmetic-bound CPU the loop
+    (measured: results/reference/gpu-h200-run5); an explicit loop or batched wins on any device."""
+    from harness.env import environment
+
+    if value is None:
+        monkeypatch.delenv(prefix.PREFIX_ENV, raising=False)
+    else:
+        monkeypatch.setenv(prefix.PREFIX_ENV, value)
+    assert prefix.prefix_pass(torch.device("cuda")) == prefix.prefix_pass("cuda:1") == "batched"
+    assert prefix.prefix_pass(torch.device("cpu")) == prefix.prefix_pass(None) == "loop"
+    assert environment("cpu")["prefix_pass"] == "loop" and environment("cuda")["prefix_pass"] == "batched"
+    reg = Registry.from_plugins()
+    model = build_model(reg, reg.variants["baseline"], CFG).eval()
+    calls = []
+    real = prefix.prefix_logits_batched
+    monkeypatch.setattr("harness.tasks.base.prefix_logits_batched", lambda *a: calls.append(1) or real(*a))
+    with torch.inference_mode():
+        prefix_logits(model, data.src, data.tgt, data.tgt_y != CFG.pad, CFG.pad)  # CPU tensors: the loop
+    assert calls == []
+    for explicit in ("loop", "batched"):
+        monkeypatch.setenv(prefix.PREFIX_ENV, explicit)
+        assert prefix.prefix_pass("cuda") == prefix.prefix_pass("cpu") == explicit
 
 
 def test_the_batched_pass_runs_at_least_4x_fewer_ops(data, monkeypatch):
@@ -208,7 +234,7 @@ def test_a_pass_over_the_element_budget_runs_in_row_chunks_with_the_same_logits(
     assert prefix.row_chunk(nn.Linear(2, 2), width) is None  # no cfg: no limit
 
 
-@pytest.mark.parametrize("var, say", [(prefix.PREFIX_ENV, "must be loop or batched"),
+@pytest.mark.parametrize("var, say", [(prefix.PREFIX_ENV, "must be auto, loop or batched"),
                                       ("HARNESS_CAPTURE", "must be auto, on or off")])
 def test_a_bad_switch_is_bad_input_before_anything_is_stored(tmp_path, monkeypatch, var, say):
     """A mistyped environment switch is one line and exit 2 at the start, not a failed trial per

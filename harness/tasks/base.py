@@ -418,7 +418,7 @@ def prefix_logits(model, src: torch.Tensor, tgt: torch.Tensor, keep: torch.Tenso
     Shape:
         src (B, S), tgt (B, T), keep (B, T) bool -> (B, T, V).
     """
-    if prefix_pass() == "batched":  # opt-in, one forward: harness.tasks.prefix
+    if prefix_pass(src.device) == "batched":  # one forward (the default on CUDA): harness.tasks.prefix
         return prefix_logits_batched(model, src, tgt, keep, pad)
     style = model.mask_style
     src_mask = style.src_mask(src, pad)

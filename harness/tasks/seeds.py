@@ -129,11 +129,11 @@ def group_chunk(chunk: int, k: int) -> int:
 
 def prefix_logits_seeds(stack: SeedStack, src: torch.Tensor, tgt: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
     """:func:`harness.tasks.base.prefix_logits` of K seeds: the same rows and prefixes, every
-    decoding step one vmapped call, or with ``HARNESS_PREFIX_PASS=batched`` all positions in one
-    (:mod:`harness.tasks.prefix`). Shape: src (B, S), tgt (B, T), keep (B, T) -> (K, B, T, V)."""
+    decoding step one vmapped call, or in the batched pass (CUDA's default, ``HARNESS_PREFIX_PASS``) all
+    positions in one (:mod:`harness.tasks.prefix`). Shape: src (B, S), tgt (B, T), keep (B, T) -> (K, B, T, V)."""
     memory = stack.encode(src)  # (K, B, S, D)
     b, t_max = tgt.shape
-    if prefix_pass() == "batched":
+    if prefix_pass(src.device) == "batched":
         rows, pos, ys = prefix_rows(tgt, keep, stack.pad, model_max_len(stack._model))
         return scatter_positions(rows, pos, b, t_max, row_chunk(stack._model, ys.size(1), stack.k),
                                  lambda sl: stack.position_logits(memory[:, rows[sl]], src[rows[sl]], ys[sl], pos[sl]))
