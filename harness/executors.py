@@ -45,15 +45,8 @@ from .errors import HarnessError, failure_reason
 from .progress import TrialBars
 from .env import available_cores, ray_address, threads_per_trial
 from .trial import TrialResult, TrialSpec
+from .workers import FORKSERVER_PRELOAD, START_METHOD  # noqa: F401 - the pool's start method, defined torch-free
 
-#: Start method of the local worker processes (see :mod:`multiprocessing`): ``forkserver``
-#: where the OS has it (workers are forked from a clean server process that has imported
-#: :mod:`harness.train` once, so they start in milliseconds instead of re-importing torch),
-#: else ``spawn``. Neither inherits the parent's threads, OpenMP pool or CUDA context.
-START_METHOD = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
-
-#: Modules the fork server imports before forking workers.
-FORKSERVER_PRELOAD = ["harness.train"]
 
 #: Seconds between progress messages a worker sends for its trial's bar.
 PROGRESS_EVERY_S = 0.2

@@ -383,20 +383,15 @@ def events_writer(req: RunRequest, store: RunStore, meta: RunMeta):
 
 def warm_workers(options: Execution, n_specs: int) -> bool:
     """Start the fork server now when this run's trials will go to local worker processes
-    (:func:`harness.executors.run_process_pool`): it imports :data:`~harness.executors.FORKSERVER_PRELOAD`
+    (:func:`harness.executors.run_process_pool`) and it is not running yet (the command line starts
+    it before importing torch: :mod:`harness.workers`): it imports :data:`~harness.workers.FORKSERVER_PRELOAD`
     (torch and the harness: about a second) in a process of its own while this one
-    runs the pre-training check, instead of after it. Returns whether it started one."""
-    from .executors import FORKSERVER_PRELOAD, START_METHOD
+    runs the pre-training check, instead of after it. Returns whether one runs."""
+    from .workers import start_fork_server
 
-    if options.executor != "local" or not isinstance(options.jobs, int) or options.jobs < 2 or n_specs < 2 \
-            or START_METHOD != "forkserver":
+    if options.executor != "local" or not isinstance(options.jobs, int) or options.jobs < 2 or n_specs < 2:
         return False
-    import multiprocessing
-    import multiprocessing.forkserver
-
-    multiprocessing.get_context("forkserver").set_forkserver_preload(FORKSERVER_PRELOAD)
-    multiprocessing.forkserver.ensure_running()  # returns at once; the server imports in the background
-    return True
+    return start_fork_server()  # returns at once; the server imports in the background
 
 
 def drive(store: RunStore, specs: list[TrialSpec], meta: RunMeta, options: Execution, quiet: bool,

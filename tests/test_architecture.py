@@ -179,7 +179,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("harness.model",),
     ("harness.registry", "harness.slots", "harness.plugins", "harness.hookspecs"),
     ("harness.tasks",),
-    ("harness.config", "harness.errors", "harness.env", "harness.metrics"),
+    ("harness.config", "harness.errors", "harness.env", "harness.metrics", "harness.workers"),
 ]
 
 #: Upward imports allowed, (importer, imported) by name prefix, each with its reason. Keep it short.

@@ -38,3 +38,30 @@ def test_a_local_pool_run_starts_its_fork_server_before_the_check():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split() == ["False", "False", "False", "True", "True", "True"], proc.stdout
+
+
+@pytest.mark.parametrize("jobs, early", [("2", True), ("1", False)])
+def test_the_command_line_starts_the_fork_server_before_it_imports_torch(tmp_path, jobs, early):
+    """``run`` with worker processes likely (not ``--jobs 1``, not Ray) starts the fork server before
+    this process's own import of torch, so the server's import of torch and the harness overlaps this
+    process's import, planning and check (on a GPU machine where torch loads in seconds, the workers'
+    start was most of the gap before the first trial: results/reference/gpu-h200-run5)."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        pytest.skip("no forkserver on this platform")
+    code = (
+        "import sys, multiprocessing.forkserver as fs\n"
+        "class Seen:\n"
+        "    at_torch = None\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'torch' and self.at_torch is None:\n"
+        "            self.at_torch = fs._forkserver._forkserver_pid is not None\n"
+        "        return None\n"
+        "seen = Seen(); sys.meta_path.insert(0, seen)\n"
+        "from harness.cli import main\n"
+        f"rc = main(['run', '--variants', 'baseline', 'pre_norm', '--preset', 'tiny', '--set', 'train.steps=2', "
+        f"'--set', 'train.eval_sequences=16', '--device', 'cpu', '--jobs', '{jobs}', '--no-check', '-q', "
+        f"'--results-dir', {str(tmp_path)!r}])\n"
+        "print(rc, seen.at_torch)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split()[-2:] == ["0", str(early)], (proc.stdout[-2000:], proc.stderr[-2000:])

@@ -126,6 +126,10 @@ def request_from_args(args) -> RunRequest:
 def main(args) -> int:
     """``python -m harness run``: the request started (or resumed) by :mod:`harness.launch`, its
     outcome printed. Returns the exit code."""
+    if args.executor in (None, "local") and args.jobs != 1:  # likely worker processes: their server imports
+        from ..workers import start_fork_server  # torch while this process does (harness.workers)
+
+        start_fork_server()
     from ..launch import start_run
 
     request = request_from_args(args)

@@ -1,0 +1,32 @@
+"""The fork server that local worker processes start from (``run --jobs N``, :mod:`harness.executors`).
+
+Kept free of torch so that the command line can start the server before it imports torch itself:
+the server then imports :data:`FORKSERVER_PRELOAD` (torch and the harness: about a second on a
+2-core CPU, several on a machine whose CUDA build of torch loads slowly) while this process imports,
+plans and runs the pre-training check, and the run's first workers fork from a ready server.
+"""
+from __future__ import annotations
+
+import multiprocessing
+
+#: Start method of the local worker processes (see :mod:`multiprocessing`): ``forkserver``
+#: where the OS has it (workers are forked from a clean server process that has imported
+#: :mod:`harness.train` once, so they start in milliseconds instead of re-importing torch),
+#: else ``spawn``. Neither inherits the parent's threads, OpenMP pool or CUDA context.
+START_METHOD = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+
+#: Modules the fork server imports before forking workers.
+FORKSERVER_PRELOAD = ["harness.train"]
+
+
+def start_fork_server() -> bool:
+    """Start the fork server now, if this process has none yet: it imports :data:`FORKSERVER_PRELOAD`
+    in a process of its own and returns at once. Returns whether a fork server runs (False where
+    the start method is ``spawn``). An unused server exits with this process."""
+    if START_METHOD != "forkserver":
+        return False
+    import multiprocessing.forkserver
+
+    multiprocessing.get_context("forkserver").set_forkserver_preload(FORKSERVER_PRELOAD)
+    multiprocessing.forkserver.ensure_running()
+    return True
