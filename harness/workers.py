@@ -1,13 +1,17 @@
 """The fork server that local worker processes start from (``run --jobs N``, :mod:`harness.executors`).
 
-Kept free of torch so that the command line can start the server before it imports torch itself:
-the server then imports :data:`FORKSERVER_PRELOAD` (torch and the harness: about a second on a
-2-core CPU, several on a machine whose CUDA build of torch loads slowly) while this process imports,
-plans and runs the pre-training check, and the run's first workers fork from a ready server.
+Kept free of torch so that the command line can start the server before it imports torch itself
+on a GPU machine (:func:`gpu_likely`): the server then imports :data:`FORKSERVER_PRELOAD` (torch and
+the harness, several seconds where a CUDA build of torch loads slowly) while this process imports,
+plans and runs the pre-training check, and the run's first workers fork from a ready server. On a
+CPU-only machine the server starts with the run's pool as before (:func:`harness.launch.warm_workers`):
+there the early start gained ~0.2 s and cost a core's second of importing to every command that
+then needs no workers (bad input, a single trial).
 """
 from __future__ import annotations
 
 import multiprocessing
+import os
 
 #: Start method of the local worker processes (see :mod:`multiprocessing`): ``forkserver``
 #: where the OS has it (workers are forked from a clean server process that has imported
@@ -17,6 +21,16 @@ START_METHOD = "forkserver" if "forkserver" in multiprocessing.get_all_start_met
 
 #: Modules the fork server imports before forking workers.
 FORKSERVER_PRELOAD = ["harness.train"]
+
+
+#: Device nodes that a loaded GPU driver creates (NVIDIA's control device, AMD ROCm's), checked without torch.
+GPU_NODES = ("/dev/nvidiactl", "/dev/kfd")
+
+
+def gpu_likely() -> bool:
+    """Whether this machine has a GPU driver loaded (a :data:`GPU_NODES` entry exists): where a run's
+    device ``auto`` may be CUDA, decided without importing torch."""
+    return any(os.path.exists(node) for node in GPU_NODES)
 
 
 def start_fork_server() -> bool:

@@ -5,10 +5,13 @@ cluster); ``--jobs 2`` against sequential: tests/test_determinism.py.
 from __future__ import annotations
 
 import multiprocessing
+import os
 import subprocess
 import sys
 
 import pytest
+
+import harness.workers as workers
 
 from harness.env import ray_address
 
@@ -40,28 +43,37 @@ def test_a_local_pool_run_starts_its_fork_server_before_the_check():
     assert proc.stdout.split() == ["False", "False", "False", "True", "True", "True"], proc.stdout
 
 
-@pytest.mark.parametrize("jobs, early", [("2", True), ("1", False)])
-def test_the_command_line_starts_the_fork_server_before_it_imports_torch(tmp_path, jobs, early):
-    """``run`` with worker processes likely (not ``--jobs 1``, not Ray) starts the fork server before
-    this process's own import of torch, so the server's import of torch and the harness overlaps this
-    process's import, planning and check (on a GPU machine where torch loads in seconds, the workers'
-    start was most of the gap before the first trial: results/reference/gpu-h200-run5)."""
+@pytest.mark.parametrize("options, gpu, early", [
+    (["--jobs", "2"], True, True), (["--jobs", "1"], True, False), (["--device", "cpu"], True, False),
+    (["--jobs", "2"], False, False)])
+def test_on_a_gpu_machine_run_starts_the_fork_server_before_it_imports_torch(tmp_path, options, gpu, early):
+    """``run`` with worker processes likely on a GPU (a GPU driver's device node, not ``--jobs 1``, Ray or
+    ``--device cpu``) starts the fork server before this process's own import of torch, so the server's
+    import overlaps this process's import, planning and check (on an H200 machine, where torch loads in
+    seconds, 6-7 s passed between the check and the main job's first trial: results/reference/gpu-h200-run5).
+    Elsewhere the server starts with the pool, as before: a CPU-only machine gains ~0.2 s and would pay
+    a core's second of importing for every command that needs no workers. ``gpu`` stands in for the
+    device node (``harness.workers.gpu_likely``)."""
     if "forkserver" not in multiprocessing.get_all_start_methods():
         pytest.skip("no forkserver on this platform")
     code = (
         "import sys, multiprocessing.forkserver as fs\n"
+        "import harness.workers as workers\n"
+        f"workers.gpu_likely = lambda: {gpu}\n"
         "class Seen:\n"
         "    at_torch = None\n"
         "    def find_spec(self, name, path=None, target=None):\n"
         "        if name == 'torch' and self.at_torch is None:\n"
         "            self.at_torch = fs._forkserver._forkserver_pid is not None\n"
+        f"            if {not early}:  # the state at torch's import is all it takes; only the early server's run goes on\n"
+        "                print(0, self.at_torch, flush=True); import os; os._exit(0)\n"
         "        return None\n"
         "seen = Seen(); sys.meta_path.insert(0, seen)\n"
         "from harness.cli import main\n"
         f"rc = main(['run', '--variants', 'baseline', 'pre_norm', '--preset', 'tiny', '--set', 'train.steps=2', "
-        f"'--set', 'train.eval_sequences=16', '--device', 'cpu', '--jobs', '{jobs}', '--no-check', '-q', "
-        f"'--results-dir', {str(tmp_path)!r}])\n"
+        f"'--set', 'train.eval_sequences=16', *{options!r}, '--no-check', '-q', '--results-dir', {str(tmp_path)!r}])\n"
         "print(rc, seen.at_torch)\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split()[-2:] == ["0", str(early)], (proc.stdout[-2000:], proc.stderr[-2000:])
+    assert workers.gpu_likely() == any(os.path.exists(n) for n in workers.GPU_NODES)

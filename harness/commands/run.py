@@ -126,10 +126,7 @@ def request_from_args(args) -> RunRequest:
 def main(args) -> int:
     """``python -m harness run``: the request started (or resumed) by :mod:`harness.launch`, its
     outcome printed. Returns the exit code."""
-    if args.executor in (None, "local") and args.jobs != 1:  # likely worker processes: their server imports
-        from ..workers import start_fork_server  # torch while this process does (harness.workers)
-
-        start_fork_server()
+    start_workers_early(args)
     from ..launch import start_run
 
     request = request_from_args(args)
@@ -138,6 +135,19 @@ def main(args) -> int:
 
         return suite_main(args, request, on_task=print_outcome)
     return print_outcome(start_run(request))
+
+
+def start_workers_early(args) -> bool:
+    """Start the local workers' fork server before this process imports torch, where the run will
+    likely train in worker processes on a GPU: not with ``--jobs 1``, Ray or a CPU ``--device``, and
+    only on a machine with a GPU driver (:func:`harness.workers.gpu_likely`). Returns whether it started one."""
+    if args.executor not in (None, "local") or args.jobs == 1:
+        return False
+    if args.device is not None and not str(args.device).startswith(("auto", "cuda")):
+        return False
+    from ..workers import gpu_likely, start_fork_server
+
+    return gpu_likely() and start_fork_server()
 
 
 def print_outcome(outcome: RunOutcome) -> int:
