@@ -333,7 +333,8 @@ def test_a_run_from_the_command_line_aggregates_once(tmp_path, monkeypatch, caps
     out = capsys.readouterr().out
     assert code == 0 and "| pre_norm " in out  # the terminal table was printed ...
     assert len(calls) == 1  # ... from the report's one aggregation
-    table = [line for line in (tmp_path / "r" / "report.md").read_text().splitlines() if line.startswith("| pre_norm ")]
+    results = (tmp_path / "r" / "report.md").read_text().split("## Results", 1)[1].split("\n## ", 1)[0]
+    table = [line for line in results.splitlines() if line.startswith("| pre_norm ")]
     shown = next(line for line in out.splitlines() if line.startswith("| pre_norm "))
     cells = [c.strip().rstrip("…") for c in shown.strip("|").split("|")]
     assert table and len(cells) >= 4 and all(c in table[-1] for c in cells)  # the results row's cells, narrowed

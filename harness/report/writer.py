@@ -7,7 +7,7 @@ position (:data:`POSITIONS`) and either fixed markdown lines or a renderer calle
 report's :class:`ReportContext`. Adding a section is one more item in ``sections=[...]``.
 
 Order of ``report.md``: title; the partial-run banner (:mod:`.partial`); "Invalid variants"; the command; ``top`` sections; Environment;
-Config; Sweep; Variants; Results; Failures; Unreadable trial files; ``after_results`` sections;
+Config; Sweep; Variants; Results; Failures; Paired seeds on every metric (:mod:`.paired`); Unreadable trial files; ``after_results`` sections;
 Plots; the trial count and wall time; ``end`` sections.
 """
 from __future__ import annotations
@@ -26,6 +26,7 @@ from ..runmeta import RunMeta
 from ..store import RunStore, atomic_write_text
 from .frames import TRAINED, _num, curves_frame, invalid_variants, resolve_baseline, run_metrics, run_primary, \
     trials_frame, variant_order, verdict_metric
+from .paired import paired_lines
 from .partial import partial_banner
 from .tables import aggregate, caption, environment_block, summary_table, sweep_table, to_markdown, variants_table
 
@@ -115,6 +116,7 @@ def write_report(store: RunStore, baseline: str | None = None, metric: str | Non
     parts += at("top")
     parts += _setup_lines(meta, df, baseline)
     parts += _result_lines(ctx)
+    parts += paired_lines(ctx)
     parts += unreadable_section(store)
     parts += at("after_results")
     parts += _plot_lines(ctx)
