@@ -226,6 +226,7 @@ def _pool_round(todo: list[list[TrialSpec]], jobs: int, threads: int, on_done: O
     queue = ctx.Queue() if bars.enabled else None
     pool = ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=ctx, initializer=_init_worker,
                                initargs=(threads, queue, os.getpid()))
+    opened, first = time.time(), float("inf")  # when the pool opened; when its first trial group began
     futures: dict = {}
     by_key = {ts.key: ts for unit in todo for ts in unit}
     seen_running: set = set()
@@ -247,6 +248,8 @@ def _pool_round(todo: list[list[TrialSpec]], jobs: int, threads: int, on_done: O
                 for ts, result in zip(unit, _unit_results(unit, fut, exc, capture, log)):
                     bars.close(ts.key)
                     on_done(ts, result)
+                if capture is not None and exc is None:  # a group's result says when its worker began it
+                    first = min(first, fut.result().get("started", first))
     except BaseException:
         _terminate(pool)
         raise
@@ -256,6 +259,9 @@ def _pool_round(todo: list[list[TrialSpec]], jobs: int, threads: int, on_done: O
             queue.close()
             queue.cancel_join_thread()
     pool.shutdown(wait=True)
+    if log and first < float("inf"):  # the workers' start (fork server, imports), which a GPU run can wait on
+        log(f"pool: {min(jobs, len(todo))} worker process(es); the first trial group began {first - opened:.1f} s "
+            f"after the pool opened")
     unfinished = [unit for f, unit in futures.items() if f in lost]  # in submission order
     suspects = [unit for f, unit in futures.items() if f in lost and f in seen_running] or unfinished
     return unfinished, suspects

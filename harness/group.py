@@ -115,10 +115,11 @@ def run_groups(planned: list[TrialSpec], on_done: Callable[[TrialSpec, TrialResu
 def pool_group(specs: list[dict], progress: list[Progress | None], capture: str = "auto") -> dict:
     """The process-pool boundary of a trial group (``run --vectorize-seeds on --jobs N``, one group per
     worker at a time): :func:`run_group` on ``TrialSpec.from_dict`` of each spec. Returns
-    ``{"results": [TrialResult.to_dict(), ...], "log": [line, ...]}`` (its fallback line, if any)."""
-    lines: list[str] = []
+    ``{"results": [TrialResult.to_dict(), ...], "log": [line, ...], "started": time.time() at the call}``
+    (its fallback line, if any; when the worker began it, for the run's log)."""
+    started, lines = time.time(), []
     results = run_group([TrialSpec.from_dict(d) for d in specs], progress, lines.append, capture=capture)
-    return {"results": [r.to_dict() for r in results], "log": lines}
+    return {"results": [r.to_dict() for r in results], "log": lines, "started": started}
 
 
 def run_group(specs: list[TrialSpec], progress: list[Progress | None] | None = None,

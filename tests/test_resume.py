@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -359,6 +360,9 @@ def test_a_group_whose_worker_dies_is_recorded_and_the_pool_goes_on(tmp_path):
     dead = df[df["variant"] == "kills_worker"]
     assert list(dead["status"]) == ["failed", "failed"] and dead["reason"].str.contains("worker process died").all()
     assert (df[df["variant"] != "kills_worker"]["status"] == "ok").all()
+    pools = [ln for ln in (tmp_path / "groups" / "log.txt").read_text().splitlines() if ln.startswith("pool: ")]
+    assert pools and all(re.fullmatch(r"pool: [12] worker process\(es\); the first trial group began \d+\.\d s "
+                                      r"after the pool opened", ln) for ln in pools), pools  # the workers' start
 
 
 GRAD_NORM_EXPERIMENT = """
