@@ -45,7 +45,7 @@ from .errors import HarnessError, failure_reason
 from .progress import TrialBars
 from .env import available_cores, ray_address, threads_per_trial
 from .trial import TrialResult, TrialSpec
-from .workers import FORKSERVER_PRELOAD, START_METHOD  # noqa: F401 - the pool's start method, defined torch-free
+from .workers import FORKSERVER_PRELOAD, START_METHOD
 
 
 #: Seconds between progress messages a worker sends for its trial's bar.

@@ -178,7 +178,7 @@ def check_switches() -> None:
     Raises:
         ConfigError: a value the switch does not take (the message names the variable and its values).
     """
-    from .tasks.prefix import prefix_pass
+    from .env import prefix_pass
     from .vprobe import capture_env
 
     try:

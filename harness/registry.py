@@ -58,7 +58,9 @@ class Component:
             finite whatever is declared here.
         reference: the name of an independent reference formula in the checks
             (:data:`harness.checks.formulas.FORMULAS`: ``"rotary"``, ``"linear_biases"``,
-            ``"learned_absolute"``, ``"unscaled_pe"``, ``"rms_norm"``, ``"ffn_relu"``, ``"ffn_gelu"``, ``"ffn_swiglu"``, ``"ffn_geglu"``, ``"parallel_block"``) that a component declaring ``differs=`` is held to instead of
+            ``"learned_absolute"``, ``"unscaled_pe"``, ``"rms_norm"``, ``"ffn_relu"``, ``"ffn_gelu"``,
+            ``"ffn_swiglu"``, ``"ffn_geglu"``, ``"parallel_block"``) that a component declaring ``differs=`` is
+            held to instead of
             the slot's default reference: ``check`` fails it when it differs from that formula and
             reports the size of its declared difference from the slot's reference as well. A component
             ``equivalent_to=`` one with a ``reference`` is held to the same formula.

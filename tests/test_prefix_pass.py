@@ -9,10 +9,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 import torch
 from torch import nn
 
 from harness.config import ModelConfig, get_preset
+from harness.env import PREFIX_ENV, prefix_pass
 from harness.model import build_model
 from harness.plugins import PluginSpec
 from harness.registry import Registry
@@ -40,7 +42,7 @@ def _both(model, b):
 
 
 def test_batched_prefix_logits_equal_the_loop_for_every_builtin_variant(data, monkeypatch):
-    monkeypatch.delenv(prefix.PREFIX_ENV, raising=False)
+    monkeypatch.delenv(PREFIX_ENV, raising=False)
     reg = Registry.from_plugins()
     for v in reg.select(["all", "group:modern"]):
         model = build_model(reg, v, CFG, seed=3)
@@ -59,13 +61,13 @@ def test_the_environment_variable_switches_prefix_logits_and_bad_values_say_what
     with torch.inference_mode():
         prefix_logits(model, data.src, data.tgt, keep, CFG.pad)
         assert calls == []
-        monkeypatch.setenv(prefix.PREFIX_ENV, "batched")
+        monkeypatch.setenv(PREFIX_ENV, "batched")
         prefix_logits(model, data.src, data.tgt, keep, CFG.pad)
         assert calls == [1]
-        monkeypatch.setenv(prefix.PREFIX_ENV, "fast")
+        monkeypatch.setenv(PREFIX_ENV, "fast")
         with pytest.raises(ValueError, match="HARNESS_PREFIX_PASS must be auto, loop or batched, got 'fast'"):
             prefix_logits(model, data.src, data.tgt, keep, CFG.pad)
-    monkeypatch.setenv(prefix.PREFIX_ENV, "batched")
+    monkeypatch.setenv(PREFIX_ENV, "batched")
     from harness.env import environment
 
     assert environment(torch.device("cpu"))["prefix_pass"] == "batched"
@@ -78,11 +80,11 @@ def test_auto_is_the_batched_pass_on_cuda_and_the_loop_elsewhere(data, monkeypat
     from harness.env import environment
 
     if value is None:
-        monkeypatch.delenv(prefix.PREFIX_ENV, raising=False)
+        monkeypatch.delenv(PREFIX_ENV, raising=False)
     else:
-        monkeypatch.setenv(prefix.PREFIX_ENV, value)
-    assert prefix.prefix_pass(torch.device("cuda")) == prefix.prefix_pass("cuda:1") == "batched"
-    assert prefix.prefix_pass(torch.device("cpu")) == prefix.prefix_pass(None) == "loop"
+        monkeypatch.setenv(PREFIX_ENV, value)
+    assert prefix_pass(torch.device("cuda")) == prefix_pass("cuda:1") == "batched"
+    assert prefix_pass(torch.device("cpu")) == prefix_pass(None) == "loop"
     assert environment("cpu")["prefix_pass"] == "loop" and environment("cuda")["prefix_pass"] == "batched"
     reg = Registry.from_plugins()
     model = build_model(reg, reg.variants["baseline"], CFG).eval()
@@ -93,8 +95,8 @@ def test_auto_is_the_batched_pass_on_cuda_and_the_loop_elsewhere(data, monkeypat
         prefix_logits(model, data.src, data.tgt, data.tgt_y != CFG.pad, CFG.pad)  # CPU tensors: the loop
     assert calls == []
     for explicit in ("loop", "batched"):
-        monkeypatch.setenv(prefix.PREFIX_ENV, explicit)
-        assert prefix.prefix_pass("cuda") == prefix.prefix_pass("cpu") == explicit
+        monkeypatch.setenv(PREFIX_ENV, explicit)
+        assert prefix_pass("cuda") == prefix_pass("cpu") == explicit
 
 
 def test_the_batched_pass_runs_at_least_4x_fewer_ops(data, monkeypatch):
@@ -102,7 +104,7 @@ def test_the_batched_pass_runs_at_least_4x_fewer_ops(data, monkeypatch):
     torch.profiler's CPU events, one per op."""
     from torch.profiler import ProfilerActivity, profile
 
-    monkeypatch.delenv(prefix.PREFIX_ENV, raising=False)
+    monkeypatch.delenv(PREFIX_ENV, raising=False)
     reg = Registry.from_plugins()
     model = build_model(reg, reg.variants["baseline"], CFG).eval()
     keep = data.tgt_y != CFG.pad
@@ -140,7 +142,7 @@ class _WidthAwareEmbeddings(nn.Module):
 @pytest.mark.parametrize("mode", ["loop", "batched"])
 @pytest.mark.parametrize("name", ["adv_causal_shift", "adv_length_embedding", "width"])
 def test_the_future_leak_gate_catches_leaks_in_both_modes(data, monkeypatch, mode, name):
-    monkeypatch.setenv(prefix.PREFIX_ENV, mode)
+    monkeypatch.setenv(PREFIX_ENV, mode)
     if name == "width":
         reg = Registry.from_plugins()
         model = build_model(reg, reg.variants["baseline"], CFG, seed=1)
@@ -170,9 +172,9 @@ def test_a_groups_batched_prefix_logits_equal_its_loop_and_each_seeds_own(data, 
     stack = SeedStack(models[0], {**step.params, **step.buffers}, CFG.pad)
     keep = data.tgt_y != CFG.pad
     with torch.inference_mode():
-        monkeypatch.setenv(prefix.PREFIX_ENV, "loop")
+        monkeypatch.setenv(PREFIX_ENV, "loop")
         loop = prefix_logits_seeds(stack, data.src, data.tgt, keep)
-        monkeypatch.setenv(prefix.PREFIX_ENV, "batched")
+        monkeypatch.setenv(PREFIX_ENV, "batched")
         batched = prefix_logits_seeds(stack, data.src, data.tgt, keep)
         for s, model in enumerate(models):
             own = prefix.prefix_logits_batched(model.eval(), data.src, data.tgt, keep, CFG.pad)
@@ -188,7 +190,7 @@ def test_a_groups_batched_leak_gate_catches_leaking_plugins(data, monkeypatch, n
     from harness.tasks.seeds import SeedStack, future_leak_seeds
     from harness.vstep import GroupStep
 
-    monkeypatch.setenv(prefix.PREFIX_ENV, "batched")
+    monkeypatch.setenv(PREFIX_ENV, "batched")
     reg = Registry.from_plugins(PluginSpec(files=[str(PLUGINS / f"{name}.py")], strict=True))
     models = [build_model(reg, reg.variants[name], CFG, seed=s) for s in (0, 1)]
     step = GroupStep(models, CFG.pad, 0.0, 1.0, torch.device("cpu"))
@@ -207,7 +209,7 @@ def test_a_pass_over_the_element_budget_runs_in_row_chunks_with_the_same_logits(
     step = GroupStep(models, CFG.pad, 0.0, 1.0, torch.device("cpu"))
     stack = SeedStack(models[0], {**step.params, **step.buffers}, CFG.pad)
     keep = data.tgt_y != CFG.pad
-    monkeypatch.setenv(prefix.PREFIX_ENV, "batched")
+    monkeypatch.setenv(PREFIX_ENV, "batched")
     with torch.inference_mode():
         whole = prefix.prefix_logits_batched(models[0], data.src, data.tgt, keep, CFG.pad)
         whole_k = prefix_logits_seeds(stack, data.src, data.tgt, keep)
@@ -222,7 +224,7 @@ def test_a_pass_over_the_element_budget_runs_in_row_chunks_with_the_same_logits(
         split = prefix.prefix_logits_batched(models[0], data.src, data.tgt, keep, CFG.pad)
         assert len(calls) == -(-rows // 7) and max(calls) == 7, calls
         monkeypatch.undo()
-        monkeypatch.setenv(prefix.PREFIX_ENV, "batched")
+        monkeypatch.setenv(PREFIX_ENV, "batched")
         monkeypatch.setattr(prefix, "PREFIX_ELEMENTS", 3 * 2 * width * max(CFG.d_ff, CFG.d_model, CFG.vocab))
         seen = []
         real_at = stack.position_logits
@@ -234,7 +236,7 @@ def test_a_pass_over_the_element_budget_runs_in_row_chunks_with_the_same_logits(
     assert prefix.row_chunk(nn.Linear(2, 2), width) is None  # no cfg: no limit
 
 
-@pytest.mark.parametrize("var, say", [(prefix.PREFIX_ENV, "must be auto, loop or batched"),
+@pytest.mark.parametrize("var, say", [(PREFIX_ENV, "must be auto, loop or batched"),
                                       ("HARNESS_CAPTURE", "must be auto, on or off")])
 def test_a_bad_switch_is_bad_input_before_anything_is_stored(tmp_path, monkeypatch, var, say):
     """A mistyped environment switch is one line and exit 2 at the start, not a failed trial per

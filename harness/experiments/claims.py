@@ -127,7 +127,7 @@ def set_on_top_note(meta) -> list[str]:
     ``cli_overrides``; e.g. ``--set train.task=sort`` on a file written for copy): the claims' text and
     the notes are the file's, so the report says they are read for other values. ``seeds=`` only
     changes the sample and is not named. Empty otherwise."""
-    changed = [o for o in (getattr(meta, "cli_overrides", None) or []) if not str(o).startswith("seeds=")]
+    changed = [o for o in meta.cli_overrides or [] if not str(o).startswith("seeds=")]
     if not changed:
         return []
     return [f"This run sets {', '.join(changed)} on top of the experiment file (--set). The claims' text and "

@@ -19,6 +19,7 @@ seconds) are left out: they measure the machine, not the variant.
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 from ..metrics import Metric, shown
 from ..stats import ALPHA, paired_outcomes, sign_test_p
@@ -69,8 +70,6 @@ def paired_lines(ctx) -> list[str]:
             rows.append(row)
     if not rows or most < MIN_PAIRS:
         return []
-    import pandas as pd
-
     k = len(metrics)
     return ["## Paired seeds on every metric", "",
             f"Wins-losses(-ties) of each variant against `{baseline}` over the paired seeds, in each metric's "

@@ -7,7 +7,8 @@ position (:data:`POSITIONS`) and either fixed markdown lines or a renderer calle
 report's :class:`ReportContext`. Adding a section is one more item in ``sections=[...]``.
 
 Order of ``report.md``: title; the partial-run banner (:mod:`.partial`); "Invalid variants"; the command; ``top`` sections; Environment;
-Config; Sweep; Variants; Results; Failures; Paired seeds on every metric (:mod:`.paired`); Unreadable trial files; ``after_results`` sections;
+Config; Sweep; Variants; Results; Failures; Paired seeds on every metric (:mod:`.paired`); Unreadable
+trial files; ``after_results`` sections;
 Plots; the trial count and wall time; ``end`` sections.
 """
 from __future__ import annotations

@@ -27,7 +27,8 @@ from torch.nn import functional as F
 from ..env import autocast
 from ..errors import ConfigError
 from ..metrics import COPY_METRICS, COPY_PRIMARY, Metric
-from .prefix import prefix_logits_batched, prefix_pass
+from ..env import prefix_pass
+from .prefix import prefix_logits_batched
 
 if TYPE_CHECKING:
     from ..config import RunConfig

@@ -19,9 +19,9 @@ the decoder works on W positions a row instead of t + 1, about twice the arithme
 task, so on a CPU, where arithmetic bounds it, it is slower. For a causal decoder the logits
 equal the default's up to float rounding (~2e-6 in float32, within the gate's tolerance).
 
-Chosen with the environment variable :data:`PREFIX_ENV`: ``auto`` (the default: ``batched`` on a
-CUDA device, ``loop`` elsewhere), ``loop`` or ``batched``, read at each call, so worker processes
-inherit it; a run's environment block records the pass its device gets
+Chosen with the environment variable :data:`harness.env.PREFIX_ENV` (:func:`harness.env.prefix_pass`):
+``auto`` (the default: ``batched`` on a CUDA device, ``loop`` elsewhere), ``loop`` or ``batched``, read
+at each call, so worker processes inherit it; a run's environment block records the pass its device gets
 (:func:`harness.env.environment`). Measured on an H200 (``results/reference/gpu-h200-run5``): the
 main job's evaluations take half the time (summed over its 11 trials 16.1-16.7 s -> 7.8-9.1 s, three
 runs each), with the same scores.
@@ -31,7 +31,6 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..env import PREFIX_ENV, prefix_pass  # noqa: F401 - prefix_pass is this module's switch, defined with its variable
 
 
 def prefix_rows(tgt: torch.Tensor, keep: torch.Tensor, pad: int, max_len: int | None):

@@ -39,7 +39,8 @@ from ..env import autocast
 from .base import PAD, START, Batch, Task, eval_chunk, leak_gaps, loss_fn
 from .decoding import _advance, _strip, error_counts
 from .g2p import CUDA_EVAL_CHUNK, MAX_PHONES, G2PTask, _trim, lexicon
-from .prefix import model_max_len, prefix_pass, prefix_rows, row_chunk, scatter_positions
+from ..env import prefix_pass
+from .prefix import model_max_len, prefix_rows, row_chunk, scatter_positions
 
 if TYPE_CHECKING:
     from ..config import RunConfig
