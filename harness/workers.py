@@ -19,8 +19,12 @@ import os
 #: else ``spawn``. Neither inherits the parent's threads, OpenMP pool or CUDA context.
 START_METHOD = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
 
-#: Modules the fork server imports before forking workers.
-FORKSERVER_PRELOAD = ["harness.train"]
+#: Modules the fork server imports before forking workers: the harness's trial code (torch with it), and
+#: ``torch._dynamo``, which every worker would otherwise import on its own at its first trial (torch's
+#: optimizers import it when they are built, and ``torch.use_deterministic_algorithms`` imports Inductor's
+#: config with it): most of a second a worker. Neither initialises CUDA, so the
+#: workers can still start theirs.
+FORKSERVER_PRELOAD = ["harness.train", "torch._dynamo"]
 
 
 #: Device nodes that a loaded GPU driver creates (NVIDIA's control device, AMD ROCm's), checked without torch.
