@@ -86,6 +86,13 @@ class Record:
     def _fields(cls):
         return [f for f in fields(cls) if not f.metadata.get("skip")]
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        """Set a declared field. Raises AttributeError for any other name: :meth:`to_dict` writes fields
+        and ``extra`` only, so an undeclared attribute would be dropped from the stored file unnoticed."""
+        if name not in self.__dataclass_fields__:
+            raise AttributeError(f"{type(self).__name__} has no field {name!r}: declare it (or put it in extra)")
+        object.__setattr__(self, name, value)
+
     @classmethod
     def accepts(cls, d: dict) -> bool:
         """Whether ``d`` holds the keys a record of this type cannot do without, well typed."""
@@ -337,7 +344,8 @@ class RunMeta(Record):
 
     ``bench``: ``dtypes``, ``steps``, ``warmup_steps``, ``reference``, ``peak_gflop_per_s``
     (``{dtype: GFLOP/s}``), ``bench_s``; ``bench --old``: ``old`` (the old arm's ``--set`` items),
-    ``old_dtype``. ``check``: ``equivalent``, ``tf32``, ``check_wall_s``, ``ok``.
+    ``old_dtype``; ``bench --group-sizes``: ``group_sizes``; ``bench --compile``: ``compile_modes``; ``bench --nondeterministic``: ``nondeterministic``
+    (true: timed without deterministic algorithms). ``check``: ``equivalent``, ``tf32``, ``check_wall_s``, ``ok``.
     """
 
     kind: str = _f((str,), MISSING, missing="train")
@@ -373,6 +381,9 @@ class RunMeta(Record):
     bench_s: float | None = _f(_NUMBER)
     old: list[str] | None = _f((list,))
     old_dtype: str | None = _f((str,))
+    group_sizes: list[int] | None = _f((list,))
+    compile_modes: list[str] | None = _f((list,))
+    nondeterministic: bool | None = _f((bool,))
     # a check record's
     equivalent: dict[str, Any] | None = _f((dict,))
     tf32: str | None = _f((str,))
@@ -385,7 +396,7 @@ class RunMeta(Record):
              "environment", "experiment", "points", "config_hash", "execution", "status", "trials", "heldout",
              "experiment_spec", "cli_overrides", "run_id", "check", "run_wall_s", "resumes",
              "dtypes", "steps", "warmup_steps", "reference", "peak_gflop_per_s", "bench_s",
-             "old", "old_dtype", "equivalent", "tf32", "check_wall_s", "ok")
+             "old", "old_dtype", "group_sizes", "compile_modes", "nondeterministic", "equivalent", "tf32", "check_wall_s", "ok")
 
     @property
     def is_training(self) -> bool:

@@ -2,6 +2,7 @@
 the fresh-process memory probe and the CLI end to end (tiny config, a few steps)."""
 from __future__ import annotations
 
+import json
 import math
 import os
 import subprocess
@@ -12,6 +13,7 @@ import pytest
 import torch
 
 from harness.perf import bench as B
+from harness.perf.flops import count_flops
 from harness.commands.bench import render_markdown
 from harness.config import get_preset
 from harness.model import build_model
@@ -72,7 +74,7 @@ def test_count_flops_equals_the_matmul_arithmetic(registry, name):
     cfg = tiny()
     model = build_model(registry, registry.variants[name], cfg.model, seed=0)
     batch = make_batch(cfg.train.task, 8, cfg.train.seq_len, cfg.model.vocab, torch.Generator().manual_seed(0))
-    assert B.count_flops(model, batch, cfg, torch.device("cpu"), "fp32") == _analytic_flops(model, batch)
+    assert count_flops(model, batch, cfg, torch.device("cpu"), "fp32") == _analytic_flops(model, batch)
     assert all(p.grad is None for p in model.parameters())
 
 
@@ -82,7 +84,7 @@ def test_reference_and_baseline_count_the_same_flops(registry):
     base = build_model(registry, registry.variants["baseline"], cfg.model, seed=0)
     ref = B.TorchTransformer(cfg.model)
     cpu = torch.device("cpu")
-    assert B.count_flops(ref, batch, cfg, cpu, "fp32") == B.count_flops(base, batch, cfg, cpu, "fp32")
+    assert count_flops(ref, batch, cfg, cpu, "fp32") == count_flops(base, batch, cfg, cpu, "fp32")
 
 
 @pytest.mark.parametrize("dtypes", [["fp32"], ["bf16"]])
@@ -190,6 +192,7 @@ def test_bench_eval_arms_per_seed(tmp_path, capsys):
     args = ["bench", "--variants", "baseline", "--preset", "tiny", "--set", "train.eval_sequences=16", "--eval",
             "--steps", "1", "--warmup-steps", "0", "--device", "cpu", "--results-dir", str(tmp_path), "-q"]
     assert main([*args, "--group-sizes", "2", "--run-id", "e"]) == 0
+    assert json.loads((tmp_path / "e" / "config.json").read_text())["group_sizes"] == [2]  # was dropped once
     df = pd.read_csv(tmp_path / "e" / "bench.csv")
     assert list(df["arm"]) == ["sequential", "batched K=2"] and list(df["K"]) == [2, 2]
     assert (df["rows"] == 16).all() and (df["threads"] == 1).all()
@@ -320,3 +323,46 @@ def test_bench_compile_adds_a_compiled_contender_beside_each_variant(tmp_path, c
     assert "compiled" not in " ".join(line for line in capsys.readouterr().out.splitlines() if "variant" in line)
     assert main([*args, "--compile", "--group-sizes", "2", "--run-id", "g"]) == 2
     assert "--compile adds compiled contenders" in capsys.readouterr().err
+
+
+def test_bench_compile_modes_each_a_contender_and_nondeterministic_recorded(tmp_path, capsys, monkeypatch):
+    """``bench --compile default,max-autotune --nondeterministic``: one compiled contender per mode, each
+    compiled with its mode (torch.compile's own keyword, spied; ``default`` passes none), its mode in
+    bench.csv and config.json; the timed steps ran without deterministic algorithms and bench.md and
+    config.json say so. An unknown mode is one line, exit 2. Under deterministic mode Inductor times no
+    autotuning candidates (why --nondeterministic exists): ``use_deterministic_algorithms`` sets its flag."""
+    from harness.cli import main
+    from harness.env import trial_settings
+
+    monkeypatch.setattr(B, "COMPILE_BACKEND", "eager")
+    monkeypatch.setattr(B, "memory_probe", lambda *a, **k: {"peak_rss_mb": 1.0, "base_rss_mb": 0.0})
+    calls, real = [], torch.compile
+    monkeypatch.setattr(torch, "compile", lambda model, **kw: calls.append(kw) or real(model, **kw))
+    deterministic_in_step = []
+    real_step = B.train_step
+    monkeypatch.setattr(B, "train_step", lambda *a, **k: deterministic_in_step.append(
+        torch.are_deterministic_algorithms_enabled()) or real_step(*a, **k))
+    args = ["bench", "--variants", "baseline", "--preset", "tiny", "--steps", "1", "--warmup-steps", "1",
+            "--device", "cpu", "--results-dir", str(tmp_path), "-q", "--no-memory"]
+    try:
+        assert main([*args, "--compile", "default,max-autotune", "--nondeterministic", "--run-id", "m"]) == 0
+        assert not torch._inductor.config.deterministic
+    finally:
+        trial_settings()
+    assert torch._inductor.config.deterministic  # the trials' settings put Inductor in its deterministic mode
+    assert [c.get("mode") for c in calls] == [None, "max-autotune"]
+    assert all(c["backend"] == "eager" for c in calls)
+    df = pd.read_csv(tmp_path / "m" / "bench.csv").set_index("contender")
+    assert set(df.index) == {B.REFERENCE, "baseline", "baseline compiled", "baseline compiled max-autotune"}
+    assert df.loc["baseline compiled max-autotune", "compile_mode"] == "max-autotune"
+    assert df.loc["baseline compiled", "compile_mode"] == "default" and df.loc["baseline", "kind"] == "variant"
+    assert deterministic_in_step and not any(deterministic_in_step)
+    meta = json.loads((tmp_path / "m" / "config.json").read_text())
+    assert meta["compile_modes"] == ["default", "max-autotune"] and meta["nondeterministic"] is True
+    md = (tmp_path / "m" / "bench.md").read_text()
+    assert "- deterministic: False" in md and "MFU of the compiled contenders: baseline compiled " in md
+    assert "Timed **without** deterministic algorithms" in md
+    assert main([*args, "--nondeterministic", "--group-sizes", "2", "--run-id", "g"]) == 2
+    assert "--nondeterministic times the plain bench" in capsys.readouterr().err
+    bad = cli_in_process(*args, "--compile", "fastest", "--run-id", "bad")
+    assert bad.returncode == 2 and "unknown compile mode 'fastest'" in bad.stderr and "Traceback" not in bad.stderr

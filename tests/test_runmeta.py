@@ -88,3 +88,13 @@ def test_a_record_built_in_code_writes_its_kind_only_when_not_training(tmp_path)
     meta = store.meta()
     assert meta.kind == "bench" and meta.run_id == "b1" and meta.steps == 2
     assert list(json.loads((tmp_path / "b1" / "config.json").read_text()))[0] == "kind"
+
+
+def test_an_undeclared_attribute_is_refused_not_dropped_from_the_file():
+    """``bench --group-sizes`` once set ``meta.group_sizes`` without a field of that name: the value lived on
+    the object and never reached config.json. A name that is not a field now raises at once."""
+    meta = RunMeta("bench", "c", "", {}, [], "cpu", {})
+    with pytest.raises(AttributeError, match="no field 'group_size'"):
+        meta.group_size = [2]
+    meta.group_sizes = [2]
+    assert meta.to_dict()["group_sizes"] == [2]

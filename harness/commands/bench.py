@@ -64,10 +64,16 @@ def register(sub, parents):
                    help="where a step's time goes instead: each contender's --steps steps under torch.profiler, the "
                         "N largest ops (on CUDA the GPU kernels' device time, on the CPU ops' self time) and the "
                         "share of matmuls, attention, normalisation, copies ... per step (harness.perf.kernels)")
-    p.add_argument("--compile", action="store_true",
-                   help="also run each variant's step through torch.compile (TorchInductor), a contender '<variant> "
-                        "compiled' beside the eager one, with its MFU; the first steps compile (minutes on a CPU): "
-                        "give --warmup-steps enough to cover them")
+    p.add_argument("--compile", nargs="?", const="default", default=None, type=compile_modes_arg,
+                   metavar="MODE[,MODE...]",
+                   help="also run each variant's step through torch.compile (TorchInductor) in each mode: default "
+                        "(alone: --compile), reduce-overhead, max-autotune, max-autotune-no-cudagraphs; a contender "
+                        "'<variant> compiled [MODE]' beside the eager one, with its MFU. The first steps compile "
+                        "(minutes on a CPU, longer with max-autotune): give --warmup-steps enough to cover them")
+    p.add_argument("--nondeterministic", action="store_true",
+                   help="time the steps without the trials' deterministic algorithms (torch's and Inductor's: "
+                        "under them max-autotune times no candidates): what determinism costs. Runs never "
+                        "use this; bench.md and config.json say it was on")
     p.add_argument("--no-memory", dest="memory", action="store_false",
                    help="skip the fresh-process peak-memory probes (about 5 s per contender and dtype)")
     add_output(p, "bench")
@@ -85,6 +91,20 @@ def group_sizes_arg(text: str) -> list[int]:
     if not sizes or any(k < 1 or k > 1024 for k in sizes):
         raise argparse.ArgumentTypeError(f"group sizes must be between 1 and 1024, got {text!r}")
     return sizes
+
+
+def compile_modes_arg(text: str) -> list[str]:
+    """``--compile``: comma-separated ``torch.compile`` modes (:data:`harness.perf.bench.COMPILE_MODES`)."""
+    import argparse
+
+    from ..perf.bench import COMPILE_MODES
+
+    modes = [m for m in text.replace(" ", "").split(",") if m]
+    bad = [m for m in modes if m not in COMPILE_MODES]
+    if not modes or bad:
+        raise argparse.ArgumentTypeError(f"unknown compile mode {(bad or [text])[0]!r}: use "
+                                         f"{', '.join(COMPILE_MODES)}, comma-separated")
+    return list(dict.fromkeys(modes))
 
 
 def render_markdown(rows: list[dict], info: dict, meta: RunMeta) -> str:
@@ -121,6 +141,15 @@ def render_markdown(rows: list[dict], info: dict, meta: RunMeta) -> str:
               f"- {REFERENCE}: `torch.nn.Transformer` (batch_first, post-norm, bool masks) with the harness's "
               "embeddings, PE and generator, same sizes; `seed_000` is the Annotated Transformer's architecture "
               "assembled by the harness."]
+    if meta.compile_modes:
+        lines.append("- `<variant> compiled [MODE]`: the variant's model through `torch.compile` (TorchInductor) in "
+                     "that mode (none named: `default`), same initial weights; the loss, backward call and optimizer "
+                     "stay eager. Compilation happens in the first (warm-up) rounds.")
+    lines.append("- Timed **without** deterministic algorithms (`--nondeterministic`): torch's and Inductor's "
+                 "(which otherwise times no autotuning candidates); a trial always runs with them."
+                 if meta.nondeterministic else
+                 "- Timed with the trials' deterministic algorithms (torch's and Inductor's: max-autotune then "
+                 "times no candidates; `--nondeterministic` measures without them).")
     return "\n".join(lines) + "\n"
 
 
@@ -136,13 +165,9 @@ def write_outputs(store_root: Path, rows: list[dict], info: dict, meta: RunMeta)
     return csv_path, md_path
 
 
-def main(args) -> int:
-    from ..perf.bench import TERMINAL_DROPS, BenchError, bench_meta, run_bench, summary_lines, table_frame
-    from ..report.terminal import narrowed_table
-    from .common import plugin_spec
-    from ..env import resolve_device, trial_settings
-    from ..store import RunStore
-    from .common import check_task, command_line, load_registry, resolve_config, select_variants
+def check_options(args) -> None:
+    """Raises BenchError for options that do not go together (each message says what to drop or add)."""
+    from ..perf.bench import BenchError
 
     if args.steps < 1 or args.warmup_steps < 0:
         raise BenchError(f"--steps must be >= 1 and --warmup-steps >= 0, got {args.steps} and {args.warmup_steps}")
@@ -150,8 +175,22 @@ def main(args) -> int:
         raise BenchError("--kernels N profiles the contenders' plain steps: N >= 1, without --group-sizes or --old")
     if args.compile and (args.group_sizes or args.old or args.kernels):
         raise BenchError("--compile adds compiled contenders to the plain bench: drop --group-sizes, --old and --kernels")
+    if args.nondeterministic and (args.group_sizes or args.old or args.kernels):
+        raise BenchError("--nondeterministic times the plain bench's contenders: drop --group-sizes, --old and "
+                         "--kernels")
     if args.eval and not args.group_sizes:
         raise BenchError("--eval times the evaluation of trial groups: give their sizes with --group-sizes, e.g. 4,8")
+
+
+def main(args) -> int:
+    from ..perf.bench import TERMINAL_DROPS, bench_meta, run_bench, summary_lines, table_frame
+    from ..report.terminal import narrowed_table
+    from .common import plugin_spec
+    from ..env import resolve_device, trial_settings
+    from ..store import RunStore
+    from .common import check_task, command_line, load_registry, resolve_config, select_variants
+
+    check_options(args)
     reg = load_registry(args)
     variants = select_variants(reg, args)
     cfg = resolve_config(args, reg)
@@ -160,8 +199,14 @@ def main(args) -> int:
     dtypes = ["fp32", "bf16"] if args.dtype == "both" else [args.dtype]
     plugins = plugin_spec(args).to_dict()
     trial_settings()  # before the environment block records the settings
+    if args.nondeterministic:  # the environment block records it; run_bench keeps it so
+        import torch
+
+        torch.use_deterministic_algorithms(False)
     command = command_line()
     meta = bench_meta(command, args.preset, cfg, device, dtypes, args.steps, args.warmup_steps, variants, plugins)
+    meta.nondeterministic = True if args.nondeterministic else None
+    meta.compile_modes = args.compile
     store = RunStore.create(args.results_dir, meta, args.run_id, prefix="bench-")  # taken: -2, -3 ...
     log = None if args.quiet else (lambda line: print(f"bench: {line}", file=sys.stderr, flush=True))
     if log:
@@ -176,7 +221,8 @@ def main(args) -> int:
     if args.group_sizes:
         return _seeds_main(args, variants[0], cfg, reg, device, dtypes, store, meta, log)
     rows, info = run_bench(variants, cfg, device, dtypes, args.steps, args.warmup_steps, reg, plugins,
-                           memory=args.memory, log=log, compile=args.compile)
+                           memory=args.memory, log=log, compile=args.compile or (),
+                           deterministic=not args.nondeterministic)
     meta.peak_gflop_per_s, meta.bench_s = info["peak_gflop_per_s"], info["bench_s"]
     store.write_meta(meta)
     csv_path, md_path = write_outputs(store.root, rows, info, meta)

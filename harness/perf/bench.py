@@ -39,7 +39,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 from torch import nn
@@ -47,13 +47,14 @@ from torch import nn
 from ..config import ModelConfig, RunConfig
 from ..errors import HarnessError
 from ..checks.contract_base import sinusoidal_pe
-from ..env import autocast, environment, peak_mem_mb, reset_peak_mem, trial_settings
+from ..env import environment, peak_mem_mb, reset_peak_mem, trial_settings
 from ..model import build_model, unique_parameter_count
 from ..registry import Registry, Variant
 from ..runmeta import RunMeta
-from ..tasks.base import Batch, loss_fn
+from ..tasks.base import Batch
 from ..train import make_optimizer, train_step
 from ..trial import registry_for
+from .flops import DTYPES, count_flops, forget_operands, matmul_seconds, sync
 
 #: Name of the ``torch.nn.Transformer`` reference contender.
 REFERENCE = "nn.Transformer"
@@ -61,7 +62,6 @@ REFERENCE = "nn.Transformer"
 PROBE_STEPS = 3
 #: Side of the square matmul that measures the machine's matmul throughput.
 PEAK_N = {"cpu": 2048, "cuda": 8192}
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 #: Targets of issue 6, checked in the summary: slowest / fastest variant vs the fp32 reference
 #: (fp32 runs), fastest bf16 variant vs the fp32 reference, and the largest peak RSS against
 #: the Annotated Transformer's own code measured on the 2-core development machine (~900 MiB).
@@ -71,10 +71,37 @@ TARGETS = {"fp32_slowest": 0.9, "fp32_fastest": 1.0, "bf16_fastest": 2.0, "peak_
 #: ``torch.compile`` backend of ``bench --compile``'s contenders (TorchInductor: fuses the casts,
 #: LayerNorms and elementwise kernels that bound the bf16 step on a GPU, results/reference/gpu-h200-run4).
 COMPILE_BACKEND = "inductor"
+#: ``torch.compile`` modes ``bench --compile`` takes (PyTorch docs, ``torch.compile``): ``default``;
+#: ``reduce-overhead`` (the compiled forward and backward replayed as CUDA graphs); ``max-autotune``
+#: (also times Triton and cuBLAS candidates for every matmul and keeps the fastest, with CUDA graphs) and
+#: ``max-autotune-no-cudagraphs``. Under the trials' deterministic mode Inductor times no candidates
+#: (``torch._inductor.config.deterministic``: it takes a fixed choice), so the autotuning modes only
+#: differ from ``default`` with ``bench --nondeterministic``.
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+#: Modes whose compiled graphs run as CUDA graphs: each step first calls
+#: ``torch.compiler.cudagraph_mark_step_begin()`` (a new iteration: the last one's outputs may be overwritten).
+CUDAGRAPH_MODES = ("reduce-overhead", "max-autotune")
+
+
+def compiled_name(variant: str, mode: str) -> str:
+    """The contender name of ``variant`` compiled in ``mode``: ``"<variant> compiled"`` for ``default``,
+    ``"<variant> compiled <mode>"`` otherwise."""
+    return f"{variant} compiled" if mode == "default" else f"{variant} compiled {mode}"
+
+
+def compile_model(model: nn.Module, mode: str) -> nn.Module:
+    """``torch.compile(model)`` with :data:`COMPILE_BACKEND` in ``mode`` (one of :data:`COMPILE_MODES`).
+
+    Raises:
+        BenchError: an unknown mode.
+    """
+    if mode not in COMPILE_MODES:
+        raise BenchError(f"unknown compile mode {mode!r} (use {', '.join(COMPILE_MODES)})")
+    return torch.compile(model, backend=COMPILE_BACKEND, **({} if mode == "default" else {"mode": mode}))
 
 
 class BenchError(HarnessError):
-    """Bad bench options (steps, dtypes) or a memory probe that failed."""
+    """Bad bench options (steps, dtypes, compile modes) or a memory probe that failed."""
 
 
 class TorchTransformer(nn.Module):
@@ -133,86 +160,18 @@ def build_contender(name: str, slots: dict | None, cfg: ModelConfig, registry: R
     return build_model(registry, Variant(name, dict(slots or {})), cfg, seed=seed)
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def _sdpa_flops(query_shape, key_shape, value_shape, *args, **kwargs) -> int:
-    """Forward SDPA: the two matmuls Q K^T and P V."""
-    from torch.utils.flop_counter import sdpa_flop_count
-
-    return sdpa_flop_count(query_shape, key_shape, value_shape)
-
-
-def _sdpa_backward_flops(grad_out_shape, query_shape, key_shape, value_shape, *args, **kwargs) -> int:
-    """Backward SDPA as *model* FLOPs: 2 x forward (four matmuls). PyTorch's own formula
-    adds the fused kernels' recomputation of Q K^T, which a plain matmul attention never does."""
-    from torch.utils.flop_counter import sdpa_flop_count
-
-    return 2 * sdpa_flop_count(query_shape, key_shape, value_shape)
-
-
-def _flop_formulas() -> dict:
-    aten = torch.ops.aten
-    out = {}
-    if hasattr(aten, "_scaled_dot_product_flash_attention_for_cpu"):  # not in torch's table
-        out[aten._scaled_dot_product_flash_attention_for_cpu] = _sdpa_flops
-    for name in ("_scaled_dot_product_flash_attention_for_cpu_backward", "_scaled_dot_product_flash_attention_backward",
-                 "_scaled_dot_product_efficient_attention_backward", "_scaled_dot_product_cudnn_attention_backward"):
-        if hasattr(aten, name):
-            out[getattr(aten, name)] = _sdpa_backward_flops
-    return out
-
-
-def count_flops(model: nn.Module, batch: Batch, cfg: RunConfig, device: torch.device, dtype: str) -> int:
-    """Model FLOPs of one training forward + backward on ``batch``, counted by
-    ``FlopCounterMode``: every matmul and attention (PyTorch's CPU flash attention included,
-    fused attention backward without its recomputation, so that every way of writing attention
-    counts the same). Leaves the gradients cleared."""
-    from torch.utils.flop_counter import FlopCounterMode
-
-    model.train()
-    with FlopCounterMode(display=False, custom_mapping=_flop_formulas()) as counter:
-        with autocast(device, dtype):
-            logits = model(batch.src, batch.tgt)
-        loss_fn(logits, batch.tgt_y, cfg.model.pad, cfg.train.label_smoothing).backward()
-    model.zero_grad(set_to_none=True)
-    return int(counter.get_total_flops())
-
-
-_OPERANDS: dict[tuple, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
-
-
-def matmul_seconds(dtype: str, device: torch.device, n: int) -> float:
-    """Wall time of one (n x n) @ (n x n) matmul in ``dtype`` (2 n^3 FLOP), seconds.
-
-    The operands are made once per (dtype, device, n) and kept, so only the matmul is timed.
-    """
-    key = (dtype, str(device), n)
-    if key not in _OPERANDS:
-        g = torch.Generator(device="cpu").manual_seed(0)
-        a, b = (torch.randn(n, n, generator=g).to(device, DTYPES[dtype]) for _ in range(2))
-        _OPERANDS[key] = (a, b, torch.empty(n, n, device=device, dtype=DTYPES[dtype]))
-    a, b, out = _OPERANDS[key]
-    _sync(device)
-    t0 = time.perf_counter()
-    torch.mm(a, b, out=out)
-    _sync(device)
-    return time.perf_counter() - t0
-
-
 @dataclass
 class Contender:
     """One model under test with its optimizer; ``times[dtype]`` holds per-step phase times (s)."""
 
     name: str
-    kind: str  # "reference" or "variant"
+    kind: str  # "reference", "variant" or "compiled"
     slots: dict
     model: nn.Module
     opt: Any
     sched: Any
     params: int
+    compile_mode: str | None = None  # a COMPILE_MODES entry for kind "compiled"
     times: dict[str, list[dict[str, float]]] = field(default_factory=dict)
     flops: dict[str, int] = field(default_factory=dict)
     memory: dict[str, dict[str, float]] = field(default_factory=dict)
@@ -223,11 +182,13 @@ def timed_step(c: Contender, batch: Batch, cfg: RunConfig, device: torch.device,
     marks: list[float] = []
 
     def clock(_phase: str) -> None:
-        _sync(device)
+        sync(device)
         marks.append(time.perf_counter())
 
     c.model.train()
-    _sync(device)
+    if c.compile_mode in CUDAGRAPH_MODES:
+        torch.compiler.cudagraph_mark_step_begin()
+    sync(device)
     t0 = time.perf_counter()
     train_step(c.model, batch, c.opt, c.sched, cfg, device, dtype, clock=clock)
     c.opt.zero_grad(set_to_none=True)  # untimed: one process holds every contender
@@ -279,16 +240,34 @@ def _probe_main(payload: str) -> None:
     for _ in range(int(spec["steps"])):
         batch = task.make_batch(tc.batch, tc.seq_len, cfg.model.vocab, gen).to(device)
         train_step(model, batch, opt, sched, cfg, device, spec["dtype"])
-    _sync(device)
+    sync(device)
     out = {"peak_rss_mb": peak_mem_mb(torch.device("cpu")), "base_rss_mb": base}
     if device.type == "cuda":
         out["peak_cuda_mb"] = peak_mem_mb(device)
     print(json.dumps(out))
 
 
+def build_contenders(variants: list[Variant], cfg: RunConfig, device: torch.device, registry: Registry,
+                     compile: Sequence[str] = ()) -> dict[str, Contender]:
+    """The contenders by name, in table order: :data:`REFERENCE`, each variant, then each variant in each
+    ``compile`` mode (:func:`compiled_name`, :func:`compile_model`); each with its optimizer and schedule."""
+    names = [(REFERENCE, "reference", REFERENCE, {}, None)]  # (contender, kind, model's name, slots, mode)
+    names += [(v.name, "variant", v.name, dict(v.slots), None) for v in variants]
+    names += [(compiled_name(v.name, m), "compiled", v.name, dict(v.slots), m) for v in variants for m in compile]
+    contenders: dict[str, Contender] = {}
+    for name, kind, base, slots, mode in names:
+        model = build_contender(base, slots, cfg.model, registry).to(device)
+        opt, sched = make_optimizer(model, cfg)
+        model = compile_model(model, mode) if mode else model
+        contenders[name] = Contender(name, kind, slots, model, opt, sched, unique_parameter_count(model),
+                                     compile_mode=mode)
+    return contenders
+
+
 def run_bench(variants: list[Variant], cfg: RunConfig, device: torch.device, dtypes: list[str], steps: int,
               warmup: int, registry: Registry, plugins: dict | None = None, memory: bool = True,
-              log: Callable[[str], None] | None = None, compile: bool = False) -> tuple[list[dict], dict[str, Any]]:
+              log: Callable[[str], None] | None = None, compile: Sequence[str] = (),
+              deterministic: bool = True) -> tuple[list[dict], dict[str, Any]]:
     """Benchmark ``variants`` and the reference (see the module docstring).
 
     Args:
@@ -296,8 +275,11 @@ def run_bench(variants: list[Variant], cfg: RunConfig, device: torch.device, dty
             (the yardstick of every ratio).
         steps: timed rounds (>= 1); warmup: untimed rounds first (>= 0).
         memory: run the fresh-process memory probes.
-        compile: also each variant through ``torch.compile`` (:data:`COMPILE_BACKEND`), a contender
-            ``"<variant> compiled"`` of kind ``compiled`` with the same initial weights (no memory probe).
+        compile: :data:`COMPILE_MODES` to also run each variant in through ``torch.compile``
+            (:func:`compile_model`): per mode a contender :func:`compiled_name` of kind ``compiled`` with
+            the same initial weights (no memory probe).
+        deterministic: False: the steps run without deterministic algorithms, torch's and Inductor's
+            (``bench --nondeterministic``); this process keeps them off afterwards.
 
     Returns:
         ``(rows, info)``: one row per contender x dtype (see :func:`bench_rows`), and
@@ -314,18 +296,13 @@ def run_bench(variants: list[Variant], cfg: RunConfig, device: torch.device, dty
     say = log or (lambda _line: None)
     t_start = time.perf_counter()
     trial_settings()
+    if not deterministic:
+        torch.use_deterministic_algorithms(False)  # Inductor's deterministic mode goes with it
     tc, mc = cfg.train, cfg.model
-    names = [(REFERENCE, "reference", {})] + [(v.name, "variant", dict(v.slots)) for v in variants]
-    names += [(f"{v.name} compiled", "compiled", dict(v.slots)) for v in variants if compile]
-    runs = [(n, d) for n, _, _ in names for d in dtypes]
+    contenders = build_contenders(variants, cfg, device, registry, compile)
+    runs = [(name, d) for name in contenders for d in dtypes]
     if "fp32" not in dtypes:
         runs.insert(0, (REFERENCE, "fp32"))
-    contenders: dict[str, Contender] = {}
-    for name, kind, slots in names:
-        model = build_contender(name.removesuffix(" compiled"), slots, mc, registry).to(device)
-        opt, sched = make_optimizer(model, cfg)
-        model = torch.compile(model, backend=COMPILE_BACKEND) if kind == "compiled" else model
-        contenders[name] = Contender(name, kind, slots, model, opt, sched, unique_parameter_count(model))
     task = registry.task(tc.task)
     gen = torch.Generator().manual_seed(0)
     batch = task.make_batch(tc.batch, tc.seq_len, mc.vocab, gen).to(device)
@@ -373,7 +350,7 @@ def _timed_rounds(contenders: dict[str, Contender], runs: list[tuple[str, str]],
             if r >= warmup:
                 peak_times[d].append(s)
         say(f"round {r + 1}/{rounds}{' (warm-up)' if r < warmup else ''}: {time.perf_counter() - t_round:.1f} s")
-    _OPERANDS.clear()
+    forget_operands()
     return {d: 2 * n ** 3 / statistics.median(ts) / 1e9 for d, ts in peak_times.items()}
 
 
@@ -389,7 +366,8 @@ def bench_rows(contenders: dict[str, Contender], runs: list[tuple[str, str]], to
         q = statistics.quantiles(step, n=4, method="inclusive") if len(step) > 1 else [med, med, med]
         flops = c.flops.get(dtype, 0)
         achieved = flops / med / 1e9
-        row = {"contender": name, "kind": c.kind, "dtype": dtype, "params": c.params,
+        row = {"contender": name, "kind": c.kind, "compile_mode": c.compile_mode or "", "dtype": dtype,
+               "params": c.params,
                "gflop_per_step": flops / 1e9, "tokens_per_step": tokens, "steps_timed": len(step),
                "step_ms_median": med * 1e3, "step_ms_p25": q[0] * 1e3, "step_ms_p75": q[2] * 1e3,
                "step_ms_min": min(step) * 1e3,
@@ -435,6 +413,9 @@ def summary_lines(rows: list[dict]) -> list[str]:
         out.append(f"{dtype}: MFU of the variants {min(r['mfu'] for r in vs):.0%}-{max(r['mfu'] for r in vs):.0%} "
                    f"({REFERENCE}: {ref[dtype]['mfu']:.0%})" if dtype in ref else
                    f"{dtype}: MFU of the variants {min(r['mfu'] for r in vs):.0%}-{max(r['mfu'] for r in vs):.0%}")
+        compiled = [r for r in rows if r["kind"] == "compiled" and r["dtype"] == dtype]
+        if compiled:
+            out.append(f"{dtype}: MFU of the compiled contenders: " + ", ".join(f"{r['contender']} {r['mfu']:.0%}" for r in compiled))
         mem = [r["peak_rss_mb"] for r in vs if not math.isnan(r["peak_rss_mb"])]
         if mem and dtype in ref and not math.isnan(ref[dtype]["peak_rss_mb"]):
             big = max((r for r in vs if not math.isnan(r["peak_rss_mb"])), key=lambda r: r["peak_rss_mb"])

@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 import torch
 
-from .bench import _sync
+from .flops import sync
 from ..config import RunConfig
 from ..env import threads_pinned
 from ..model import build_model
@@ -87,10 +87,10 @@ def _time_arms(arms: dict, rounds: int, warmup: int, device: torch.device, say: 
     order = list(arms)
     for r in range(warmup + rounds):
         for key in order[r % len(order):] + order[:r % len(order)]:
-            _sync(device)
+            sync(device)
             t0 = time.perf_counter()
             arms[key]()
-            _sync(device)
+            sync(device)
             if r >= warmup:
                 times[key].append(time.perf_counter() - t0)
         say(f"evaluation round {r + 1}/{warmup + rounds}{' (warm-up)' if r < warmup else ''}")

@@ -12,8 +12,8 @@
 Each row gives the median step time, the time per seed-step (step / K), seed-steps per second, the
 speed-up over ``sequential``, trials per hour at the config's ``train.steps`` (training steps only:
 the evaluations and the final decoding are not in it), and MFU: K x the model FLOPs of one
-forward + backward (:func:`harness.perf.bench.count_flops`) per step time, over this machine's matmul
-throughput in the same dtype measured by the same command (:func:`harness.perf.bench.matmul_seconds`).
+forward + backward (:func:`harness.perf.flops.count_flops`) per step time, over this machine's matmul
+throughput in the same dtype measured by the same command (:func:`harness.perf.flops.matmul_seconds`).
 The batches are drawn and stacked before the clock starts (host-side batch drawing is not timed
 in any arm). On CUDA every step is synchronised before the clock is read. ``ops / step``: the
 aten ops that do work (no views, allocations or composites' own entries) in one more (untimed)
@@ -29,7 +29,8 @@ from typing import Any, Callable
 
 import torch
 
-from .bench import PEAK_N, _sync, count_flops, matmul_seconds
+from .bench import PEAK_N
+from .flops import count_flops, matmul_seconds, sync
 from ..config import RunConfig
 from ..model import build_model, unique_parameter_count
 from ..registry import Registry, Variant
@@ -90,10 +91,10 @@ class _Arm:
         """One timed step on the first K of ``batches``; seconds."""
         self.steps += 1
         run = self._prepared(batches)
-        _sync(self.device)
+        sync(self.device)
         t0 = time.perf_counter()
         run()
-        _sync(self.device)
+        sync(self.device)
         return time.perf_counter() - t0
 
 

@@ -19,7 +19,7 @@ from typing import Callable
 
 import torch
 
-from .bench import _sync
+from .flops import sync
 from ..config import RunConfig
 from ..env import trial_settings
 from ..model import build_model
@@ -73,7 +73,7 @@ def run_settings_bench(variant: Variant, old: RunConfig, new: RunConfig, old_dty
             arm.model.train()
             t0 = time.perf_counter()
             train_step(arm.model, batch, arm.opt, arm.sched, arm.cfg, device, arm.dtype)
-            _sync(device)
+            sync(device)
             if r >= warmup:
                 arm.step_s.append(time.perf_counter() - t0)
                 arm.tokens.append(batch.ntokens)
