@@ -68,6 +68,7 @@ FAULTS = {
     "adv_window_off_by_one": "a window of w + 1 keys",
     "adv_qk_norm_d_model": "QK-norm statistics over d_model",
     "adv_parallel_two_norms_sequential": "sequential pre-norm: each sub-layer reads LayerNorm of the previous",
+    "adv_unscaled_renamed": "does not export the canonical layout",
 }
 GOOD = sorted(p.stem for p in PLUGINS.glob("good_*.py"))
 
@@ -325,3 +326,15 @@ def test_an_attention_that_never_asks_for_positions_fails_only_where_it_drops_th
     failures = checks.run_checks(reg, [paired]).failures()
     assert any("acts inside attention but attention=good_annotated_attention never calls ctx.positions" in f
                for f in failures), failures
+
+
+def test_parameters_without_canonical_names_fail_every_comparison_with_a_reason_not_a_keyerror():
+    """``adv_unscaled_renamed`` names its projections ``q, k, v, o``: every comparison that needs the canonical
+    weights fails and says why; the nn.Transformer comparison names the parameter with no counterpart there
+    (it raised a bare ``KeyError`` inside the check before)."""
+    reg = _registry("adv_unscaled_renamed")
+    failures = checks.run_checks(reg, reg.select(["adv_unscaled_renamed"])).failures()
+    assert not any("KeyError" in f for f in failures), failures
+    stack = [f for f in failures if "vs nn.Transformer" in f]
+    assert stack and all("self_attn.k.bias' has no counterpart there" in f and "canonical parameter names" in f
+                         for f in stack), stack

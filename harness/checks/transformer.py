@@ -53,6 +53,18 @@ def nn_transformer_name(name: str) -> tuple[str, int | None]:
     raise KeyError(f"no nn.Transformer counterpart for canonical parameter {name!r}")
 
 
+def _unmapped(canon: dict[str, torch.Tensor]) -> str:
+    """The first stack parameter of ``canon`` with no ``nn.Transformer`` counterpart (:func:`nn_transformer_name`),
+    or ``""``: parameters outside the stacks (embeddings, generator) are not compared and do not count."""
+    for name in sorted(canon):
+        if name.startswith(("encoder.", "decoder.")):
+            try:
+                nn_transformer_name(name)
+            except KeyError:
+                return name
+    return ""
+
+
 def make_nn_transformer(cfg: ModelConfig, norm_first: bool, final_norm: bool = True, bias: bool = True) -> nn.Transformer:
     """``nn.Transformer`` with the check config, batch_first; ``final_norm=False`` builds it with
     ``custom_encoder``/``custom_decoder`` whose ``norm=None`` (no LayerNorm after the stacks);
@@ -147,7 +159,14 @@ def compare_with_nn_transformer(registry: Registry, variant: Variant, cfg: Model
     has_bias = any(k.endswith("self_attn.w_q.bias") for k in canon)
     other = sorted(k for k, t in canon.items() if k.endswith(("attn.w_k.weight", "attn.w_v.weight"))
                    and tuple(t.shape) != (cfg.d_model, cfg.d_model))
+    unmapped = _unmapped(canon)
     for label, first, final, bias, reason in nn_transformer_structure(variant, groups, registry, has_bias):
+        if unmapped and not reason:
+            out.append(ReferenceResult(variant.name, label, "equivalent", CRASHES, False, buggy=variant.buggy,
+                                       detail=f"cannot be laid onto nn.Transformer: {unmapped!r} has no counterpart "
+                                              "there; its component does not export the canonical parameter names "
+                                              "(docs/components.md, \"Canonical parameters\")"))
+            continue
         if other and not reason:
             reason = (f"{other[0]} has shape {tuple(canon[other[0]].shape)}, not (d_model, d_model): K/V heads shared "
                       f"by groups of query heads, which nn.Transformer's MultiheadAttention cannot hold (the attention "
