@@ -322,7 +322,7 @@ def test_bench_compile_adds_a_compiled_contender_beside_each_variant(tmp_path, c
     assert sorted(probed) == sorted([B.REFERENCE, "baseline", "pre_norm"])
     assert "compiled" not in " ".join(line for line in capsys.readouterr().out.splitlines() if "variant" in line)
     assert main([*args, "--compile", "--group-sizes", "2", "--run-id", "g"]) == 2
-    assert "--compile adds compiled contenders" in capsys.readouterr().err
+    assert "--compile and --nondeterministic go with the plain bench or --kernels" in capsys.readouterr().err
 
 
 def test_bench_compile_modes_each_a_contender_and_nondeterministic_recorded(tmp_path, capsys, monkeypatch):
@@ -363,6 +363,26 @@ def test_bench_compile_modes_each_a_contender_and_nondeterministic_recorded(tmp_
     assert "- deterministic: False" in md and "MFU of the compiled contenders: baseline compiled " in md
     assert "Timed **without** deterministic algorithms" in md
     assert main([*args, "--nondeterministic", "--group-sizes", "2", "--run-id", "g"]) == 2
-    assert "--nondeterministic times the plain bench" in capsys.readouterr().err
+    assert "--compile and --nondeterministic go with the plain bench or --kernels" in capsys.readouterr().err
     bad = cli_in_process(*args, "--compile", "fastest", "--run-id", "bad")
     assert bad.returncode == 2 and "unknown compile mode 'fastest'" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_bench_kernels_profiles_the_compiled_steps_too(tmp_path, monkeypatch):
+    """``bench --kernels N --compile default,reduce-overhead``: an arm per compiled mode beside the eager ones, each
+    profiled after its warm-up compiled it (here dynamo's ``eager`` backend, which keeps aten ops: a CPU-fast
+    stand-in for Inductor, whose Triton kernels only a GPU shows); the mode reaches torch.compile."""
+    from harness.cli import main
+
+    monkeypatch.setattr(B, "COMPILE_BACKEND", "eager")
+    calls, real = [], torch.compile
+    monkeypatch.setattr(torch, "compile", lambda model, **kw: calls.append(kw.get("mode")) or real(model, **kw))
+    args = ["bench", "--variants", "baseline", "--preset", "tiny", "--steps", "1", "--warmup-steps", "1",
+            "--device", "cpu", "--results-dir", str(tmp_path), "-q", "--kernels", "3"]
+    assert main([*args, "--compile", "default,reduce-overhead", "--run-id", "kc"]) == 0
+    assert calls == [None, "reduce-overhead"]
+    df = pd.read_csv(tmp_path / "kc" / "bench.csv")
+    assert set(df["arm"]) == {f"{B.REFERENCE} fp32", "baseline fp32", "baseline compiled fp32",
+                              "baseline compiled reduce-overhead fp32"}
+    md = (tmp_path / "kc" / "bench.md").read_text()
+    assert "### baseline compiled reduce-overhead fp32" in md

@@ -69,7 +69,8 @@ def register(sub, parents):
                    help="also run each variant's step through torch.compile (TorchInductor) in each mode: default "
                         "(alone: --compile), reduce-overhead, max-autotune, max-autotune-no-cudagraphs; a contender "
                         "'<variant> compiled [MODE]' beside the eager one, with its MFU. The first steps compile "
-                        "(minutes on a CPU, longer with max-autotune): give --warmup-steps enough to cover them")
+                        "(minutes on a CPU, longer with max-autotune): give --warmup-steps enough to cover them. With "
+                        "--kernels: the compiled steps' kernels too")
     p.add_argument("--nondeterministic", action="store_true",
                    help="time the steps without the trials' deterministic algorithms (torch's and Inductor's: "
                         "under them max-autotune times no candidates): what determinism costs. Runs never "
@@ -173,11 +174,9 @@ def check_options(args) -> None:
         raise BenchError(f"--steps must be >= 1 and --warmup-steps >= 0, got {args.steps} and {args.warmup_steps}")
     if args.kernels < 0 or (args.kernels and (args.group_sizes or args.old)):
         raise BenchError("--kernels N profiles the contenders' plain steps: N >= 1, without --group-sizes or --old")
-    if args.compile and (args.group_sizes or args.old or args.kernels):
-        raise BenchError("--compile adds compiled contenders to the plain bench: drop --group-sizes, --old and --kernels")
-    if args.nondeterministic and (args.group_sizes or args.old or args.kernels):
-        raise BenchError("--nondeterministic times the plain bench's contenders: drop --group-sizes, --old and "
-                         "--kernels")
+    if (args.compile or args.nondeterministic) and (args.group_sizes or args.old):
+        raise BenchError("--compile and --nondeterministic go with the plain bench or --kernels: drop --group-sizes "
+                         "and --old")
     if args.eval and not args.group_sizes:
         raise BenchError("--eval times the evaluation of trial groups: give their sizes with --group-sizes, e.g. 4,8")
 
@@ -352,7 +351,8 @@ def _kernels_main(args, variants, cfg, reg, device, dtypes, store, meta, log) ->
     writes bench.csv (the N largest ops of every arm) and bench.md (per arm: categories and ops)."""
     from ..perf.kernels import kernel_markdown, run_kernel_bench
 
-    rows, info = run_kernel_bench(variants, cfg, device, dtypes, args.steps, args.warmup_steps, reg, args.kernels, log)
+    rows, info = run_kernel_bench(variants, cfg, device, dtypes, args.steps, args.warmup_steps, reg, args.kernels, log,
+                                  compile=args.compile or ())
     meta.bench_s = info["bench_s"]
     store.write_meta(meta)
     note = (f"{args.warmup_steps} warm-up + {args.steps} profiled steps per arm, one arm after another; "

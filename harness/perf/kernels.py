@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 import time
 from collections import defaultdict
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 
@@ -132,32 +132,44 @@ def quiet_profiler() -> None:
 
 
 def profile_steps(model: torch.nn.Module, batch: Batch, cfg: RunConfig, device: torch.device, dtype: str,
-                  steps: int, warmup: int) -> list[dict]:
+                  steps: int, warmup: int, compile_mode: str | None = None) -> list[dict]:
     """``warmup`` untimed training steps of ``model`` on ``batch``, then ``steps`` under
-    ``torch.profiler``; returns :func:`op_rows` (GPU kernels on CUDA, CPU ops by self time otherwise)."""
+    ``torch.profiler``; returns :func:`op_rows` (GPU kernels on CUDA, CPU ops by self time otherwise).
+    ``compile_mode``: the model goes through :func:`harness.perf.bench.compile_model` in that mode first
+    (it compiles in the warm-up steps)."""
     from torch.profiler import ProfilerActivity, profile
+
+    from .bench import CUDAGRAPH_MODES, compile_model
 
     quiet_profiler()
     opt, sched = make_optimizer(model, cfg)
+    model = compile_model(model, compile_mode) if compile_mode else model
     model.train()
-    for _ in range(warmup):
+
+    def step() -> None:
+        if compile_mode in CUDAGRAPH_MODES:
+            torch.compiler.cudagraph_mark_step_begin()
         train_step(model, batch, opt, sched, cfg, device, dtype)
+
+    for _ in range(warmup):
+        step()
     on_device = device.type == "cuda"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_device else [])
     if on_device:
         torch.cuda.synchronize(device)
     with profile(activities=activities) as prof:
         for _ in range(steps):
-            train_step(model, batch, opt, sched, cfg, device, dtype)
+            step()
         if on_device:
             torch.cuda.synchronize(device)
     return op_rows(prof.events(), on_device, steps)
 
 
 def run_kernel_bench(variants: list[Variant], cfg: RunConfig, device: torch.device, dtypes: list[str], steps: int,
-                     warmup: int, registry: Registry, top: int,
-                     log: Callable[[str], None] | None = None) -> tuple[list[dict], dict]:
-    """``bench --kernels N``: :func:`profile_steps` for the reference and each variant in each dtype.
+                     warmup: int, registry: Registry, top: int, log: Callable[[str], None] | None = None,
+                     compile: Sequence[str] = ()) -> tuple[list[dict], dict]:
+    """``bench --kernels N``: :func:`profile_steps` for the reference and each variant in each dtype, then
+    each variant compiled in each ``compile`` mode (``bench --kernels N --compile MODE,...``).
 
     Returns:
         ``(rows, info)``: the ``top`` largest ops of every arm (each row with ``arm`` and ``rank``),
@@ -167,21 +179,22 @@ def run_kernel_bench(variants: list[Variant], cfg: RunConfig, device: torch.devi
     Raises:
         UnknownNameError: a variant's component is not registered.
     """
-    from .bench import REFERENCE, build_contender
+    from .bench import REFERENCE, build_contender, compiled_name
 
     t0 = time.perf_counter()
     tc, mc = cfg.train, cfg.model
     batch = registry.task(tc.task).make_batch(tc.batch, tc.seq_len, mc.vocab, torch.Generator().manual_seed(0))
     batch = batch.to(device)
-    arms = [(REFERENCE, {}, d) for d in dict.fromkeys(["fp32", *dtypes])]
-    arms += [(v.name, dict(v.slots), d) for v in variants for d in dtypes]
+    arms = [(REFERENCE, REFERENCE, {}, d, None) for d in dict.fromkeys(["fp32", *dtypes])]
+    arms += [(v.name, v.name, dict(v.slots), d, None) for v in variants for d in dtypes]
+    arms += [(compiled_name(v.name, m), v.name, dict(v.slots), d, m) for v in variants for m in compile for d in dtypes]
     rows, cats, summed = [], {}, {}
-    for name, slots, dtype in arms:
+    for name, base, slots, dtype, mode in arms:
         arm = f"{name} {dtype}"
         if log:
             log(f"profiling {arm}: {warmup} warm-up + {steps} profiled steps")
-        model = build_contender(name, slots, mc, registry).to(device)
-        got = profile_steps(model, batch, cfg, device, dtype, steps, warmup)
+        model = build_contender(base, slots, mc, registry).to(device)
+        got = profile_steps(model, batch, cfg, device, dtype, steps, warmup, compile_mode=mode)
         cats[arm] = category_rows(got)
         summed[arm] = sum(r["ms_per_step"] for r in got)
         rows += [{"arm": arm, "rank": i + 1, **r} for i, r in enumerate(got[:top])]
