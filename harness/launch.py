@@ -394,6 +394,29 @@ def warm_workers(options: Execution, n_specs: int) -> bool:
     return start_fork_server()  # returns at once; the server imports in the background
 
 
+def preload_report_modules(options: Execution, n_specs: int) -> threading.Thread | None:
+    """Import what the report needs (``scipy.stats``, ``matplotlib.pyplot``: over a second together) in a
+    background thread while worker processes or Ray train this run's trials, so that the report after the
+    last trial does not start with it. None (nothing started) where this process trains the trials itself:
+    ``--jobs 1`` or a single trial. An import that fails is left for the report to raise."""
+    local_alone = options.executor == "local" and (not isinstance(options.jobs, int) or options.jobs < 2)
+    if local_alone or n_specs < 2:
+        return None
+
+    def load() -> None:
+        with contextlib.suppress(Exception):
+            import importlib
+
+            from .report.plots import pyplot
+
+            importlib.import_module("scipy.stats")  # the report's statistics (harness.stats)
+            pyplot()
+
+    thread = threading.Thread(target=load, name="harness-report-imports", daemon=True)
+    thread.start()
+    return thread
+
+
 def drive(store: RunStore, specs: list[TrialSpec], meta: RunMeta, options: Execution, quiet: bool,
           headline: str, total: int | None = None, before=None, after_store=None) -> RunOutcome:
     """Run ``before()`` (the pre-training check), execute ``specs`` into ``store`` and write the report,
@@ -412,6 +435,7 @@ def drive(store: RunStore, specs: list[TrialSpec], meta: RunMeta, options: Execu
             if before is not None:
                 before()
             if specs:
+                preload_report_modules(options, len(specs))
                 execute(specs, store, options, quiet=quiet, log=log, after_store=after_store)
         except KeyboardInterrupt as exc:
             interrupted = exc

@@ -77,3 +77,23 @@ def test_on_a_gpu_machine_run_starts_the_fork_server_before_it_imports_torch(tmp
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split()[-2:] == ["0", str(early)], (proc.stdout[-2000:], proc.stderr[-2000:])
     assert workers.gpu_likely() == any(os.path.exists(n) for n in workers.GPU_NODES)
+
+
+def test_the_report_modules_load_in_the_background_only_while_other_processes_train():
+    """``preload_report_modules``: with a worker pool (or Ray) and two trials or more, scipy.stats and
+    matplotlib.pyplot are imported in a daemon thread during training (the report after the last trial
+    needed over a second for them); with ``--jobs 1`` or one trial this process trains, so nothing
+    starts. A fresh interpreter, so that the imports are the thread's own."""
+    code = ("import sys\n"
+            "from harness.launch import preload_report_modules\n"
+            "from harness.runmeta import Execution\n"
+            "assert preload_report_modules(Execution(jobs=1), 4) is None\n"
+            "assert preload_report_modules(Execution(jobs=2), 1) is None\n"
+            "before = {m for m in ('scipy.stats', 'matplotlib.pyplot') if m in sys.modules}\n"
+            "thread = preload_report_modules(Execution(jobs=2), 2)\n"
+            "thread.join(120)\n"
+            "print(sorted(before), thread.daemon, thread.is_alive(), 'scipy.stats' in sys.modules,\n"
+            "      'matplotlib.pyplot' in sys.modules, __import__('matplotlib').get_backend().lower())\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["[]", "True", "False", "True", "True", "agg"]

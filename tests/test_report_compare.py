@@ -498,7 +498,7 @@ def test_final_metrics_axis_is_never_narrower_than_the_floor(tmp_path, monkeypat
     store = make_run(tmp_path, "a", TWIN_ARMS, spread=0.0, jitter=0.0, check=[["baseline", "twin"], ["pre_norm"]])
     df = trials_frame(store)
     rows = aggregate(df, "baseline", meta=store.meta())
-    plt, figs = plots._plt(), []
+    plt, figs = plots.pyplot(), []
     monkeypatch.setattr(plt, "close", lambda fig=None: figs.append(fig))
     assert plots.plot_final_metrics(df, rows, tmp_path / "f.png") and plots.plot_steps_to_solve(
         df, rows, tmp_path / "s.png", 100)
@@ -514,10 +514,10 @@ def test_final_metrics_axis_is_never_narrower_than_the_floor(tmp_path, monkeypat
 
 
 def test_a_zoomed_axis_says_so():
-    from harness.report.plots import _plt
+    from harness.report.plots import pyplot
     from harness.report.plots import note_zoom
 
-    plt = _plt()
+    plt = pyplot()
     fig, (near, full) = plt.subplots(1, 2)
     near.set_xlim(0.30, 0.33)
     full.set_xlim(0.0, 0.33)

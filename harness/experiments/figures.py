@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from .. import stats
-from ..report.plots import _colors, _plt, atomic_savefig, log_axis
+from ..report.plots import _colors, pyplot, atomic_savefig, log_axis
 
 
 def plot_grad_norm_depth(ok, path: Path, param: str, theory: dict | None = None) -> Path | None:
@@ -19,7 +19,7 @@ def plot_grad_norm_depth(ok, path: Path, param: str, theory: dict | None = None)
     theory = theory or {}
     if ok.empty:
         return None
-    plt = _plt()
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(13, 5))
     variants = list(dict.fromkeys(ok["variant"]))
     colors = _colors(len(variants))
@@ -70,7 +70,7 @@ def plot_grad_norm_layers(store, ok, path: Path, param: str) -> Path | None:
     Ns = sorted(set(int(n) for n in cur["N"]))
     n_show = min(Ns, key=lambda n: (abs(n - 6), n))
     cur = cur[cur["N"] == n_show]
-    plt = _plt()
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.6), sharey=True)
     variants = list(dict.fromkeys(cur["variant"]))
     for ax, stack in zip(axes, ("encoder", "decoder")):
@@ -98,7 +98,7 @@ def plot_failures(ff, path: Path, definition: str) -> Path | None:
     ff = ff[ff["point"] != "(all points)"]
     if ff.empty:
         return None
-    plt = _plt()
+    plt = pyplot()
     points = list(dict.fromkeys(ff["point"]))
     variants = list(dict.fromkeys(ff["variant"]))
     fig, ax = plt.subplots(figsize=(max(6.5, 1.6 * len(points) + 3), 4.6))

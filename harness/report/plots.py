@@ -29,7 +29,8 @@ def atomic_savefig(fig, path: Path, **kwargs) -> None:
 
 # ----------------------------------------------------------------------------- plots
 
-def _plt():
+def pyplot():
+    """``matplotlib.pyplot`` with the Agg backend (files only, no display), imported on first use."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -66,7 +67,7 @@ def _series_label(variant: str, point: str) -> str:
 
 
 def _colors(n: int):
-    plt = _plt()
+    plt = pyplot()
     cmap = plt.get_cmap("tab10" if n <= 10 else "tab20")
     return [cmap(i % cmap.N) for i in range(n)]
 
@@ -81,7 +82,7 @@ def plot_curves(curves: pd.DataFrame, path: Path, series: list[tuple[str, str]] 
     variant (x sweep point): median over seeds with an interquartile band. Returns the path."""
     if curves.empty or "split" not in curves:
         return None
-    plt = _plt()
+    plt = pyplot()
     if "point" not in curves:
         curves = curves.assign(point="")
     curves = curves.assign(point=curves["point"].fillna(""))
@@ -171,7 +172,7 @@ def plot_curves_grid(curves: pd.DataFrame, path: Path, series: list[tuple[str, s
     """Small multiples for many variants: one panel per variant (x point) with its training loss
     (solid, mean over >= 10 steps) and held-out cross-entropy (dashed, markers), median over seeds with
     IQR bands; the first series (the baseline) is repeated in grey in every panel."""
-    plt = _plt()
+    plt = pyplot()
     from matplotlib import ticker
 
     ncols = 4
@@ -279,7 +280,7 @@ def plot_final_metrics(df: pd.DataFrame, rows: list, path: Path, metrics=COPY_ME
     :func:`min_span_limits`. Returns the path, or None without data."""
     if not rows:
         return None
-    plt = _plt()
+    plt = pyplot()
     labels = [_series_label(r.variant, r.point) for r in rows]
     colors = _colors(len(rows))
     h = max(2.6, 0.42 * len(rows) + 1.4)
@@ -330,7 +331,7 @@ def plot_steps_to_solve(df: pd.DataFrame, rows: list, path: Path, budget: int | 
     crossing an evaluation boundary)."""
     if not rows:
         return None
-    plt = _plt()
+    plt = pyplot()
     labels = [_series_label(r.variant, r.point) for r in rows]
     colors = _colors(len(rows))
     finite_all = _num(df, "steps_to_solve").dropna()

@@ -169,9 +169,9 @@ def _slot_tally(cmp: pd.DataFrame) -> dict[str, dict[str, list[str]]]:
 
 def plot_verdicts(df: pd.DataFrame, spec: SuiteSpec, path: Path) -> Path | None:
     """Heat map of P(variant beats the reference) per variant x task, verdicts marked (+ / -)."""
-    from ..report.plots import _plt
+    from ..report.plots import pyplot
 
-    plt = _plt()
+    plt = pyplot()
     if plt is None or df.empty:
         return None
     shown = df.assign(p=df["p"].where(df["relation"] != SAME))  # same function: no probability, "="
