@@ -171,3 +171,41 @@ def test_a_reader_that_stops_early_gets_no_traceback():
     proc.stdout.close()  # the reader goes away before the rest is written
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == BROKEN_PIPE and err == "", err
+
+
+@pytest.mark.parametrize("thread", [False, True])
+def test_the_quick_exit_keeps_output_atexit_handlers_and_waits_for_threads(tmp_path, thread):
+    """``python -m harness`` ends by ``os._exit`` after the atexit handlers (``harness.cli.exit_now``): the
+    interpreter's module teardown is skipped. A plugin's atexit handler still runs, the whole output
+    (a pipe, so block-buffered) arrives, and a non-daemon thread the plugin left running is waited for:
+    the ordinary exit, whose result it writes half a second after the command is done."""
+    plugin = tmp_path / "late_plugin.py"
+    plugin.write_text(
+        "import atexit, pathlib, threading, time\n"
+        "from harness import hookimpl\n"
+        f"OUT = pathlib.Path({str(tmp_path)!r})\n"
+        "def late():\n"
+        "    time.sleep(0.5)\n"
+        "    (OUT / 'thread.txt').write_text('done')\n"
+        f"if {thread}:\n"
+        "    threading.Thread(target=late).start()\n"
+        "atexit.register(lambda: (OUT / 'atexit.txt').write_text('ran'))\n"
+        "@hookimpl\n"
+        "def harness_add_variants():\n"
+        "    return []\n")
+    env = {**os.environ, "HARNESS_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    args = ["--plugin", str(plugin), "list", "--buggy"]
+    ordinary = subprocess.run([sys.executable, "-c", "import sys; from harness.cli import main; sys.exit(main())",
+                               *args], cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
+    for marker in tmp_path.glob("*.txt"):
+        marker.unlink()
+    proc = subprocess.run([sys.executable, "-m", "harness", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120, env=env)
+    assert proc.returncode == ordinary.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout == ordinary.stdout and len(proc.stdout) > 10_000  # nothing lost in the pipe's buffer
+    assert proc.stderr == ordinary.stderr
+    assert (tmp_path / "atexit.txt").read_text() == "ran"
+    assert (tmp_path / "thread.txt").exists() == thread
+    bad = subprocess.run([sys.executable, "-m", "harness", "run", "--variants", "no_such_variant"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and bad.stderr.startswith("harness: error:")
