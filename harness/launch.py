@@ -394,13 +394,20 @@ def warm_workers(options: Execution, n_specs: int) -> bool:
     return start_fork_server()  # returns at once; the server imports in the background
 
 
+def trains_elsewhere(options: Execution, n_specs: int) -> bool:
+    """Whether other processes train these ``n_specs`` trials, leaving this one waiting: a local worker pool
+    (``--jobs`` >= 2 and two trials or more, :func:`harness.runner.execute`) or Ray."""
+    if options.executor != "local":
+        return n_specs > 0
+    return isinstance(options.jobs, int) and options.jobs >= 2 and n_specs >= 2
+
+
 def preload_report_modules(options: Execution, n_specs: int) -> threading.Thread | None:
     """Import what the report needs (``scipy.stats``, ``matplotlib.pyplot``: over a second together) in a
-    background thread while worker processes or Ray train this run's trials, so that the report after the
-    last trial does not start with it. None (nothing started) where this process trains the trials itself:
-    ``--jobs 1`` or a single trial. An import that fails is left for the report to raise."""
-    local_alone = options.executor == "local" and (not isinstance(options.jobs, int) or options.jobs < 2)
-    if local_alone or n_specs < 2:
+    background thread while worker processes or Ray train this run's trials (:func:`trains_elsewhere`), so
+    that the report after the last trial does not start with it. None (nothing started) where this process
+    trains the trials itself. An import that fails is left for the report to raise."""
+    if not trains_elsewhere(options, n_specs):
         return None
 
     def load() -> None:
@@ -417,11 +424,37 @@ def preload_report_modules(options: Execution, n_specs: int) -> threading.Thread
     return thread
 
 
+def start_check(before, beside: bool):
+    """Run ``before()`` (the pre-training check, which only records check's classes for the report) now, or,
+    with ``beside``, in a thread while the trials train in other processes (its second off the run's start).
+    Returns ``wait()``: joins that thread and raises what ``before`` raised."""
+    if not beside:
+        before()
+        return lambda: None
+    raised: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            before()
+        except BaseException as exc:  # noqa: BLE001 - handed to the main thread by wait()
+            raised.append(exc)
+
+    thread = threading.Thread(target=target, name="harness-check", daemon=True)
+    thread.start()
+
+    def wait() -> None:
+        thread.join()
+        if raised:
+            raise raised[0]
+    return wait
+
+
 def drive(store: RunStore, specs: list[TrialSpec], meta: RunMeta, options: Execution, quiet: bool,
           headline: str, total: int | None = None, before=None, after_store=None) -> RunOutcome:
-    """Run ``before()`` (the pre-training check), execute ``specs`` into ``store`` and write the report,
-    with Ctrl-C and SIGTERM at any of these phases ending the run as ``interrupted``; ``after_store(key,
-    result)`` runs after each trial is stored (``--tensorboard``)."""
+    """Run ``before()`` (the pre-training check: before the trials, or beside them where other processes
+    train them, :func:`start_check`), execute ``specs`` into ``store`` and write the report, with Ctrl-C
+    and SIGTERM at any of these phases ending the run as ``interrupted``; ``after_store(key, result)``
+    runs after each trial is stored (``--tensorboard``)."""
     total = len(specs) if total is None else total
     log = run_log(store.root, quiet)
     interrupted: KeyboardInterrupt | None = None
@@ -432,11 +465,12 @@ def drive(store: RunStore, specs: list[TrialSpec], meta: RunMeta, options: Execu
             if log:
                 log(headline)
             warm_workers(options, len(specs))
-            if before is not None:
-                before()
+            beside = trains_elsewhere(options, len(specs))
+            wait_check = start_check(before, beside) if before is not None else (lambda: None)
             if specs:
                 preload_report_modules(options, len(specs))
                 execute(specs, store, options, quiet=quiet, log=log, after_store=after_store)
+            wait_check()
         except KeyboardInterrupt as exc:
             interrupted = exc
         meta.run_wall_s = float(meta.run_wall_s or 0.0) + time.perf_counter() - t0

@@ -97,3 +97,38 @@ def test_the_report_modules_load_in_the_background_only_while_other_processes_tr
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split() == ["[]", "True", "False", "True", "True", "agg"]
+
+
+def test_the_check_runs_beside_the_trials_only_where_other_processes_train_them():
+    """``trains_elsewhere``: a local pool (``--jobs`` >= 2, two trials or more) or Ray. ``start_check``: in
+    the foreground it has run when it returns; beside the trials it runs in a thread (here still blocked
+    when ``start_check`` returns), ``wait()`` joins it and raises what the check raised."""
+    import threading
+
+    from harness.launch import start_check, trains_elsewhere
+    from harness.runmeta import Execution
+
+    assert [trains_elsewhere(Execution(jobs=j), n) for j, n in [(1, 5), (2, 1), (2, 2), (4, 11)]] == [
+        False, False, True, True]
+    assert trains_elsewhere(Execution(executor="ray", address="auto"), 1)
+    ran: list[str] = []
+    start_check(lambda: ran.append("now"), beside=False)
+    assert ran == ["now"]
+    go = threading.Event()
+
+    def slow_check() -> None:
+        go.wait(30)
+        ran.append("beside")
+
+    wait = start_check(slow_check, beside=True)
+    assert ran == ["now"]  # the caller goes on (to the trials) while the check runs
+    go.set()
+    wait()
+    assert ran == ["now", "beside"]
+
+    def broken() -> None:
+        raise KeyError("check broke")
+
+    wait = start_check(broken, beside=True)
+    with pytest.raises(KeyError, match="check broke"):
+        wait()

@@ -31,7 +31,7 @@ SAME_FUNCTION = "same function"  #: the verdict of a variant in the baseline's c
 
 #: The report legend's definition of "same function" (tables, suite and plots say the same).
 SAME_FUNCTION_TEXT = (
-    "**same function**: `check` (CPU, fp32, recorded in `config.json` under `check` before training) puts the "
+    "**same function**: `check` (CPU, fp32, recorded in `config.json` under `check` at the run's start) puts the "
     "variant in the baseline's equivalence class: the same outputs and gradients from the same weights. Its "
     "training differs from the baseline's only by floating-point rounding (operation order), so it gets no "
     "P(> baseline) and no verdict, whatever the seeds show; `=` stands in the probability column.")
