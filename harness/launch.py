@@ -228,7 +228,7 @@ def start_run(req: RunRequest) -> RunOutcome:
 
         def before() -> None:
             if check:  # after bad input is refused, inside the interrupt guard
-                meta.check = record_check(reg, plan.variants, req.quiet)
+                meta.check = record_check(reg, plan.variants, run_log(store.root, req.quiet))
                 store.write_meta(meta)
 
         with store.lock():
@@ -251,13 +251,13 @@ def run_meta(req: RunRequest, reg, plan: Plan, specs: list[TrialSpec], device: s
         heldout=heldout_note(reg.task(cfg.train.task), cfg, seeds[0]), **plan.meta)
 
 
-def record_check(reg, variants, quiet: bool) -> dict:
+def record_check(reg, variants, log=None) -> dict:
     """check's equivalence classes of ``variants`` (:func:`harness.overview.check_classes`), with one
-    log line naming the classes that hold more than one variant."""
+    line to ``log`` (the run's :func:`run_log`: its log.txt, and stderr unless quiet) naming the classes
+    that hold more than one variant."""
     from .overview import check_classes
 
     result = check_classes(reg, variants)
-    log = log_function(quiet)
     if log:
         multi = ["{" + ", ".join(c) + "}" for c in result["classes"] if len(c) > 1]
         what = (f"check could not group them: {result['error']}" if result.get("error") else

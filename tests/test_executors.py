@@ -132,3 +132,20 @@ def test_the_check_runs_beside_the_trials_only_where_other_processes_train_them(
     wait = start_check(broken, beside=True)
     with pytest.raises(KeyError, match="check broke"):
         wait()
+
+
+def test_a_check_beside_the_workers_is_recorded_and_logged_to_the_run_folder(tmp_path):
+    """With two worker processes the check runs beside the trials: its classes still reach config.json
+    and the report, and its line reaches the run's log.txt (under ``-q`` too, where stderr stays quiet)."""
+    import json
+
+    from .conftest import cli_in_process
+
+    r = cli_in_process("run", "--variants", "baseline", "additive_mask", "pre_norm", "--preset", "tiny", "--jobs", "2",
+                       "--device", "cpu", "-q", "--results-dir", str(tmp_path), "--run-id", "b")
+    assert r.returncode == 0, r.stderr
+    assert "check:" not in r.stderr
+    log = (tmp_path / "b" / "log.txt").read_text().splitlines()
+    assert log[0].startswith("run ") and sum(ln.startswith("check: 3 variant(s), 2 class(es)") for ln in log) == 1, log
+    assert ["additive_mask", "baseline"] in json.loads((tmp_path / "b" / "config.json").read_text())["check"]["classes"]
+    assert "- class 1: additive_mask, baseline" in (tmp_path / "b" / "report.md").read_text()
