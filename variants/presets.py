@@ -84,7 +84,9 @@ MODERN = [
 #: The notes' open question "why multiply the embeddings by sqrt(d_model)?" (seeds 000, 001) as
 #: controlled changes, in the group ``questions`` (out of ``all``): the scale dropped with separate
 #: embeddings (experiments/sqrt_d_model_scale.toml) and with the paper's tied ones, where the same
-#: matrix is the generator (experiments/sqrt_d_model_scale_tied.toml, against shared_embeddings).
+#: matrix is the generator (experiments/sqrt_d_model_scale_tied.toml, against shared_embeddings); and,
+#: to tell the token-to-PE ratio from the input's magnitude, the same pair with a LayerNorm on the sum,
+#: which makes both inputs equally large (experiments/sqrt_d_model_scale_ln.toml).
 QUESTIONS = [
     Variant("unscaled_embeddings", {"positional": "unscaled"},
             summary="baseline without the sqrt(d_model) scale of the embeddings (x + PE)",
@@ -93,6 +95,14 @@ QUESTIONS = [
             summary="shared_embeddings without the sqrt(d_model) scale (one matrix for both embeddings and the "
                     "generator, x + PE)",
             source="Vaswani §3.4 ablated; Press & Wolf 2017", group="questions"),
+    Variant("embed_ln_scaled", {"positional": "scaled_input_ln"},
+            summary="baseline with a LayerNorm on x*sqrt(d_model) + PE (the input's magnitude fixed, the paper's "
+                    "token-to-PE ratio)",
+            source="seed 001's input LayerNorm, alone; the sqrt(d_model) question", group="questions"),
+    Variant("embed_ln_unscaled", {"positional": "unscaled_ln"},
+            summary="baseline with a LayerNorm on x + PE (the input's magnitude fixed, the PE sqrt(d_model) times "
+                    "larger against the token)",
+            source="seed 004's BERT-style embeddings, alone; the sqrt(d_model) question", group="questions"),
 ]
 
 
