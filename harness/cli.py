@@ -189,13 +189,22 @@ def exit_now(code: int) -> None:
     """End the process with ``code`` without the interpreter's teardown of every loaded module (about
     0.8 s once torch, scipy and matplotlib are loaded, on the 2-core development machine): the steps
     Python's own exit takes first (``atexit`` handlers: multiprocessing's clean-up, Ray's, logging's;
-    stdout and stderr flushed), then ``os._exit``. Every file the harness writes is closed before. While a
+    stdout, stderr and C stdio flushed; a failed flush gives 141 for a closed pipe, else 120, as an
+    ordinary exit would), then ``os._exit``. Every file the harness writes is closed before. While a
     thread that is not a daemon still runs (a plugin's), it exits the ordinary way, which waits for it.
     ``python -m harness`` ends here; :func:`main` itself returns (tests and the Python API call it)."""
     if any(t is not threading.main_thread() and not t.daemon and t.is_alive() for t in threading.enumerate()):
         sys.exit(code)
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
+        try:
             stream.flush()
+        except BrokenPipeError:  # the reader went away: as main() reports it
+            code = code or BROKEN_PIPE
+        except (OSError, ValueError):  # e.g. a full disk under a redirection: as Python's own exit does
+            code = code or 120
+    with contextlib.suppress(Exception):  # C stdio buffers (native libraries' printf), which os._exit skips
+        import ctypes
+
+        ctypes.CDLL(None).fflush(None)
     os._exit(code)

@@ -24,6 +24,7 @@ from .config import get_preset, parse_overrides, resolve_key
 from .errors import ConfigError
 from .experiments import plan_from_experiment, spec_from_meta
 from .experiments import run_table
+from .beside import idle_beside, preload_report_modules, pretraining_check, warm_workers
 from .experiments import write_run_report as write_report  # a run's report with its experiment's sections
 from .plugins import PluginSpec
 from .registry import Registry
@@ -226,13 +227,15 @@ def start_run(req: RunRequest) -> RunOutcome:
         # a measurement has no use for the equivalence classes (its report does not show them)
         check = req.check and plan.measure is None and len([v for v in plan.variants if not v.buggy]) > 1
 
-        def before() -> None:
-            if check:  # after bad input is refused, inside the interrupt guard
-                meta.check = record_check(reg, plan.variants, run_log(store.root, req.quiet))
-                store.write_meta(meta)
+        def check_now() -> dict:  # after bad input is refused, inside the interrupt guard
+            return record_check(reg, plan.variants, run_log(store.root, req.quiet))
+
+        def keep(result: dict) -> None:  # in this (the main) thread: the only writer of config.json
+            meta.check = result
+            store.write_meta(meta)
 
         with store.lock():
-            return drive(store, specs, meta, options, req.quiet, headline, before=before,
+            return drive(store, specs, meta, options, req.quiet, headline, before=(check_now, keep) if check else None,
                          after_store=events_writer(req, store, meta))
 
 
@@ -381,80 +384,12 @@ def events_writer(req: RunRequest, store: RunStore, meta: RunMeta):
     return None if req.tensorboard is None else trial_writer(run_logdir(req.tensorboard, store.root), meta)
 
 
-def warm_workers(options: Execution, n_specs: int) -> bool:
-    """Start the fork server now when this run's trials will go to local worker processes
-    (:func:`harness.executors.run_process_pool`) and it is not running yet (the command line starts
-    it before importing torch: :mod:`harness.workers`): it imports :data:`~harness.workers.FORKSERVER_PRELOAD`
-    (torch and the harness: about a second) in a process of its own while this one
-    runs the pre-training check, instead of after it. Returns whether one runs."""
-    from .workers import start_fork_server
-
-    if options.executor != "local" or not isinstance(options.jobs, int) or options.jobs < 2 or n_specs < 2:
-        return False
-    return start_fork_server()  # returns at once; the server imports in the background
-
-
-def trains_elsewhere(options: Execution, n_specs: int) -> bool:
-    """Whether other processes train these ``n_specs`` trials, leaving this one waiting: a local worker pool
-    (``--jobs`` >= 2 and two trials or more, :func:`harness.runner.execute`) or Ray."""
-    if options.executor != "local":
-        return n_specs > 0
-    return isinstance(options.jobs, int) and options.jobs >= 2 and n_specs >= 2
-
-
-def preload_report_modules(options: Execution, n_specs: int) -> threading.Thread | None:
-    """Import what the report needs (``scipy.stats``, ``matplotlib.pyplot``: over a second together) in a
-    background thread while worker processes or Ray train this run's trials (:func:`trains_elsewhere`), so
-    that the report after the last trial does not start with it. None (nothing started) where this process
-    trains the trials itself. An import that fails is left for the report to raise."""
-    if not trains_elsewhere(options, n_specs):
-        return None
-
-    def load() -> None:
-        with contextlib.suppress(Exception):
-            import importlib
-
-            from .report.plots import pyplot
-
-            importlib.import_module("scipy.stats")  # the report's statistics (harness.stats)
-            pyplot()
-
-    thread = threading.Thread(target=load, name="harness-report-imports", daemon=True)
-    thread.start()
-    return thread
-
-
-def start_check(before, beside: bool):
-    """Run ``before()`` (the pre-training check, which only records check's classes for the report) now, or,
-    with ``beside``, in a thread while the trials train in other processes (its second off the run's start).
-    Returns ``wait()``: joins that thread and raises what ``before`` raised."""
-    if not beside:
-        before()
-        return lambda: None
-    raised: list[BaseException] = []
-
-    def target() -> None:
-        try:
-            before()
-        except BaseException as exc:  # noqa: BLE001 - handed to the main thread by wait()
-            raised.append(exc)
-
-    thread = threading.Thread(target=target, name="harness-check", daemon=True)
-    thread.start()
-
-    def wait() -> None:
-        thread.join()
-        if raised:
-            raise raised[0]
-    return wait
-
-
 def drive(store: RunStore, specs: list[TrialSpec], meta: RunMeta, options: Execution, quiet: bool,
           headline: str, total: int | None = None, before=None, after_store=None) -> RunOutcome:
-    """Run ``before()`` (the pre-training check: before the trials, or beside them where other processes
-    train them, :func:`start_check`), execute ``specs`` into ``store`` and write the report, with Ctrl-C
-    and SIGTERM at any of these phases ending the run as ``interrupted``; ``after_store(key, result)``
-    runs after each trial is stored (``--tensorboard``)."""
+    """Run the pre-training check ``before`` (``(check_now, keep)``: before the trials, or beside them where
+    other processes train them and leave this one idle, :func:`harness.beside.pretraining_check`), execute ``specs`` into
+    ``store`` and write the report, with Ctrl-C and SIGTERM at any of these phases ending the run as
+    ``interrupted``; ``after_store(key, result)`` runs after each trial is stored (``--tensorboard``)."""
     total = len(specs) if total is None else total
     log = run_log(store.root, quiet)
     interrupted: KeyboardInterrupt | None = None
@@ -465,10 +400,10 @@ def drive(store: RunStore, specs: list[TrialSpec], meta: RunMeta, options: Execu
             if log:
                 log(headline)
             warm_workers(options, len(specs))
-            beside = trains_elsewhere(options, len(specs))
-            wait_check = start_check(before, beside) if before is not None else (lambda: None)
+            beside = idle_beside(options, specs)
+            wait_check = pretraining_check(*before, beside) if before is not None else (lambda: None)
             if specs:
-                preload_report_modules(options, len(specs))
+                preload_report_modules(beside)
                 execute(specs, store, options, quiet=quiet, log=log, after_store=after_store)
             wait_check()
         except KeyboardInterrupt as exc:

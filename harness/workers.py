@@ -4,7 +4,7 @@ Kept free of torch so that the command line can start the server before it impor
 on a GPU machine (:func:`gpu_likely`): the server then imports :data:`FORKSERVER_PRELOAD` (torch and
 the harness, several seconds where a CUDA build of torch loads slowly) while this process imports,
 plans and runs the pre-training check, and the run's first workers fork from a ready server. On a
-CPU-only machine the server starts with the run's pool as before (:func:`harness.launch.warm_workers`):
+CPU-only machine the server starts with the run's pool as before (:func:`harness.beside.warm_workers`):
 there the early start gained ~0.2 s and cost a core's second of importing to every command that
 then needs no workers (bad input, a single trial).
 """

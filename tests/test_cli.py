@@ -209,3 +209,19 @@ def test_the_quick_exit_keeps_output_atexit_handlers_and_waits_for_threads(tmp_p
     bad = subprocess.run([sys.executable, "-m", "harness", "run", "--variants", "no_such_variant"], cwd=ROOT,
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and bad.stderr.startswith("harness: error:")
+
+
+@pytest.mark.parametrize("error, code, expected", [("BrokenPipeError()", 0, 141), ("OSError(28, 'full')", 0, 120),
+                                                   ("OSError(28, 'full')", 3, 3), (None, 0, 0)])
+def test_the_quick_exit_reports_a_failed_last_flush(error, code, expected):
+    """``exit_now``: a last flush that fails turns a success into 141 (the reader went away, as ``main``
+    reports it) or 120 (another error, as Python's own exit does); a failure's code stays."""
+    flush = f"raise {error}" if error else "pass"
+    script = ("import io, sys\n"
+              "from harness.cli import exit_now\n"
+              "class Out(io.StringIO):\n"
+              f"    def flush(self): {flush}\n"
+              "sys.stdout = Out()\n"
+              f"exit_now({code})\n")
+    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == expected, proc.stderr[-2000:]

@@ -31,7 +31,7 @@ def test_a_local_pool_run_starts_its_fork_server_before_the_check():
     of the harness) starts before the pre-training check; not for one process, one trial or Ray."""
     code = (
         "import multiprocessing.forkserver as fs\n"
-        "from harness.launch import warm_workers\n"
+        "from harness.beside import warm_workers\n"
         "from harness.runmeta import Execution\n"
         "print(warm_workers(Execution(jobs=1), 4), warm_workers(Execution(jobs=2), 1),"
         " warm_workers(Execution(executor='ray', address='auto', jobs=1), 4), fs._forkserver._forkserver_pid is None)\n"
@@ -79,18 +79,15 @@ def test_on_a_gpu_machine_run_starts_the_fork_server_before_it_imports_torch(tmp
     assert workers.gpu_likely() == any(os.path.exists(n) for n in workers.GPU_NODES)
 
 
-def test_the_report_modules_load_in_the_background_only_while_other_processes_train():
-    """``preload_report_modules``: with a worker pool (or Ray) and two trials or more, scipy.stats and
-    matplotlib.pyplot are imported in a daemon thread during training (the report after the last trial
-    needed over a second for them); with ``--jobs 1`` or one trial this process trains, so nothing
-    starts. A fresh interpreter, so that the imports are the thread's own."""
+def test_the_report_modules_load_in_the_background_only_beside_the_trials():
+    """``preload_report_modules``: beside the trials (``idle_beside``), scipy.stats and matplotlib.pyplot are
+    imported in a daemon thread during training (the report after the last trial needed over a second for
+    them); otherwise nothing starts. A fresh interpreter, so that the imports are the thread's own."""
     code = ("import sys\n"
-            "from harness.launch import preload_report_modules\n"
-            "from harness.runmeta import Execution\n"
-            "assert preload_report_modules(Execution(jobs=1), 4) is None\n"
-            "assert preload_report_modules(Execution(jobs=2), 1) is None\n"
+            "from harness.beside import preload_report_modules\n"
+            "assert preload_report_modules(False) is None\n"
             "before = {m for m in ('scipy.stats', 'matplotlib.pyplot') if m in sys.modules}\n"
-            "thread = preload_report_modules(Execution(jobs=2), 2)\n"
+            "thread = preload_report_modules(True)\n"
             "thread.join(120)\n"
             "print(sorted(before), thread.daemon, thread.is_alive(), 'scipy.stats' in sys.modules,\n"
             "      'matplotlib.pyplot' in sys.modules, __import__('matplotlib').get_backend().lower())\n")
@@ -99,53 +96,84 @@ def test_the_report_modules_load_in_the_background_only_while_other_processes_tr
     assert proc.stdout.split() == ["[]", "True", "False", "True", "True", "agg"]
 
 
-def test_the_check_runs_beside_the_trials_only_where_other_processes_train_them():
-    """``trains_elsewhere``: a local pool (``--jobs`` >= 2, two trials or more) or Ray. ``start_check``: in
-    the foreground it has run when it returns; beside the trials it runs in a thread (here still blocked
-    when ``start_check`` returns), ``wait()`` joins it and raises what the check raised."""
+def test_work_goes_beside_the_trials_only_where_it_takes_no_core_from_them(monkeypatch):
+    """``trains_elsewhere``: a local pool (``--jobs`` >= 2, two trials or more) or Ray. ``idle_beside``: that,
+    and the trials on CUDA or the pool leaving cores free (on a CPU the workers fill, work beside them would
+    slow the first trials and bias their timing columns)."""
+    from harness import beside
+    from harness.runmeta import Execution
+    from harness.trial import TrialSpec
+
+    assert [beside.trains_elsewhere(Execution(jobs=j), n) for j, n in [(1, 5), (2, 1), (2, 2), (4, 11)]] == [
+        False, False, True, True]
+    assert beside.trains_elsewhere(Execution(executor="ray", address="auto"), 1)
+    cpu = [TrialSpec(variant="baseline", slots={}, config={}, seed=s, device="cpu") for s in range(4)]
+    cuda = [TrialSpec(variant="baseline", slots={}, config={}, seed=s, device="cuda") for s in range(4)]
+    monkeypatch.setattr(beside, "available_cores", lambda: 2)
+    assert not beside.idle_beside(Execution(jobs=2, threads=1), cpu)  # two workers fill two cores
+    assert beside.idle_beside(Execution(jobs=2, threads=1), cuda)
+    assert not beside.idle_beside(Execution(jobs=1), cuda)
+    monkeypatch.setattr(beside, "available_cores", lambda: 16)
+    assert beside.idle_beside(Execution(jobs=2, threads=1), cpu)
+    assert not beside.idle_beside(Execution(executor="ray", address="auto"), cpu)
+
+
+def test_the_check_thread_computes_and_the_caller_records():
+    """``pretraining_check``: in the foreground ``keep(check_now())`` has run when it returns; beside the
+    trials ``check_now`` runs in a thread (here still blocked when the call returns) and ``keep`` runs in the
+    caller's thread at ``wait()`` (config.json has one writer); an unexpected error becomes the record's
+    ``error`` instead of ending the run after its trials."""
     import threading
 
-    from harness.launch import start_check, trains_elsewhere
-    from harness.runmeta import Execution
+    from harness.beside import pretraining_check
 
-    assert [trains_elsewhere(Execution(jobs=j), n) for j, n in [(1, 5), (2, 1), (2, 2), (4, 11)]] == [
-        False, False, True, True]
-    assert trains_elsewhere(Execution(executor="ray", address="auto"), 1)
-    ran: list[str] = []
-    start_check(lambda: ran.append("now"), beside=False)
-    assert ran == ["now"]
-    go = threading.Event()
+    kept: list = []
+    pretraining_check(lambda: {"classes": [["a"]]}, lambda r: kept.append((threading.current_thread().name, r)),
+                      beside=False)
+    assert kept == [("MainThread", {"classes": [["a"]]})]
+    go, ran = threading.Event(), []
 
-    def slow_check() -> None:
+    def slow_check() -> dict:
         go.wait(30)
-        ran.append("beside")
+        ran.append(threading.current_thread().name)
+        return {"classes": [["b"]]}
 
-    wait = start_check(slow_check, beside=True)
-    assert ran == ["now"]  # the caller goes on (to the trials) while the check runs
+    wait = pretraining_check(slow_check, lambda r: kept.append((threading.current_thread().name, r)), beside=True)
+    assert len(kept) == 1 and not ran  # the caller goes on (to the trials) while the check runs
     go.set()
     wait()
-    assert ran == ["now", "beside"]
+    assert ran == ["harness-check"] and kept[1] == ("MainThread", {"classes": [["b"]]})
 
-    def broken() -> None:
-        raise KeyError("check broke")
+    def broken() -> dict:
+        raise KeyError("no such slot")
 
-    wait = start_check(broken, beside=True)
-    with pytest.raises(KeyError, match="check broke"):
-        wait()
+    wait = pretraining_check(broken, kept.append, beside=True)
+    wait()
+    assert kept[2]["classes"] == [] and kept[2]["error"] == "KeyError: 'no such slot'"
 
 
-def test_a_check_beside_the_workers_is_recorded_and_logged_to_the_run_folder(tmp_path):
-    """With two worker processes the check runs beside the trials: its classes still reach config.json
-    and the report, and its line reaches the run's log.txt (under ``-q`` too, where stderr stays quiet)."""
+@pytest.mark.parametrize("cores", [2, 16])
+def test_a_check_beside_the_workers_is_recorded_and_logged_to_the_run_folder(tmp_path, monkeypatch, cores):
+    """With two worker processes on 2 cores the check runs first, on 16 beside the trials: either way its
+    classes reach config.json and the report, and its line the run's log.txt (under ``-q`` too, where stderr
+    stays quiet)."""
     import json
+
+    from harness import beside
 
     from .conftest import cli_in_process
 
+    monkeypatch.setattr(beside, "available_cores", lambda: cores)
+    threads = []
+    real = beside.pretraining_check
+    monkeypatch.setattr("harness.launch.pretraining_check", lambda *a: threads.append(a[-1]) or real(*a))
+
     r = cli_in_process("run", "--variants", "baseline", "additive_mask", "pre_norm", "--preset", "tiny", "--jobs", "2",
-                       "--device", "cpu", "-q", "--results-dir", str(tmp_path), "--run-id", "b")
+                       "--threads", "1", "--device", "cpu", "-q", "--results-dir", str(tmp_path), "--run-id", "b")
     assert r.returncode == 0, r.stderr
     assert "check:" not in r.stderr
     log = (tmp_path / "b" / "log.txt").read_text().splitlines()
     assert log[0].startswith("run ") and sum(ln.startswith("check: 3 variant(s), 2 class(es)") for ln in log) == 1, log
     assert ["additive_mask", "baseline"] in json.loads((tmp_path / "b" / "config.json").read_text())["check"]["classes"]
     assert "- class 1: additive_mask, baseline" in (tmp_path / "b" / "report.md").read_text()
+    assert threads == [cores == 16]

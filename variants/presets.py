@@ -97,11 +97,11 @@ QUESTIONS = [
             source="Vaswani §3.4 ablated; Press & Wolf 2017", group="questions"),
     Variant("embed_ln_scaled", {"positional": "scaled_input_ln"},
             summary="baseline with a LayerNorm on x*sqrt(d_model) + PE (the input's magnitude fixed, the paper's "
-                    "token-to-PE ratio)",
+                    "token-to-PE ratio; dropout before the norm, seed 001's order)",
             source="seed 001's input LayerNorm, alone; the sqrt(d_model) question", group="questions"),
     Variant("embed_ln_unscaled", {"positional": "unscaled_ln"},
             summary="baseline with a LayerNorm on x + PE (the input's magnitude fixed, the PE sqrt(d_model) times "
-                    "larger against the token)",
+                    "larger against the token; dropout after the norm, seed 004's order: compare the two at dropout 0)",
             source="seed 004's BERT-style embeddings, alone; the sqrt(d_model) question", group="questions"),
 ]
 

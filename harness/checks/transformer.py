@@ -161,16 +161,16 @@ def compare_with_nn_transformer(registry: Registry, variant: Variant, cfg: Model
                    and tuple(t.shape) != (cfg.d_model, cfg.d_model))
     unmapped = _unmapped(canon)
     for label, first, final, bias, reason in nn_transformer_structure(variant, groups, registry, has_bias):
+        if other and not reason:
+            reason = (f"{other[0]} has shape {tuple(canon[other[0]].shape)}, not (d_model, d_model): K/V heads shared "
+                      f"by groups of query heads, which nn.Transformer's MultiheadAttention cannot hold (the attention "
+                      f"component is compared with nn.MultiheadAttention through repeated K/V rows instead)")
         if unmapped and not reason:
             out.append(ReferenceResult(variant.name, label, "equivalent", CRASHES, False, buggy=variant.buggy,
                                        detail=f"cannot be laid onto nn.Transformer: {unmapped!r} has no counterpart "
                                               "there; its component does not export the canonical parameter names "
                                               "(docs/components.md, \"Canonical parameters\")"))
             continue
-        if other and not reason:
-            reason = (f"{other[0]} has shape {tuple(canon[other[0]].shape)}, not (d_model, d_model): K/V heads shared "
-                      f"by groups of query heads, which nn.Transformer's MultiheadAttention cannot hold (the attention "
-                      f"component is compared with nn.MultiheadAttention through repeated K/V rows instead)")
         if reason:
             out.append(ReferenceResult(variant.name, label, NOT_COMPARABLE, NOT_COMPARABLE, True, detail=reason,
                                        buggy=variant.buggy))

@@ -177,6 +177,15 @@ def check_options(args) -> None:
     if (args.compile or args.nondeterministic) and (args.group_sizes or args.old):
         raise BenchError("--compile and --nondeterministic go with the plain bench or --kernels: drop --group-sizes "
                          "and --old")
+    if args.compile and args.warmup_steps < 3:
+        import warnings
+
+        from ..errors import HarnessWarning
+
+        warnings.warn(HarnessWarning(
+            f"--compile with --warmup-steps {args.warmup_steps}: each compiled contender compiles in its first step "
+            "and CUDA-graph modes record in the next ones, so those land in the timed or profiled steps; give 3 "
+            "or more"))
     if args.eval and not args.group_sizes:
         raise BenchError("--eval times the evaluation of trial groups: give their sizes with --group-sizes, e.g. 4,8")
 

@@ -50,7 +50,7 @@ def register(sub, parents):
                    help="run a declarative experiment from experiments/NAME.toml (see: python -m harness experiments)")
     p.add_argument("--no-check", dest="check", action="store_false",
                    help="skip recording check's equivalence classes of the variants (a few seconds at the run's start, "
-                        "beside the trials where worker processes train them; "
+                        "beside the trials where worker processes train them on a GPU; "
                         "the report opens with them)")
     p.add_argument("--suite", nargs="?", const="default", default=None, metavar="NAME",
                    help="run the suite experiments/suites/NAME.toml (default: default): every variant it names "
