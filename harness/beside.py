@@ -24,7 +24,7 @@ def warm_workers(options: Execution, n_specs: int) -> bool:
     runs the pre-training check, instead of after it. Returns whether one runs."""
     from .workers import start_fork_server
 
-    if options.executor != "local" or not isinstance(options.jobs, int) or options.jobs < 2 or n_specs < 2:
+    if options.executor != "local" or not trains_elsewhere(options, n_specs):
         return False
     return start_fork_server()  # returns at once; the server imports in the background
 

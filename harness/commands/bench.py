@@ -167,7 +167,8 @@ def write_outputs(store_root: Path, rows: list[dict], info: dict, meta: RunMeta)
 
 
 def check_options(args) -> None:
-    """Raises BenchError for options that do not go together (each message says what to drop or add)."""
+    """Raises BenchError for options that do not go together (each message says what to drop or add); warns
+    (HarnessWarning) when ``--compile`` leaves compilation in the measured steps."""
     from ..perf.bench import BenchError
 
     if args.steps < 1 or args.warmup_steps < 0:

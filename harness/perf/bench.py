@@ -83,6 +83,13 @@ COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-
 CUDAGRAPH_MODES = ("reduce-overhead", "max-autotune")
 
 
+def begin_step(compile_mode: str | None) -> None:
+    """Before each training step of a model compiled in ``compile_mode``: a new iteration for the
+    :data:`CUDAGRAPH_MODES` (their last outputs may be overwritten); nothing otherwise."""
+    if compile_mode in CUDAGRAPH_MODES:
+        torch.compiler.cudagraph_mark_step_begin()
+
+
 def compiled_name(variant: str, mode: str) -> str:
     """The contender name of ``variant`` compiled in ``mode``: ``"<variant> compiled"`` for ``default``,
     ``"<variant> compiled <mode>"`` otherwise."""
@@ -186,8 +193,7 @@ def timed_step(c: Contender, batch: Batch, cfg: RunConfig, device: torch.device,
         marks.append(time.perf_counter())
 
     c.model.train()
-    if c.compile_mode in CUDAGRAPH_MODES:
-        torch.compiler.cudagraph_mark_step_begin()
+    begin_step(c.compile_mode)
     sync(device)
     t0 = time.perf_counter()
     train_step(c.model, batch, c.opt, c.sched, cfg, device, dtype, clock=clock)

@@ -139,7 +139,7 @@ def profile_steps(model: torch.nn.Module, batch: Batch, cfg: RunConfig, device: 
     (it compiles in the warm-up steps)."""
     from torch.profiler import ProfilerActivity, profile
 
-    from .bench import CUDAGRAPH_MODES, compile_model
+    from .bench import begin_step, compile_model
 
     quiet_profiler()
     opt, sched = make_optimizer(model, cfg)
@@ -147,8 +147,7 @@ def profile_steps(model: torch.nn.Module, batch: Batch, cfg: RunConfig, device: 
     model.train()
 
     def step() -> None:
-        if compile_mode in CUDAGRAPH_MODES:
-            torch.compiler.cudagraph_mark_step_begin()
+        begin_step(compile_mode)
         train_step(model, batch, opt, sched, cfg, device, dtype)
 
     for _ in range(warmup):
