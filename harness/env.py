@@ -57,11 +57,28 @@ def trial_settings() -> None:
       handles subnormals in microcode: the optimizer step was 2-4x slower without it.
       Values that small are far below Adam's eps = 1e-9 and never change an update.
     """
+    global _SETTINGS_APPLIED
     torch.use_deterministic_algorithms(True, warn_only=True)
     import torch.utils.deterministic as _det
 
     _det.fill_uninitialized_memory = False
     torch.set_flush_denormal(True)
+    _SETTINGS_APPLIED = True
+
+
+#: Whether this process has called :func:`trial_settings` (torch has no getter for flush-denormal).
+_SETTINGS_APPLIED = False
+
+
+def _settings_line(applied: bool, deterministic: bool) -> str:
+    """The environment block's ``trial_settings`` line: :data:`TRIAL_SETTINGS`, with deterministic
+    algorithms marked off where they were turned off after the settings (``bench --nondeterministic``)."""
+    if not applied:
+        return "not applied (torch defaults: deterministic algorithms off)"
+    items = dict(TRIAL_SETTINGS)
+    if not deterministic:
+        items["deterministic_algorithms"] = "off (turned off after the trial settings: torch's and Inductor's)"
+    return "; ".join(f"{k}: {v}" for k, v in items.items())
 
 
 def pin_threads(threads: int | None) -> int:
@@ -151,10 +168,15 @@ def environment(device: torch.device | str = "cpu", trial_settings_applied: bool
 
     ``trial_settings_applied``: whether the work this block describes runs under
     :func:`trial_settings` (``run``'s trials do, in whatever process runs them); default:
-    whether this process has applied them. ``deterministic`` and ``trial_settings`` report it.
+    whether this process has applied them, and whether its deterministic algorithms are still on
+    (``bench --nondeterministic`` turns them off after the settings; flush-denormal stays).
+    ``deterministic`` and ``trial_settings`` report it.
     """
-    applied = torch.are_deterministic_algorithms_enabled() if trial_settings_applied is None \
-        else trial_settings_applied
+    if trial_settings_applied is None:
+        deterministic = torch.are_deterministic_algorithms_enabled()
+        applied = _SETTINGS_APPLIED or deterministic
+    else:
+        applied = deterministic = trial_settings_applied
     commit = git_commit(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = {
         "torch": torch.__version__,
@@ -168,9 +190,8 @@ def environment(device: torch.device | str = "cpu", trial_settings_applied: bool
         "cuda": torch.version.cuda if torch.cuda.is_available() else None,
         "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
         "tf32_matmul": torch.backends.cuda.matmul.allow_tf32 if torch.cuda.is_available() else None,
-        "deterministic": applied,
-        "trial_settings": ("; ".join(f"{k}: {v}" for k, v in TRIAL_SETTINGS.items()) if applied
-                           else "not applied (torch defaults: deterministic algorithms off)"),
+        "deterministic": deterministic,
+        "trial_settings": _settings_line(applied, deterministic),
         "git_commit": commit,
     }
     try:  # the evaluation's prefix pass on this device: harness.tasks.prefix

@@ -361,6 +361,8 @@ def test_bench_compile_modes_each_a_contender_and_nondeterministic_recorded(tmp_
     assert meta["compile_modes"] == ["default", "max-autotune"] and meta["nondeterministic"] is True
     md = (tmp_path / "m" / "bench.md").read_text()
     assert "- deterministic: False" in md and "MFU of the compiled contenders: baseline compiled " in md
+    # the settings still applied (flush-denormal) are not reported as "not applied"
+    assert "deterministic_algorithms: off" in md and "flush_denormal: on" in md and "not applied" not in md
     assert "Timed **without** deterministic algorithms" in md
     assert main([*args, "--nondeterministic", "--group-sizes", "2", "--run-id", "g"]) == 2
     assert "--compile and --nondeterministic go with the plain bench or --kernels" in capsys.readouterr().err

@@ -189,12 +189,16 @@ def test_bf16_autocast_runs_matmuls_in_bf16_and_the_loss_in_fp32(registry, name)
 def restore_settings():
     import torch.utils.deterministic as det
 
+    import harness.env as env_mod
+
     saved = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
              det.fill_uninitialized_memory)
+    saved_flag = env_mod._SETTINGS_APPLIED
     yield
     torch.use_deterministic_algorithms(saved[0], warn_only=saved[1])
     det.fill_uninitialized_memory = saved[2]
     torch.set_flush_denormal(False)
+    env_mod._SETTINGS_APPLIED = saved_flag
 
 
 def test_trial_settings(restore_settings):

@@ -147,7 +147,8 @@ def render_markdown(rows: list[dict], info: dict, meta: RunMeta) -> str:
                      "that mode (none named: `default`), same initial weights; the loss, backward call and optimizer "
                      "stay eager. Compilation happens in the first (warm-up) rounds.")
     lines.append("- Timed **without** deterministic algorithms (`--nondeterministic`): torch's and Inductor's "
-                 "(which otherwise times no autotuning candidates); a trial always runs with them."
+                 "(which otherwise times no autotuning candidates); a trial always runs with them, and so do "
+                 "the peak-RSS probes (fresh processes)."
                  if meta.nondeterministic else
                  "- Timed with the trials' deterministic algorithms (torch's and Inductor's: max-autotune then "
                  "times no candidates; `--nondeterministic` measures without them).")
