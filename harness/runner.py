@@ -149,13 +149,22 @@ def execute(specs: list[TrialSpec], store: RunStore, options: Execution | None =
     return results
 
 
+def short_reason(reason: str, limit: int = 300) -> str:
+    """A trial's reason for its log line: whole when short, else its first part (reasons are joined
+    with "; ") and how many more the trial record holds."""
+    parts = str(reason).split("; ")
+    if len(reason) <= limit or len(parts) == 1:
+        return str(reason)
+    return f"{parts[0]}; +{len(parts) - 1} more in the trial record"
+
+
 def trial_line(row: dict, path, n: int, total: int, elapsed_s: float) -> str:
     """The log line of one finished trial: status, exact-match, trial time and where it is stored."""
     em = row.get("exact_match")
     em_s = f" exact-match {em:.3f}" if isinstance(em, float) and em == em else ""
     wall = row.get("wall_s")
     wall_s = f" in {wall:.1f} s" if isinstance(wall, float) and wall == wall else ""
-    reason = f" ({row['reason']})" if row.get("reason") else ""
+    reason = f" ({short_reason(row['reason'])})" if row.get("reason") else ""
     point = f" [{row['point']}]" if row.get("point") else ""
     return (f"[{n}/{total} {elapsed_s:.0f} s] {row['variant']}{point} seed {row['seed']}: {row['status']}"
             f"{em_s}{wall_s}{reason} -> stored in {path}")

@@ -11,6 +11,14 @@
 * ``rmsnorm``: x / sqrt(mean(x^2) + eps) * weight with eps = 1e-6 -- RMSNorm (Zhang & Sennrich
   2019, eq. 4): no mean subtraction, no bias (LLaMA's ``RMSNorm``).
 
+* ``batchnorm``: ``nn.BatchNorm1d(D)`` over every (batch, position) row, padded positions
+  included: in training each feature is normalised with the mean and biased variance of the whole
+  batch's B * L rows (eps = 1e-5, Ioffe & Szegedy 2015), running averages (momentum 0.1) in
+  evaluation. What notes 000, 002 and d2l §10.7.3 (note 003) compare LayerNorm with and reject
+  ("why LayerNorm and not BatchNorm?"); in the group ``questions`` only, as its one variant
+  ``batchnorm`` shows: its training statistics mix positions, so the decoder's see the future
+  and the encoder's the padding, which the model-level probes flag (docs/seeds.md).
+
 All but ``rmsnorm`` expose canonical parameters ``weight`` and ``bias`` of shape (D,); ``rmsnorm``
 exports ``weight`` only (it has no bias).
 """
@@ -67,6 +75,19 @@ class RMSNorm(nn.Module):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
 
 
+class TokenBatchNorm(nn.BatchNorm1d):
+    """``nn.BatchNorm1d(D)`` applied to every token: (..., D) is flattened to (rows, D), so the
+    statistics of each feature run over the batch and every position (padding included).
+    Shape (..., D) -> (..., D); parameters ``weight``, ``bias`` (D,); buffers ``running_mean``,
+    ``running_var`` (D,) updated in training (momentum 0.1)."""
+
+    def __init__(self, features: int):
+        super().__init__(features)
+
+    def forward(self, x):
+        return super().forward(x.reshape(-1, x.size(-1))).view(x.shape)
+
+
 @hookimpl
 def harness_add_components():
     return [
@@ -84,4 +105,11 @@ def harness_add_components():
                   "x / sqrt(mean(x^2) + 1e-6) * weight: no mean subtraction, no bias", "Zhang & Sennrich 2019; LLaMA",
                   differs="RMSNorm: no mean subtraction and no bias, eps = 1e-6 (Zhang & Sennrich 2019)",
                   reference="rms_norm"),
+        Component("batchnorm", "layer_norm", lambda ctx: TokenBatchNorm(ctx.cfg.d_model),
+                  "nn.BatchNorm1d over the batch's tokens: per-feature batch statistics in training, running ones "
+                  "in evaluation", "Ioffe & Szegedy 2015; d2l §10.7.3 (note 003), notes 000 and 002 ask why not",
+                  differs="BatchNorm: each feature normalised over the batch's B * L rows (padding included) "
+                          "in training, with running averages in evaluation, where LayerNorm normalises each "
+                          "row over d_model (Ioffe & Szegedy 2015)",
+                  reference="batch_norm"),
     ]

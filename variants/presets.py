@@ -10,7 +10,7 @@ The choices of today's implementations (nanoGPT, LLaMA-style code, x-transformer
 group ``modern`` (``--variants group:modern``), kept out of ``all`` so the main job does not grow:
 one change from the baseline each, and ``modern``, the LLaMA-style preset with all of them. The
 group ``questions`` holds controlled changes that answer the notes' open questions (the
-sqrt(d_model) scale).
+sqrt(d_model) scale; BatchNorm instead of LayerNorm).
 """
 from __future__ import annotations
 
@@ -103,6 +103,10 @@ QUESTIONS = [
             summary="baseline with a LayerNorm on x + PE (the input's magnitude fixed, the PE sqrt(d_model) times "
                     "larger against the token; dropout after the norm, seed 004's order: compare the two at dropout 0)",
             source="seed 004's BERT-style embeddings, alone; the sqrt(d_model) question", group="questions"),
+    Variant("batchnorm", {"layer_norm": "batchnorm"},
+            summary="baseline with BatchNorm in every LayerNorm's place (statistics over the batch's tokens in "
+                    "training): the probes flag it, its trials are invalid but scored",
+            source="notes 000, 002, d2l §10.7.3 (note 003): why LayerNorm and not BatchNorm?", group="questions"),
 ]
 
 

@@ -21,7 +21,8 @@ from ..registry import Component
 from .contract_base import (ATOL, CONFORMS, VIOLATES, ComponentResult, component_result, crash_result, formula_result,
                             judge, load_random_state, output_gap, reference_components, sibling_context,
                             unknown_formula)
-from .formulas import FORMULAS, parallel_faults, parallel_reference, rmsnorm_faults, rmsnorm_reference
+from .formulas import (FORMULAS, batchnorm_faults, batchnorm_reference, parallel_faults, parallel_reference,
+                       rmsnorm_faults, rmsnorm_reference)
 from .inputs import padded_batch
 
 # --------------------------------------------------------------------------- layer_norm, norm
@@ -58,6 +59,14 @@ def check_layer_norm(comp: Component, cfg: ModelConfig, seed: int = 0) -> list[C
                       if output_gap(got_s, alt)[0] <= output_gap(got_s, alt)[1]), "") if g2 > t2 else ""
         held = [formula_result(comp, "vs RMSNorm a / RMS(a) * g (Zhang & Sennrich 2019)", g2, t2, fault)]
         label = "declared difference vs nn.LayerNorm(d_model)"
+    elif comp.reference == "batch_norm":
+        try:
+            held = _held_to_batchnorm(comp, mod, x, ref.weight.detach(), ref.bias.detach())
+        except Exception as exc:  # noqa: BLE001
+            return [crash_result(comp, "vs BatchNorm (Ioffe & Szegedy 2015)", exc)]
+        label = "declared difference vs nn.LayerNorm(d_model) (evaluation, running statistics at 0 and 1)"
+    if comp.reference != "batch_norm":
+        held += _same_in_training(comp, mod, x, got, ref.weight.detach(), ref.bias.detach())
     gap, thr = output_gap(got, want)
     diagnosis = ""
     if gap > thr:
@@ -75,6 +84,48 @@ def check_layer_norm(comp: Component, cfg: ModelConfig, seed: int = 0) -> list[C
                 diagnosis = text
                 break
     return held + [judge(comp, label, gap, thr, diagnosis)]
+
+
+def _same_in_training(comp: Component, mod: nn.Module, x: torch.Tensor, got_eval: torch.Tensor, w: torch.Tensor,
+                      b: torch.Tensor) -> list[ComponentResult]:
+    """A LayerNorm (or RMSNorm) has no dropout and no batch statistics: a training forward of a copy of
+    ``mod`` on x (B, L, D) must give its evaluation output (float64). Names batch statistics when the
+    training output is BatchNorm's (:func:`~harness.checks.formulas.batchnorm_reference`)."""
+    label = "training mode vs evaluation mode (a LayerNorm has no batch statistics)"
+    try:
+        with torch.no_grad():
+            got_train = copy.deepcopy(mod).train()(x)
+    except Exception as exc:  # noqa: BLE001
+        return [crash_result(comp, label, exc)]
+    gap, thr = output_gap(got_train, got_eval)
+    if gap <= thr:
+        return [component_result(comp, label, CONFORMS, True, gap, thr)]
+    bn_gap, bn_thr = output_gap(got_train, batchnorm_reference(x, w, b)[0])
+    diagnosis = ("normalised with the batch's statistics in training (BatchNorm over every row and position), a "
+                 "LayerNorm only in evaluation" if bn_gap <= bn_thr else
+                 "computes something else in training than in evaluation")
+    return [component_result(comp, label, VIOLATES, False, gap, thr, diagnosis)]
+
+
+def _held_to_batchnorm(comp: Component, mod: nn.Module, x: torch.Tensor, w: torch.Tensor,
+                       b: torch.Tensor) -> list[ComponentResult]:
+    """``reference="batch_norm"``: one training forward of a fresh copy of ``mod`` on x (B, L, D) against the
+    batch statistics over all B * L rows, then an evaluation forward against the running statistics that
+    batch left (:func:`~harness.checks.formulas.batchnorm_reference`); float64."""
+    mod = copy.deepcopy(mod).double()
+    want_train, want_eval = batchnorm_reference(x, w, b)
+    with torch.no_grad():
+        got_train = mod.train()(x)
+        got_eval = mod.eval()(x)
+    gap, thr = output_gap(got_train, want_train)
+    fault = next((text for text, alt in batchnorm_faults(x, w, b).items()
+                  if output_gap(got_train, alt)[0] <= output_gap(got_train, alt)[1]), "") if gap > thr else ""
+    out = [formula_result(comp, "training: vs BatchNorm over the batch's B * L rows (Ioffe & Szegedy 2015)",
+                          gap, thr, fault)]
+    gap, thr = output_gap(got_eval, want_eval)
+    return out + [formula_result(comp, "evaluation: vs the running statistics (momentum 0.1) one batch left",
+                                 gap, thr, "" if gap <= thr else "the running statistics are not BatchNorm's "
+                                 "(momentum 0.1, unbiased variance) or evaluation still uses the batch's")]
 
 
 def check_norm(comp: Component, cfg: ModelConfig, seed: int = 0) -> list[ComponentResult]:

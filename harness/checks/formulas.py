@@ -5,8 +5,8 @@ a component's code, and the known ways real code gets them wrong.
 Shape letters: B batch, H heads, L length, Tq/Tk query/key length, D = d_model, d_k = D / H.
 
 Sources: Su et al. 2021 (RoFormer, eq. 34 and its complex form, eq. 12); Press et al. 2022 (ALiBi §3);
-Zhang & Sennrich 2019 (RMSNorm, eq. 4); Shazeer 2020 (GLU variants, eq. 5-6); Hendrycks & Gimpel 2016
-(GELU); GPT-2 / BERT (learned absolute positions).
+Zhang & Sennrich 2019 (RMSNorm, eq. 4); Ioffe & Szegedy 2015 (BatchNorm, Algorithm 1-2); Shazeer 2020
+(GLU variants, eq. 5-6); Hendrycks & Gimpel 2016 (GELU); GPT-2 / BERT (learned absolute positions).
 """
 from __future__ import annotations
 
@@ -30,6 +30,10 @@ FORMULAS: dict[str, dict[str, str]] = {
     "layer_norm": {
         "rms_norm": "a / RMS(a) * g with RMS(a) = sqrt(mean(a^2) + 1e-6), no mean, no bias (Zhang & Sennrich 2019 "
                    "eq. 4)",
+        "batch_norm": "training: each feature d of the B * L rows (x - mean_d) / sqrt(var_d + 1e-5) * g + b with "
+                      "the batch's mean and biased variance over all rows; running_mean, running_var <- 0.9 * "
+                      "themselves + 0.1 * (mean_d, unbiased var_d); evaluation: the running statistics in their "
+                      "place (Ioffe & Szegedy 2015, Algorithm 1-2; nn.BatchNorm1d)",
     },
     "feed_forward": {
         "ffn_relu": "max(0, x W_1 + b_1) W_2 + b_2 (Vaswani et al. 2017 eq. 2)",
@@ -243,6 +247,35 @@ def rmsnorm_faults(x: torch.Tensor, g: torch.Tensor) -> dict[str, torch.Tensor]:
             x / (x.pow(2).sum(-1, keepdim=True) + 1e-6).sqrt() * g,
         "divided by mean(a^2) without the square root": x / (ms + 1e-6) * g,
         "the gain g not applied": x / (ms + 1e-6).sqrt(),
+    }
+
+
+def batchnorm_reference(x: torch.Tensor, g: torch.Tensor, b: torch.Tensor,
+                        eps: float = 1e-5) -> tuple[torch.Tensor, torch.Tensor]:
+    """Ioffe & Szegedy 2015, Algorithm 1-2, over the rows of x (..., D) flattened to (n, D):
+    ``(training output (..., D), evaluation output (..., D))``, the latter with the running statistics
+    after this one training batch from mean 0 and variance 1 (momentum 0.1, unbiased variance)."""
+    x, g, b = x.double(), g.double(), b.double()
+    rows = x.reshape(-1, x.size(-1))
+    mean, var = rows.mean(0), rows.var(0, unbiased=False)
+    train = (x - mean) / (var + eps).sqrt() * g + b
+    run_mean, run_var = 0.1 * mean, 0.9 + 0.1 * rows.var(0, unbiased=True)
+    return train, (x - run_mean) / (run_var + eps).sqrt() * g + b
+
+
+def batchnorm_faults(x: torch.Tensor, g: torch.Tensor, b: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Known BatchNorm-in-a-Transformer mistakes -> their training output (..., D), on x (B, L, D)."""
+    x, g, b = x.double(), g.double(), b.double()
+    per_pos_mean, per_pos_var = x.mean(0), x.var(0, unbiased=False)  # (L, D)
+    per_row = x.mean(-1, keepdim=True), x.var(-1, unbiased=False, keepdim=True)
+    rows = x.reshape(-1, x.size(-1))
+    return {
+        "statistics per position (over the batch only) instead of over every (batch, position) row":
+            (x - per_pos_mean) / (per_pos_var + 1e-5).sqrt() * g + b,
+        "statistics over d_model per row: a LayerNorm, not a BatchNorm":
+            (x - per_row[0]) / (per_row[1] + 1e-5).sqrt() * g + b,
+        "the unbiased variance in the normalisation (BatchNorm uses the biased one there)":
+            (x - rows.mean(0)) / (rows.var(0, unbiased=True) + 1e-5).sqrt() * g + b,
     }
 
 

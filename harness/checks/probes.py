@@ -78,6 +78,19 @@ def _other(ids: torch.Tensor, cfg: ModelConfig, g: torch.Generator) -> torch.Ten
     return torch.where(cand == ids, shifted, cand)
 
 
+def batch_statistics(model: nn.Module, mode: str, prefer: str = "") -> str:
+    """In train mode, the cause a leak has when the model holds BatchNorm modules (their training
+    statistics run over every row and position of the batch, so one position's output depends on the
+    others'): a phrase naming them (first one whose name starts with ``prefer``); "" in eval mode or
+    without such modules."""
+    names = [n for n, m in model.named_modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    names.sort(key=lambda n: not n.startswith(prefer))
+    if mode != "train" or not names:
+        return ""
+    return (f"through the batch statistics of its {len(names)} BatchNorm module(s) (e.g. {names[0]}), which "
+            f"normalise each feature over every position and row of the batch in training")
+
+
 def _changed_positions(out: torch.Tensor, base: torch.Tensor, real: torch.Tensor, upto: int) -> torch.Tensor:
     """max |Δ logit| per target position 0..upto at real rows (upto + 1,)."""
     d = torch.nan_to_num((out[:, :upto + 1] - base[:, :upto + 1]).abs(), nan=math.inf)  # (B, c+1, V)
@@ -106,9 +119,14 @@ _HOW = {"redrawn": "were redrawn", "padded": "were replaced by padding (the targ
         "extended": "replaced the padding (the target got longer)"}
 
 
+#: A leak's cause when the probe leaks in train mode only (its eval-mode run passed) and no BatchNorm is in sight.
+TRAIN_ONLY = ("in training only (the evaluation-mode probe passes): something that runs only in training mixes "
+              "positions, such as a mask skipped in training or statistics over the batch")
+
+
 def probe_causal(model: nn.Module, batch, cfg: ModelConfig, threshold: float, mode: str = "eval", *,
                  device: torch.device | str = "cpu", dtype: str = "fp32", seed: int = 0,
-                 name: str = "", cuts: str = "all") -> ProbeResult:
+                 name: str = "", cuts: str = "all", eval_passed: bool = False) -> ProbeResult:
     """For every cut c in 0..T-2, change the target after c -- other real tokens, padding, or real
     tokens where it was padded -- and require the logits at real positions <= c to stay within
     ``threshold``. Masks are made by the model from the changed ids, as in training.
@@ -120,6 +138,7 @@ def probe_causal(model: nn.Module, batch, cfg: ModelConfig, threshold: float, mo
 
     Args:
         batch: ``(src (B, S), tgt (B, T), labels)``; position 0 of every target row must be real.
+        eval_passed: the eval-mode probe passed (a train-mode leak is then named as training-only).
     """
     device = torch.device(device)
     src, tgt = batch[0].to(device), batch[1].to(device)
@@ -151,18 +170,22 @@ def probe_causal(model: nn.Module, batch, cfg: ModelConfig, threshold: float, mo
     if leak:
         p, c, x, kind = leak
         what = "target tokens after position" if kind != "extended" else "real tokens after position"
+        stats = batch_statistics(model, mode, prefer="decoder")
+        if not stats and mode == "train" and eval_passed:
+            stats = TRAIN_ONLY
         detail = (f"decoder position {p} changed (max |Δ logit| {fmt_size(x)}) when the {what} {c} {_HOW[kind]} "
-                  f"({mode} mode): it sees the future"
-                  + (" through the padding (e.g. the target's length)" if kind != "redrawn" else
-                     " (causal mask not applied or shifted)"))
+                  f"({mode} mode): it sees the future "
+                  + (stats if stats else "through the padding (e.g. the target's length)" if kind != "redrawn" else
+                     "(causal mask not applied or shifted)"))
     return ProbeResult(name, "causal leak", mode, leak is None, worst, threshold, detail)
 
 
 def probe_masked_keys(model: nn.Module, batch, cfg: ModelConfig, threshold: float, mode: str = "eval", *,
                       device: torch.device | str = "cpu", dtype: str = "fp32", seed: int = 0,
-                      name: str = "") -> ProbeResult:
+                      name: str = "", eval_passed: bool = False) -> ProbeResult:
     """Change the tokens at padded source positions, keeping the masks made from the original batch;
-    logits at real target positions must not move (encoder self-attention and cross-attention)."""
+    logits at real target positions must not move (encoder self-attention and cross-attention).
+    ``eval_passed``: as :func:`probe_causal`'s."""
     device = torch.device(device)
     src, tgt = batch[0].to(device), batch[1].to(device)
     real = batch[1] != cfg.pad
@@ -176,9 +199,12 @@ def probe_masked_keys(model: nn.Module, batch, cfg: ModelConfig, threshold: floa
     model.eval()
     d = torch.nan_to_num((out - base).abs(), nan=math.inf).masked_fill(~real[..., None], 0.0)
     worst = float(d.max())
+    stats = batch_statistics(model, mode)
+    cause = (f"the padding reaches them {stats}" if stats else TRAIN_ONLY if mode == "train" and eval_passed
+             else "source padding mask not applied")
     detail = "" if worst <= threshold else (
         f"real target positions changed (max |Δ logit| {fmt_size(worst)}) when the tokens at padded source positions "
-        f"changed, masks unchanged ({mode} mode): source padding mask not applied")
+        f"changed, masks unchanged ({mode} mode): {cause}")
     return ProbeResult(name, "masked source keys", mode, worst <= threshold, worst, threshold, detail)
 
 
@@ -237,9 +263,11 @@ def run_probes(model: nn.Module, batch, cfg: ModelConfig, threshold: float, *, d
     then extra source padding. ``cuts``: see :func:`probe_causal`."""
     kw = dict(device=device, dtype=dtype, name=name)
     out = [probe_finite(model, batch, cfg, **kw)]
-    for mode in ("eval", "train"):
-        out.append(probe_causal(model, batch, cfg, threshold, mode, seed=seed, cuts=cuts, **kw))
-        out.append(probe_masked_keys(model, batch, cfg, threshold, mode, seed=seed, **kw))
+    causal = probe_causal(model, batch, cfg, threshold, "eval", seed=seed, cuts=cuts, **kw)
+    keys = probe_masked_keys(model, batch, cfg, threshold, "eval", seed=seed, **kw)
+    out += [causal, keys,
+            probe_causal(model, batch, cfg, threshold, "train", seed=seed, cuts=cuts, eval_passed=causal.passed, **kw),
+            probe_masked_keys(model, batch, cfg, threshold, "train", seed=seed, eval_passed=keys.passed, **kw)]
     out.append(probe_extra_padding(model, batch, cfg, threshold, **kw))
     return out
 
@@ -263,11 +291,13 @@ def gate_batch(cfg: ModelConfig, rows: int = 6, src_len: int = 9, tgt_len: int =
 def integrity_reasons(model: nn.Module, cfg: ModelConfig, device, *, seed: int = 0, when: str = "") -> list[str]:
     """The run gate: every probe of :func:`run_probes` on :func:`gate_batch`, in float32; returns one
     line per failed probe (empty: the model passes). Threshold: ``GATE_ATOL + GATE_RTOL * max |logit|``.
-    The model's training mode is restored, its gradients cleared, its weights and the global RNG
-    state left unchanged."""
+    The model's training mode is restored, its gradients cleared, its weights, its buffers (a BatchNorm's
+    running statistics, which the train-mode probes' forwards would update) and the global RNG state
+    left unchanged."""
     device = torch.device(device)
     batch = gate_batch(cfg, seed=seed)
     was_training = model.training
+    buffers = [(b, b.detach().clone()) for b in model.buffers()]
     devices = [device.index or 0] if device.type == "cuda" else []
     try:
         with torch.random.fork_rng(devices=devices), torch.inference_mode():
@@ -280,6 +310,9 @@ def integrity_reasons(model: nn.Module, cfg: ModelConfig, device, *, seed: int =
         return [f"probes crash{' ' + when if when else ''}: {describe_exception(exc)}"]
     finally:
         model.train(was_training)
+        with torch.no_grad():
+            for b, before in buffers:
+                b.copy_(before)
     prefix = f"{when}: " if when else ""
     seen, out = set(), []
     for r in results:

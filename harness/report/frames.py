@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 
 import numpy as np
 import pandas as pd
@@ -34,16 +35,19 @@ TRAINED = ("ok", "invalid")
 
 
 def invalid_variants(df: pd.DataFrame) -> dict[str, list[str]]:
-    """variant -> the distinct reasons its trials were marked ``invalid`` (first reason of each trial)."""
+    """variant -> the distinct reasons its trials were marked ``invalid`` (first reason of each trial; two
+    reasons that differ only in their numbers, such as the size of a leak, count as one: the first seen)."""
     if df.empty or "status" not in df:
         return {}
     out: dict[str, list[str]] = {}
+    seen: dict[str, set[str]] = {}
     for r in df[df["status"] == "invalid"].itertuples():
         reason = str(getattr(r, "reason", "") or "")
         first = reason.split("; ")[0]
-        lst = out.setdefault(r.variant, [])
-        if first not in lst:
-            lst.append(first)
+        shape = re.sub(r"\d+(\.\d+)?(e[-+]?\d+)?", "#", first)
+        if shape not in seen.setdefault(r.variant, set()):
+            seen[r.variant].add(shape)
+            out.setdefault(r.variant, []).append(first)
     return out
 
 
