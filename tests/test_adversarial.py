@@ -71,6 +71,7 @@ FAULTS = {
     "adv_unscaled_renamed": "does not export the canonical layout",
     "adv_layernorm_batch_stats_in_training": "normalised with the batch's statistics in training",
     "adv_batchnorm_per_position": "statistics per position (over the batch only)",
+    "adv_scale_in_training": "the training-mode logits differ from the evaluation-mode ones",
 }
 GOOD = sorted(p.stem for p in PLUGINS.glob("good_*.py"))
 
@@ -158,7 +159,8 @@ def test_all_components_sweeps_every_installed_component():
     assert any("keys and values swapped" in f for f in swept.failures())
 
 
-LEAKING = ["adv_scale_d_model", "adv_causal_shift", "adv_src_pad_ignored", "adv_nan_rows", "adv_length_embedding"]
+LEAKING = ["adv_scale_d_model", "adv_causal_shift", "adv_src_pad_ignored", "adv_nan_rows", "adv_length_embedding",
+           "adv_scale_in_training"]
 
 
 def test_run_marks_leaking_plugins_invalid_and_never_ranks_them(tmp_path):

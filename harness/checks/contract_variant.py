@@ -16,7 +16,11 @@ the session's reference canonical state (every canonical parameter random, so a 
 * **same seed, same model**: two builds from the check seed give bitwise the same logits;
 * **positions reach attention**: when the positional component acts inside attention (RoPE, ALiBi),
   the attention modules ask ``ctx.positions`` for it in a forward (an attention component that never
-  does would silently train a model with no positions at all).
+  does would silently train a model with no positions at all);
+* **training = evaluation at dropout 0**: built with dropout 0, the model's training-mode logits equal its
+  evaluation-mode ones (:func:`harness.checks.gate.modes_reasons`): every other check runs in evaluation
+  mode, so a component that is the paper's function only there would otherwise be classed with the
+  baseline (``tests/plugins/adv_scale_in_training.py``); BatchNorm's declared difference is exempt.
 
 ``harness check`` (:func:`harness.checks.whole.run_checks`) runs it on every variant next to the
 probes, and the conformance kit (:mod:`harness.testing`) runs ``run_checks`` itself, so the two
@@ -31,6 +35,7 @@ from torch.nn import functional as F
 
 from ..model import build_model, canonical_state_dict, load_canonical_state_dict
 from ..registry import Variant
+from .gate import modes_reasons
 from .inputs import describe_exception
 from .probes import ProbeResult
 from .runs import CheckSession, load_variant
@@ -111,6 +116,9 @@ def variant_contract(s: CheckSession, v: Variant) -> list[ProbeResult]:
         logits = logits.detach()
         out.append(_result(v.name, "canonical round trip", _round_trip(s, v, model, src, tgt, logits)))
         out.append(_result(v.name, "same seed, same model", _same_seed(s, v, src, tgt)))
+        out.append(_result(v.name, "training = evaluation (dropout 0)",
+                           "; ".join(r.split(": ", 1)[1] for r in modes_reasons(s.registry, v, s.cfg, s.seed,
+                                                                                 torch.device(s.device)))))
     except Exception as exc:  # noqa: BLE001 - a crash is a result
         return [_result(v.name, "model contract", f"crashes: {describe_exception(exc)}")]
     return out

@@ -5,7 +5,8 @@ trial groups of :mod:`harness.group` run the same checks for each seed).
   (:mod:`harness.checks.contracts`) with the trial's model config, cached per process.
 - :func:`twin_reasons`: a second build from the same seed must be the same model (module tree,
   weights, eval-mode logits on the gate's batch), so a factory cannot show the contract check
-  one object and the trial another.
+  one object and the trial another; and (:func:`modes_reasons`) with dropout 0 its training forward
+  must compute what its evaluation forward does, since every check compares evaluation-mode outputs.
 
 A variant with any reason is trained all the same and stored with status ``invalid``
 (:data:`harness.train.INVALID`), so no report ranks it. The probes run at initialisation and after
@@ -72,4 +73,41 @@ def twin_reasons(registry, variant: Variant, model_cfg, seed: int, model, device
     model.train(was_training)
     if not torch.allclose(a, b, rtol=GATE_RTOL, atol=GATE_ATOL, equal_nan=True):
         return [f"build: {what % 'outputs (eval mode, same weights, same batch)'}"]
-    return []
+    return modes_reasons(registry, variant, model_cfg, seed, device)
+
+
+#: Formulas (``Component(reference=...)``) whose training forward differs from their evaluation forward by
+#: declaration: BatchNorm normalises with the batch's statistics in training, with running ones in evaluation.
+TRAINING_DIFFERS = {"batch_norm"}
+
+
+def modes_reasons(registry, variant: Variant, model_cfg, seed: int, device) -> list[str]:
+    """With dropout 0, the training-mode logits of ``variant`` on the run gate's batch must equal its
+    evaluation-mode logits (within the gate's threshold): the component contracts, ``check``'s pairs and
+    ``nn.MultiheadAttention`` / ``nn.Transformer`` comparisons all run in evaluation mode, so a component
+    that computes the paper's function there and another one in training would pass them all and be
+    classed "same function" as the baseline. A variant using a component whose formula declares a
+    training difference (:data:`TRAINING_DIFFERS`) is exempt. One line when it fails (empty: it holds)."""
+    from dataclasses import replace
+
+    from .probes import GATE_ATOL, GATE_RTOL, gate_batch
+
+    if any(registry.component(slot, name).reference in TRAINING_DIFFERS
+           for slot, name in variant.resolved().items()):
+        return []
+    cfg = replace(model_cfg, dropout=0.0)
+    model = build_model(registry, variant, cfg, seed=seed).to(device)
+    src, tgt, _ = (t.to(device) for t in gate_batch(cfg, seed=seed))
+    devices = [device.index or 0] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        with torch.inference_mode():
+            evaluated = model.eval()(src, tgt).float()
+        with torch.enable_grad():
+            trained = model.train()(src, tgt).detach().float()
+    model.eval()
+    if torch.allclose(trained, evaluated, rtol=GATE_RTOL, atol=GATE_ATOL, equal_nan=True):
+        return []
+    gap = float(torch.nan_to_num((trained - evaluated).abs(), nan=float("inf")).max())
+    return [f"modes: with dropout 0 the training-mode logits differ from the evaluation-mode ones (max |Δ logit| "
+            f"{gap:.3g}): a component computes something else in training than every check (all in evaluation "
+            f"mode) saw"]
