@@ -72,6 +72,7 @@ FAULTS = {
     "adv_layernorm_batch_stats_in_training": "normalised with the batch's statistics in training",
     "adv_batchnorm_per_position": "statistics per position (over the batch only)",
     "adv_scale_in_training": "the training-mode logits differ from the evaluation-mode ones",
+    "adv_keys_detached_in_training": "self_attn.w_k.weight gets none in training",
 }
 GOOD = sorted(p.stem for p in PLUGINS.glob("good_*.py"))
 

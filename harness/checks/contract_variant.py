@@ -17,8 +17,8 @@ the session's reference canonical state (every canonical parameter random, so a 
 * **positions reach attention**: when the positional component acts inside attention (RoPE, ALiBi),
   the attention modules ask ``ctx.positions`` for it in a forward (an attention component that never
   does would silently train a model with no positions at all);
-* **training = evaluation at dropout 0**: built with dropout 0, the model's training-mode logits equal its
-  evaluation-mode ones (:func:`harness.checks.gate.modes_reasons`): every other check runs in evaluation
+* **training = evaluation at dropout 0**: built with dropout 0, the model's training-mode logits and
+  gradients equal its evaluation-mode ones (:func:`harness.checks.gate.modes_reasons`): every other check runs in evaluation
   mode, so a component that is the paper's function only there would otherwise be classed with the
   baseline (``tests/plugins/adv_scale_in_training.py``); BatchNorm's declared difference is exempt.
 
@@ -118,7 +118,8 @@ def variant_contract(s: CheckSession, v: Variant) -> list[ProbeResult]:
         out.append(_result(v.name, "same seed, same model", _same_seed(s, v, src, tgt)))
         out.append(_result(v.name, "training = evaluation (dropout 0)",
                            "; ".join(r.split(": ", 1)[1] for r in modes_reasons(s.registry, v, s.cfg, s.seed,
-                                                                                 torch.device(s.device)))))
+                                                                                 torch.device(s.device),
+                                                                                 s.state_for(v.name)))))
     except Exception as exc:  # noqa: BLE001 - a crash is a result
         return [_result(v.name, "model contract", f"crashes: {describe_exception(exc)}")]
     return out

@@ -81,33 +81,79 @@ def twin_reasons(registry, variant: Variant, model_cfg, seed: int, model, device
 TRAINING_DIFFERS = {"batch_norm"}
 
 
-def modes_reasons(registry, variant: Variant, model_cfg, seed: int, device) -> list[str]:
-    """With dropout 0, the training-mode logits of ``variant`` on the run gate's batch must equal its
-    evaluation-mode logits (within the gate's threshold): the component contracts, ``check``'s pairs and
-    ``nn.MultiheadAttention`` / ``nn.Transformer`` comparisons all run in evaluation mode, so a component
-    that computes the paper's function there and another one in training would pass them all and be
-    classed "same function" as the baseline. A variant using a component whose formula declares a
+def modes_reasons(registry, variant: Variant, model_cfg, seed: int, device, state=None) -> list[str]:
+    """With dropout 0, the training-mode logits of ``variant`` on the run gate's batch, and every parameter's
+    gradient of the cross-entropy at its real target positions, must equal the evaluation-mode ones (within
+    the gate's threshold): the component contracts, ``check``'s pairs and the ``nn.MultiheadAttention`` /
+    ``nn.Transformer`` comparisons all run in evaluation mode, so a component that computes the paper's
+    function there and another one in training (another scale; the same forward with a gradient cut in
+    training) would pass them all and be classed "same function" as the baseline. ``state``: a canonical
+    state to load first (``check`` passes its random reference state, so no zero-initialised gain hides a
+    sub-layer); default: the build from ``seed``. A variant using a component whose formula declares a
     training difference (:data:`TRAINING_DIFFERS`) is exempt. One line when it fails (empty: it holds)."""
     from dataclasses import replace
 
-    from .probes import GATE_ATOL, GATE_RTOL, gate_batch
+    from torch.nn import functional as F
+
+    from ..model import load_canonical_state_dict
+    from .probes import gate_batch
 
     if any(registry.component(slot, name).reference in TRAINING_DIFFERS
            for slot, name in variant.resolved().items()):
         return []
     cfg = replace(model_cfg, dropout=0.0)
     model = build_model(registry, variant, cfg, seed=seed).to(device)
-    src, tgt, _ = (t.to(device) for t in gate_batch(cfg, seed=seed))
-    devices = [device.index or 0] if device.type == "cuda" else []
-    with torch.random.fork_rng(devices=devices):
-        with torch.inference_mode():
-            evaluated = model.eval()(src, tgt).float()
+    if state is not None:
+        load_canonical_state_dict(model, state)
+    src, tgt, labels = (t.to(device) for t in gate_batch(cfg, seed=seed))
+    keep = tgt != cfg.pad
+
+    def forward_backward(training: bool):
+        model.train(training)
+        model.zero_grad(set_to_none=True)
         with torch.enable_grad():
-            trained = model.train()(src, tgt).detach().float()
+            logits = model(src, tgt)
+            F.cross_entropy(logits[keep].float(), labels[keep]).backward()
+        grads = {n: (p.grad.detach().float().clone() if p.grad is not None else None)
+                 for n, p in model.named_parameters()}
+        return logits.detach().float(), grads
+
+    devices = [device.index or 0] if device.type == "cuda" else []
+    try:
+        with torch.random.fork_rng(devices=devices):
+            evaluated, eval_grads = forward_backward(False)
+            trained, train_grads = forward_backward(True)
+    except Exception as exc:  # noqa: BLE001 - the trial itself will fail with its own message
+        from .inputs import describe_exception
+
+        return [f"modes: the training/evaluation comparison crashes: {describe_exception(exc)}"]
+    model.zero_grad(set_to_none=True)
     model.eval()
-    if torch.allclose(trained, evaluated, rtol=GATE_RTOL, atol=GATE_ATOL, equal_nan=True):
+    return _modes_differ(evaluated, eval_grads, trained, train_grads)
+
+
+def _modes_differ(evaluated: torch.Tensor, eval_grads: dict, trained: torch.Tensor, train_grads: dict) -> list[str]:
+    """:func:`modes_reasons`' verdict from the logits (B, T, V) and the gradients by parameter name of both modes."""
+    from .probes import GATE_ATOL, GATE_RTOL
+
+    if not torch.allclose(trained, evaluated, rtol=GATE_RTOL, atol=GATE_ATOL, equal_nan=True):
+        gap = float(torch.nan_to_num((trained - evaluated).abs(), nan=float("inf")).max())
+        return [f"modes: with dropout 0 the training-mode logits differ from the evaluation-mode ones (max |Δ logit| "
+                f"{gap:.3g}): a component computes something else in training than every check (all in "
+                f"evaluation mode) saw"]
+    differ, cut = [], []
+    for name, g in eval_grads.items():
+        t = train_grads[name]
+        same = (g is None and t is None) or (g is not None and t is not None and torch.allclose(
+            t, g, rtol=GATE_RTOL, atol=GATE_ATOL + GATE_RTOL * float(torch.nan_to_num(g.abs(), 0.0, 0.0, 0.0).max()),
+            equal_nan=True))
+        if not same:
+            differ.append(name)
+            if g is not None and g.any() and (t is None or not t.any()):
+                cut.append(name)
+    if not differ:
         return []
-    gap = float(torch.nan_to_num((trained - evaluated).abs(), nan=float("inf")).max())
-    return [f"modes: with dropout 0 the training-mode logits differ from the evaluation-mode ones (max |Δ logit| "
-            f"{gap:.3g}): a component computes something else in training than every check (all in evaluation "
-            f"mode) saw"]
+    example = (f"{cut[0]} gets none in training" if cut else f"e.g. {differ[0]}")
+    return [f"modes: with dropout 0 the training-mode gradients of {len(differ)} parameter(s) differ from the "
+            f"evaluation-mode ones while the logits agree ({example}): a component's backward is something else "
+            f"in training than every check (all in evaluation mode) saw"]
