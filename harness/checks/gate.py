@@ -5,8 +5,9 @@ trial groups of :mod:`harness.group` run the same checks for each seed).
   (:mod:`harness.checks.contracts`) with the trial's model config, cached per process.
 - :func:`twin_reasons`: a second build from the same seed must be the same model (module tree,
   weights, eval-mode logits on the gate's batch), so a factory cannot show the contract check
-  one object and the trial another; and (:func:`modes_reasons`) with dropout 0 its training forward
-  must compute what its evaluation forward does, since every check compares evaluation-mode outputs.
+  one object and the trial another; and (:func:`modes_reasons`, cached per process like the contracts)
+  with dropout 0 its training forward and gradients must be its evaluation ones, since every check
+  compares evaluation-mode outputs.
 
 A variant with any reason is trained all the same and stored with status ``invalid``
 (:data:`harness.train.INVALID`), so no report ranks it. The probes run at initialisation and after
@@ -73,7 +74,14 @@ def twin_reasons(registry, variant: Variant, model_cfg, seed: int, model, device
     model.train(was_training)
     if not torch.allclose(a, b, rtol=GATE_RTOL, atol=GATE_ATOL, equal_nan=True):
         return [f"build: {what % 'outputs (eval mode, same weights, same batch)'}"]
-    return modes_reasons(registry, variant, model_cfg, seed, device)
+    key = (tuple(sorted(variant.resolved().items())), id(registry), repr(model_cfg), str(device))
+    held = _MODES.get(key)
+    if held is None or held[0] is not registry:  # once per variant, config and device in a process
+        held = _MODES[key] = (registry, modes_reasons(registry, variant, model_cfg, seed, device))
+    return held[1]
+
+
+_MODES: dict[tuple, tuple[Any, list[str]]] = {}  # key -> (the registry checked, modes_reasons' lines)
 
 
 #: Formulas (``Component(reference=...)``) whose training forward differs from their evaluation forward by
