@@ -22,7 +22,8 @@ harness_registry, harness_config = testing.harness_registry, testing.harness_con
 from .conftest import builtin_variant_names, cli_in_process
 
 VARIANTS = builtin_variant_names()
-BUGS = ["bug_001_discarded_mask", "bug_001_uint8_invert", "bug_001_unexpanded_mask", "bug_002_kv_query_len"]
+BUGS = ["bug_001_discarded_mask", "bug_001_uint8_invert", "bug_001_unexpanded_mask", "bug_002_kv_query_len",
+        "bug_002_narrow_ffn"]
 
 PLUGIN = textwrap.dedent('''
     """Test plugin: one correct attention, one without 1/sqrt(d_k), one mask with the opposite convention,
@@ -223,6 +224,7 @@ def test_shared_embeddings_stay_tied(harness_registry, harness_config):
     ("bug_001_uint8_invert", "blocks every key"),
     ("bug_001_unexpanded_mask", "crashes on the padded check batch (B=4, S=9, T=10): RuntimeError"),
     ("bug_002_kv_query_len", "crashes on the padded check batch (B=4, S=9, T=10): RuntimeError"),
+    ("bug_002_narrow_ffn", "inner width 32 where the config's d_ff is 64"),
 ], ids=BUGS)
 def test_faithful_bugs_are_flagged_with_a_reason(harness_registry, name, reason):
     res = assert_flagged(harness_registry, name)

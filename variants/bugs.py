@@ -13,12 +13,17 @@ with ``bug``), selectable by exact name, and ``harness check`` must flag every o
   (B) must match the size of tensor b (B*H)" (the note's recorded error) unless B == 1.
 * attention ``bug_kv_query_len`` (seed 002): K and V reshaped with the query's length; crashes
   in cross-attention whenever source and target lengths differ.
+* feed_forward ``bug_narrow_ffn`` (seed 002): the layers build their FFN as ``MLP(args.dim, args.dim)``,
+  so the inner width is d_model instead of the config's d_ff (4x narrower at the paper's sizes); it
+  computes an FFN, only a smaller one than the config asks for, and answers note 001's "why is d_ff so
+  large?" by what it costs.
 """
 from __future__ import annotations
 
 import math
 
 import torch
+from torch import nn
 
 from harness import Component, Variant, hookimpl
 
@@ -74,6 +79,23 @@ class KVQueryLenAttention(HappyLLMAttention):
         return self.resid_dropout(self.wo(out))
 
 
+class NarrowFeedForward(nn.Module):
+    """Seed 002's ``MLP(dim, dim)``: w_2(dropout(relu(w_1(x)))) with inner width d_model, not d_ff.
+
+    Shape: (B, L, D) -> (B, L, D); ``w_1`` (D, D), ``w_2`` (D, D) where the slot's layout is (d_ff, D), (D, d_ff).
+    """
+
+    def __init__(self, ctx):
+        super().__init__()
+        d = ctx.cfg.d_model
+        self.w_1 = ctx.linear(d, d)  # BUG (faithful): MLP(args.dim, args.dim), hidden width d_model
+        self.w_2 = ctx.linear(d, d)
+        self.dropout = nn.Dropout(ctx.cfg.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.w_2(self.dropout(torch.relu(self.w_1(x))))
+
+
 @hookimpl
 def harness_add_components():
     return [
@@ -85,6 +107,8 @@ def harness_add_components():
                   "BUG: folded-head bmm attention with masks not repeated per head", "seed 001", buggy=True),
         Component("bug_kv_query_len", "attention", KVQueryLenAttention,
                   "BUG: K/V reshaped with the query's length", "seed 002", buggy=True),
+        Component("bug_narrow_ffn", "feed_forward", NarrowFeedForward,
+                  "BUG: FFN built as MLP(dim, dim): inner width d_model instead of d_ff", "seed 002", buggy=True),
     ]
 
 
@@ -101,4 +125,7 @@ def harness_add_variants():
         Variant("bug_002_kv_query_len", {"attention": "bug_kv_query_len", "projections": "bias_free"},
                 buggy=True, summary="seed 002's K/V reshape with the query length: crashes when S != T",
                 source="seed 002"),
+        Variant("bug_002_narrow_ffn", {"feed_forward": "bug_narrow_ffn"}, buggy=True,
+                summary="seed 002's MLP(dim, dim): an FFN of inner width d_model instead of d_ff (the baseline "
+                        "otherwise)", source="seed 002"),
     ]

@@ -134,6 +134,20 @@ def _attention_side(hooks: PositionHooks, cfg: ModelConfig, seed: int, formula: 
 
 # --------------------------------------------------------------------------- feed_forward
 
+def _inner_width(comp: Component, label: str, state: dict, cfg: ModelConfig) -> list[ComponentResult]:
+    """A ReLU / GELU FFN's canonical ``w_1`` must be (d_ff, D) and ``w_2`` (D, d_ff) (Vaswani et al. 2017 §3.3:
+    the inner layer has dimensionality d_ff): a failing result naming the width it has, else []. The formula
+    alone cannot see it, since an FFN of any inner width computes max(0, x W_1 + b_1) W_2 + b_2 with its own W."""
+    w1, w2 = tuple(state["w_1.weight"].shape), tuple(state["w_2.weight"].shape)
+    if w1 == (cfg.d_ff, cfg.d_model) and w2 == (cfg.d_model, cfg.d_ff):
+        return []
+    width = w1[0]
+    return [component_result(comp, label, VIOLATES, False, diagnosis=(
+        f"inner width {width} where the config's d_ff is {cfg.d_ff} (w_1 {w1}, w_2 {w2}; expected "
+        f"({cfg.d_ff}, {cfg.d_model}) and ({cfg.d_model}, {cfg.d_ff}))"
+        + (": d_ff = d_model, as seed 002's MLP(dim, dim)" if width == cfg.d_model else "")))]
+
+
 def check_feed_forward(comp: Component, cfg: ModelConfig, seed: int = 0) -> list[ComponentResult]:
     """``feed_forward`` component vs the ReLU FFN w_2(relu(w_1 x)) (the slot's reference) or its
     declared formula (GELU, SwiGLU, GEGLU), eval mode, float64, holding random canonical ``w_1``,
@@ -152,6 +166,10 @@ def check_feed_forward(comp: Component, cfg: ModelConfig, seed: int = 0) -> list
             return [component_result(comp, label, VIOLATES, False, diagnosis=(
                 f"does not export the canonical layout (missing {', '.join(missing)}; has "
                 f"{', '.join(sorted(state)) or 'nothing'}): w_1, w_2 (ReLU / GELU) or w_gate, w_up, w_down (gated)"))]
+        if formula not in GATED:
+            narrow = _inner_width(comp, label, state, cfg)
+            if narrow:
+                return narrow
         x = (torch.randn(3, 5, cfg.d_model, generator=torch.Generator().manual_seed(seed + 109)) * 2).double()
         with torch.no_grad():
             got = mod.double().eval()(x)
