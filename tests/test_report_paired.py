@@ -36,3 +36,18 @@ def test_no_section_from_one_seed_or_without_a_baseline_to_pair_with(tmp_path):
     assert "## Paired seeds" not in write_report(one).read_text()
     alone = make_run(tmp_path, "alone", {"baseline": ARMS["baseline"]}, jitter=0.0)
     assert "## Paired seeds" not in write_report(alone).read_text()
+
+
+def test_an_invalid_variant_keeps_its_counts_and_says_it_gets_no_verdict(tmp_path):
+    from harness.trial import TrialResult, trial_key
+
+    store = make_run(tmp_path, "inv", ARMS, jitter=0.0, check=[["baseline", "twin"], ["flip"]])
+    for t in store.load_trials():
+        if t.row["variant"] == "flip":
+            row = dict(t.row, status="invalid", reason="at initialisation: decoder position 0 changed (train mode)")
+            store.write_trial(trial_key("flip", row["seed"]), TrialResult(row, t.curve))
+    section = _section(write_report(store).read_text())
+    assert "| flip (invalid: no verdict) | " in section and "6-0, p 0.031" in section
+    assert "an invalid variant's counts are descriptive only" in section
+    clean = _section(write_report(make_run(tmp_path, "ok", ARMS, jitter=0.0)).read_text())
+    assert "invalid" not in clean

@@ -23,7 +23,7 @@ import pandas as pd
 
 from ..metrics import Metric, shown
 from ..stats import ALPHA, paired_outcomes, sign_test_p
-from .frames import point_order, run_metrics, variant_order
+from .frames import invalid_variants, point_order, run_metrics, variant_order
 from .rows import recorded_classes, same_class
 from .tables import paired_values, to_markdown
 
@@ -59,11 +59,13 @@ def paired_lines(ctx) -> list[str]:
         return []
     classes, rows, most = recorded_classes(meta), [], 0
     sweep = df["point"].nunique() > 1
+    invalid = set(invalid_variants(df))
     for point in point_order(df, meta):
         for variant in variant_order(df, baseline, meta):
             if variant == baseline or same_class(classes, variant, baseline):
                 continue
-            row = {"variant": variant} | ({"point": point} if sweep else {})
+            label = f"{variant} (invalid: no verdict)" if variant in invalid else variant
+            row = {"variant": label} | ({"point": point} if sweep else {})
             for m in metrics:
                 row[_header(m, verdict)], n = paired_cell(df, variant, baseline, point, m)
                 most = max(most, n)
@@ -77,7 +79,9 @@ def paired_lines(ctx) -> list[str]:
             f"**{verdict}** alone; the other columns are descriptive: with {k} metrics one of them reaches "
             f"p < {ALPHA:g} by chance far more often than 1 time in 20 (Bonferroni: p < {ALPHA / k:.3f}), so "
             f"read a count here as a lead for a new run planned around that metric, not as a claim. Variants "
-            f"that check puts in `{baseline}`'s class are left out (their differences are rounding).", "",
+            f"that check puts in `{baseline}`'s class are left out (their differences are rounding)"
+            + ("; an invalid variant's counts are descriptive only, whatever its verdict column says." if invalid
+               else "."), "",
             to_markdown(pd.DataFrame(rows)), ""]
 
 
