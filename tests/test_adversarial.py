@@ -73,6 +73,7 @@ FAULTS = {
     "adv_batchnorm_per_position": "statistics per position (over the batch only)",
     "adv_scale_in_training": "the training-mode logits differ from the evaluation-mode ones",
     "adv_keys_detached_in_training": "self_attn.w_k.weight gets none in training",
+    "adv_scale_in_inference": "under torch.inference_mode, as held-out scores are computed, differ",
 }
 GOOD = sorted(p.stem for p in PLUGINS.glob("good_*.py"))
 

@@ -18,7 +18,8 @@ the session's reference canonical state (every canonical parameter random, so a 
   the attention modules ask ``ctx.positions`` for it in a forward (an attention component that never
   does would silently train a model with no positions at all);
 * **training = evaluation at dropout 0**: built with dropout 0, the model's training-mode logits and
-  gradients equal its evaluation-mode ones (:func:`harness.checks.gate.modes_reasons`): every other check runs in evaluation
+  gradients equal its evaluation-mode ones, and its evaluation-mode logits under ``torch.inference_mode``
+  equal those with autograd on (:func:`harness.checks.gate.modes_reasons`): every other check runs in evaluation
   mode, so a component that is the paper's function only there would otherwise be classed with the
   baseline (``tests/plugins/adv_scale_in_training.py``); BatchNorm's declared difference is exempt.
 

@@ -95,7 +95,9 @@ def modes_reasons(registry, variant: Variant, model_cfg, seed: int, device, stat
     the gate's threshold): the component contracts, ``check``'s pairs and the ``nn.MultiheadAttention`` /
     ``nn.Transformer`` comparisons all run in evaluation mode, so a component that computes the paper's
     function there and another one in training (another scale; the same forward with a gradient cut in
-    training) would pass them all and be classed "same function" as the baseline. ``state``: a canonical
+    training) would pass them all and be classed "same function" as the baseline. Likewise the
+    evaluation-mode logits under ``torch.inference_mode`` (how held-out scores are computed) must equal
+    those with autograd on. ``state``: a canonical
     state to load first (``check`` passes its random reference state, so no zero-initialised gain hides a
     sub-layer); default: the build from ``seed``. A variant using a component whose formula declares a
     training difference (:data:`TRAINING_DIFFERS`) is exempt. One line when it fails (empty: it holds)."""
@@ -131,24 +133,34 @@ def modes_reasons(registry, variant: Variant, model_cfg, seed: int, device, stat
         with torch.random.fork_rng(devices=devices):
             evaluated, eval_grads = forward_backward(False)
             trained, train_grads = forward_backward(True)
+            with torch.inference_mode():  # as held-out evaluation scores the model
+                inferred = model.eval()(src, tgt).float()
     except Exception as exc:  # noqa: BLE001 - the trial itself will fail with its own message
         from .inputs import describe_exception
 
         return [f"modes: the training/evaluation comparison crashes: {describe_exception(exc)}"]
     model.zero_grad(set_to_none=True)
     model.eval()
-    return _modes_differ(evaluated, eval_grads, trained, train_grads)
+    return _modes_differ(evaluated, eval_grads, trained, train_grads, inferred)
 
 
-def _modes_differ(evaluated: torch.Tensor, eval_grads: dict, trained: torch.Tensor, train_grads: dict) -> list[str]:
-    """:func:`modes_reasons`' verdict from the logits (B, T, V) and the gradients by parameter name of both modes."""
+def _modes_differ(evaluated: torch.Tensor, eval_grads: dict, trained: torch.Tensor, train_grads: dict,
+                  inferred: torch.Tensor) -> list[str]:
+    """:func:`modes_reasons`' verdict from the logits (B, T, V) and the gradients by parameter name of both modes,
+    and the evaluation-mode logits under ``torch.inference_mode`` (``inferred``)."""
     from .probes import GATE_ATOL, GATE_RTOL
 
+    def gap(a, b):
+        return float(torch.nan_to_num((a - b).abs(), nan=float("inf")).max())
+
     if not torch.allclose(trained, evaluated, rtol=GATE_RTOL, atol=GATE_ATOL, equal_nan=True):
-        gap = float(torch.nan_to_num((trained - evaluated).abs(), nan=float("inf")).max())
         return [f"modes: with dropout 0 the training-mode logits differ from the evaluation-mode ones (max |Δ logit| "
-                f"{gap:.3g}): a component computes something else in training than every check (all in "
-                f"evaluation mode) saw"]
+                f"{gap(trained, evaluated):.3g}): a component computes something else in training than every check "
+                f"(all in evaluation mode) saw"]
+    if not torch.allclose(inferred, evaluated, rtol=GATE_RTOL, atol=GATE_ATOL, equal_nan=True):
+        return [f"modes: the evaluation-mode logits under torch.inference_mode, as held-out scores are computed, differ "
+                f"from those with autograd on (max |Δ logit| {gap(inferred, evaluated):.3g}): a component computes "
+                f"something else when no gradient is recorded than the checks saw"]
     differ, cut = [], []
     for name, g in eval_grads.items():
         t = train_grads[name]
