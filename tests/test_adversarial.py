@@ -162,7 +162,7 @@ def test_all_components_sweeps_every_installed_component():
 
 
 LEAKING = ["adv_scale_d_model", "adv_causal_shift", "adv_src_pad_ignored", "adv_nan_rows", "adv_length_embedding",
-           "adv_scale_in_training"]
+           "adv_scale_in_training", "adv_scale_in_inference"]
 
 
 def test_run_marks_leaking_plugins_invalid_and_never_ranks_them(tmp_path):
