@@ -53,7 +53,7 @@ FAULTS = {
     "adv_float64_only": "right in float64 but not in float32",
     "adv_fold_mask_repeat": "folded into the heads with repeat()",
     "adv_functional_dropout": "eval mode is not deterministic",
-    "adv_batch_size_gaming": "it sees the future",
+    "adv_batch_size_gaming": "the model's output depends on the batch it is in",
     "adv_rope_half_split": "RoPE in the half-split layout (GPT-NeoX / LLaMA-HF rotate_half)",
     "adv_alibi_wrong_heads": "ALiBi slopes computed for 8 heads instead of h = 4",
     "adv_rope_on_v": "RoPE applied to the values too",
@@ -74,6 +74,7 @@ FAULTS = {
     "adv_scale_in_training": "the training-mode logits differ from the evaluation-mode ones",
     "adv_keys_detached_in_training": "self_attn.w_k.weight gets none in training",
     "adv_scale_in_inference": "under torch.inference_mode, as held-out scores are computed, differ",
+    "adv_scale_large_batch": "the model's output depends on the batch it is in",
 }
 GOOD = sorted(p.stem for p in PLUGINS.glob("good_*.py"))
 
@@ -162,7 +163,7 @@ def test_all_components_sweeps_every_installed_component():
 
 
 LEAKING = ["adv_scale_d_model", "adv_causal_shift", "adv_src_pad_ignored", "adv_nan_rows", "adv_length_embedding",
-           "adv_scale_in_training", "adv_scale_in_inference"]
+           "adv_scale_in_training", "adv_scale_in_inference", "adv_scale_large_batch"]
 
 
 def test_run_marks_leaking_plugins_invalid_and_never_ranks_them(tmp_path):

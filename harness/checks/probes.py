@@ -91,6 +91,23 @@ def batch_statistics(model: nn.Module, mode: str, prefer: str = "") -> str:
             f"normalise each feature over every position and row of the batch in training")
 
 
+def _batch_dependence(model, src, tgt, base, real, copies: int, threshold: float, device, dtype) -> str:
+    """The eval-mode causal probe stacks its changed targets into one forward of ``copies`` x B rows. When
+    the *unchanged* batch, stacked the same way, already moves its rows' logits (at real positions), the
+    model's output depends on the batch it is in (a batch-size branch, statistics over the batch), not on the
+    future: the phrase that says so, else ""."""
+    if copies < 2:
+        return ""
+    out = _logits(model, src.repeat(copies, 1), tgt.repeat(copies, 1), None, device, dtype, "eval", 0)[:src.size(0)]
+    moved = float(torch.nan_to_num((out - base).abs(), nan=math.inf).masked_fill(~real[..., None], 0.0).max())
+    if moved <= threshold:
+        return ""
+    return (f"but the unchanged batch's own logits move too when it is evaluated as {copies} x {src.size(0)} rows "
+            f"(by up to {fmt_size(moved)}), the way this probe evaluates its changes: the model's output depends on "
+            f"the batch it is in (rows of a correct model are independent; e.g. a branch on the batch size, a mask "
+            f"that is causal only for small batches, statistics over the batch)")
+
+
 def _changed_positions(out: torch.Tensor, base: torch.Tensor, real: torch.Tensor, upto: int) -> torch.Tensor:
     """max |Δ logit| per target position 0..upto at real rows (upto + 1,)."""
     d = torch.nan_to_num((out[:, :upto + 1] - base[:, :upto + 1]).abs(), nan=math.inf)  # (B, c+1, V)
@@ -173,10 +190,12 @@ def probe_causal(model: nn.Module, batch, cfg: ModelConfig, threshold: float, mo
         stats = batch_statistics(model, mode, prefer="decoder")
         if not stats and mode == "train" and eval_passed:
             stats = TRAIN_ONLY
+        batch = _batch_dependence(model, src, tgt, base, real, min(len(changes), 512 // b), threshold, device,
+                                  dtype) if mode == "eval" and not stats else ""
         detail = (f"decoder position {p} changed (max |Δ logit| {fmt_size(x)}) when the {what} {c} {_HOW[kind]} "
-                  f"({mode} mode): it sees the future "
+                  f"({mode} mode): " + (batch if batch else "it sees the future "
                   + (stats if stats else "through the padding (e.g. the target's length)" if kind != "redrawn" else
-                     "(causal mask not applied or shifted)"))
+                     "(causal mask not applied or shifted)")))
     return ProbeResult(name, "causal leak", mode, leak is None, worst, threshold, detail)
 
 
