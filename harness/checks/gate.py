@@ -97,10 +97,12 @@ def modes_reasons(registry, variant: Variant, model_cfg, seed: int, device, stat
     function there and another one in training (another scale; the same forward with a gradient cut in
     training) would pass them all and be classed "same function" as the baseline. Likewise the
     evaluation-mode logits under ``torch.inference_mode`` (how held-out scores are computed) must equal
-    those with autograd on. ``state``: a canonical
-    state to load first (``check`` passes its random reference state, so no zero-initialised gain hides a
-    sub-layer); default: the build from ``seed``. A variant using a component whose formula declares a
-    training difference (:data:`TRAINING_DIFFERS`) is exempt. One line when it fails (empty: it holds)."""
+    those with autograd on.
+
+    ``state``: a canonical state to load first (``check`` passes its random reference state, so no
+    zero-initialised gain hides a sub-layer); default: the build from ``seed``. A variant using a component
+    whose formula declares a training difference (:data:`TRAINING_DIFFERS`) is exempt. Returns one line when
+    it fails (empty: it holds); a crash is such a line, never an exception."""
     from dataclasses import replace
 
     from torch.nn import functional as F
@@ -160,7 +162,7 @@ def _modes_differ(evaluated: torch.Tensor, eval_grads: dict, trained: torch.Tens
     if not torch.allclose(inferred, evaluated, rtol=GATE_RTOL, atol=GATE_ATOL, equal_nan=True):
         return [f"modes: the evaluation-mode logits under torch.inference_mode, as held-out scores are computed, differ "
                 f"from those with autograd on (max |Δ logit| {gap(inferred, evaluated):.3g}): a component computes "
-                f"something else when no gradient is recorded than the checks saw"]
+                f"something else under inference mode than the checks saw"]
     differ, cut = [], []
     for name, g in eval_grads.items():
         t = train_grads[name]
