@@ -90,9 +90,9 @@ TRAINING_DIFFERS = {"batch_norm"}
 
 
 def modes_reasons(registry, variant: Variant, model_cfg, seed: int, device, state=None) -> list[str]:
-    """With dropout 0, the training-mode logits of ``variant`` on the run gate's batch, and every parameter's
-    gradient of the cross-entropy at its real target positions, must equal the evaluation-mode ones (within
-    the gate's threshold): the component contracts, ``check``'s pairs and the ``nn.MultiheadAttention`` /
+    """With dropout 0, the training-mode logits of ``variant`` at the real target positions of the run gate's
+    batch, and every parameter's gradient of the cross-entropy there, must equal the evaluation-mode ones
+    (within the gate's threshold): the component contracts, ``check``'s pairs and the ``nn.MultiheadAttention`` /
     ``nn.Transformer`` comparisons all run in evaluation mode, so a component that computes the paper's
     function there and another one in training (another scale; the same forward with a gradient cut in
     training) would pass them all and be classed "same function" as the baseline. Likewise the
@@ -143,13 +143,14 @@ def modes_reasons(registry, variant: Variant, model_cfg, seed: int, device, stat
         return [f"modes: the training/evaluation comparison crashes: {describe_exception(exc)}"]
     model.zero_grad(set_to_none=True)
     model.eval()
-    return _modes_differ(evaluated, eval_grads, trained, train_grads, inferred)
+    return _modes_differ(evaluated[keep], eval_grads, trained[keep], train_grads, inferred[keep])
 
 
 def _modes_differ(evaluated: torch.Tensor, eval_grads: dict, trained: torch.Tensor, train_grads: dict,
                   inferred: torch.Tensor) -> list[str]:
-    """:func:`modes_reasons`' verdict from the logits (B, T, V) and the gradients by parameter name of both modes,
-    and the evaluation-mode logits under ``torch.inference_mode`` (``inferred``)."""
+    """:func:`modes_reasons`' verdict from the logits at real target positions (n, V) and the gradients by
+    parameter name of both modes, and the evaluation-mode logits under ``torch.inference_mode`` (``inferred``):
+    padded positions are never scored, and PyTorch's inference fast paths may fill them differently."""
     from .probes import GATE_ATOL, GATE_RTOL
 
     def gap(a, b):
