@@ -107,7 +107,7 @@ def modes_reasons(registry, variant: Variant, model_cfg, seed: int, device, stat
 
     from torch.nn import functional as F
 
-    from ..model import load_canonical_state_dict
+    from ..model import canonical_state_dict, load_canonical_state_dict
     from .probes import gate_batch
 
     if any(registry.component(slot, name).reference in TRAINING_DIFFERS
@@ -119,6 +119,7 @@ def modes_reasons(registry, variant: Variant, model_cfg, seed: int, device, stat
         load_canonical_state_dict(model, state)
     src, tgt, labels = (t.to(device) for t in gate_batch(cfg, seed=seed))
     keep = tgt != cfg.pad
+    canonical = {id(t): name for name, t in reversed(canonical_state_dict(model).items())}  # a tied one: its first name
 
     def forward_backward(training: bool):
         model.train(training)
@@ -126,8 +127,8 @@ def modes_reasons(registry, variant: Variant, model_cfg, seed: int, device, stat
         with torch.enable_grad():
             logits = model(src, tgt)
             F.cross_entropy(logits[keep].float(), labels[keep]).backward()
-        grads = {n: (p.grad.detach().float().clone() if p.grad is not None else None)
-                 for n, p in model.named_parameters()}
+        grads = {canonical.get(id(p), n): (p.grad.detach().float().clone() if p.grad is not None else None)
+                 for n, p in model.named_parameters()}  # by canonical name: reasons read the same in every layout
         return logits.detach().float(), grads
 
     devices = [device.index or 0] if device.type == "cuda" else []

@@ -218,12 +218,13 @@ def probe_masked_keys(model: nn.Module, batch, cfg: ModelConfig, threshold: floa
     model.eval()
     d = torch.nan_to_num((out - base).abs(), nan=math.inf).masked_fill(~real[..., None], 0.0)
     worst = float(d.max())
-    stats = batch_statistics(model, mode)
-    cause = (f"the padding reaches them {stats}" if stats else TRAIN_ONLY if mode == "train" and eval_passed
-             else "source padding mask not applied")
-    detail = "" if worst <= threshold else (
-        f"real target positions changed (max |Δ logit| {fmt_size(worst)}) when the tokens at padded source positions "
-        f"changed, masks unchanged ({mode} mode): {cause}")
+    detail = ""
+    if worst > threshold:
+        stats = batch_statistics(model, mode)
+        cause = (f"the padding reaches them {stats}" if stats else TRAIN_ONLY if mode == "train" and eval_passed
+                 else "source padding mask not applied")
+        detail = (f"real target positions changed (max |Δ logit| {fmt_size(worst)}) when the tokens at padded "
+                  f"source positions changed, masks unchanged ({mode} mode): {cause}")
     return ProbeResult(name, "masked source keys", mode, worst <= threshold, worst, threshold, detail)
 
 

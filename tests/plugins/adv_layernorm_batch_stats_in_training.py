@@ -2,7 +2,7 @@
 
 Fault: in training mode the statistics of each feature are taken over every row and position of
 the batch (BatchNorm's, Ioffe & Szegedy 2015) instead of over d_model per row; in evaluation it is
-``F.layer_norm`` exactly. It is not declared different from ``nn.LayerNorm``. A component check
+``nn.LayerNorm`` exactly. It is not declared different from ``nn.LayerNorm``. A component check
 that runs the module in eval mode only (as a LayerNorm has no dropout, its training output should
 be the same) sees ``nn.LayerNorm``; the model it trains mixes the batch's positions: future target
 tokens and padded source tokens reach every output. Not declared buggy.
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 from harness import Component, Variant, hookimpl
 
@@ -24,21 +23,15 @@ EXPECT_CHECK = "fail"
 EXPECT_REASON = "BatchNorm statistics in training, nn.LayerNorm in evaluation: differs in training, leaks"
 
 
-class TwoModeNorm(nn.Module):
-    """Evaluation: LayerNorm over D. Training (the fault): each feature over all B * L rows.
+class TwoModeNorm(nn.LayerNorm):
+    """Evaluation: ``nn.LayerNorm`` over D. Training (the fault): each feature over all B * L rows.
 
     Shape: (..., D) -> (..., D). Canonical: ``weight`` (D,), ``bias`` (D,).
     """
 
-    def __init__(self, d_model: int, eps: float = 1e-5):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(d_model))
-        self.bias = nn.Parameter(torch.zeros(d_model))
-        self.eps = eps
-
     def forward(self, x):
         if not self.training:
-            return F.layer_norm(x, x.shape[-1:], self.weight, self.bias, self.eps)
+            return super().forward(x)
         rows = x.reshape(-1, x.size(-1))  # FAULT: batch statistics in training
         mean, var = rows.mean(0), rows.var(0, unbiased=False)
         return (x - mean) / torch.sqrt(var + self.eps) * self.weight + self.bias

@@ -15,43 +15,24 @@ from __future__ import annotations
 
 import math
 
-import torch
-from torch import nn
-
 from harness import Component, Variant, hookimpl
+from variants.attention import AnnotatedAttention  # the baseline's attention; only its scale is changed
 
 NAME = "adv_scale_in_training"
 EXPECT_CHECK = "fail"
 EXPECT_REASON = "scores / d_model in training, / sqrt(d_k) in evaluation: the training forward differs"
 
 
-class TrainingScaleAttention(nn.Module):
-    """Multi-head attention, heads (B, H, L, d_k); scores / sqrt(d_k) in eval, / d_model in training.
-
-    Shape: query (B, Tq, D), key/value (B, Tk, D) -> (B, Tq, D). Canonical ``w_q, w_k, w_v, w_o``.
+class TrainingScaleAttention(AnnotatedAttention):
+    """The baseline's attention (Annotated Transformer, heads (B, H, L, d_k)), its scores divided by
+    d_model instead of sqrt(d_k) in training (the fault: the query scaled by sqrt(d_k) / d_model before
+    the built-in scaled dot-product attention). Shape: query (B, Tq, D), key/value (B, Tk, D) -> (B, Tq, D).
     """
 
-    def __init__(self, ctx):
-        super().__init__()
-        d = ctx.cfg.d_model
-        self.d_model, self.h, self.d_k = d, ctx.cfg.h, d // ctx.cfg.h
-        self.w_q, self.w_k, self.w_v, self.w_o = (ctx.linear(d, d) for _ in range(4))
-        self.apply_mask = ctx.mask.apply
-        self.dropout = nn.Dropout(ctx.cfg.dropout)
-
-    def split(self, x: torch.Tensor) -> torch.Tensor:
-        return x.view(x.size(0), -1, self.h, self.d_k).transpose(1, 2)  # (B, L, D) -> (B, H, L, d_k)
-
-    def forward(self, query, key, value, mask=None):
-        b = query.size(0)
-        q, k, v = self.split(self.w_q(query)), self.split(self.w_k(key)), self.split(self.w_v(value))
-        scale = self.d_model if self.training else math.sqrt(self.d_k)  # FAULT: d_model in training
-        scores = torch.matmul(q, k.transpose(-2, -1)) / scale
-        if mask is not None:
-            scores = self.apply_mask(scores, mask)
-        p = self.dropout(scores.softmax(dim=-1))  # (B, H, Tq, Tk)
-        x = torch.matmul(p, v).transpose(1, 2).reshape(b, -1, self.h * self.d_k)  # (B, Tq, D)
-        return self.w_o(x)
+    def attention(self, query, key, value, mask):
+        if self.training:  # FAULT
+            query = query * (math.sqrt(self.d_k) / (self.h * self.d_k))  # scores / d_model
+        return super().attention(query, key, value, mask)
 
 
 @hookimpl
@@ -62,5 +43,6 @@ def harness_add_components():
 
 @hookimpl
 def harness_add_variants():
-    return [Variant(NAME, {"attention": NAME}, summary="baseline with attention scaled by 1/d_model in training",
+    return [Variant(NAME, {"attention": NAME},
+                    summary="baseline with attention scaled by 1/d_model in training",
                     source="adversarial test plugin")]
