@@ -30,6 +30,7 @@ reductions, so it is part of each trial's spec and recorded in each row.
 from __future__ import annotations
 
 import contextlib
+import math
 import multiprocessing
 import os
 import signal
@@ -137,7 +138,7 @@ class QueueProgress:
 
     def __init__(self, key: str, steps: int = 0):
         self.key, self.steps = key, steps
-        self._last = 0.0
+        self._last = -math.inf  # the first step always goes out (time.monotonic() may be small after a boot)
 
     def __call__(self, step: int, loss: float) -> None:
         now = time.monotonic()

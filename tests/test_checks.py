@@ -349,7 +349,9 @@ def test_cli_check_all_with_bugs_end_to_end(tmp_path):
     assert max(map(len, lines[:-1])) <= 120  # all but the last line's paths; the matrix numbered and compact
     row = next(line for line in lines if line.startswith("| 2 baseline"))
     cells = [c.strip() for c in row.strip("|").split("|")]
-    assert cells[:4] == ["2 baseline", "=", "—", "="] and cells[4].startswith("≠")  # additive, -, d2l, pre_norm
+    # additive, -, d2l, pre_norm. d2l's heads reach the matmuls in another layout: bitwise equal on some CPUs
+    # (Intel Xeon), equal within the threshold on others (AMD EPYC): the same class either way.
+    assert cells[:3] == ["2 baseline", "=", "—"] and cells[3] in ("=", "≈") and cells[4].startswith("≠")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checks"]  # records apart from the runs
     df = pd.read_csv(tmp_path / "checks" / "c" / "checks.csv")
     bugs = df[df["section"] == "faithful bug"]
