@@ -50,6 +50,7 @@ FAULTS = {
     "adv_layernorm_no_eps": "differs from the slot's reference (nn.LayerNorm",
     "adv_positional_off_by_one": "PE shifted by one position",
     "adv_unscaled_still_scaled": "embeddings scaled by sqrt(d_model) although the formula has no scale",
+    "adv_no_positions_rotates": "inside self-attention: scores q_rot k_rot^T (unchanged)",
     "adv_float64_only": "right in float64 but not in float32",
     "adv_fold_mask_repeat": "folded into the heads with repeat()",
     "adv_functional_dropout": "eval mode is not deterministic",

@@ -11,6 +11,11 @@
   ``Encoder``/``Decoder`` apply their LayerNorm to the *input* of the first layer instead of
   after the last one.
 
+* ``nope``: dropout(lut(x) * sqrt(d_model)), no positions anywhere (NoPE): the controlled answer to note
+  004's question "why encode positions at all?". Without them the encoder is permutation-equivariant
+  and cross-attention sums over its outputs, so the whole model's logits do not change when the
+  source tokens are shuffled (tests/test_no_positions.py): it cannot copy or reverse, it can sort.
+
 * ``learned``: dropout(lut(x) * sqrt(d_model) + P[:L]) with P a learned (max_len, D) table --
   absolute learned positions (Gehring et al. 2017; GPT-2's ``wpe``, BERT's position embeddings),
   canonical ``weight``. The sqrt(d_model) scale is kept (the paper's), so ``modern_learned_pos``
@@ -88,6 +93,19 @@ class UnscaledPositional(nn.Module):
 
     def forward(self, x):
         return self.dropout(x + self.pe[: x.size(1)])
+
+
+class NoPositional(nn.Module):
+    """dropout(x * sqrt(D)): the paper's embedding scale, no positional information at all (note 004's
+    question; Vaswani et al. 2017 §3.5 says why the PE is there: the model has no recurrence or convolution)."""
+
+    def __init__(self, ctx):
+        super().__init__()
+        self.scale = math.sqrt(ctx.cfg.d_model)
+        self.dropout = nn.Dropout(ctx.cfg.dropout)
+
+    def forward(self, x):
+        return self.dropout(x * self.scale)
 
 
 class ScaledInputLayerNormPositional(ScaledPositional):
@@ -205,6 +223,10 @@ def harness_add_components():
                   "x*sqrt(d_model) + PE, dropout, then LayerNorm", "seed 001 (Encoder/Decoder norm on input)",
                   differs="a LayerNorm after x*sqrt(d_model) + PE (seed 001 applies the stack's LayerNorm to "
                           "its input)"),
+        Component("nope", "positional", NoPositional, "x*sqrt(d_model), dropout; no positions anywhere",
+                  "Vaswani et al. 2017 §3.5 ablated; note 004 asks why positions are encoded",
+                  differs="no positional information: the sinusoidal PE left out, nothing inside attention",
+                  reference="no_positions"),
         Component("learned", "positional", LearnedPositional, "x*sqrt(d_model) + a learned (max_len, D) table, dropout",
                   "Gehring et al. 2017; GPT-2 wpe; BERT position embeddings",
                   differs="learned absolute positions instead of the sinusoidal table (GPT-2, BERT)",

@@ -103,6 +103,10 @@ QUESTIONS = [
             summary="baseline with a LayerNorm on x + PE (the input's magnitude fixed, the PE sqrt(d_model) times "
                     "larger against the token; dropout after the norm, seed 004's order: compare the two at dropout 0)",
             source="seed 004's BERT-style embeddings, alone; the sqrt(d_model) question", group="questions"),
+    Variant("no_positions", {"positional": "nope"},
+            summary="baseline with no positional encoding (x*sqrt(d_model) only): its logits do not change when "
+                    "the source is shuffled",
+            source="note 004: why encode positions at all? (Vaswani §3.5 ablated)", group="questions"),
     Variant("batchnorm", {"layer_norm": "batchnorm"},
             summary="baseline with BatchNorm in every LayerNorm's place (statistics over the batch's tokens in "
                     "training): the probes flag it, its trials are invalid but scored",

@@ -83,7 +83,7 @@ def _embedding_side(mod, cfg: ModelConfig, seed: int, formula: str, state):
         paper = x * math.sqrt(cfg.d_model) + pe[:length]
         want = {"": paper, "learned_absolute": x * math.sqrt(cfg.d_model) + state.get("weight", torch.zeros(1)).double()[:length],
                 "rotary": x * math.sqrt(cfg.d_model), "linear_biases": x * math.sqrt(cfg.d_model),
-                "unscaled_pe": x + pe[:length]}[formula]
+                "unscaled_pe": x + pe[:length], "no_positions": x * math.sqrt(cfg.d_model)}[formula]
         gap = output_gap(got, want)
         ref_gap = output_gap(got, paper)
         worst = max(worst, gap, key=lambda gt: gt[0] / gt[1])
@@ -100,6 +100,9 @@ def _embedding_faults(x, pe, length: int, d: int, want, formula: str) -> dict:
         return {"PE shifted by one position (PE[1:L+1])": x + pe[1:length + 1],
                 "embeddings scaled by sqrt(d_model) although the formula has no scale": paper,
                 "no positional encoding added": x}
+    if formula == "no_positions":  # x * sqrt(D): the faults of a component meant to leave positions out
+        return {"a sinusoidal PE added although the formula has none": paper,
+                "no sqrt(d_model) scaling of the embeddings": x}
     return {"PE shifted by one position (PE[1:L+1])": x * math.sqrt(d) + pe[1:length + 1],
             "no sqrt(d_model) scaling of the embeddings": want - x * (math.sqrt(d) - 1),
             "embeddings scaled by d_model instead of sqrt(d_model)": want + x * (d - math.sqrt(d)),

@@ -20,6 +20,8 @@ FORMULAS: dict[str, dict[str, str]] = {
         "learned_absolute": "x * sqrt(d_model) + weight[:L], weight the canonical (max_len, D) table (GPT-2, BERT)",
         "unscaled_pe": "x + PE[:L]: Vaswani et al. 2017 §3.4-3.5 without the sqrt(d_model) scale of the "
                                "embeddings (the sinusoidal table unchanged)",
+        "no_positions": "x * sqrt(d_model): the embeddings' scale alone, no positional encoding and nothing added "
+                        "inside attention (Vaswani et al. 2017 §3.4 without §3.5)",
         "rotary": "x * sqrt(d_model) on the embeddings; in self-attention each head's q and k rotated as complex "
                 "pairs (x_2i + i x_2i+1) * exp(i pos theta_i), theta_i = 10000^(-2i/d_k) (RoFormer eq. 12/34)",
         "linear_biases": "x * sqrt(d_model) on the embeddings; -m_h |i - j| added to head h's scaled scores; for H a "
