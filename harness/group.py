@@ -209,7 +209,7 @@ class _Group:
         with self.clock("build"):
             for spec, result in zip(self.specs, self.results):
                 model = build_model(self.registry, variant, mc, seed=spec.seed).to(device)
-                self.broken.append(twin_reasons(self.registry, variant, mc, spec.seed, model, device)
+                self.broken.append(twin_reasons(self.registry, variant, mc, spec.seed, model, device, dtype)
                                    + contract_reasons(self.registry, variant, mc))
                 result.row.update({f"slot_{k}": v for k, v in variant.resolved().items()})
                 result.row["params"] = unique_parameter_count(model)

@@ -449,7 +449,7 @@ def _run(spec: TrialSpec, result: TrialResult, progress, clock: PhaseClock) -> N
         return
     with clock("build"):  # the model, and its components held to their slots' contracts
         model = build_model(registry, variant, cfg.model, seed=spec.seed).to(device)
-        broken = twin_reasons(registry, variant, cfg.model, spec.seed, model, device)
+        broken = twin_reasons(registry, variant, cfg.model, spec.seed, model, device, spec.dtype)
         broken += contract_reasons(registry, variant, cfg.model)
     row["params"] = unique_parameter_count(model)
     reset_peak_mem(device)

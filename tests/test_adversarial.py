@@ -51,6 +51,8 @@ FAULTS = {
     "adv_positional_off_by_one": "PE shifted by one position",
     "adv_unscaled_still_scaled": "embeddings scaled by sqrt(d_model) although the formula has no scale",
     "adv_no_positions_rotates": "inside self-attention: scores q_rot k_rot^T (unchanged)",
+    "adv_scale_in_bf16": "under bf16 autocast the logits move",
+    "adv_keys_detached_in_bf16": "get no gradient that they get in float32 (e.g. encoder.layers.0.self_attn.w_k",
     "adv_float64_only": "right in float64 but not in float32",
     "adv_fold_mask_repeat": "folded into the heads with repeat()",
     "adv_functional_dropout": "eval mode is not deterministic",
@@ -349,3 +351,21 @@ def test_parameters_without_canonical_names_fail_every_comparison_with_a_reason_
     stack = [f for f in failures if "vs nn.Transformer" in f]
     assert stack and all("self_attn.k.bias' has no counterpart there" in f and "canonical parameter names" in f
                          for f in stack), stack
+
+
+def test_a_bf16_run_marks_autocast_only_faults_invalid_and_a_float32_run_does_not(tmp_path):
+    """The two faults that act only under bf16 autocast: ``run --dtype bf16`` stores their trials as invalid
+    with the gate's "precision:" reason and the baseline ok; the same plugins in a float32 run are ok (they
+    are the paper's attention there), so the item applies where the trial's precision needs it."""
+    names = ["adv_scale_in_bf16", "adv_keys_detached_in_bf16"]
+    plugins = [a for n in names for a in ("--plugin", str(PLUGINS / f"{n}.py"))]
+    for dtype, status in (("bf16", "invalid"), ("fp32", "ok")):
+        proc = cli_in_process(*plugins, "run", "--variants", "baseline", *names, "--preset", "tiny", "--dtype", dtype,
+                              "-q", "--results-dir", str(tmp_path), "--run-id", dtype, "--no-check", cwd=ROOT)
+        assert proc.returncode == (1 if status == "invalid" else 0), proc.stderr[-2000:]
+        trials = pd.read_csv(tmp_path / dtype / "trials.csv").set_index("variant")
+        assert trials.loc["baseline", "status"] == "ok"
+        for name in names:
+            assert trials.loc[name, "status"] == status, (dtype, name, trials.loc[name, "reason"])
+            if status == "invalid":
+                assert str(trials.loc[name, "reason"]).startswith("precision: under bf16 autocast"), name

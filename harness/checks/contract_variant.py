@@ -21,7 +21,12 @@ the session's reference canonical state (every canonical parameter random, so a 
   gradients equal its evaluation-mode ones, and its evaluation-mode logits under ``torch.inference_mode``
   equal those with autograd on (:func:`harness.checks.gate.modes_reasons`): every other check runs in evaluation
   mode, so a component that is the paper's function only there would otherwise be classed with the
-  baseline (``tests/plugins/adv_scale_in_training.py``); BatchNorm's declared difference is exempt.
+  baseline (``tests/plugins/adv_scale_in_training.py``); BatchNorm's declared difference is exempt;
+* **bf16 autocast = float32**: under ``torch.autocast(bfloat16)`` the logits stay within a few times what
+  rounding the weights to bf16 changes them, and no parameter loses its gradient
+  (:func:`harness.checks.gate.precision_reasons`): every other check runs in float32, so a component
+  that is the paper's function only there would be trained in bf16 as another one
+  (``tests/plugins/adv_scale_in_bf16.py``).
 
 ``harness check`` (:func:`harness.checks.whole.run_checks`) runs it on every variant next to the
 probes, and the conformance kit (:mod:`harness.testing`) runs ``run_checks`` itself, so the two
@@ -36,7 +41,7 @@ from torch.nn import functional as F
 
 from ..model import build_model, canonical_state_dict, load_canonical_state_dict
 from ..registry import Variant
-from .gate import modes_reasons
+from .gate import modes_reasons, precision_reasons
 from .inputs import describe_exception
 from .probes import ProbeResult
 from .runs import CheckSession, load_variant
@@ -121,6 +126,10 @@ def variant_contract(s: CheckSession, v: Variant) -> list[ProbeResult]:
                            "; ".join(r.split(": ", 1)[1] for r in modes_reasons(s.registry, v, s.cfg, s.seed,
                                                                                  torch.device(s.device),
                                                                                  s.state_for(v.name)))))
+        out.append(_result(v.name, "bf16 autocast = float32",
+                           "; ".join(r.split(": ", 1)[1] for r in precision_reasons(s.registry, v, s.cfg, s.seed,
+                                                                                     torch.device(s.device),
+                                                                                     s.state_for(v.name)))))
     except Exception as exc:  # noqa: BLE001 - a crash is a result
         return [_result(v.name, "model contract", f"crashes: {describe_exception(exc)}")]
     return out
