@@ -26,6 +26,12 @@ from .formulas import FORMULAS, GATED, alibi_faults, alibi_reference, ffn_faults
     rope_reference
 
 
+#: The longest sequences the positional contract feeds: the embeddings (B=2, L, D) and the attention scores
+#: (2, H, L, L), each at ``model.max_len`` up to these (every preset's max_len is at most 64).
+LONGEST_EMBEDDINGS = 1024
+LONGEST_SCORES = 256
+
+
 def _first_match(got: torch.Tensor, faults: dict[str, torch.Tensor]) -> str:
     """The first fault whose output reproduces ``got`` ("" when none does)."""
     for text, alt in faults.items():
@@ -38,7 +44,7 @@ def _first_match(got: torch.Tensor, faults: dict[str, torch.Tensor]) -> str:
 # --------------------------------------------------------------------------- positional
 
 def check_positional(comp: Component, cfg: ModelConfig, seed: int = 0) -> list[ComponentResult]:
-    """``positional`` component: the embedding side (eval mode, float64, at two lengths) against
+    """``positional`` component: the embedding side (eval mode, float64, at lengths 5, 11 and max_len) against
     x * sqrt(D) + PE[:L] (the slot's reference) or its formula's; then, when it acts inside attention
     or its formula does, the rotated scores and the score bias against the formula's (a component held
     to the slot's reference must leave attention alone)."""
@@ -72,10 +78,12 @@ def check_positional(comp: Component, cfg: ModelConfig, seed: int = 0) -> list[C
 
 
 def _embedding_side(mod, cfg: ModelConfig, seed: int, formula: str, state):
-    """((gap, threshold, diagnosis) vs the formula, (gap, threshold) vs the slot's reference), worst length."""
+    """((gap, threshold, diagnosis) vs the formula, (gap, threshold) vs the slot's reference), worst length.
+    Lengths 5, 11 and ``cfg.max_len`` (at most :data:`LONGEST_EMBEDDINGS`; the longest sequence the model is
+    built for: a table that is right only for short sequences is caught at the config the run trains with)."""
     g = torch.Generator().manual_seed(seed + 97)
     worst, worst_ref, diagnosis = (0.0, 1.0), (0.0, 1.0), ""
-    for length in (5, min(cfg.max_len, 11)):
+    for length in sorted({5, min(cfg.max_len, 11), min(cfg.max_len, LONGEST_EMBEDDINGS)}):
         x = torch.randn(2, length, cfg.d_model, generator=g).double()
         with torch.no_grad():
             got = mod(x)
@@ -89,8 +97,18 @@ def _embedding_side(mod, cfg: ModelConfig, seed: int, formula: str, state):
         worst = max(worst, gap, key=lambda gt: gt[0] / gt[1])
         worst_ref = max(worst_ref, ref_gap, key=lambda gt: gt[0] / gt[1])
         if gap[0] > gap[1] and not diagnosis:
-            diagnosis = _first_match(got, _embedding_faults(x, pe, length, cfg.d_model, want, formula))
+            diagnosis = (_first_match(got, _embedding_faults(x, pe, length, cfg.d_model, want, formula))
+                         or _first_position(got, want, gap[1]))
     return (*worst, diagnosis), worst_ref
+
+
+def _first_position(got: torch.Tensor, want: torch.Tensor, threshold: float) -> str:
+    """"right up to position p - 1, wrong from position p on" for (B, L, D) outputs that agree on a prefix
+    ("" when they differ from position 0)."""
+    bad = ((got.double() - want.double()).abs() > threshold).flatten(0, 0).any(dim=-1).any(dim=0)  # (L,)
+    first = int(bad.nonzero()[0]) if bad.any() else 0
+    return (f"right up to position {first - 1}, wrong from position {first} on (of {got.size(1)})"
+            if first > 0 else "")
 
 
 def _embedding_faults(x, pe, length: int, d: int, want, formula: str) -> dict:
@@ -111,9 +129,10 @@ def _embedding_faults(x, pe, length: int, d: int, want, formula: str) -> dict:
 
 
 def _attention_side(hooks: PositionHooks, cfg: ModelConfig, seed: int, formula: str):
-    """[(what, (gap, threshold, diagnosis))] for the rotated scores and the score bias."""
+    """[(what, (gap, threshold, diagnosis))] for the rotated scores and the score bias, at the longest length the
+    model is built for (``cfg.max_len``, at most :data:`LONGEST_SCORES`)."""
     g = torch.Generator().manual_seed(seed + 107)
-    h, d_k, length = cfg.h, cfg.d_model // cfg.h, min(cfg.max_len, 11)
+    h, d_k, length = cfg.h, cfg.d_model // cfg.h, min(cfg.max_len, LONGEST_SCORES)
     q = torch.randn(2, h, length, d_k, generator=g, dtype=torch.float64)
     k = torch.randn(2, h, length, d_k, generator=g, dtype=torch.float64)
     with torch.no_grad():
