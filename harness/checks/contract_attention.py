@@ -189,8 +189,13 @@ POSITION_FAULTS: dict[str, str] = {
 ATTENTION_LAYOUT = ("w_q.weight", "w_k.weight", "w_v.weight", "w_o.weight")
 
 
-def _attention_inputs(cfg: ModelConfig, seed: int):
-    src, tgt, _ = padded_batch(cfg, seed=seed)
+#: The attention contract's long case: the config's ``max_len`` up to this many positions (every preset's is 64 at
+#: most), beside the padded check batch's 9 source and 10 target tokens.
+LONGEST_ATTENTION = 128
+
+
+def _attention_inputs(cfg: ModelConfig, seed: int, src_len: int = 9, tgt_len: int = 10):
+    src, tgt, _ = padded_batch(cfg, src_len=src_len, tgt_len=tgt_len, seed=seed)
     g = torch.Generator().manual_seed(seed + 71)
     b, s, t, d = src.size(0), src.size(1), tgt.size(1), cfg.d_model
     x, mem = torch.randn(b, t, d, generator=g), torch.randn(b, s, d, generator=g)
@@ -237,20 +242,26 @@ def check_attention(comp: Component, cfg: ModelConfig, seed: int = 0) -> list[Co
     if bad:
         return bad
     inputs = _attention_inputs(cfg, seed)
+    longest = min(cfg.max_len, LONGEST_ATTENTION)
     positions = {"": None, "rotary": PositionHooks(_ReferenceRoPE(), cfg.h), "linear_biases": PositionHooks(_ReferenceALiBi(cfg.h), cfg.h)}
     out = []
     odd_d_k = (cfg.d_model // cfg.h) % 2 == 1  # RoPE rotates feature pairs: undefined for an odd d_k
-    for kind, pos in ATTENTION_CASES:
+    # the long cases: a component right only for short sequences (block-local above some length) is caught at
+    # the length the config allows (tests/plugins/adv_attention_chunks_16.py)
+    long_cases = [(kind, "", longest) for kind in ("self", "cross")] if longest > 10 else []
+    for kind, pos, length in [(k, p, 0) for k, p in ATTENTION_CASES] + long_cases:
         if pos == "rotary" and odd_d_k:
             continue
         shown = {"rotary": "RoPE", "linear_biases": "ALiBi"}.get(pos, pos)
-        label = f"{kind}-attention vs scaled dot-product attention" + (f" with {shown} positions" if pos else "")
+        label = (f"{kind}-attention vs scaled dot-product attention" + (f" with {shown} positions" if pos else "")
+                 + (f" at length {length}" if length else ""))
         ctx = sibling_context(cfg, reference_components(attention=comp))
         ctx.self_positions = positions[pos]
         if positions[pos] is not None:
             positions[pos].calls = 0
         try:
-            out.append(_attention_case_result(comp, ctx, cfg, seed, kind, pos, label, inputs))
+            case_inputs = _attention_inputs(cfg, seed, length - 1, length) if length else inputs
+            out.append(_attention_case_result(comp, ctx, cfg, seed, kind, pos, label, case_inputs))
         except Exception as exc:  # noqa: BLE001 - a crash is a result
             out.append(crash_result(comp, label, exc))
     return out
@@ -292,7 +303,17 @@ def _attention_case_result(comp, ctx, cfg: ModelConfig, seed: int, kind: str, po
         diagnosis = _diagnose_attention(runs[prec][real], x, kv, state, cfg.h, keep, real, pos, comp.reference)
         if gaps["float64"][0] <= gaps["float64"][1]:
             diagnosis = f"right in float64 but not in float32 ({diagnosis or 'unknown fault'})"
+        elif not diagnosis:
+            diagnosis = _first_query(runs[prec], ref, real, thr)
     return formula_result(comp, label, gap, thr, diagnosis) if comp.reference else judge(comp, label, gap, thr, diagnosis)
+
+
+def _first_query(got: torch.Tensor, ref: torch.Tensor, real: torch.Tensor, thr: float) -> str:
+    """"right for query positions 0 to p - 1, wrong from p on" for outputs (B, T, D) that agree on a prefix of the
+    real query rows ``real`` (B, T) ("" when they differ from position 0)."""
+    bad = (((got - ref).abs().nan_to_num(nan=math.inf) > thr).any(dim=-1) & real).any(dim=0)  # (T,)
+    first = int(bad.nonzero()[0]) if bad.any() else 0
+    return f"right for query positions 0 to {first - 1}, wrong from position {first} on" if first > 0 else ""
 
 
 def _diagnose_attention(got: torch.Tensor, x, kv, state, h: int, keep, real, positions: str = "", formula: str = "") -> str:
