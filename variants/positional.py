@@ -95,19 +95,6 @@ class UnscaledPositional(nn.Module):
         return self.dropout(x + self.pe[: x.size(1)])
 
 
-class NoPositional(nn.Module):
-    """dropout(x * sqrt(D)): the paper's embedding scale, no positional information at all (note 004's
-    question; Vaswani et al. 2017 §3.5 says why the PE is there: the model has no recurrence or convolution)."""
-
-    def __init__(self, ctx):
-        super().__init__()
-        self.scale = math.sqrt(ctx.cfg.d_model)
-        self.dropout = nn.Dropout(ctx.cfg.dropout)
-
-    def forward(self, x):
-        return self.dropout(x * self.scale)
-
-
 class ScaledInputLayerNormPositional(ScaledPositional):
     """LayerNorm(dropout(x * sqrt(D) + PE[:L])) (seed 001's LayerNorm on the stack's input)."""
 
@@ -149,6 +136,12 @@ class ScaledOnly(nn.Module):
 
     def forward(self, x):
         return self.dropout(x * self.scale)
+
+
+class NoPositional(ScaledOnly):
+    """dropout(x * sqrt(D)) and nothing inside attention: the paper's embedding scale, no positional information
+    at all (note 004's question; Vaswani et al. 2017 §3.5 says why the PE is there: the model has no recurrence
+    or convolution). RoPE and ALiBi share its embedding side and add positions inside attention."""
 
 
 def rope_angles(length: int, d: int, device, dtype, base: float = 10000.0):

@@ -89,6 +89,24 @@ def twin_reasons(registry, variant: Variant, model_cfg, seed: int, model, device
 _MODES: dict[tuple, tuple[Any, list[str]]] = {}  # key -> (the registry checked, modes_reasons' lines)
 
 
+def _gate_model(registry, variant: Variant, model_cfg, seed: int, device, state=None):
+    """The variant built with dropout 0 on ``device`` (``state`` loaded when given), the run gate's batch there
+    ``(src (B, S), tgt (B, T), labels (B, T))``, its real target positions ``keep`` (B, T) and the canonical name
+    of each parameter by ``id`` (a tied one: its first name)."""
+    from dataclasses import replace
+
+    from ..model import canonical_state_dict, load_canonical_state_dict
+    from .probes import gate_batch
+
+    cfg = replace(model_cfg, dropout=0.0)
+    model = build_model(registry, variant, cfg, seed=seed).to(device)
+    if state is not None:
+        load_canonical_state_dict(model, state)
+    src, tgt, labels = (t.to(device) for t in gate_batch(cfg, seed=seed))
+    canonical = {id(t): name for name, t in reversed(canonical_state_dict(model).items())}
+    return model, src, tgt, labels, tgt != cfg.pad, canonical
+
+
 #: Formulas (``Component(reference=...)``) whose training forward differs from their evaluation forward by
 #: declaration: BatchNorm normalises with the batch's statistics in training, with running ones in evaluation.
 TRAINING_DIFFERS = {"batch_norm"}
@@ -108,23 +126,12 @@ def modes_reasons(registry, variant: Variant, model_cfg, seed: int, device, stat
     zero-initialised gain hides a sub-layer); default: the build from ``seed``. A variant using a component
     whose formula declares a training difference (:data:`TRAINING_DIFFERS`) is exempt. Returns one line when
     it fails (empty: it holds); a crash is such a line, never an exception."""
-    from dataclasses import replace
-
     from torch.nn import functional as F
-
-    from ..model import canonical_state_dict, load_canonical_state_dict
-    from .probes import gate_batch
 
     if any(registry.component(slot, name).reference in TRAINING_DIFFERS
            for slot, name in variant.resolved().items()):
         return []
-    cfg = replace(model_cfg, dropout=0.0)
-    model = build_model(registry, variant, cfg, seed=seed).to(device)
-    if state is not None:
-        load_canonical_state_dict(model, state)
-    src, tgt, labels = (t.to(device) for t in gate_batch(cfg, seed=seed))
-    keep = tgt != cfg.pad
-    canonical = {id(t): name for name, t in reversed(canonical_state_dict(model).items())}  # a tied one: its first name
+    model, src, tgt, labels, keep, canonical = _gate_model(registry, variant, model_cfg, seed, device, state)
 
     def forward_backward(training: bool):
         model.train(training)
@@ -204,25 +211,15 @@ def precision_reasons(registry, variant: Variant, model_cfg, seed: int, device, 
     evaluation mode, the run gate's batch, logits at real target positions and the cross-entropy's gradients:
     the logits' autocast-vs-float32 gap must stay within :data:`PRECISION_LOGIT_FACTOR` times the gap that
     rounding the float32 weights to bf16 makes, the variant's own yardstick of how sensitive it is to
-    bf16-sized changes; and a parameter with a gradient in float32 must have one under autocast. A component that changes its scale or cuts a gradient when autocast is
-    on would otherwise be trained in bf16 as another function than the one classed "same function".
+    bf16-sized changes; and a parameter with a gradient in float32 must have one under autocast. A component
+    that changes its scale or cuts a gradient when autocast is on would otherwise be trained in bf16 as another function than the one classed "same function".
     ``state`` as in :func:`modes_reasons`. Returns one line when it fails (empty: it holds); a crash is such a
     line, never an exception."""
-    from dataclasses import replace
-
     from torch.nn import functional as F
 
-    from ..model import canonical_state_dict, load_canonical_state_dict
-    from .probes import gate_batch
-
     device = torch.device(device)
-    cfg = replace(model_cfg, dropout=0.0)
-    model = build_model(registry, variant, cfg, seed=seed).to(device).eval()
-    if state is not None:
-        load_canonical_state_dict(model, state)
-    src, tgt, labels = (t.to(device) for t in gate_batch(cfg, seed=seed))
-    keep = tgt != cfg.pad
-    canonical = {id(t): name for name, t in reversed(canonical_state_dict(model).items())}  # a tied one: its first name
+    model, src, tgt, labels, keep, canonical = _gate_model(registry, variant, model_cfg, seed, device, state)
+    model.eval()
 
     def forward_backward(bf16: bool):
         model.zero_grad(set_to_none=True)
