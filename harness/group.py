@@ -46,7 +46,7 @@ from typing import Callable
 
 import torch
 
-from .checks.gate import contract_reasons, twin_reasons
+from .checks.gate import contract_reasons, drift_reasons, twin_reasons
 from .checks.probes import integrity_reasons
 from .config import RunConfig
 from .env import deterministic_cuda, peak_mem_mb, pin_threads, reset_peak_mem, trial_device, trial_settings
@@ -357,6 +357,9 @@ class _Group:
                                "traceback": traceback.format_exc(limit=5)})
             return
         broken = self.broken[i]
+        if metrics["status"] != "diverged":
+            broken = broken + drift_reasons(self.registry, Variant(spec.variant, dict(spec.slots)), mc, spec.seed, model,
+                                            self.device)
         if broken and metrics["status"] != "diverged":
             metrics["reason"] = "; ".join(broken + ([metrics["reason"]] if metrics["reason"] else []))
             metrics["status"] = INVALID

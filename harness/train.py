@@ -32,7 +32,7 @@ import torch
 from torch.autograd.profiler import record_function
 
 from . import stats
-from .checks.gate import contract_reasons, twin_reasons
+from .checks.gate import contract_reasons, drift_reasons, twin_reasons
 from .checks.probes import integrity_reasons
 from .config import RunConfig
 from .env import autocast, deterministic_cuda, peak_mem_mb, pin_threads, reset_peak_mem, trial_device, trial_settings
@@ -454,6 +454,8 @@ def _run(spec: TrialSpec, result: TrialResult, progress, clock: PhaseClock) -> N
     row["params"] = unique_parameter_count(model)
     reset_peak_mem(device)
     metrics, result.curve = train(model, cfg, spec.seed, device, spec.dtype, progress, clock, task)
+    if metrics["status"] != "diverged":
+        broken += drift_reasons(registry, variant, cfg.model, spec.seed, model, device)
     if broken and metrics["status"] != "diverged":
         metrics["reason"] = "; ".join(broken + ([metrics["reason"]] if metrics["reason"] else []))
         metrics["status"] = INVALID

@@ -327,6 +327,27 @@ def test_a_factory_that_hands_out_two_different_components_is_caught_at_build():
     assert G.twin_reasons(reg, reg.variants["baseline"], cfg.model, 0, base, torch.device("cpu")) == []
 
 
+def test_a_component_that_changes_with_use_is_caught_after_training_and_only_then():
+    """evade_scale_after_calls switches its attention's scale after 100 training-mode calls: check passes (every
+    component is fresh there), the held-out future-leak check sees nothing (no change between its two passes), and
+    the trial is invalid for one reason, the drift gate: a fresh build with the trained parameters computes
+    something else. Under the limit (20 steps) the same plugin trains ok, and the baseline is never flagged."""
+    reg = _registry("evade_scale_after_calls")
+    assert checks.run_checks(reg, reg.select(["evade_scale_after_calls"])).failures() == []
+    plugins = PluginSpec(files=[str(PLUGINS / "evade_scale_after_calls.py")], strict=True).to_dict()
+    rows = {}
+    for name, steps in (("evade_scale_after_calls", 150), ("evade_scale_after_calls", 20), ("baseline", 150)):
+        cfg = get_preset("tiny").override({"train.steps": steps})
+        spec = {"variant": name, "slots": dict(reg.variants[name].slots), "config": cfg.to_dict(), "seed": 0,
+                "device": "cpu", "dtype": "fp32", "plugins": plugins}
+        rows[name, steps] = T.run_trial(TrialSpec.from_dict(spec)).row
+    bombed = rows["evade_scale_after_calls", 150]
+    assert bombed["status"] == T.INVALID and bombed["reason"].startswith("drift: after training"), bombed["reason"]
+    assert ";" not in bombed["reason"]  # the one reason: nothing else saw it
+    assert rows["evade_scale_after_calls", 20]["status"] == "ok", rows["evade_scale_after_calls", 20]["reason"]
+    assert rows["baseline", 150]["status"] == "ok"
+
+
 def test_an_attention_that_never_asks_for_positions_fails_only_where_it_drops_them():
     """good_annotated_attention predates ctx.positions: with additive positions it passes (its RoPE and ALiBi
     cases say "takes no positions"); paired with RoPE the model contract fails -- the model would have no
@@ -371,3 +392,17 @@ def test_a_bf16_run_marks_autocast_only_faults_invalid_and_a_float32_run_does_no
             assert trials.loc[name, "status"] == status, (dtype, name, trials.loc[name, "reason"])
             if status == "invalid":
                 assert str(trials.loc[name, "reason"]).startswith("precision: under bf16 autocast"), name
+
+
+def test_a_second_trial_in_the_same_process_gets_the_same_reasons():
+    """The gate's per-process caches hand out copies: before, the trial extended the cached list in place, so a
+    variant failing its contract got the reason once for its first seed, twice for its second, ... in a worker."""
+    name = "adv_unscaled_still_scaled"
+    reg = _registry(name)
+    cfg = get_preset("tiny")
+    plugins = PluginSpec(files=[str(PLUGINS / f"{name}.py")], strict=True).to_dict()
+    reasons = [T.run_trial(TrialSpec.from_dict({"variant": name, "slots": dict(reg.variants[name].slots),
+                                                "config": cfg.to_dict(), "seed": seed, "device": "cpu",
+                                                "dtype": "fp32", "plugins": plugins})).row["reason"] for seed in (0, 1, 2)]
+    assert reasons[0].startswith("contract: ") and reasons[0].count("contract: ") == 1, reasons[0]
+    assert reasons[1] == reasons[2] == reasons[0]

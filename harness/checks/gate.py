@@ -3,6 +3,9 @@ trial groups of :mod:`harness.group` run the same checks for each seed).
 
 - :func:`contract_reasons`: every component of the variant against its slot's contract
   (:mod:`harness.checks.contracts`) with the trial's model config, cached per process.
+- :func:`drift_reasons` (after training): a fresh build holding the trained parameters must compute what the
+  trained model computes, so a component that changes with use (a call counter, a cache kept between batches)
+  is not scored as the function the checks saw at its first calls.
 - :func:`twin_reasons`: a second build from the same seed must be the same model (module tree,
   weights, eval-mode logits on the gate's batch), so a factory cannot show the contract check
   one object and the trial another; and (:func:`modes_reasons`, cached per process like the contracts)
@@ -83,7 +86,7 @@ def twin_reasons(registry, variant: Variant, model_cfg, seed: int, model, device
         if dtype == "bf16" and not lines:
             lines = precision_reasons(registry, variant, model_cfg, seed, device)
         held = _MODES[key] = (registry, lines)
-    return held[1]
+    return list(held[1])  # a copy: callers extend it
 
 
 _MODES: dict[tuple, tuple[Any, list[str]]] = {}  # key -> (the registry checked, modes_reasons' lines)
@@ -269,3 +272,43 @@ def _precision_differ(full, full_g: dict, cast, cast_g: dict, rounded) -> list[s
         return [f"precision: under bf16 autocast {len(cut)} parameter(s) get no gradient that they get in float32 "
                 f"(e.g. {cut[0]}): a component's backward is something else under autocast than the checks saw"]
     return []
+
+
+def drift_reasons(registry, variant: Variant, model_cfg, seed: int, model, device) -> list[str]:
+    """After training: a fresh build of ``variant`` holding ``model``'s trained parameters (its buffers as a build
+    makes them) must give ``model``'s evaluation-mode logits at the real target positions of the run gate's
+    batch (within the gate's threshold). Every check and every gate item before this one saw components at
+    their first calls; a component that changes with use -- one that counts its calls and switches its scale,
+    keeps a key/value cache between batches, or updates a hidden buffer in its forward -- would train and be
+    scored as another function. A variant using a component whose formula declares a training difference
+    (:data:`TRAINING_DIFFERS`: BatchNorm's running statistics are such a buffer) is exempt. ``model``'s
+    training mode and the global RNG state are left as they were. Returns one line when it fails (empty: it
+    holds); a crash is such a line, never an exception."""
+    from .probes import GATE_ATOL, GATE_RTOL, gate_batch
+
+    if any(registry.component(slot, name).reference in TRAINING_DIFFERS
+           for slot, name in variant.resolved().items()):
+        return []
+    device = torch.device(device)
+    src, tgt, _ = (t.to(device) for t in gate_batch(model_cfg, seed=seed))
+    keep = tgt != model_cfg.pad
+    was_training = model.training
+    devices = [device.index or 0] if device.type == "cuda" else []
+    try:
+        fresh = build_model(registry, variant, model_cfg, seed=seed).to(device)
+        fresh.load_state_dict({n: p.detach() for n, p in model.named_parameters()}, strict=False)
+        with torch.random.fork_rng(devices=devices), torch.inference_mode():
+            trained, built = model.eval()(src, tgt).float()[keep], fresh.eval()(src, tgt).float()[keep]
+    except Exception as exc:  # noqa: BLE001 - the trial's own numbers stand; the line says why it is not trusted
+        from .inputs import describe_exception
+
+        return [f"drift: the comparison with a fresh build crashes: {describe_exception(exc)}"]
+    finally:
+        model.train(was_training)
+    if torch.allclose(trained, built, rtol=GATE_RTOL, atol=GATE_ATOL, equal_nan=True):
+        return []
+    gap = float(torch.nan_to_num((trained - built).abs(), nan=float("inf")).max())
+    return [f"drift: after training the model's logits differ from those of a fresh build holding its trained "
+            f"parameters (max |Δ logit| {gap:.3g}): a component changes with use (a call counter, a cache kept "
+            f"between batches, a buffer updated in its forward), so it was trained and scored as another function "
+            f"than the one every check saw"]
