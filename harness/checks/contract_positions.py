@@ -105,7 +105,7 @@ def _embedding_side(mod, cfg: ModelConfig, seed: int, formula: str, state):
 def _first_position(got: torch.Tensor, want: torch.Tensor, threshold: float) -> str:
     """"right up to position p - 1, wrong from position p on" for (B, L, D) outputs that agree on a prefix
     ("" when they differ from position 0)."""
-    bad = ((got.double() - want.double()).abs() > threshold).flatten(0, 0).any(dim=-1).any(dim=0)  # (L,)
+    bad = ((got.double() - want.double()).abs() > threshold).any(dim=-1).any(dim=0)  # (L,)
     first = int(bad.nonzero()[0]) if bad.any() else 0
     return (f"right up to position {first - 1}, wrong from position {first} on (of {got.size(1)})"
             if first > 0 else "")

@@ -215,7 +215,8 @@ def precision_reasons(registry, variant: Variant, model_cfg, seed: int, device, 
     the logits' autocast-vs-float32 gap must stay within :data:`PRECISION_LOGIT_FACTOR` times the gap that
     rounding the float32 weights to bf16 makes, the variant's own yardstick of how sensitive it is to
     bf16-sized changes; and a parameter with a gradient in float32 must have one under autocast. A component
-    that changes its scale or cuts a gradient when autocast is on would otherwise be trained in bf16 as another function than the one classed "same function".
+    that changes its scale or cuts a gradient when autocast is on would otherwise be trained in bf16 as another
+    function than the one classed "same function".
     ``state`` as in :func:`modes_reasons`. Returns one line when it fails (empty: it holds); a crash is such a
     line, never an exception."""
     from torch.nn import functional as F
