@@ -406,3 +406,33 @@ def test_a_second_trial_in_the_same_process_gets_the_same_reasons():
                                                 "dtype": "fp32", "plugins": plugins})).row["reason"] for seed in (0, 1, 2)]
     assert reasons[0].startswith("contract: ") and reasons[0].count("contract: ") == 1, reasons[0]
     assert reasons[1] == reasons[2] == reasons[0]
+
+
+def _gpu_trial(name: str, device: str) -> dict:
+    reg = _registry("evade_scale_on_gpu")
+    spec = {"variant": name, "slots": dict(reg.variants[name].slots), "config": get_preset("tiny").to_dict(),
+            "seed": 0, "device": device, "dtype": "fp32",
+            "plugins": PluginSpec(files=[str(PLUGINS / "evade_scale_on_gpu.py")], strict=True).to_dict()}
+    return T.run_trial(TrialSpec.from_dict(spec)).row
+
+
+def test_an_attention_that_differs_only_on_a_gpu_passes_everything_on_the_cpu():
+    """evade_scale_on_gpu divides by d_model on CUDA tensors only: on the CPU it is the paper's attention, so
+    check and the CPU gate pass it (the gate runs the device item for GPU trials only; run on the CPU it compares
+    two CPU builds and finds nothing); the CUDA test below catches it."""
+    reg = _registry("evade_scale_on_gpu")
+    assert checks.run_checks(reg, reg.select(["evade_scale_on_gpu"]), device="cpu").failures() == []
+    assert G.device_reasons(reg, reg.variants["evade_scale_on_gpu"], get_preset("tiny").model, 0, "cpu") == []
+    assert _gpu_trial("evade_scale_on_gpu", "cpu")["status"] == "ok"
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_gpu_trial_of_an_attention_that_differs_only_on_a_gpu_is_invalid():
+    """On CUDA the gate compares the variant's logits with its CPU build's (harness.checks.gate.device_reasons):
+    the GPU-only scale makes its trial invalid, the baseline stays ok, and check --device cuda fails it."""
+    row = _gpu_trial("evade_scale_on_gpu", "cuda")
+    assert row["status"] == T.INVALID and row["reason"].startswith("device: on cuda"), row["reason"]
+    assert _gpu_trial("baseline", "cuda")["status"] == "ok"
+    reg = _registry("evade_scale_on_gpu")
+    assert checks.run_checks(reg, reg.select(["evade_scale_on_gpu"]), device="cuda").failures() != []

@@ -52,8 +52,8 @@ def twin_reasons(registry, variant: Variant, model_cfg, seed: int, model, device
     the same eval-mode logits on the run gate's batch (within the gate's threshold). A component
     factory that returns something else on another call -- an honest object to the contract check,
     another one to the trial -- fails; one line per difference found first (empty: the same). Then
-    :func:`modes_reasons` and, for a ``bf16`` trial, :func:`precision_reasons`, each once per variant, config,
-    device (and dtype) in a process."""
+    :func:`modes_reasons`, for a ``bf16`` trial :func:`precision_reasons` and for a trial on a GPU
+    :func:`device_reasons`, each once per variant, config, device and dtype in a process."""
     from .probes import GATE_ATOL, GATE_RTOL, gate_batch
 
     twin = build_model(registry, variant, model_cfg, seed=seed).to(device)
@@ -85,6 +85,8 @@ def twin_reasons(registry, variant: Variant, model_cfg, seed: int, model, device
         lines = modes_reasons(registry, variant, model_cfg, seed, device)
         if dtype == "bf16" and not lines:
             lines = precision_reasons(registry, variant, model_cfg, seed, device)
+        if torch.device(device).type != "cpu" and not lines:
+            lines = device_reasons(registry, variant, model_cfg, seed, device)
         held = _MODES[key] = (registry, lines)
     return list(held[1])  # a copy: callers extend it
 
@@ -313,3 +315,34 @@ def drift_reasons(registry, variant: Variant, model_cfg, seed: int, model, devic
             f"parameters (max |Δ logit| {gap:.3g}): a component changes with use (a call counter, a cache kept "
             f"between batches, a buffer updated in its forward), so it was trained and scored as another function "
             f"than the one every check saw"]
+
+
+def device_reasons(registry, variant: Variant, model_cfg, seed: int, device) -> list[str]:
+    """For a trial on a GPU: the variant built from ``seed`` must give on ``device`` the evaluation-mode logits it
+    gives on the CPU (float32, dropout 0, the run gate's batch, real target positions, within the gate's
+    threshold). ``run`` records its equivalence classes from CPU comparisons and the component contracts run on
+    the CPU, so a component that takes another code path on a GPU (a fused kernel with another scale, a branch
+    on ``x.is_cuda``) would be classed with the baseline and trained as another function
+    (``tests/plugins/evade_scale_on_gpu.py``; ``check`` on a machine with CUDA compares every variant there too).
+    On the CPU it compares two CPU builds (the gate calls it for GPU trials only). Returns one line when it fails
+    (empty: it holds); a crash is such a line, never an exception."""
+    from .probes import GATE_ATOL, GATE_RTOL
+
+    device = torch.device(device)
+    try:
+        here, src, tgt, _, keep, _ = _gate_model(registry, variant, model_cfg, seed, device)
+        there, *_ = _gate_model(registry, variant, model_cfg, seed, "cpu")
+        there.load_state_dict({n: p.detach().cpu() for n, p in here.named_parameters()}, strict=False)
+        devices = [device.index or 0] if device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices), torch.inference_mode():
+            on_device = here.eval()(src, tgt).float()[keep].cpu()
+            on_cpu = there.eval()(src.cpu(), tgt.cpu()).float()[keep.cpu()]
+    except Exception as exc:  # noqa: BLE001 - the trial itself will fail with its own message
+        from .inputs import describe_exception
+
+        return [f"device: the {device.type}/CPU comparison crashes: {describe_exception(exc)}"]
+    if torch.allclose(on_device, on_cpu, rtol=GATE_RTOL, atol=GATE_ATOL, equal_nan=True):
+        return []
+    gap = float(torch.nan_to_num((on_device - on_cpu).abs(), nan=float("inf")).max())
+    return [f"device: on {device.type} the evaluation-mode logits differ from the CPU's with the same weights (max "
+            f"|Δ logit| {gap:.3g}): a component takes another code path there than the CPU checks saw"]
