@@ -359,7 +359,7 @@ class _Group:
         broken = self.broken[i]
         if metrics["status"] != "diverged":
             broken = broken + drift_reasons(self.registry, Variant(spec.variant, dict(spec.slots)), mc, spec.seed, model,
-                                            self.device)
+                                            self.device, forward=self.step.seed_forward(i))
         if broken and metrics["status"] != "diverged":
             metrics["reason"] = "; ".join(broken + ([metrics["reason"]] if metrics["reason"] else []))
             metrics["status"] = INVALID

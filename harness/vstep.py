@@ -259,6 +259,20 @@ class GroupStep:
         """Freeze seed ``i`` (early stopping): its row no longer updates."""
         self.active[i] = False
 
+    def seed_forward(self, i: int) -> Callable:
+        """``(src (B, S), tgt (B, T)) -> logits (B, T, V)`` of seed ``i`` through the group's own base module (the
+        one that trained, with whatever state it keeps), in evaluation mode and without autograd; the base's
+        training mode is restored after each call."""
+        def forward(src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
+            tensors = {n: t[i] for n, t in self.params.items()} | {n: t[i] for n, t in self.buffers.items()}
+            self.base.eval()
+            try:
+                with torch.no_grad():
+                    return functional_call(self.base, tensors, (src, tgt))
+            finally:
+                self.base.train()
+        return forward
+
     @torch.no_grad()
     def load(self, i: int, model: torch.nn.Module) -> torch.nn.Module:
         """Write seed ``i``'s parameters and buffers into ``model`` (same module tree); returns it."""

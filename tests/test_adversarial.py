@@ -348,6 +348,19 @@ def test_a_component_that_changes_with_use_is_caught_after_training_and_only_the
     assert rows["baseline", 150]["status"] == "ok"
 
 
+def test_a_component_that_changes_with_use_is_caught_in_a_trial_group_too(tmp_path):
+    """A vectorised group trains one functional base module for all its seeds, and that module's state is what
+    drifts: the drift gate runs each seed through it (GroupStep.seed_forward), so both seeds are invalid."""
+    proc = cli_in_process("--plugin", str(PLUGINS / "evade_scale_after_calls.py"), "run", "--variants",
+                          "evade_scale_after_calls", "--preset", "tiny", "--set", "train.steps=150", "--seeds", "2",
+                          "--vectorize-seeds", "on", "-q", "--results-dir", str(tmp_path), "--run-id", "g",
+                          "--no-check", cwd=ROOT)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    trials = pd.read_csv(tmp_path / "g" / "trials.csv")
+    assert set(trials["status"]) == {"invalid"} and trials["vectorized"].all()
+    assert trials["reason"].str.startswith("drift: after training").all(), list(trials["reason"])
+
+
 def test_an_attention_that_never_asks_for_positions_fails_only_where_it_drops_them():
     """good_annotated_attention predates ctx.positions: with additive positions it passes (its RoPE and ALiBi
     cases say "takes no positions"); paired with RoPE the model contract fails -- the model would have no

@@ -277,16 +277,18 @@ def _precision_differ(full, full_g: dict, cast, cast_g: dict, rounded) -> list[s
     return []
 
 
-def drift_reasons(registry, variant: Variant, model_cfg, seed: int, model, device) -> list[str]:
+def drift_reasons(registry, variant: Variant, model_cfg, seed: int, model, device, forward=None) -> list[str]:
     """After training: a fresh build of ``variant`` holding ``model``'s trained parameters (its buffers as a build
     makes them) must give ``model``'s evaluation-mode logits at the real target positions of the run gate's
     batch (within the gate's threshold). Every check and every gate item before this one saw components at
     their first calls; a component that changes with use -- one that counts its calls and switches its scale,
     keeps a key/value cache between batches, or updates a hidden buffer in its forward -- would train and be
     scored as another function. A variant using a component whose formula declares a training difference
-    (:data:`TRAINING_DIFFERS`: BatchNorm's running statistics are such a buffer) is exempt. ``model``'s
-    training mode and the global RNG state are left as they were. Returns one line when it fails (empty: it
-    holds); a crash is such a line, never an exception."""
+    (:data:`TRAINING_DIFFERS`: BatchNorm's running statistics are such a buffer) is exempt. ``forward``:
+    ``(src, tgt) -> logits`` of the module that actually trained, in evaluation mode, where that is not ``model``
+    itself (a trial group trains one functional base module for all its seeds); default ``model``'s own
+    forward. ``model``'s training mode and the global RNG state are left as they were. Returns one line when it
+    fails (empty: it holds); a crash is such a line, never an exception."""
     from .probes import GATE_ATOL, GATE_RTOL, gate_batch
 
     if any(registry.component(slot, name).reference in TRAINING_DIFFERS
@@ -301,7 +303,8 @@ def drift_reasons(registry, variant: Variant, model_cfg, seed: int, model, devic
         fresh = build_model(registry, variant, model_cfg, seed=seed).to(device)
         fresh.load_state_dict({n: p.detach() for n, p in model.named_parameters()}, strict=False)
         with torch.random.fork_rng(devices=devices), torch.inference_mode():
-            trained, built = model.eval()(src, tgt).float()[keep], fresh.eval()(src, tgt).float()[keep]
+            trained = (forward or model.eval())(src, tgt).float()[keep]
+            built = fresh.eval()(src, tgt).float()[keep]
     except Exception as exc:  # noqa: BLE001 - the trial's own numbers stand; the line says why it is not trusted
         from .inputs import describe_exception
 
