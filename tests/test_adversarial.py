@@ -54,6 +54,7 @@ FAULTS = {
     "adv_scale_in_bf16": "under bf16 autocast the logits move",
     "adv_pe_wraps": "right up to position 15, wrong from position 16 on",
     "adv_attention_chunks_16": "right for query positions 0 to 15, wrong from position 16 on",
+    "adv_dropout_no_rescale": "with dropout on, the mean training output is 0.5",
     "adv_keys_detached_in_bf16": "get no gradient that they get in float32 (e.g. encoder.layers.0.self_attn.w_k",
     "adv_float64_only": "right in float64 but not in float32",
     "adv_fold_mask_repeat": "folded into the heads with repeat()",
