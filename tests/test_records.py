@@ -188,6 +188,11 @@ def test_verify_reads_a_gzipped_curves_table_and_catches_a_changed_one(tmp_path)
     assert len(problems) == 1 and problems[0].startswith("curves.csv.gz: does not match the trial files")
     (run / "curves.csv.gz").write_bytes(b"not gzip")
     assert verify_run(RunStore(run))[0][0].startswith("curves.csv.gz: cannot be read")
+    (run / "curves.csv.gz").unlink()  # left out (the committed references do): a note, the trial files hold it
+    problems, notes = verify_run(RunStore(run))
+    assert problems == [] and any(n.startswith("curves.csv: absent; the trial files hold every curve") for n in notes)
+    (run / "trials.csv").unlink()  # the summary table is still required
+    assert verify_run(RunStore(run))[0][0].startswith("trials.csv: missing")
 
 
 def test_a_gzipped_trial_file_is_read_verified_resumed_and_retired_like_a_plain_one(tmp_path):
