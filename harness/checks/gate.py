@@ -54,7 +54,7 @@ def twin_reasons(registry, variant: Variant, model_cfg, seed: int, model, device
     another one to the trial -- fails; one line per difference found first (empty: the same). Then
     :func:`modes_reasons`, for a ``bf16`` trial :func:`precision_reasons` and for a trial on a GPU
     :func:`device_reasons`, each once per variant, config, device and dtype in a process."""
-    from .probes import GATE_ATOL, GATE_RTOL, gate_batch
+    from .probes import gate_batch
 
     twin = build_model(registry, variant, model_cfg, seed=seed).to(device)
 
@@ -77,7 +77,7 @@ def twin_reasons(registry, variant: Variant, model_cfg, seed: int, model, device
         twin.eval()
         a, b = model(src.to(device), tgt.to(device)).float(), twin(src.to(device), tgt.to(device)).float()
     model.train(was_training)
-    if not torch.allclose(a, b, rtol=GATE_RTOL, atol=GATE_ATOL, equal_nan=True):
+    if not _same(a, b):
         return [f"build: {what % 'outputs (eval mode, same weights, same batch)'}"]
     key = (tuple(sorted(variant.resolved().items())), id(registry), repr(model_cfg), str(device), dtype)
     held = _MODES.get(key)
@@ -112,9 +112,50 @@ def _gate_model(registry, variant: Variant, model_cfg, seed: int, device, state=
     return model, src, tgt, labels, tgt != cfg.pad, canonical
 
 
+def _rebuilt(registry, variant: Variant, model_cfg, seed: int, model, device):
+    """A fresh build of ``variant`` on ``device`` holding ``model``'s parameters (its buffers as a build makes them)."""
+    fresh = build_model(registry, variant, model_cfg, seed=seed).to(device)
+    fresh.load_state_dict({n: p.detach().to(device) for n, p in model.named_parameters()}, strict=False)
+    return fresh
+
+
+def _forward_backward(model, src, tgt, labels, keep, canonical: dict, bf16: bool = False):
+    """``model``'s logits (B, T, V) in its current mode (under bf16 autocast with ``bf16``) and every parameter's
+    gradient of the float32 cross-entropy at the real target positions ``keep``, by canonical name (reasons read
+    the same in every layout; None where a parameter gets none)."""
+    from torch.nn import functional as F
+
+    model.zero_grad(set_to_none=True)
+    with torch.enable_grad():
+        with torch.autocast(src.device.type, dtype=torch.bfloat16, enabled=bf16):
+            logits = model(src, tgt)
+        F.cross_entropy(logits[keep].float(), labels[keep]).backward()
+    return logits.detach().float(), {canonical.get(id(p), n): (p.grad.detach().float().clone()
+                                                                 if p.grad is not None else None)
+                                     for n, p in model.named_parameters()}
+
+
+def _max_gap(a: torch.Tensor, b: torch.Tensor) -> float:
+    """max |a - b|, a NaN counted as inf."""
+    return float(torch.nan_to_num((a - b).abs(), nan=float("inf")).max())
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal within the run gate's threshold (:data:`~harness.checks.probes.GATE_ATOL`, ``GATE_RTOL``)."""
+    from .probes import GATE_ATOL, GATE_RTOL
+
+    return torch.allclose(a, b, rtol=GATE_RTOL, atol=GATE_ATOL, equal_nan=True)
+
+
 #: Formulas (``Component(reference=...)``) whose training forward differs from their evaluation forward by
 #: declaration: BatchNorm normalises with the batch's statistics in training, with running ones in evaluation.
 TRAINING_DIFFERS = {"batch_norm"}
+
+
+def _declares_training_difference(registry, variant: Variant) -> bool:
+    """Whether a component of ``variant`` is held to a formula of :data:`TRAINING_DIFFERS`."""
+    return any(registry.component(slot, name).reference in TRAINING_DIFFERS
+               for slot, name in variant.resolved().items())
 
 
 def modes_reasons(registry, variant: Variant, model_cfg, seed: int, device, state=None) -> list[str]:
@@ -131,28 +172,15 @@ def modes_reasons(registry, variant: Variant, model_cfg, seed: int, device, stat
     zero-initialised gain hides a sub-layer); default: the build from ``seed``. A variant using a component
     whose formula declares a training difference (:data:`TRAINING_DIFFERS`) is exempt. Returns one line when
     it fails (empty: it holds); a crash is such a line, never an exception."""
-    from torch.nn import functional as F
-
-    if any(registry.component(slot, name).reference in TRAINING_DIFFERS
-           for slot, name in variant.resolved().items()):
+    if _declares_training_difference(registry, variant):
         return []
     model, src, tgt, labels, keep, canonical = _gate_model(registry, variant, model_cfg, seed, device, state)
-
-    def forward_backward(training: bool):
-        model.train(training)
-        model.zero_grad(set_to_none=True)
-        with torch.enable_grad():
-            logits = model(src, tgt)
-            F.cross_entropy(logits[keep].float(), labels[keep]).backward()
-        grads = {canonical.get(id(p), n): (p.grad.detach().float().clone() if p.grad is not None else None)
-                 for n, p in model.named_parameters()}  # by canonical name: reasons read the same in every layout
-        return logits.detach().float(), grads
-
+    batch = (src, tgt, labels, keep, canonical)
     devices = [device.index or 0] if device.type == "cuda" else []
     try:
         with torch.random.fork_rng(devices=devices):
-            evaluated, eval_grads = forward_backward(False)
-            trained, train_grads = forward_backward(True)
+            evaluated, eval_grads = _forward_backward(model.eval(), *batch)
+            trained, train_grads = _forward_backward(model.train(), *batch)
             with torch.inference_mode():  # as held-out evaluation scores the model
                 inferred = model.eval()(src, tgt).float()
     except Exception as exc:  # noqa: BLE001 - the trial itself will fail with its own message
@@ -171,17 +199,14 @@ def _modes_differ(evaluated: torch.Tensor, eval_grads: dict, trained: torch.Tens
     padded positions are never scored, and PyTorch's inference fast paths may fill them differently."""
     from .probes import GATE_ATOL, GATE_RTOL
 
-    def gap(a, b):
-        return float(torch.nan_to_num((a - b).abs(), nan=float("inf")).max())
-
-    if not torch.allclose(trained, evaluated, rtol=GATE_RTOL, atol=GATE_ATOL, equal_nan=True):
+    if not _same(trained, evaluated):
         return [f"modes: with dropout 0 the training-mode logits differ from the evaluation-mode ones (max |Δ logit| "
-                f"{gap(trained, evaluated):.3g}): a component computes something else in training than every check "
-                f"(all in evaluation mode) saw"]
-    if not torch.allclose(inferred, evaluated, rtol=GATE_RTOL, atol=GATE_ATOL, equal_nan=True):
+                f"{_max_gap(trained, evaluated):.3g}): a component computes something else in training than every "
+                f"check (all in evaluation mode) saw"]
+    if not _same(inferred, evaluated):
         return [f"modes: the evaluation-mode logits under torch.inference_mode, as held-out scores are computed, differ "
-                f"from those with autograd on (max |Δ logit| {gap(inferred, evaluated):.3g}): a component computes "
-                f"something else under inference mode than the checks saw"]
+                f"from those with autograd on (max |Δ logit| {_max_gap(inferred, evaluated):.3g}): a component "
+                f"computes something else under inference mode than the checks saw"]
     differ, cut = [], []
     for name, g in eval_grads.items():
         t = train_grads[name]
@@ -221,35 +246,23 @@ def precision_reasons(registry, variant: Variant, model_cfg, seed: int, device, 
     function than the one classed "same function".
     ``state`` as in :func:`modes_reasons`. Returns one line when it fails (empty: it holds); a crash is such a
     line, never an exception."""
-    from torch.nn import functional as F
-
     device = torch.device(device)
     model, src, tgt, labels, keep, canonical = _gate_model(registry, variant, model_cfg, seed, device, state)
     model.eval()
-
-    def forward_backward(bf16: bool):
-        model.zero_grad(set_to_none=True)
-        with torch.enable_grad(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-            logits = model(src, tgt)
-        F.cross_entropy(logits[keep].float(), labels[keep]).backward()
-        return logits.detach().float()[keep], {canonical.get(id(p), n): (p.grad.detach().float().clone()
-                                                                         if p.grad is not None else None)
-                                               for n, p in model.named_parameters()}
-
     devices = [device.index or 0] if device.type == "cuda" else []
     try:
         with torch.random.fork_rng(devices=devices):
-            full, full_g = forward_backward(False)
-            cast, cast_g = forward_backward(True)
+            full, full_g = _forward_backward(model, src, tgt, labels, keep, canonical)
+            cast, cast_g = _forward_backward(model, src, tgt, labels, keep, canonical, bf16=True)
             with torch.no_grad():
                 for p in model.parameters():
                     p.copy_(p.to(torch.bfloat16).float())
-                rounded = model(src, tgt).float()[keep]
+                rounded = model(src, tgt).float()
     except Exception as exc:  # noqa: BLE001 - the trial itself will fail with its own message
         from .inputs import describe_exception
 
         return [f"precision: the bf16/float32 comparison crashes: {describe_exception(exc)}"]
-    return _precision_differ(full, full_g, cast, cast_g, rounded)
+    return _precision_differ(full[keep], full_g, cast[keep], cast_g, rounded[keep])
 
 
 def _precision_differ(full, full_g: dict, cast, cast_g: dict, rounded) -> list[str]:
@@ -257,11 +270,7 @@ def _precision_differ(full, full_g: dict, cast, cast_g: dict, rounded) -> list[s
     (``rounded``) logits (n, V), and the float32 and autocast gradients by canonical parameter name."""
     from .probes import GATE_ATOL
 
-    def gap(a, b):
-        return float(torch.nan_to_num((a - b).abs(), nan=float("inf")).max()) if a is not None and b is not None \
-            else float("inf")
-
-    logit_gap, logit_yard = gap(cast, full), gap(rounded, full)
+    logit_gap, logit_yard = _max_gap(cast, full), _max_gap(rounded, full)
     if logit_gap > PRECISION_LOGIT_FACTOR * logit_yard + GATE_ATOL:
         return [f"precision: under bf16 autocast the logits move {logit_gap:.3g} from the float32 ones, "
                 f"{logit_gap / max(logit_yard, 1e-12):.0f}x what rounding the weights to bf16 moves them "
@@ -289,10 +298,9 @@ def drift_reasons(registry, variant: Variant, model_cfg, seed: int, model, devic
     itself (a trial group trains one functional base module for all its seeds); default ``model``'s own
     forward. ``model``'s training mode and the global RNG state are left as they were. Returns one line when it
     fails (empty: it holds); a crash is such a line, never an exception."""
-    from .probes import GATE_ATOL, GATE_RTOL, gate_batch
+    from .probes import gate_batch
 
-    if any(registry.component(slot, name).reference in TRAINING_DIFFERS
-           for slot, name in variant.resolved().items()):
+    if _declares_training_difference(registry, variant):
         return []
     device = torch.device(device)
     src, tgt, _ = (t.to(device) for t in gate_batch(model_cfg, seed=seed))
@@ -300,8 +308,7 @@ def drift_reasons(registry, variant: Variant, model_cfg, seed: int, model, devic
     was_training = model.training
     devices = [device.index or 0] if device.type == "cuda" else []
     try:
-        fresh = build_model(registry, variant, model_cfg, seed=seed).to(device)
-        fresh.load_state_dict({n: p.detach() for n, p in model.named_parameters()}, strict=False)
+        fresh = _rebuilt(registry, variant, model_cfg, seed, model, device)
         with torch.random.fork_rng(devices=devices), torch.inference_mode():
             trained = (forward or model.eval())(src, tgt).float()[keep]
             built = fresh.eval()(src, tgt).float()[keep]
@@ -311,13 +318,12 @@ def drift_reasons(registry, variant: Variant, model_cfg, seed: int, model, devic
         return [f"drift: the comparison with a fresh build crashes: {describe_exception(exc)}"]
     finally:
         model.train(was_training)
-    if torch.allclose(trained, built, rtol=GATE_RTOL, atol=GATE_ATOL, equal_nan=True):
+    if _same(trained, built):
         return []
-    gap = float(torch.nan_to_num((trained - built).abs(), nan=float("inf")).max())
     return [f"drift: after training the model's logits differ from those of a fresh build holding its trained "
-            f"parameters (max |Δ logit| {gap:.3g}): a component changes with use (a call counter, a cache kept "
-            f"between batches, a buffer updated in its forward), so it was trained and scored as another function "
-            f"than the one every check saw"]
+            f"parameters (max |Δ logit| {_max_gap(trained, built):.3g}): a component changes with use (a call "
+            f"counter, a cache kept between batches, a buffer updated in its forward), so it was trained and scored "
+            f"as another function than the one every check saw"]
 
 
 def device_reasons(registry, variant: Variant, model_cfg, seed: int, device) -> list[str]:
@@ -329,13 +335,10 @@ def device_reasons(registry, variant: Variant, model_cfg, seed: int, device) -> 
     (``tests/plugins/evade_scale_on_gpu.py``; ``check`` on a machine with CUDA compares every variant there too).
     On the CPU it compares two CPU builds (the gate calls it for GPU trials only). Returns one line when it fails
     (empty: it holds); a crash is such a line, never an exception."""
-    from .probes import GATE_ATOL, GATE_RTOL
-
     device = torch.device(device)
     try:
         here, src, tgt, _, keep, _ = _gate_model(registry, variant, model_cfg, seed, device)
-        there, *_ = _gate_model(registry, variant, model_cfg, seed, "cpu")
-        there.load_state_dict({n: p.detach().cpu() for n, p in here.named_parameters()}, strict=False)
+        there = _rebuilt(registry, variant, model_cfg, seed, here, "cpu")
         devices = [device.index or 0] if device.type == "cuda" else []
         with torch.random.fork_rng(devices=devices), torch.inference_mode():
             on_device = here.eval()(src, tgt).float()[keep].cpu()
@@ -344,8 +347,8 @@ def device_reasons(registry, variant: Variant, model_cfg, seed: int, device) -> 
         from .inputs import describe_exception
 
         return [f"device: the {device.type}/CPU comparison crashes: {describe_exception(exc)}"]
-    if torch.allclose(on_device, on_cpu, rtol=GATE_RTOL, atol=GATE_ATOL, equal_nan=True):
+    if _same(on_device, on_cpu):
         return []
-    gap = float(torch.nan_to_num((on_device - on_cpu).abs(), nan=float("inf")).max())
     return [f"device: on {device.type} the evaluation-mode logits differ from the CPU's with the same weights (max "
-            f"|Δ logit| {gap:.3g}): a component takes another code path there than the CPU checks saw"]
+            f"|Δ logit| {_max_gap(on_device, on_cpu):.3g}): a component takes another code path there than the CPU "
+            f"checks saw"]
