@@ -20,6 +20,7 @@ from ..model import PositionHooks
 from .contract_base import (CONFORMS, CRASHES, TAKES_NO_POSITIONS, VIOLATES, ComponentResult, ReferenceMask, component_result, crash_result,
                             formula_result, judge, load_random_state, output_gap, reference_components,
                             sibling_context, unknown_formula)
+from .contract_dropout import check_dropout
 from .formulas import WINDOW_FAULTS, alibi_reference, rope_reference, window_keep
 from .inputs import describe_exception, fmt_size, padded_batch
 
@@ -264,7 +265,7 @@ def check_attention(comp: Component, cfg: ModelConfig, seed: int = 0) -> list[Co
             out.append(_attention_case_result(comp, ctx, cfg, seed, kind, pos, label, case_inputs))
         except Exception as exc:  # noqa: BLE001 - a crash is a result
             out.append(crash_result(comp, label, exc))
-    return out
+    return out + check_dropout(comp, cfg, seed, "attention")  # dropout unbiased (harness.checks.contract_dropout)
 
 
 def _attention_case_result(comp, ctx, cfg: ModelConfig, seed: int, kind: str, pos: str, label: str, inputs):

@@ -38,19 +38,15 @@ DRAWS = 128
 #: (tests/plugins/adv_dropout_no_rescale.py).
 MAX_BIAS = 0.1
 
-#: The slots whose components are tested.
-DROPOUT_SLOTS = ("attention", "feed_forward")
-
-
-def check_dropout(comp: Component, cfg: ModelConfig, seed: int = 0) -> list[ComponentResult]:
-    """One result for an ``attention`` or ``feed_forward`` component: its dropout is unbiased (module docstring);
-    no result for other slots. A crash is a failing result."""
-    if comp.slot not in DROPOUT_SLOTS:
-        return []
+def check_dropout(comp: Component, cfg: ModelConfig, seed: int, kind: str) -> list[ComponentResult]:
+    """One result: the dropout of ``comp``, checked as a component of ``kind`` (``"attention"`` or
+    ``"feed_forward"``: :func:`~harness.checks.contract_attention.check_attention` and
+    :func:`~harness.checks.contract_positions.check_feed_forward` call it, also for a plugin's slot that names
+    them), is unbiased (module docstring). A crash is a failing result."""
     cfg = dataclasses.replace(cfg, dropout=DROPOUT_P)
     label = f"dropout unbiased (mean of {DRAWS} training forwards at p = {DROPOUT_P} vs p = 0)"
     try:
-        bias = _relative_bias(comp, cfg, seed)
+        bias = _relative_bias(comp, cfg, seed, kind)
     except Exception as exc:  # noqa: BLE001 - a crash is a result
         return [crash_result(comp, label, exc)]
     if abs(bias) <= MAX_BIAS:
@@ -61,7 +57,7 @@ def check_dropout(comp: Component, cfg: ModelConfig, seed: int = 0) -> list[Comp
         f"applied twice): the component trains as another function than every check (dropout off) saw"))]
 
 
-def _relative_bias(comp: Component, cfg: ModelConfig, seed: int) -> float:
+def _relative_bias(comp: Component, cfg: ModelConfig, seed: int, kind: str) -> float:
     """b = sum((mean - want) * want) / sum(want^2) of the component's output (module docstring), ``want`` the
     training-mode output of the same component built with dropout 0: a difference between training and
     evaluation that is not dropout's is the training = evaluation item's to name, not this one's."""
@@ -70,11 +66,11 @@ def _relative_bias(comp: Component, cfg: ModelConfig, seed: int) -> float:
     x = torch.randn(src.size(0), tgt.size(1), cfg.d_model, generator=g).double()  # (B, T, D)
 
     def build(p: float):
-        ctx = sibling_context(dataclasses.replace(cfg, dropout=p), reference_components(**{comp.slot: comp}))
-        mod = ctx.attention(cross=False) if comp.slot == "attention" else comp.factory(ctx)
+        ctx = sibling_context(dataclasses.replace(cfg, dropout=p), reference_components(**{kind: comp}))
+        mod = ctx.attention(cross=False) if kind == "attention" else comp.factory(ctx)
         load_random_state(mod, seed)
         mod = mod.double().train()
-        if comp.slot == "attention":
+        if kind == "attention":
             mask = ctx.make("mask").tgt_mask(tgt, cfg.pad)
             return lambda: mod(x, x, x, mask)
         return lambda: mod(x)

@@ -22,6 +22,7 @@ from ..registry import Component
 from .contract_base import (CONFORMS, VIOLATES, ComponentResult, component_result, crash_result, formula_result, judge,
                             load_random_state, output_gap, reference_components, sibling_context, sinusoidal_pe,
                             unknown_formula)
+from .contract_dropout import check_dropout
 from .formulas import FORMULAS, GATED, alibi_faults, alibi_reference, ffn_faults, ffn_reference, rope_faults, \
     rope_reference
 
@@ -201,8 +202,8 @@ def check_feed_forward(comp: Component, cfg: ModelConfig, seed: int = 0) -> list
     gap, thr = output_gap(got, want)
     diagnosis = _first_match(got, ffn_faults(formula, x, state)) if gap > thr else ""
     if not comp.reference:
-        return [judge(comp, label, gap, thr, diagnosis)]
+        return [judge(comp, label, gap, thr, diagnosis)] + check_dropout(comp, cfg, seed, "feed_forward")
     out = [formula_result(comp, label, gap, thr, diagnosis)]
     if formula not in GATED:  # a gated FFN has no w_1 / w_2: its difference shows in the pairs
         out.append(judge(comp, "declared difference vs the ReLU FFN", *output_gap(got, ffn_reference("ffn_relu", x, state))))
-    return out
+    return out + check_dropout(comp, cfg, seed, "feed_forward")  # dropout unbiased (harness.checks.contract_dropout)

@@ -50,7 +50,6 @@ from ..registry import Component, Registry
 from ..slots import Slot, builtin_slot
 from .contract_attention import check_attention, check_mask
 from .contract_base import PLUGIN_SIBLINGS, ComponentResult, reference_components, sibling_context
-from .contract_dropout import check_dropout
 from .contract_layers import check_embedding, check_layer_norm, check_norm, check_projections
 from .contract_positions import check_feed_forward, check_positional
 from .inputs import CHECK_MODEL
@@ -86,18 +85,15 @@ def slot_check(slot: Slot) -> Callable[..., list[ComponentResult]] | None:
 
 def check_component(comp: Component, cfg: ModelConfig, seed: int = 0, slot: Slot | None = None) -> list[ComponentResult]:
     """Hold one component to its slot's reference (the check its :class:`~harness.slots.Slot` names;
-    ``slot`` defaults to the built-in slot of ``comp.slot``), and an attention or feed-forward component's dropout
-    to being unbiased (:func:`~harness.checks.contract_dropout.check_dropout`). Never raises for a failing
-    component; a slot without a check gives no result.
+    ``slot`` defaults to the built-in slot of ``comp.slot``). Never raises for a failing component; a slot
+    without a check gives no result.
 
     Raises:
         PluginError: the slot names a check that does not exist (:func:`slot_check`).
     """
     slot = slot or builtin_slot(comp.slot)
     fn = slot_check(slot) if slot else None
-    if not fn:
-        return []
-    return fn(comp, cfg, seed) + (check_dropout(comp, cfg, seed) if fn in (check_attention, check_feed_forward) else [])
+    return fn(comp, cfg, seed) if fn else []
 
 
 def check_components(registry: Registry, keys: list[tuple[str, str]], cfg: ModelConfig,
