@@ -302,7 +302,8 @@ def test_bench_compile_adds_a_compiled_contender_beside_each_variant(tmp_path, c
     """``bench --compile``: each variant also runs through ``torch.compile``, a row of its own with
     the eager model's parameters and FLOPs (counted on the wrapped model); it has no memory probe and is no "variant" in the targets' summary. Here with the
     ``eager`` backend (dynamo's tracing, no code generation) to stay fast; TorchInductor on the CPU:
-    results/reference/bench-compile-cpu. With --group-sizes it is one line, exit 2."""
+    results/reference/bench-compile-cpu. With --group-sizes a CUDA-graph mode is one line, exit 2 (the captured
+    arms make their own graphs)."""
     from harness.cli import main
 
     monkeypatch.setattr(B, "COMPILE_BACKEND", "eager")
@@ -321,8 +322,8 @@ def test_bench_compile_adds_a_compiled_contender_beside_each_variant(tmp_path, c
         assert math.isnan(comp["peak_rss_mb"]) and row["peak_rss_mb"] == 1.0
     assert sorted(probed) == sorted([B.REFERENCE, "baseline", "pre_norm"])
     assert "compiled" not in " ".join(line for line in capsys.readouterr().out.splitlines() if "variant" in line)
-    assert main([*args, "--compile", "--group-sizes", "2", "--run-id", "g"]) == 2
-    assert "--compile and --nondeterministic go with the plain bench or --kernels" in capsys.readouterr().err
+    assert main([*args, "--compile", "reduce-overhead", "--group-sizes", "2", "--run-id", "g"]) == 2
+    assert "with --group-sizes, --compile takes one mode without CUDA graphs" in capsys.readouterr().err
 
 
 def test_bench_compile_modes_each_a_contender_and_nondeterministic_recorded(tmp_path, capsys, monkeypatch):
@@ -364,8 +365,9 @@ def test_bench_compile_modes_each_a_contender_and_nondeterministic_recorded(tmp_
     # the settings still applied (flush-denormal) are not reported as "not applied"
     assert "deterministic_algorithms: off" in md and "flush_denormal: on" in md and "not applied" not in md
     assert "Timed **without** deterministic algorithms" in md
-    assert main([*args, "--nondeterministic", "--group-sizes", "2", "--run-id", "g"]) == 2
-    assert "--compile and --nondeterministic go with the plain bench or --kernels" in capsys.readouterr().err
+    assert main([*args, "--nondeterministic", "--group-sizes", "2", "--eval", "--run-id", "g"]) == 2
+    assert "--compile and --nondeterministic go with the plain bench, --kernels or --group-sizes: drop --old and " \
+           "--eval" in capsys.readouterr().err
     bad = cli_in_process(*args, "--compile", "fastest", "--run-id", "bad")
     assert bad.returncode == 2 and "unknown compile mode 'fastest'" in bad.stderr and "Traceback" not in bad.stderr
 

@@ -286,6 +286,52 @@ def test_bench_group_sizes_arms_on_cpu():
     assert "ops / step" in seed_table(rows).columns
 
 
+def test_bench_compiled_arms_step_the_group_like_the_eager_step(monkeypatch):
+    """``bench --group-sizes K --compile``: a ``compiled K`` arm (no captured one without CUDA) whose
+    step is the group's whole step (gradients, clipping, Adam on the flat buffers) through
+    ``torch.compile``: it moves the stacked parameters as the uncompiled step does. Here AOTAutograd
+    without code generation (``aot_eager``: it traces ``grad_and_value`` and the in-place Adam as
+    Inductor would) to stay fast; Inductor on the CPU: docs/benchmarks.md. A compiled arm whose
+    compile fails is dropped with one line; the bench goes on."""
+    from harness.perf import bench as B
+    from harness.perf.seeds import run_seed_bench
+
+    monkeypatch.setattr(B, "COMPILE_BACKEND", "aot_eager")
+    reg, cfg = registry_for(None), get_preset("tiny")
+    variant = reg.select(["baseline"])[0]
+    models = [train_mod.build_model(reg, variant, cfg.model, seed=s) for s in range(2)]
+    eager, compiled = (GroupStep(models, cfg.model.pad, 0.1, 1.0, torch.device("cpu")) for _ in range(2))
+    step = B.compile_model(compiled.step, "default")
+    task = reg.task(cfg.train.task)
+    gens = [torch.Generator().manual_seed(s) for s in range(2)]
+    for _ in range(3):
+        batch = stack_batches([task.make_batch(cfg.train.batch, cfg.train.seq_len, cfg.model.vocab, g) for g in gens])
+        eager.set_lr(1e-3), compiled.set_lr(1e-3)
+        (le, ge), (lc, gc) = eager.step(*batch), step(*batch)
+        assert torch.allclose(le, lc, rtol=1e-5) and torch.allclose(ge, gc, rtol=1e-4)
+    # the same trajectory up to rounding: a weight whose gradient is ~0 (the key bias's is exactly 0) may step
+    # either way on rounding alone, up to 2 x lr a step (docs/running.md, "Tolerance"); 94 of 12,214 here
+    gaps = torch.cat([(eager.params[n] - compiled.params[n]).abs().flatten() for n in eager.params])
+    assert gaps.max() <= 2 * 1e-3 * 3 and (gaps > 1e-5).float().mean() < 0.02, (gaps.max(), (gaps > 1e-5).sum())
+    assert (eager.params["embed.generator.weight"][0] - models[0].embed.generator.weight).abs().max() > 1e-3  # it trained (3 steps of lr 1e-3)
+
+    lines = []
+    rows, _ = run_seed_bench(variant, cfg, torch.device("cpu"), "fp32", [2], steps=1, warmup=1, registry=reg,
+                             log=lines.append, compile_mode="default")
+    assert [r["arm"] for r in rows] == ["sequential", "vectorised K=2", "compiled K=2"]
+    assert rows[2]["ops_per_step"] is None and 0 < rows[2]["mfu"] < 1
+
+    def broken(fn, mode):
+        def call(*a):
+            raise RuntimeError("no batching rule for this op")
+        return call
+    monkeypatch.setattr("harness.perf.seeds.compile_model", broken)
+    rows, _ = run_seed_bench(variant, cfg, torch.device("cpu"), "fp32", [2], steps=1, warmup=0, registry=reg,
+                             log=lines.append, compile_mode="default")
+    assert [r["arm"] for r in rows] == ["sequential", "vectorised K=2"]
+    assert "compiled K=2 dropped: RuntimeError: no batching rule for this op" in lines
+
+
 def test_a_group_steps_through_its_capture_object(monkeypatch):
     """The captured path on the CPU with a stand-in for the CUDA graphs: every step goes through it,
     with batches padded to the task's bucket shapes, and the row counts its shapes."""
@@ -548,6 +594,33 @@ def test_a_captured_group_equals_the_uncaptured_one(monkeypatch, k):
         assert c.row["status"] == e.row["status"] == "ok"
         assert math.isclose(c.row["heldout_ce"], e.row["heldout_ce"], rel_tol=CE_RTOL)
         assert [r["step"] for r in c.curve] == [r["step"] for r in e.curve]
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_compiled_step_captured_steps_as_the_eager_group():
+    """``bench --group-sizes K --compile``'s ``compiled captured`` arm: the group's step through Inductor, then
+    captured as a CUDA graph (its warm-up compiles), moves the stacked parameters as the eager step does (the
+    rounding-only gaps of docs/running.md, "Tolerance") and leaves its seeds stepping (none masked)."""
+    from harness.perf.bench import compile_model
+    from harness.vstep import CapturedStep
+
+    reg, cfg = registry_for(None), get_preset("tiny")
+    variant, dev = reg.select(["baseline"])[0], torch.device("cuda")
+    models = [train_mod.build_model(reg, variant, cfg.model, seed=s).to(dev) for s in range(2)]
+    eager, compiled = (GroupStep(models, cfg.model.pad, 0.1, 1.0, dev) for _ in range(2))
+    run = CapturedStep(compiled, compile_model(compiled.step, "default"))
+    task = reg.task(cfg.train.task)
+    gens = [torch.Generator().manual_seed(s) for s in range(2)]
+    for _ in range(3):
+        batch = [x.to(dev) for x in stack_batches([task.make_batch(cfg.train.batch, cfg.train.seq_len, cfg.model.vocab,
+                                                                    g) for g in gens], widths=task.widths(cfg.train.seq_len))]
+        eager.set_lr(1e-3), compiled.set_lr(1e-3)
+        (le, _), (lc, _) = eager.step(*batch), run(*batch)
+        assert torch.allclose(le, lc, rtol=1e-4), (le, lc)
+    gaps = torch.cat([(eager.params[n] - compiled.params[n]).abs().flatten() for n in eager.params])
+    assert gaps.max() <= 2 * 1e-3 * 3 and (gaps > 1e-4).float().mean() < 0.02
+    assert compiled.active.all() and len(run.graphs) == 1
 
 
 def test_a_quiet_run_keeps_its_log_lines_in_the_run_folder(tmp_path):

@@ -55,7 +55,8 @@ def register(sub, parents):
     p.add_argument("--group-sizes", type=group_sizes_arg, default=None, metavar="K[,K...]",
                    help="seeds per second instead of variants: the first selected variant's step run sequentially, "
                         "as vectorised trial groups of each K (run --vectorize-seeds on) and, on CUDA, captured as "
-                        "CUDA graphs, side by side with MFU and trials/h, e.g. --group-sizes 1,4,16,64")
+                        "CUDA graphs, side by side with MFU and trials/h, e.g. --group-sizes 1,4,16,64; with --compile also "
+                        "the group's whole step compiled (and on CUDA compiled and captured)")
     p.add_argument("--eval", action="store_true",
                    help="with --group-sizes: time the final held-out evaluation (decoding included) of K seeds "
                         "one after another vs in one batched pass (what a trial group runs), per seed; --steps "
@@ -68,7 +69,8 @@ def register(sub, parents):
                    metavar="MODE[,MODE...]",
                    help="also run each variant's step through torch.compile (TorchInductor) in each mode: default "
                         "(alone: --compile), reduce-overhead, max-autotune, max-autotune-no-cudagraphs; a contender "
-                        "'<variant> compiled [MODE]' beside the eager one, with its MFU. The first steps compile "
+                        "'<variant> compiled [MODE]' beside the eager one, with its MFU (with --group-sizes: one mode without CUDA "
+                        "graphs, the arms 'compiled K' and on CUDA 'compiled captured K'). The first steps compile "
                         "(minutes on a CPU, longer with max-autotune): give --warmup-steps enough to cover them. With "
                         "--kernels: the compiled steps' kernels too")
     p.add_argument("--nondeterministic", action="store_true",
@@ -176,9 +178,16 @@ def check_options(args) -> None:
         raise BenchError(f"--steps must be >= 1 and --warmup-steps >= 0, got {args.steps} and {args.warmup_steps}")
     if args.kernels < 0 or (args.kernels and (args.group_sizes or args.old)):
         raise BenchError("--kernels N profiles the contenders' plain steps: N >= 1, without --group-sizes or --old")
-    if (args.compile or args.nondeterministic) and (args.group_sizes or args.old):
-        raise BenchError("--compile and --nondeterministic go with the plain bench or --kernels: drop --group-sizes "
-                         "and --old")
+    if (args.compile or args.nondeterministic) and (args.old or args.eval):
+        raise BenchError("--compile and --nondeterministic go with the plain bench, --kernels or --group-sizes: "
+                         "drop --old and --eval")
+    if args.compile and args.group_sizes:
+        from ..perf.bench import CUDAGRAPH_MODES
+
+        if len(args.compile) > 1 or args.compile[0] in CUDAGRAPH_MODES:
+            raise BenchError(f"with --group-sizes, --compile takes one mode without CUDA graphs (default or "
+                             f"max-autotune-no-cudagraphs), got {','.join(args.compile)}: the 'compiled captured' "
+                             "arms make their own CUDA graph of the compiled step")
     if args.compile and args.warmup_steps < 3:
         import warnings
 
@@ -318,7 +327,7 @@ def _seeds_main(args, variant, cfg, reg, device, dtypes, store, meta, log) -> in
     rows, peaks, seconds = [], {}, 0.0
     for dtype in dtypes:
         got, info = run_seed_bench(variant, cfg, device, dtype, args.group_sizes, args.steps, args.warmup_steps,
-                                   reg, log)
+                                   reg, log, compile_mode=(args.compile or [None])[0])
         rows += got
         peaks.update(info["peak_gflop_per_s"])
         seconds += info["bench_s"]
@@ -330,7 +339,9 @@ def _seeds_main(args, variant, cfg, reg, device, dtypes, store, meta, log) -> in
             "only (no evaluation, no decoding); MFU against the matmul throughput measured by this "
             "command: " + ", ".join(f"{d} {g:,.0f} GFLOP/s" for d, g in peaks.items()) + "; ops / step: the "
             "aten ops that do work in one more step of the arm (all K seeds; a captured arm's are the kernels its "
-            "graph replays), about one GPU kernel each (harness.perf.seeds).")
+            "graph replays), about one GPU kernel each (harness.perf.seeds)"
+            + (f"; compiled arms: the group's whole step through torch.compile, mode {args.compile[0]} (their ops "
+               "are not counted)" if args.compile else "") + ".")
     title = f"Seeds per second: {variant.name} ({meta.preset or 'custom'} config, task {cfg.train.task})"
     return _table_bench(store, meta, title, note, rows, seed_table(rows), seconds,
                         drops=("GFLOP/s", "step ms", "seed-steps/s"))

@@ -96,8 +96,9 @@ def compiled_name(variant: str, mode: str) -> str:
     return f"{variant} compiled" if mode == "default" else f"{variant} compiled {mode}"
 
 
-def compile_model(model: nn.Module, mode: str) -> nn.Module:
-    """``torch.compile(model)`` with :data:`COMPILE_BACKEND` in ``mode`` (one of :data:`COMPILE_MODES`).
+def compile_model(model: nn.Module | Callable, mode: str) -> nn.Module | Callable:
+    """``torch.compile(model)`` with :data:`COMPILE_BACKEND` in ``mode`` (one of :data:`COMPILE_MODES`);
+    ``model`` may also be a function (a trial group's step: :mod:`harness.perf.seeds`).
 
     Raises:
         BenchError: an unknown mode.

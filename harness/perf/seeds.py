@@ -7,7 +7,12 @@
   fused Adam, the gradient norm, the ``.item()`` syncs of a trial); a seed costs one such step;
 * ``vectorised K``: K models of the variant stacked and stepped as one program
   (:class:`harness.vstep.GroupStep`, what ``run --vectorize-seeds on`` trains), one step for K seeds;
-* ``captured K`` (CUDA only): the same step replayed as a CUDA graph (:class:`harness.vstep.CapturedStep`).
+* ``captured K`` (CUDA only): the same step replayed as a CUDA graph (:class:`harness.vstep.CapturedStep`);
+* with ``bench --compile MODE``: ``compiled K``, the same step (forward, backward, clipping and Adam
+  on the flat buffers, one function) through ``torch.compile``, so that Inductor fuses across all of
+  it, and on CUDA ``compiled captured K``, that compiled step captured as a CUDA graph (no launch gaps,
+  no sync: the step ``run`` would train with if it compiled). A compiled arm compiles in its first
+  round (tens of seconds on a CPU): give the warm-up rounds to it.
 
 Each row gives the median step time, the time per seed-step (step / K), seed-steps per second, the
 speed-up over ``sequential``, trials per hour at the config's ``train.steps`` (training steps only:
@@ -19,7 +24,7 @@ in any arm). On CUDA every step is synchronised before the clock is read. ``ops 
 aten ops that do work (no views, allocations or composites' own entries) in one more (untimed)
 step (:func:`harness.perf.overhead.count_ops`; a captured arm's are its step's, the kernels its
 graph replays): on a GPU about one kernel each, so it says what a launch-bound step costs on any
-device.
+device (not counted for compiled arms: Inductor's fused kernels are not aten ops).
 """
 from __future__ import annotations
 
@@ -29,7 +34,7 @@ from typing import Any, Callable
 
 import torch
 
-from .bench import PEAK_N
+from .bench import PEAK_N, compile_model
 from .flops import count_flops, matmul_seconds, sync
 from ..config import RunConfig
 from ..model import build_model, unique_parameter_count
@@ -38,11 +43,14 @@ from ..train import make_optimizer, noam_lambda, train_step
 from ..vstep import CapturedStep, GroupStep, stack_batches
 
 
-def arms(group_sizes: list[int], device: torch.device) -> list[tuple[str, int]]:
+def arms(group_sizes: list[int], device: torch.device, compile_mode: str | None = None) -> list[tuple[str, int]]:
     """``[(kind, K)]``: ``("sequential", 1)``, then ``("vectorised", K)`` per size and, on CUDA,
-    ``("captured", K)`` per size."""
-    out = [("sequential", 1)] + [("vectorised", k) for k in group_sizes]
-    return out + ([("captured", k) for k in group_sizes] if device.type == "cuda" else [])
+    ``("captured", K)`` per size; with ``compile_mode`` also ``("compiled", K)`` per size and, on CUDA,
+    ``("compiled captured", K)``."""
+    kinds = ["vectorised"] + (["captured"] if device.type == "cuda" else [])
+    if compile_mode:
+        kinds += ["compiled"] + (["compiled captured"] if device.type == "cuda" else [])
+    return [("sequential", 1)] + [(kind, k) for kind in kinds for k in group_sizes]
 
 
 def arm_name(kind: str, k: int) -> str:
@@ -53,7 +61,7 @@ class _Arm:
     """The models and step function of one arm."""
 
     def __init__(self, kind: str, k: int, variant: Variant, cfg: RunConfig, registry: Registry,
-                 device: torch.device, dtype: str):
+                 device: torch.device, dtype: str, compile_mode: str | None = None):
         self.kind, self.k, self.cfg, self.device, self.dtype = kind, k, cfg, device, dtype
         models = [build_model(registry, variant, cfg.model, seed=s).to(device) for s in range(k)]
         self.params = unique_parameter_count(models[0])
@@ -65,7 +73,8 @@ class _Arm:
             self.opt, self.sched = make_optimizer(self.model, cfg)
             return
         self.group = GroupStep(models, cfg.model.pad, cfg.train.label_smoothing, cfg.train.grad_clip, device, dtype)
-        self.run = CapturedStep(self.group) if kind == "captured" else self.group.step
+        fn = compile_model(self.group.step, compile_mode) if kind.startswith("compiled") else self.group.step
+        self.run = CapturedStep(self.group, fn) if kind.endswith("captured") else fn
 
     def _prepared(self, batches: list, timed: bool = True):
         """One step of this arm on the first K of ``batches``, its inputs already on the device, as a
@@ -80,12 +89,12 @@ class _Arm:
         lr = self.cfg.train.noam_factor * self.lam(self.steps - 1)
         return lambda: (self.group.set_lr(lr), self.run(*stacked))
 
-    def ops(self, batches: list) -> int:
+    def ops(self, batches: list) -> int | None:
         """The ops that do work in one untimed step on the first K of ``batches`` (a captured arm: its
-        uncaptured step, what its graph holds)."""
+        uncaptured step, what its graph holds); None for a compiled arm (Inductor's kernels are not aten ops)."""
         from .overhead import count_ops
 
-        return count_ops(self._prepared(batches, timed=False))
+        return None if self.kind.startswith("compiled") else count_ops(self._prepared(batches, timed=False))
 
     def step(self, batches: list) -> float:
         """One timed step on the first K of ``batches``; seconds."""
@@ -99,14 +108,18 @@ class _Arm:
 
 
 def run_seed_bench(variant: Variant, cfg: RunConfig, device: torch.device, dtype: str, group_sizes: list[int],
-                   steps: int, warmup: int, registry: Registry,
-                   log: Callable[[str], None] | None = None) -> tuple[list[dict], dict[str, Any]]:
+                   steps: int, warmup: int, registry: Registry, log: Callable[[str], None] | None = None,
+                   compile_mode: str | None = None) -> tuple[list[dict], dict[str, Any]]:
     """Time the arms of :func:`arms` for ``variant`` (see the module docstring).
 
     Args:
         group_sizes: the K of the vectorised (and captured) arms, each >= 1.
         steps: timed rounds (>= 1); warmup: untimed rounds first (>= 0; a captured arm captures
-            its graph in its first round).
+            its graph in its first round, a compiled arm compiles in it).
+        compile_mode: a :data:`harness.perf.bench.COMPILE_MODES` entry without CUDA graphs (``default``,
+            ``max-autotune-no-cudagraphs``): also the arms ``compiled K`` (the group's step through
+            ``torch.compile``) and, on CUDA, ``compiled captured K`` (that compiled step captured as a
+            CUDA graph by :class:`harness.vstep.CapturedStep`); None: not.
 
     Returns:
         ``(rows, info)``: one row per arm (:func:`seed_rows`); ``{"peak_gflop_per_s", "peak_n",
@@ -118,7 +131,8 @@ def run_seed_bench(variant: Variant, cfg: RunConfig, device: torch.device, dtype
     task = registry.task(tc.task)
     kmax = max(group_sizes + [1])
     gens = [torch.Generator().manual_seed(s) for s in range(kmax)]
-    built = {(kind, k): _Arm(kind, k, variant, cfg, registry, device, dtype) for kind, k in arms(group_sizes, device)}
+    built = {(kind, k): _Arm(kind, k, variant, cfg, registry, device, dtype, compile_mode)
+             for kind, k in arms(group_sizes, device, compile_mode)}
     first = task.make_batch(tc.batch, tc.seq_len, mc.vocab, gens[0])
     flops = count_flops(built[("sequential", 1)].model, first.to(device), cfg, device, dtype)
     n = PEAK_N.get(device.type, 2048)
@@ -131,8 +145,8 @@ def run_seed_bench(variant: Variant, cfg: RunConfig, device: torch.device, dtype
         for key in order[r % len(order):] + order[:r % len(order)]:
             try:
                 t = built[key].step(batches)
-            except Exception as exc:  # noqa: BLE001 - a capture that fails drops its arm, not the bench
-                if key[0] != "captured":
+            except Exception as exc:  # noqa: BLE001 - a capture or compile that fails drops its arm, not the bench
+                if key[0] in ("sequential", "vectorised"):
                     raise
                 say(f"{arm_name(*key)} dropped: {type(exc).__name__}: {str(exc)[:200]}")
                 order.remove(key)
