@@ -188,15 +188,15 @@ def check_options(args) -> None:
             raise BenchError(f"with --group-sizes, --compile takes one mode without CUDA graphs (default or "
                              f"max-autotune-no-cudagraphs), got {','.join(args.compile)}: the 'compiled captured' "
                              "arms make their own CUDA graph of the compiled step")
-    if args.compile and args.warmup_steps < 3:
+    if args.compile and args.warmup_steps < (1 if args.group_sizes else 3):
         import warnings
 
         from ..errors import HarnessWarning
 
         warnings.warn(HarnessWarning(
             f"--compile with --warmup-steps {args.warmup_steps}: each compiled contender compiles in its first step "
-            "and CUDA-graph modes record in the next ones, so those land in the timed or profiled steps; give 3 "
-            "or more"))
+            "and CUDA-graph modes record in the next ones, so those land in the timed or profiled steps; give "
+            + ("1 or more (a captured arm warms up before it captures)" if args.group_sizes else "3 or more")))
     if args.eval and not args.group_sizes:
         raise BenchError("--eval times the evaluation of trial groups: give their sizes with --group-sizes, e.g. 4,8")
 
