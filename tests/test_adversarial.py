@@ -54,6 +54,8 @@ FAULTS = {
     "adv_scale_in_bf16": "under bf16 autocast the logits move",
     "adv_pe_wraps": "right up to position 15, wrong from position 16 on",
     "adv_attention_chunks_16": "right for query positions 0 to 15, wrong from position 16 on",
+    "adv_ffn_mixes_after_16": "right up to position 15, wrong from position 16 on",
+    "adv_layernorm_mixes_after_16": "right up to position 15, wrong from position 16 on",
     "adv_dropout_no_rescale": "with dropout on, the mean training output is 0.5",
     "adv_keys_detached_in_bf16": "get no gradient that they get in float32 (e.g. encoder.layers.0.self_attn.w_k",
     "adv_float64_only": "right in float64 but not in float32",
@@ -360,6 +362,18 @@ def test_a_component_that_changes_with_use_is_caught_in_a_trial_group_too(tmp_pa
     trials = pd.read_csv(tmp_path / "g" / "trials.csv")
     assert set(trials["status"]) == {"invalid"} and trials["vectorized"].all()
     assert trials["reason"].str.startswith("drift: after training").all(), list(trials["reason"])
+
+
+@pytest.mark.parametrize("name", ["adv_ffn_mixes_after_16", "adv_layernorm_mixes_after_16"])
+def test_a_layer_that_mixes_positions_only_in_long_rows_fails_the_gate_where_rows_are_long(name):
+    """The feed-forward and layer-norm contracts feed ``max_len`` positions: the run gate names the first wrong
+    position at the g2p and quick presets (max_len 24 and 64), and says nothing at ``tiny`` (max_len 16), where
+    the layer is position-wise over every row the model can take (it is the paper's function there)."""
+    reg = _registry(name)
+    for preset, expect in (("g2p", "(of 24)"), ("quick", "(of 64)")):
+        reasons = G.contract_reasons(reg, reg.variants[name], get_preset(preset).model)
+        assert reasons and "right up to position 15, wrong from position 16 on " + expect in reasons[0], reasons
+    assert G.contract_reasons(reg, reg.variants[name], get_preset("tiny").model) == []
 
 
 def test_an_attention_that_never_asks_for_positions_fails_only_where_it_drops_them():

@@ -105,6 +105,28 @@ class ReferenceMask:
         return scores.masked_fill(~mask, float("-inf"))
 
 
+#: The longest rows the per-position contracts (feed-forward, layer norm) feed: the config's ``model.max_len`` up
+#: to this many positions (every preset's is at most 64), besides their short cases. A component that is
+#: right on short rows and not on long ones (a position-wise layer that mixes positions after 16) fails there.
+LONGEST_ROWS = 128
+
+
+def rows_length(cfg: ModelConfig, short: int) -> int:
+    """The positions a per-position contract feeds: ``short``, or ``cfg.max_len`` (at most
+    :data:`LONGEST_ROWS`) where that is longer: the longest row the model is built for."""
+    return max(short, min(cfg.max_len, LONGEST_ROWS))
+
+
+def first_wrong_position(got: torch.Tensor, want: torch.Tensor, threshold: float) -> str:
+    """"right up to position p - 1, wrong from position p on (of L)" for (B, L, D) outputs that agree on the
+    positions before p and differ at every position from p on; "" otherwise (wrong from position 0, nowhere, or
+    at scattered positions: a fault of some rows, such as a low-variance row, is not a fault of positions)."""
+    bad = ((got.double() - want.double()).abs().nan_to_num(nan=math.inf) > threshold).any(dim=-1).any(dim=0)  # (L,)
+    first = int(bad.nonzero()[0]) if bad.any() else 0
+    return (f"right up to position {first - 1}, wrong from position {first} on (of {got.size(1)})"
+            if first > 0 and bool(bad[first:].all()) else "")
+
+
 def sinusoidal_pe(length: int, d_model: int) -> torch.Tensor:
     """PE(pos, 2i) = sin(pos / 10000^(2i/D)), PE(pos, 2i+1) = cos(...) (Vaswani §3.5); (length, D) float64."""
     pos = torch.arange(length, dtype=torch.float64)[:, None]  # (L, 1)

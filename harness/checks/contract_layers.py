@@ -18,9 +18,9 @@ from torch.nn import functional as F
 from ..config import ModelConfig
 from ..model import canonical_init
 from ..registry import Component
-from .contract_base import (ATOL, CONFORMS, VIOLATES, ComponentResult, component_result, crash_result, formula_result,
-                            judge, load_random_state, output_gap, reference_components, sibling_context,
-                            unknown_formula)
+from .contract_base import (ATOL, CONFORMS, VIOLATES, ComponentResult, component_result, crash_result,
+                            first_wrong_position, formula_result, judge, load_random_state, output_gap,
+                            reference_components, rows_length, sibling_context, unknown_formula)
 from .formulas import (FORMULAS, batchnorm_faults, batchnorm_reference, parallel_faults, parallel_reference,
                        rmsnorm_faults, rmsnorm_reference)
 from .inputs import padded_batch
@@ -29,7 +29,8 @@ from .inputs import padded_batch
 
 def check_layer_norm(comp: Component, cfg: ModelConfig, seed: int = 0) -> list[ComponentResult]:
     """``layer_norm`` component vs ``nn.LayerNorm(D)`` holding the same (random) weight and bias, on
-    inputs with non-zero mean and varied scale, float64; a component declaring ``reference="rms_norm"``
+    inputs with non-zero mean and varied scale, float64, rows of ``cfg.max_len`` positions
+    (:func:`~harness.checks.contract_base.rows_length`; a first wrong position is named); a component declaring ``reference="rms_norm"``
     is held to RMSNorm (:func:`~harness.checks.formulas.rmsnorm_reference`) first."""
     bad = unknown_formula(comp)
     if bad:
@@ -43,8 +44,9 @@ def check_layer_norm(comp: Component, cfg: ModelConfig, seed: int = 0) -> list[C
             ref.weight.copy_(state.get("weight", torch.ones(cfg.d_model)))
             ref.bias.copy_(state.get("bias", torch.zeros(cfg.d_model)))
         g = torch.Generator().manual_seed(seed + 83)
-        x = (torch.randn(3, 7, cfg.d_model, generator=g) * torch.rand(3, 7, 1, generator=g) * 4
-             + torch.randn(3, 7, 1, generator=g)).double()
+        n = rows_length(cfg, 7)  # up to max_len: statistics that mix positions only in long rows show there
+        x = (torch.randn(3, n, cfg.d_model, generator=g) * torch.rand(3, n, 1, generator=g) * 4
+             + torch.randn(3, n, 1, generator=g)).double()
         with torch.no_grad():
             got, want = mod.double().eval()(x), ref(x)
     except Exception as exc:  # noqa: BLE001
@@ -83,6 +85,7 @@ def check_layer_norm(comp: Component, cfg: ModelConfig, seed: int = 0) -> list[C
             if g2 <= max(t2, 1e-3 * float(alt.abs().max())):
                 diagnosis = text
                 break
+        diagnosis = diagnosis or first_wrong_position(got, want, thr)
     return held + [judge(comp, label, gap, thr, diagnosis)]
 
 

@@ -19,9 +19,9 @@ import torch
 from ..config import ModelConfig
 from ..model import PositionHooks
 from ..registry import Component
-from .contract_base import (CONFORMS, VIOLATES, ComponentResult, component_result, crash_result, formula_result, judge,
-                            load_random_state, output_gap, reference_components, sibling_context, sinusoidal_pe,
-                            unknown_formula)
+from .contract_base import (CONFORMS, VIOLATES, ComponentResult, component_result, crash_result, first_wrong_position,
+                            formula_result, judge, load_random_state, output_gap, reference_components, rows_length,
+                            sibling_context, sinusoidal_pe, unknown_formula)
 from .contract_dropout import check_dropout
 from .formulas import FORMULAS, GATED, alibi_faults, alibi_reference, ffn_faults, ffn_reference, rope_faults, \
     rope_reference
@@ -99,17 +99,8 @@ def _embedding_side(mod, cfg: ModelConfig, seed: int, formula: str, state):
         worst_ref = max(worst_ref, ref_gap, key=lambda gt: gt[0] / gt[1])
         if gap[0] > gap[1] and not diagnosis:
             diagnosis = (_first_match(got, _embedding_faults(x, pe, length, cfg.d_model, want, formula))
-                         or _first_position(got, want, gap[1]))
+                         or first_wrong_position(got, want, gap[1]))
     return (*worst, diagnosis), worst_ref
-
-
-def _first_position(got: torch.Tensor, want: torch.Tensor, threshold: float) -> str:
-    """"right up to position p - 1, wrong from position p on" for (B, L, D) outputs that agree on a prefix
-    ("" when they differ from position 0)."""
-    bad = ((got.double() - want.double()).abs() > threshold).any(dim=-1).any(dim=0)  # (L,)
-    first = int(bad.nonzero()[0]) if bad.any() else 0
-    return (f"right up to position {first - 1}, wrong from position {first} on (of {got.size(1)})"
-            if first > 0 else "")
 
 
 def _embedding_faults(x, pe, length: int, d: int, want, formula: str) -> dict:
@@ -174,7 +165,9 @@ def _inner_width(comp: Component, label: str, state: dict, cfg: ModelConfig) -> 
 def check_feed_forward(comp: Component, cfg: ModelConfig, seed: int = 0) -> list[ComponentResult]:
     """``feed_forward`` component vs the ReLU FFN w_2(relu(w_1 x)) (the slot's reference) or its
     declared formula (GELU, SwiGLU, GEGLU), eval mode, float64, holding random canonical ``w_1``,
-    ``w_2`` (gated: ``w_gate``, ``w_up``, ``w_down``) with ``nn.Linear`` projections."""
+    ``w_2`` (gated: ``w_gate``, ``w_up``, ``w_down``) with ``nn.Linear`` projections, on rows of
+    ``cfg.max_len`` positions (:func:`~harness.checks.contract_base.rows_length`): a layer that is
+    position-wise only on short rows fails with the first position it gets wrong."""
     bad = unknown_formula(comp)
     if bad:
         return bad
@@ -193,14 +186,15 @@ def check_feed_forward(comp: Component, cfg: ModelConfig, seed: int = 0) -> list
             narrow = _inner_width(comp, label, state, cfg)
             if narrow:
                 return narrow
-        x = (torch.randn(3, 5, cfg.d_model, generator=torch.Generator().manual_seed(seed + 109)) * 2).double()
+        x = (torch.randn(3, rows_length(cfg, 5), cfg.d_model, generator=torch.Generator().manual_seed(seed + 109))
+             * 2).double()  # (3, L, D): up to max_len, where a layer that is position-wise only on short rows shows
         with torch.no_grad():
             got = mod.double().eval()(x)
         want = ffn_reference(formula, x, state)
     except Exception as exc:  # noqa: BLE001
         return [crash_result(comp, label, exc)]
     gap, thr = output_gap(got, want)
-    diagnosis = _first_match(got, ffn_faults(formula, x, state)) if gap > thr else ""
+    diagnosis = (_first_match(got, ffn_faults(formula, x, state)) or first_wrong_position(got, want, thr)) if gap > thr else ""
     if not comp.reference:
         return [judge(comp, label, gap, thr, diagnosis)] + check_dropout(comp, cfg, seed, "feed_forward")
     out = [formula_result(comp, label, gap, thr, diagnosis)]
