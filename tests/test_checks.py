@@ -222,8 +222,8 @@ def test_shared_embeddings_stay_tied(harness_registry, harness_config):
 @pytest.mark.parametrize("name,reason", [
     ("bug_001_discarded_mask", "causal mask not applied"),
     ("bug_001_uint8_invert", "blocks every key"),
-    ("bug_001_unexpanded_mask", "crashes on the padded check batch (B=4, S=9, T=10): RuntimeError"),
-    ("bug_002_kv_query_len", "crashes on the padded check batch (B=4, S=9, T=10): RuntimeError"),
+    ("bug_001_unexpanded_mask", "crashes on the padded check batch (B=6, S=29, T=32): RuntimeError"),
+    ("bug_002_kv_query_len", "crashes on the padded check batch (B=6, S=29, T=32): RuntimeError"),
     ("bug_002_narrow_ffn", "inner width 32 where the config's d_ff is 64"),
 ], ids=BUGS)
 def test_faithful_bugs_are_flagged_with_a_reason(harness_registry, name, reason):

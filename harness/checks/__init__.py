@@ -11,7 +11,8 @@ The recipe (PyTorch's own, ``test/test_transformers.py`` ``check_out_and_grad``)
    parameters into B through the canonical layout -- without building N^2 models. What a variant
    cannot hold (a bias in a bias-free projection, three different matrices in one shared
    embedding) is listed as a lossy-load note.
-2. Eval mode, one padded batch (:func:`padded_batch`: real source and target padding, S != T),
+2. Eval mode, one padded batch (:func:`padded_batch`: real source and target padding, S != T, 4 short rows
+   and 2 as long as ``max_len`` up to 64),
    cross-entropy against fixed labels at the real (non-pad) target positions; record the logits at
    real target positions and the gradient of every canonical parameter.
 3. The same variant again in float64 (the "golden" run). ``ref_error`` = max |run - golden| per

@@ -51,12 +51,21 @@ def non_pad(shape, cfg: ModelConfig, g: torch.Generator) -> torch.Tensor:
     return ids + (ids >= cfg.pad).long()
 
 
+#: The long rows the checks' batches add (:func:`padded_batch` ``long_rows``): as long as ``model.max_len``, up to
+#: this many positions (every preset's max_len is at most 64), so a component that is right only on short rows
+#: (a table indexed ``pos % 16``, a layer position-wise only up to 16) shows in every whole-model comparison.
+LONGEST_CHECK_ROW = 64
+
+
 def padded_batch(cfg: ModelConfig, batch: int = 4, src_len: int = 9, tgt_len: int = 10,
-                 seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                 seed: int = 0, long_rows: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """A batch with real right padding: row i ends with min(i, L - 2) pad tokens in both source and target.
 
     Tokens are drawn uniformly from the non-pad ids. ``src_len != tgt_len`` on purpose, so a
-    component that confuses the two lengths fails.
+    component that confuses the two lengths fails. With ``long_rows`` > 0 and ``cfg.max_len`` beyond both
+    lengths, ``long_rows`` more rows (drawn after the others, which keep their tokens) as long as the model
+    takes: target width T' = min(max_len, :data:`LONGEST_CHECK_ROW`), source width T' - 3, the last long row
+    with 3 pad tokens at the end of each; the short rows are padded to those widths.
 
     Returns:
         ``(src (B, S), tgt (B, T), labels (B, T))`` int64 on the CPU; labels are random non-pad ids.
@@ -73,7 +82,17 @@ def padded_batch(cfg: ModelConfig, batch: int = 4, src_len: int = 9, tgt_len: in
     for i in range(batch):
         src[i, src_len - min(i, src_len - 2):] = cfg.pad
         tgt[i, tgt_len - min(i, tgt_len - 2):] = cfg.pad
-    return src, tgt, labels
+    t_long = min(cfg.max_len, LONGEST_CHECK_ROW)
+    if long_rows <= 0 or t_long - 3 <= max(src_len, tgt_len):
+        return src, tgt, labels
+    s_long = t_long - 3  # != T; room for the extra-padding probe's 3 source pads
+    extra = [non_pad((long_rows, s_long), cfg, g), non_pad((long_rows, t_long), cfg, g), non_pad((long_rows, t_long), cfg, g)]
+    if long_rows > 1:
+        extra[0][-1, -3:] = cfg.pad
+        extra[1][-1, -3:] = cfg.pad
+    widened = [nn.functional.pad(x, (0, w - x.size(1)), value=cfg.pad) for x, w in ((src, s_long), (tgt, t_long),
+                                                                                   (labels, t_long))]
+    return tuple(torch.cat([a, b]) for a, b in zip(widened, extra))
 
 
 def draw_reference_state(shapes: dict[str, tuple[int, ...]], seed: int = 0) -> dict[str, torch.Tensor]:

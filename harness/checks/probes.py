@@ -141,6 +141,22 @@ TRAIN_ONLY = ("in training only (the evaluation-mode probe passes): something th
               "positions, such as a mask skipped in training or statistics over the batch")
 
 
+#: Train-mode causal probe with ``cuts="all"``: every cut below this position (the short rows of the checks'
+#: batch end by 10), every 4th beyond (the long rows': each cut there is one more forward of its own).
+TRAIN_CUTS_EVERY = 9
+
+
+def _cuts(t: int, mode: str, cuts: str) -> list[int]:
+    """The cut positions of :func:`probe_causal` for targets of width ``t``: eval mode (stacked) every cut;
+    train mode (one forward per change) with ``cuts="all"`` every cut up to :data:`TRAIN_CUTS_EVERY`, then every
+    4th (the long rows'), with ``"few"`` the cuts 0 and t // 2 - 1."""
+    if mode == "eval":
+        return list(range(t - 1))
+    if cuts == "all":
+        return list(range(min(t - 1, TRAIN_CUTS_EVERY))) + list(range(TRAIN_CUTS_EVERY, t - 1, 4))
+    return sorted({0, max(0, t // 2 - 1)})
+
+
 def probe_causal(model: nn.Module, batch, cfg: ModelConfig, threshold: float, mode: str = "eval", *,
                  device: torch.device | str = "cpu", dtype: str = "fp32", seed: int = 0,
                  name: str = "", cuts: str = "all", eval_passed: bool = False) -> ProbeResult:
@@ -150,8 +166,9 @@ def probe_causal(model: nn.Module, batch, cfg: ModelConfig, threshold: float, mo
 
     In eval mode every changed batch is stacked into one forward (rows of a correct model are
     independent). In train mode each change is its own forward with the RNG re-seeded, so dropout
-    drops the same units as in the unchanged forward; ``cuts="few"`` then limits train mode to the
-    cuts 0 and T // 2 (the run gate's budget: every known leak shows at any cut).
+    drops the same units as in the unchanged forward, at every cut up to :data:`TRAIN_CUTS_EVERY` and every 4th
+    beyond; ``cuts="few"`` limits train mode to the cuts 0 and T // 2 (the run gate's budget: every known leak
+    shows at any cut).
 
     Args:
         batch: ``(src (B, S), tgt (B, T), labels)``; position 0 of every target row must be real.
@@ -164,13 +181,13 @@ def probe_causal(model: nn.Module, batch, cfg: ModelConfig, threshold: float, mo
     model.train(mode == "train")
     base = _logits(model, src, tgt, None, device, dtype, mode, seed)
     g = torch.Generator().manual_seed(seed + 17)
-    cut_list = range(t - 1) if (cuts == "all" or mode == "eval") else sorted({0, max(0, t // 2 - 1)})
-    changes = _causal_changes(tgt, cfg, g, cut_list)
+    changes = _causal_changes(tgt, cfg, g, _cuts(t, mode, cuts))
     if mode == "eval" and changes:
         stacked = torch.cat([ch for _, _, ch in changes])  # (B * n, T)
         outs = []
-        for i in range(0, stacked.size(0), 512):
-            part = stacked[i:i + 512]
+        chunk = max(1, 512 // b) * b  # whole changed batches per forward: each part repeats the source
+        for i in range(0, stacked.size(0), chunk):
+            part = stacked[i:i + chunk]
             outs.append(_logits(model, src.repeat(part.size(0) // b, 1), part, None, device, dtype, mode, seed))
         outs = torch.cat(outs).split(b)
     else:
@@ -300,9 +317,11 @@ GATE_RTOL = 1e-4  #: relative part, times max |logit| of the probe batch
 
 def gate_batch(cfg: ModelConfig, rows: int = 6, src_len: int = 9, tgt_len: int = 10, seed: int = 0):
     """The run gate's padded batch: ``(src (B, S), tgt (B, T), labels (B, T))``; target rows start
-    with the start symbol 1 when the vocabulary has one, row i ends with min(i, L - 2) pad tokens."""
+    with the start symbol 1 when the vocabulary has one, row i < ``rows`` ends with min(i, L - 2) pad tokens,
+    and 2 rows more as long as ``max_len`` (up to 64; :func:`~harness.checks.inputs.padded_batch`), so every
+    gate item also sees the positions a long training row reaches."""
     s, t = min(src_len, cfg.max_len - 3), min(tgt_len, cfg.max_len)
-    src, tgt, labels = padded_batch(cfg, rows, s, t, seed=seed)
+    src, tgt, labels = padded_batch(cfg, rows, s, t, seed=seed, long_rows=2)
     if cfg.vocab > 2 and cfg.pad != 1:
         tgt[:, 0] = 1
     return src, tgt, labels

@@ -252,7 +252,8 @@ def _md_environment(report: CheckReport, meta: RunMeta) -> list[str]:
 
 def _md_config(report: CheckReport) -> list[str]:
     return ["## Config", "", f"```json\n{json.dumps(dataclasses.asdict(report.cfg))}\n```", "",
-            "Batch: B=4, S=9, T=10 with right padding (row i ends with i pad tokens); logits compared at real "
+            "Batch: 4 short rows (S=9, T=10, row i ends with i pad tokens) and 2 as long as max_len (up to 64; S = T - 3), "
+            "right padding; logits compared at real "
             "target positions, gradients of every canonical parameter (mean cross-entropy against fixed labels). "
             "Every variant holds one reference canonical state (random LayerNorm gains and biases included).", ""]
 

@@ -168,7 +168,8 @@ class CheckSession:
     policy and the variants' runs.
 
     Attributes:
-        batch: ``(src (B, S), tgt (B, T), labels (B, T))`` from :func:`padded_batch`, CPU int64.
+        batch: ``(src (B, S), tgt (B, T), labels (B, T))`` from :func:`padded_batch`, CPU int64: 4 short rows and 2
+            as long as ``cfg.max_len`` (up to 64), so every whole-model comparison also sees long rows.
         groups: declared-equivalent components (None until :meth:`declared` computes them).
         state: the reference canonical state (:func:`reference_state`), empty until :meth:`load_state`.
         build_errors: variant -> why it could not be built (from :meth:`load_state`).
@@ -201,7 +202,7 @@ class CheckSession:
         cfg = (cfg or CHECK_MODEL).validate()
         device = torch.device(device)
         tol = get_tolerance(dtype, device.type)
-        return cls(registry, cfg, device, dtype, seed, tol, padded_batch(cfg, seed=seed), groups)
+        return cls(registry, cfg, device, dtype, seed, tol, padded_batch(cfg, seed=seed, long_rows=2), groups)
 
     @property
     def keep(self) -> torch.Tensor:
