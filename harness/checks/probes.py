@@ -147,12 +147,13 @@ TRAIN_CUTS_EVERY = 9
 
 
 def _cuts(t: int, mode: str, cuts: str) -> list[int]:
-    """The cut positions of :func:`probe_causal` for targets of width ``t``: eval mode (stacked) every cut;
-    train mode (one forward per change) with ``cuts="all"`` every cut up to :data:`TRAIN_CUTS_EVERY`, then every
-    4th (the long rows'), with ``"few"`` the cuts 0 and t // 2 - 1."""
-    if mode == "eval":
+    """The cut positions of :func:`probe_causal` for targets of width ``t``: with ``cuts="all"`` every cut in eval
+    mode (stacked), and in train mode (one forward per change) every cut up to :data:`TRAIN_CUTS_EVERY`, then
+    every 4th (the long rows'); with ``"few"`` (the run gate) the latter in eval mode and the cuts 0 and
+    t // 2 - 1 in train mode."""
+    if mode == "eval" and cuts == "all":
         return list(range(t - 1))
-    if cuts == "all":
+    if mode == "eval" or cuts == "all":
         return list(range(min(t - 1, TRAIN_CUTS_EVERY))) + list(range(TRAIN_CUTS_EVERY, t - 1, 4))
     return sorted({0, max(0, t // 2 - 1)})
 
@@ -295,16 +296,18 @@ def probe_finite(model: nn.Module, batch, cfg: ModelConfig, *, device: torch.dev
 
 
 def run_probes(model: nn.Module, batch, cfg: ModelConfig, threshold: float, *, device="cpu", dtype: str = "fp32",
-               seed: int = 0, name: str = "", cuts: str = "all") -> list[ProbeResult]:
+               seed: int = 0, name: str = "", cuts: str = "all", short=None) -> list[ProbeResult]:
     """Every probe of this module: finite, then causal and masked source keys in eval and train mode,
-    then extra source padding. ``cuts``: see :func:`probe_causal`."""
+    then extra source padding. ``cuts``: see :func:`probe_causal`. ``short``: the batch of the train-mode
+    probes (one forward per change each; the checks pass their batch without its long rows), else ``batch``."""
     kw = dict(device=device, dtype=dtype, name=name)
+    short = batch if short is None else short
     out = [probe_finite(model, batch, cfg, **kw)]
     causal = probe_causal(model, batch, cfg, threshold, "eval", seed=seed, cuts=cuts, **kw)
     keys = probe_masked_keys(model, batch, cfg, threshold, "eval", seed=seed, **kw)
     out += [causal, keys,
-            probe_causal(model, batch, cfg, threshold, "train", seed=seed, cuts=cuts, eval_passed=causal.passed, **kw),
-            probe_masked_keys(model, batch, cfg, threshold, "train", seed=seed, eval_passed=keys.passed, **kw)]
+            probe_causal(model, short, cfg, threshold, "train", seed=seed, cuts=cuts, eval_passed=causal.passed, **kw),
+            probe_masked_keys(model, short, cfg, threshold, "train", seed=seed, eval_passed=keys.passed, **kw)]
     out.append(probe_extra_padding(model, batch, cfg, threshold, **kw))
     return out
 
@@ -315,13 +318,14 @@ GATE_ATOL = 1e-5  #: absolute part of the run gate's threshold (logit units)
 GATE_RTOL = 1e-4  #: relative part, times max |logit| of the probe batch
 
 
-def gate_batch(cfg: ModelConfig, rows: int = 6, src_len: int = 9, tgt_len: int = 10, seed: int = 0):
+def gate_batch(cfg: ModelConfig, rows: int = 6, src_len: int = 9, tgt_len: int = 10, seed: int = 0,
+               long_rows: int = 2):
     """The run gate's padded batch: ``(src (B, S), tgt (B, T), labels (B, T))``; target rows start
     with the start symbol 1 when the vocabulary has one, row i < ``rows`` ends with min(i, L - 2) pad tokens,
-    and 2 rows more as long as ``max_len`` (up to 64; :func:`~harness.checks.inputs.padded_batch`), so every
-    gate item also sees the positions a long training row reaches."""
+    and ``long_rows`` more as long as ``max_len`` (up to 64; :func:`~harness.checks.inputs.padded_batch`), so
+    every gate item also sees the positions a long training row reaches."""
     s, t = min(src_len, cfg.max_len - 3), min(tgt_len, cfg.max_len)
-    src, tgt, labels = padded_batch(cfg, rows, s, t, seed=seed, long_rows=2)
+    src, tgt, labels = padded_batch(cfg, rows, s, t, seed=seed, long_rows=long_rows)
     if cfg.vocab > 2 and cfg.pad != 1:
         tgt[:, 0] = 1
     return src, tgt, labels
@@ -344,7 +348,8 @@ def integrity_reasons(model: nn.Module, cfg: ModelConfig, device, *, seed: int =
             scale = float(torch.nan_to_num(model(batch[0].to(device), batch[1].to(device)).abs().max(), nan=0.0))
         thr = GATE_ATOL + GATE_RTOL * scale
         with torch.random.fork_rng(devices=devices):  # the trial's own RNG stream is left as it was
-            results = run_probes(model, batch, cfg, thr, device=device, seed=seed, cuts="few")
+            results = run_probes(model, batch, cfg, thr, device=device, seed=seed, cuts="few",
+                                 short=gate_batch(cfg, seed=seed, long_rows=0))
     except Exception as exc:  # noqa: BLE001 - the trial itself will fail with its own message
         return [f"probes crash{' ' + when if when else ''}: {describe_exception(exc)}"]
     finally:

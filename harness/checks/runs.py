@@ -170,6 +170,7 @@ class CheckSession:
     Attributes:
         batch: ``(src (B, S), tgt (B, T), labels (B, T))`` from :func:`padded_batch`, CPU int64: 4 short rows and 2
             as long as ``cfg.max_len`` (up to 64), so every whole-model comparison also sees long rows.
+        short: the batch without its long rows (:meth:`create`): the train-mode probes', one forward per change.
         groups: declared-equivalent components (None until :meth:`declared` computes them).
         state: the reference canonical state (:func:`reference_state`), empty until :meth:`load_state`.
         build_errors: variant -> why it could not be built (from :meth:`load_state`).
@@ -190,6 +191,7 @@ class CheckSession:
     build_errors: dict[str, str] = field(default_factory=dict)
     tf32: str = ""
     runs: dict[str, VariantRun] = field(default_factory=dict)
+    short: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
 
     @classmethod
     def create(cls, registry: Registry, cfg: ModelConfig | None = None, *, device: torch.device | str = "cpu",
@@ -202,7 +204,8 @@ class CheckSession:
         cfg = (cfg or CHECK_MODEL).validate()
         device = torch.device(device)
         tol = get_tolerance(dtype, device.type)
-        return cls(registry, cfg, device, dtype, seed, tol, padded_batch(cfg, seed=seed, long_rows=2), groups)
+        return cls(registry, cfg, device, dtype, seed, tol, padded_batch(cfg, seed=seed, long_rows=2), groups,
+                   short=padded_batch(cfg, seed=seed))
 
     @property
     def keep(self) -> torch.Tensor:
