@@ -54,6 +54,7 @@ FAULTS = {
     "adv_scale_in_bf16": "under bf16 autocast the logits move",
     "adv_pe_wraps": "right up to position 15, wrong from position 16 on",
     "adv_attention_chunks_16": "right for query positions 0 to 15, wrong from position 16 on",
+    "adv_causal_leak_after_16": "decoder position 16 changed",
     "adv_ffn_mixes_after_16": "right up to position 15, wrong from position 16 on",
     "adv_layernorm_mixes_after_16": "right up to position 15, wrong from position 16 on",
     "adv_dropout_no_rescale": "with dropout on, the mean training output is 0.5",
@@ -374,6 +375,20 @@ def test_a_layer_that_mixes_positions_only_in_long_rows_fails_the_gate_where_row
         reasons = G.contract_reasons(reg, reg.variants[name], get_preset(preset).model)
         assert reasons and "right up to position 15, wrong from position 16 on " + expect in reasons[0], reasons
     assert G.contract_reasons(reg, reg.variants[name], get_preset("tiny").model) == []
+
+
+def test_a_mask_that_leaks_only_in_long_rows_fails_the_run_gate_where_rows_are_long():
+    """The run gate's batch has 2 rows as long as ``max_len``: a causal mask that leaks from position 16 on is
+    named at the quick preset (max_len 64) and passes at ``tiny`` (max_len 16: no row reaches position 16)."""
+    from harness.checks.probes import integrity_reasons
+
+    reg = _registry("adv_causal_leak_after_16")
+    variant = reg.variants["adv_causal_leak_after_16"]
+    for preset, leaks in (("quick", True), ("tiny", False)):
+        cfg = get_preset(preset).model
+        reasons = integrity_reasons(build_model(reg, variant, cfg), cfg, "cpu")
+        assert bool(reasons) == leaks, (preset, reasons)
+        assert not leaks or "decoder position 16 changed" in reasons[0], reasons
 
 
 def test_an_attention_that_never_asks_for_positions_fails_only_where_it_drops_them():

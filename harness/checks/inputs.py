@@ -95,6 +95,12 @@ def padded_batch(cfg: ModelConfig, batch: int = 4, src_len: int = 9, tgt_len: in
     return tuple(torch.cat([a, b]) for a, b in zip(widened, extra))
 
 
+def long_rows_of(batch, short_rows: int):
+    """The long rows of a :func:`padded_batch` made with ``long_rows`` (the rows after its first ``short_rows``),
+    ``(src (L, S'), tgt (L, T'), labels (L, T'))``; None when it has none."""
+    return None if batch[0].size(0) <= short_rows else tuple(x[short_rows:] for x in batch)
+
+
 def draw_reference_state(shapes: dict[str, tuple[int, ...]], seed: int = 0) -> dict[str, torch.Tensor]:
     """Random canonical parameters, each a function of (seed, name) only (float32, CPU).
 

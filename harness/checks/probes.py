@@ -27,6 +27,7 @@ Used by ``harness check`` (with each variant's own rounding threshold) and by ev
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -35,7 +36,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from ..config import ModelConfig
-from .inputs import autocast, describe_exception, fmt_size, non_pad, padded_batch
+from .inputs import autocast, describe_exception, fmt_size, long_rows_of, non_pad, padded_batch
 
 
 @dataclass
@@ -141,21 +142,15 @@ TRAIN_ONLY = ("in training only (the evaluation-mode probe passes): something th
               "positions, such as a mask skipped in training or statistics over the batch")
 
 
-#: Train-mode causal probe with ``cuts="all"``: every cut below this position (the short rows of the checks'
-#: batch end by 10), every 4th beyond (the long rows': each cut there is one more forward of its own).
-TRAIN_CUTS_EVERY = 9
-
-
 def _cuts(t: int, mode: str, cuts: str) -> list[int]:
-    """The cut positions of :func:`probe_causal` for targets of width ``t``: with ``cuts="all"`` every cut in eval
-    mode (stacked), and in train mode (one forward per change) every cut up to :data:`TRAIN_CUTS_EVERY`, then
-    every 4th (the long rows'); with ``"few"`` (the run gate) the latter in eval mode and the cuts 0 and
-    t // 2 - 1 in train mode."""
-    if mode == "eval" and cuts == "all":
+    """The cut positions of :func:`probe_causal` for targets of width ``t``: eval mode (stacked) every cut; train
+    mode (one forward per change) every cut with ``cuts="all"``, the cuts 0 and t // 2 - 1 with ``"few"`` (the
+    run gate); ``"long"`` (long rows, eval mode) every 4th."""
+    if cuts == "long":
+        return list(range(0, t - 1, 4))
+    if mode == "eval":
         return list(range(t - 1))
-    if mode == "eval" or cuts == "all":
-        return list(range(min(t - 1, TRAIN_CUTS_EVERY))) + list(range(TRAIN_CUTS_EVERY, t - 1, 4))
-    return sorted({0, max(0, t // 2 - 1)})
+    return list(range(t - 1)) if cuts == "all" else sorted({0, max(0, t // 2 - 1)})
 
 
 def probe_causal(model: nn.Module, batch, cfg: ModelConfig, threshold: float, mode: str = "eval", *,
@@ -167,9 +162,9 @@ def probe_causal(model: nn.Module, batch, cfg: ModelConfig, threshold: float, mo
 
     In eval mode every changed batch is stacked into one forward (rows of a correct model are
     independent). In train mode each change is its own forward with the RNG re-seeded, so dropout
-    drops the same units as in the unchanged forward, at every cut up to :data:`TRAIN_CUTS_EVERY` and every 4th
-    beyond; ``cuts="few"`` limits train mode to the cuts 0 and T // 2 (the run gate's budget: every known leak
-    shows at any cut).
+    drops the same units as in the unchanged forward; ``cuts="few"`` limits train mode to the
+    cuts 0 and T // 2 (the run gate's budget: every known leak shows at any cut); ``"long"``: every 4th cut
+    (:func:`_cuts`).
 
     Args:
         batch: ``(src (B, S), tgt (B, T), labels)``; position 0 of every target row must be real.
@@ -296,20 +291,28 @@ def probe_finite(model: nn.Module, batch, cfg: ModelConfig, *, device: torch.dev
 
 
 def run_probes(model: nn.Module, batch, cfg: ModelConfig, threshold: float, *, device="cpu", dtype: str = "fp32",
-               seed: int = 0, name: str = "", cuts: str = "all", short=None) -> list[ProbeResult]:
+               seed: int = 0, name: str = "", cuts: str = "all", long=None) -> list[ProbeResult]:
     """Every probe of this module: finite, then causal and masked source keys in eval and train mode,
-    then extra source padding. ``cuts``: see :func:`probe_causal`. ``short``: the batch of the train-mode
-    probes (one forward per change each; the checks pass their batch without its long rows), else ``batch``."""
+    then extra source padding, on ``batch``; with ``long`` (rows as long as ``max_len``:
+    :func:`~harness.checks.inputs.long_rows_of`) one more eval-mode causal probe on those rows alone
+    (probe ``"causal leak (long rows)"``, every 4th cut: a mask that leaks only from some position on).
+    ``cuts``: see :func:`probe_causal`."""
     kw = dict(device=device, dtype=dtype, name=name)
-    short = batch if short is None else short
     out = [probe_finite(model, batch, cfg, **kw)]
     causal = probe_causal(model, batch, cfg, threshold, "eval", seed=seed, cuts=cuts, **kw)
     keys = probe_masked_keys(model, batch, cfg, threshold, "eval", seed=seed, **kw)
     out += [causal, keys,
-            probe_causal(model, short, cfg, threshold, "train", seed=seed, cuts=cuts, eval_passed=causal.passed, **kw),
-            probe_masked_keys(model, short, cfg, threshold, "train", seed=seed, eval_passed=keys.passed, **kw)]
+            probe_causal(model, batch, cfg, threshold, "train", seed=seed, cuts=cuts, eval_passed=causal.passed, **kw),
+            probe_masked_keys(model, batch, cfg, threshold, "train", seed=seed, eval_passed=keys.passed, **kw)]
     out.append(probe_extra_padding(model, batch, cfg, threshold, **kw))
+    if long is not None:
+        r = probe_causal(model, long, cfg, threshold, "eval", seed=seed, cuts="long", **kw)
+        out.append(dataclasses.replace(r, probe=LONG_ROWS_PROBE))
     return out
+
+
+#: The probe name of :func:`run_probes`'s causal probe on the long rows.
+LONG_ROWS_PROBE = "causal leak (long rows)"
 
 
 # --------------------------------------------------------------------------- the run gate
@@ -348,8 +351,8 @@ def integrity_reasons(model: nn.Module, cfg: ModelConfig, device, *, seed: int =
             scale = float(torch.nan_to_num(model(batch[0].to(device), batch[1].to(device)).abs().max(), nan=0.0))
         thr = GATE_ATOL + GATE_RTOL * scale
         with torch.random.fork_rng(devices=devices):  # the trial's own RNG stream is left as it was
-            results = run_probes(model, batch, cfg, thr, device=device, seed=seed, cuts="few",
-                                 short=gate_batch(cfg, seed=seed, long_rows=0))
+            results = run_probes(model, gate_batch(cfg, seed=seed, long_rows=0), cfg, thr, device=device, seed=seed,
+                                 cuts="few", long=long_rows_of(batch, 6))
     except Exception as exc:  # noqa: BLE001 - the trial itself will fail with its own message
         return [f"probes crash{' ' + when if when else ''}: {describe_exception(exc)}"]
     finally:

@@ -170,7 +170,8 @@ class CheckSession:
     Attributes:
         batch: ``(src (B, S), tgt (B, T), labels (B, T))`` from :func:`padded_batch`, CPU int64: 4 short rows and 2
             as long as ``cfg.max_len`` (up to 64), so every whole-model comparison also sees long rows.
-        short: the batch without its long rows (:meth:`create`): the train-mode probes', one forward per change.
+        short: the batch without its long rows (:meth:`create`): the model probes' (they probe the long rows
+            with one more eval-mode causal probe, :func:`~harness.checks.probes.run_probes`).
         groups: declared-equivalent components (None until :meth:`declared` computes them).
         state: the reference canonical state (:func:`reference_state`), empty until :meth:`load_state`.
         build_errors: variant -> why it could not be built (from :meth:`load_state`).
@@ -205,7 +206,7 @@ class CheckSession:
         device = torch.device(device)
         tol = get_tolerance(dtype, device.type)
         return cls(registry, cfg, device, dtype, seed, tol, padded_batch(cfg, seed=seed, long_rows=2), groups,
-                   short=padded_batch(cfg, seed=seed))
+                   short=padded_batch(cfg, seed=seed))  # the probes' batch: the same 4 short rows alone
 
     @property
     def keep(self) -> torch.Tensor:

@@ -13,7 +13,7 @@ import torch
 from ..registry import Variant
 from .contract_variant import variant_contract
 from .contracts import check_components
-from .inputs import describe_exception, fmt_size
+from .inputs import describe_exception, fmt_size, long_rows_of
 from .masks import MaskComponentResult, mask_result
 from .mha import compare_attention_with_mha
 from .pairs import CRASHES, NOT_COMPARABLE, UNEXPECTED, PairResult, ReferenceResult, compare_runs, layout_relation, \
@@ -81,8 +81,8 @@ def probe_model(s: CheckSession, v: Variant) -> list[ProbeResult]:
     thr = _threshold_for(s.runs[v.name], s.tol, s.keep)
     try:
         model, _ = load_variant(s.registry, v, s.cfg, s.state_for(v.name))
-        return run_probes(model.to(s.device), s.batch, s.cfg, thr, device=s.device, dtype=s.dtype, seed=s.seed,
-                          name=v.name, short=s.short)
+        return run_probes(model.to(s.device), s.short, s.cfg, thr, device=s.device, dtype=s.dtype, seed=s.seed,
+                          name=v.name, long=long_rows_of(s.batch, s.short[0].size(0)))
     except Exception as exc:  # noqa: BLE001
         return [ProbeResult(v.name, "probes", "-", False, math.inf, thr, f"crashes: {describe_exception(exc)}")]
 
