@@ -16,31 +16,24 @@ from __future__ import annotations
 import torch
 
 from harness import Component, Variant, hookimpl
+from variants.mask import BoolMask  # the paper's mask; only the causal part is changed
 
 NAME = "adv_causal_leak_after_16"
 EXPECT_CHECK = "fail"
 EXPECT_REASON = "causal leak from position 16 on: position i >= 16 sees target token i + 1"
 
 
-class LeakAfter16Mask:
-    """Bool keep-masks; rows 16+ of the causal part keep one key ahead (the fault).
+class LeakAfter16Mask(BoolMask):
+    """The paper's bool keep-masks, except rows 16+ of the causal part keep one key ahead (the fault).
 
-    ``src_mask`` (B, 1, 1, S), ``tgt_mask`` (B, 1, T, T), ``apply(scores (..., Tq, Tk), mask)``.
+    ``tgt_mask`` (B, 1, T, T); ``src_mask`` and ``apply`` are the baseline's.
     """
-
-    fill = -1e9
-
-    def src_mask(self, src, pad):
-        return (src != pad)[:, None, None, :]  # (B, 1, 1, S)
 
     def tgt_mask(self, tgt, pad):
         t = tgt.size(1)
         causal = torch.ones(t, t, dtype=torch.bool, device=tgt.device).tril()
         causal[16:] = torch.ones(t, t, dtype=torch.bool, device=tgt.device).tril(diagonal=1)[16:]  # FAULT
         return (tgt != pad)[:, None, None, :] & causal  # (B, 1, T, T)
-
-    def apply(self, scores, mask):
-        return scores.masked_fill(mask == 0, self.fill)
 
 
 @hookimpl
