@@ -55,6 +55,7 @@ FAULTS = {
     "adv_pe_wraps": "right up to position 15, wrong from position 16 on",
     "adv_attention_chunks_16": "right for query positions 0 to 15, wrong from position 16 on",
     "adv_causal_leak_after_16": "decoder position 16 changed",
+    "adv_embedding_scales_after_16": "tgt(ids) is not a per-token lookup of tgt.weight: right up to position 15, wrong",
     "adv_ffn_mixes_after_16": "right up to position 15, wrong from position 16 on",
     "adv_layernorm_mixes_after_16": "right up to position 15, wrong from position 16 on",
     "adv_dropout_no_rescale": "with dropout on, the mean training output is 0.5",

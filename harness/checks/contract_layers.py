@@ -360,15 +360,16 @@ def check_residual(comp: Component, cfg: ModelConfig, seed: int = 0) -> list[Com
 
 def check_embedding(comp: Component, cfg: ModelConfig, seed: int = 0) -> list[ComponentResult]:
     """``embedding`` component: src/tgt must be per-token lookups of the canonical ``src.weight`` /
-    ``tgt.weight`` on a padded batch (a value that depends on other tokens of the row, such as the
-    sequence length, can carry future information past the causal mask), and ``logits`` must be
+    ``tgt.weight`` on a padded batch with rows as long as ``max_len`` (a value that depends on other tokens of the
+    row, such as the sequence length, can carry future information past the causal mask; one that changes from
+    some position on is named by it), and ``logits`` must be
     x generator.weight^T + generator.bias."""
     label = "lookups and generator vs the canonical matrices"
     try:
         mod = comp.factory(sibling_context(cfg, reference_components(embedding=comp)))
         state = load_random_state(mod, seed)
         mod = mod.double().eval()
-        src, tgt, _ = padded_batch(cfg, seed=seed)
+        src, tgt, _ = padded_batch(cfg, seed=seed, long_rows=2)  # with rows as long as max_len (up to 64)
         x = torch.randn(2, 3, cfg.d_model, generator=torch.Generator().manual_seed(seed + 101)).double()
         with torch.no_grad():
             parts = {"src": (mod.src(src), state["src.weight"].double()[src]),
@@ -388,7 +389,9 @@ def check_embedding(comp: Component, cfg: ModelConfig, seed: int = 0) -> list[Co
         if gap / thr > worst[0] / worst[1]:
             worst = (gap, thr)
         if gap > thr and not diagnosis:
-            diagnosis = (f"{part}(ids) is not a per-token lookup of {part}.weight: the value at a position depends on "
+            where = first_wrong_position(got, want, thr) if part in ("src", "tgt") else ""
+            diagnosis = (f"{part}(ids) is not a per-token lookup of {part}.weight: {where}" if where else
+                         f"{part}(ids) is not a per-token lookup of {part}.weight: the value at a position depends on "
                          f"other tokens of its row (e.g. the sequence length), which lets the decoder see the future "
                          f"past the causal mask" if part in ("src", "tgt") else
                          "logits(x) differs from x generator.weight^T + generator.bias")
