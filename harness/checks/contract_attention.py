@@ -19,7 +19,7 @@ from ..registry import Component
 from ..model import PositionHooks
 from .contract_base import (CONFORMS, CRASHES, TAKES_NO_POSITIONS, VIOLATES, ComponentResult, ReferenceMask, component_result, crash_result,
                             formula_result, judge, load_random_state, output_gap, reference_components,
-                            sibling_context, unknown_formula)
+                            rows_length, sibling_context, unknown_formula)
 from .contract_dropout import check_dropout
 from .formulas import WINDOW_FAULTS, alibi_reference, rope_reference, window_keep
 from .inputs import describe_exception, fmt_size, padded_batch
@@ -190,11 +190,6 @@ POSITION_FAULTS: dict[str, str] = {
 ATTENTION_LAYOUT = ("w_q.weight", "w_k.weight", "w_v.weight", "w_o.weight")
 
 
-#: The attention contract's long case: the config's ``max_len`` up to this many positions (every preset's is 64 at
-#: most), beside the padded check batch's 9 source and 10 target tokens.
-LONGEST_ATTENTION = 128
-
-
 def _attention_inputs(cfg: ModelConfig, seed: int, src_len: int = 9, tgt_len: int = 10):
     src, tgt, _ = padded_batch(cfg, src_len=src_len, tgt_len=tgt_len, seed=seed)
     g = torch.Generator().manual_seed(seed + 71)
@@ -243,7 +238,7 @@ def check_attention(comp: Component, cfg: ModelConfig, seed: int = 0) -> list[Co
     if bad:
         return bad
     inputs = _attention_inputs(cfg, seed)
-    longest = min(cfg.max_len, LONGEST_ATTENTION)
+    longest = rows_length(cfg, 10)  # the long case: max_len up to LONGEST_ROWS, beside the batch's 9 and 10 tokens
     positions = {"": None, "rotary": PositionHooks(_ReferenceRoPE(), cfg.h), "linear_biases": PositionHooks(_ReferenceALiBi(cfg.h), cfg.h)}
     out = []
     odd_d_k = (cfg.d_model // cfg.h) % 2 == 1  # RoPE rotates feature pairs: undefined for an odd d_k

@@ -105,9 +105,10 @@ class ReferenceMask:
         return scores.masked_fill(~mask, float("-inf"))
 
 
-#: The longest rows the per-position contracts (feed-forward, layer norm) feed: the config's ``model.max_len`` up
+#: The longest rows the attention, feed-forward and layer-norm contracts feed: the config's ``model.max_len`` up
 #: to this many positions (every preset's is at most 64), besides their short cases. A component that is
-#: right on short rows and not on long ones (a position-wise layer that mixes positions after 16) fails there.
+#: right on short rows and not on long ones (a position-wise layer that mixes positions after 16, an attention
+#: that goes block-local above 16 keys) fails there.
 LONGEST_ROWS = 128
 
 
