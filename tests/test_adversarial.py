@@ -85,6 +85,7 @@ FAULTS = {
     "adv_keys_detached_in_training": "self_attn.w_k.weight gets none in training",
     "adv_scale_in_inference": "under torch.inference_mode, as held-out scores are computed, differ",
     "adv_scale_large_batch": "the model's output depends on the batch it is in",
+    "adv_rows_by_index": "the model's output depends on the batch it is in",
 }
 GOOD = sorted(p.stem for p in PLUGINS.glob("good_*.py"))
 

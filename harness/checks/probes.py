@@ -94,19 +94,21 @@ def batch_statistics(model: nn.Module, mode: str, prefer: str = "") -> str:
 
 def _batch_dependence(model, src, tgt, base, real, copies: int, threshold: float, device, dtype) -> str:
     """The eval-mode causal probe stacks its changed targets into one forward of ``copies`` x B rows. When
-    the *unchanged* batch, stacked the same way, already moves its rows' logits (at real positions), the
-    model's output depends on the batch it is in (a batch-size branch, statistics over the batch), not on the
-    future: the phrase that says so, else ""."""
+    the *unchanged* batch, stacked the same way, already moves its rows' logits (at real positions, in any
+    copy: a fault may touch only the rows past some index), the model's output depends on the batch it is in
+    (a batch-size branch, statistics over the batch, rows treated by their index), not on the future: the
+    phrase that says so, else ""."""
     if copies < 2:
         return ""
-    out = _logits(model, src.repeat(copies, 1), tgt.repeat(copies, 1), None, device, dtype, "eval", 0)[:src.size(0)]
-    moved = float(torch.nan_to_num((out - base).abs(), nan=math.inf).masked_fill(~real[..., None], 0.0).max())
+    out = _logits(model, src.repeat(copies, 1), tgt.repeat(copies, 1), None, device, dtype, "eval", 0)
+    d = (out - base.repeat(copies, 1, 1)).abs()  # (copies * B, T, V)
+    moved = float(torch.nan_to_num(d, nan=math.inf).masked_fill(~real.repeat(copies, 1)[..., None], 0.0).max())
     if moved <= threshold:
         return ""
     return (f"but the unchanged batch's own logits move too when it is evaluated as {copies} x {src.size(0)} rows "
             f"(by up to {fmt_size(moved)}), the way this probe evaluates its changes: the model's output depends on "
             f"the batch it is in (rows of a correct model are independent; e.g. a branch on the batch size, a mask "
-            f"that is causal only for small batches, statistics over the batch)")
+            f"that is causal only for small batches, statistics over the batch, rows treated by their index)")
 
 
 def _changed_positions(out: torch.Tensor, base: torch.Tensor, real: torch.Tensor, upto: int) -> torch.Tensor:
