@@ -86,6 +86,7 @@ FAULTS = {
     "adv_scale_in_inference": "under torch.inference_mode, as held-out scores are computed, differ",
     "adv_scale_large_batch": "the model's output depends on the batch it is in",
     "adv_rows_by_index": "the model's output depends on the batch it is in",
+    "adv_single_query_scale": "from a decoder input that ends there (width 1",
 }
 GOOD = sorted(p.stem for p in PLUGINS.glob("good_*.py"))
 
@@ -174,11 +175,11 @@ def test_all_components_sweeps_every_installed_component():
 
 
 LEAKING = ["adv_scale_d_model", "adv_causal_shift", "adv_src_pad_ignored", "adv_nan_rows", "adv_length_embedding",
-           "adv_scale_in_training", "adv_scale_in_inference", "adv_scale_large_batch"]
+           "adv_scale_in_training", "adv_scale_in_inference", "adv_scale_large_batch", "adv_single_query_scale"]
 
 
 def test_run_marks_leaking_plugins_invalid_and_never_ranks_them(tmp_path):
-    """Five undeclared faults in one run (one process, 5 paired seeds): each variant is invalid on
+    """Nine undeclared faults in one run (one process, 5 paired seeds): each variant is invalid on
     every seed, its numbers are visible, and no report row gives it a verdict; the baseline is ok."""
     seeds = 5
     cmd = []

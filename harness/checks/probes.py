@@ -265,6 +265,36 @@ def probe_extra_padding(model: nn.Module, batch, cfg: ModelConfig, threshold: fl
     return ProbeResult(name, "extra source padding", "eval", worst <= threshold, worst, threshold, detail)
 
 
+def probe_prefix(model: nn.Module, batch, cfg: ModelConfig, threshold: float, *,
+                 device: torch.device | str = "cpu", dtype: str = "fp32", name: str = "") -> ProbeResult:
+    """Prefix = whole target, eval mode: for every target position t, the logits at t from a forward whose
+    decoder input is the prefix ``tgt[:, :t + 1]`` (width t + 1: how held-out positions are scored,
+    :func:`harness.tasks.base.prefix_logits`) must equal the whole-target forward's at real positions.
+    Every other probe keeps the target's width, so a component that reads the decoder input's width (a
+    branch on a single query, a scale by the length) passed them, trained as one function and was scored
+    as another (``tests/plugins/adv_single_query_scale.py``). One forward per position, every row in each."""
+    device = torch.device(device)
+    src, tgt = batch[0].to(device), batch[1].to(device)
+    real = batch[1] != cfg.pad  # (B, T)
+    model.eval()
+    base = _logits(model, src, tgt, None, device, dtype, "eval", 0)  # (B, T, V)
+    worst, first = 0.0, None
+    for t in range(tgt.size(1)):
+        if not bool(real[:, t].any()):
+            continue
+        out = _logits(model, src, tgt[:, :t + 1], None, device, dtype, "eval", 0)[:, t]  # (B, V)
+        d = float(torch.nan_to_num((out - base[:, t]).abs(), nan=math.inf)[real[:, t]].max())
+        worst = max(worst, d)
+        if d > threshold and first is None:
+            first = (t, d)
+    detail = "" if first is None else (
+        f"the logits at target position {first[0]} from a decoder input that ends there (width {first[0] + 1}, "
+        f"how held-out positions are scored) differ from the whole-target forward's by {fmt_size(first[1])} (eval "
+        f"mode): an output depends on the decoder input's width (e.g. a branch on a single query, a scale by the "
+        f"length), so the model trains as one function and is scored as another")
+    return ProbeResult(name, "prefix = whole target", "eval", first is None, worst, threshold, detail)
+
+
 def probe_finite(model: nn.Module, batch, cfg: ModelConfig, *, device: torch.device | str = "cpu",
                  dtype: str = "fp32", name: str = "") -> ProbeResult:
     """Logits at real target positions and every parameter's gradient of the cross-entropy over real
@@ -293,9 +323,9 @@ def probe_finite(model: nn.Module, batch, cfg: ModelConfig, *, device: torch.dev
 
 
 def run_probes(model: nn.Module, batch, cfg: ModelConfig, threshold: float, *, device="cpu", dtype: str = "fp32",
-               seed: int = 0, name: str = "", cuts: str = "all", long=None) -> list[ProbeResult]:
+               seed: int = 0, name: str = "", cuts: str = "all", long=None, prefix: bool = True) -> list[ProbeResult]:
     """Every probe of this module: finite, then causal and masked source keys in eval and train mode,
-    then extra source padding, on ``batch``; with ``long`` (rows as long as ``max_len``:
+    then extra source padding and (with ``prefix``) prefix = whole target, on ``batch``; with ``long`` (rows as long as ``max_len``:
     :func:`~harness.checks.inputs.long_rows_of`) one more eval-mode causal probe on those rows alone
     (probe ``"causal leak (long rows)"``, every 4th cut: a mask that leaks only from some position on).
     ``cuts``: see :func:`probe_causal`."""
@@ -307,6 +337,8 @@ def run_probes(model: nn.Module, batch, cfg: ModelConfig, threshold: float, *, d
             probe_causal(model, batch, cfg, threshold, "train", seed=seed, cuts=cuts, eval_passed=causal.passed, **kw),
             probe_masked_keys(model, batch, cfg, threshold, "train", seed=seed, eval_passed=keys.passed, **kw)]
     out.append(probe_extra_padding(model, batch, cfg, threshold, **kw))
+    if prefix:
+        out.append(probe_prefix(model, batch, cfg, threshold, **kw))
     if long is not None:
         r = probe_causal(model, long, cfg, threshold, "eval", seed=seed, cuts="long", **kw)
         out.append(dataclasses.replace(r, probe=LONG_ROWS_PROBE))
@@ -337,8 +369,9 @@ def gate_batch(cfg: ModelConfig, rows: int = 6, src_len: int = 9, tgt_len: int =
 
 
 def integrity_reasons(model: nn.Module, cfg: ModelConfig, device, *, seed: int = 0, when: str = "") -> list[str]:
-    """The run gate: every probe of :func:`run_probes` on :func:`gate_batch`, in float32; returns one
-    line per failed probe (empty: the model passes). Threshold: ``GATE_ATOL + GATE_RTOL * max |logit|``.
+    """The run gate: every probe of :func:`run_probes` on :func:`gate_batch`, in float32, but prefix = whole
+    target (a trial compares prefix-only and whole-target logits on held-out rows at every evaluation:
+    :func:`harness.tasks.base.future_leak`); returns one line per failed probe (empty: the model passes). Threshold: ``GATE_ATOL + GATE_RTOL * max |logit|``.
     The model's training mode is restored, its gradients cleared, its weights, its buffers (a BatchNorm's
     running statistics, which the train-mode probes' forwards would update) and the global RNG state
     left unchanged."""
@@ -354,7 +387,7 @@ def integrity_reasons(model: nn.Module, cfg: ModelConfig, device, *, seed: int =
         thr = GATE_ATOL + GATE_RTOL * scale
         with torch.random.fork_rng(devices=devices):  # the trial's own RNG stream is left as it was
             results = run_probes(model, gate_batch(cfg, seed=seed, long_rows=0), cfg, thr, device=device, seed=seed,
-                                 cuts="few", long=long_rows_of(batch, 6))
+                                 cuts="few", long=long_rows_of(batch, 6), prefix=False)
     except Exception as exc:  # noqa: BLE001 - the trial itself will fail with its own message
         return [f"probes crash{' ' + when if when else ''}: {describe_exception(exc)}"]
     finally:
