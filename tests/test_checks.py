@@ -191,6 +191,48 @@ def test_stacks_match_nn_transformer(harness_registry, name):
         assert stock.verdict == checks.NOT_COMPARABLE and "final LayerNorm" in stock.detail
 
 
+def test_stacks_at_the_g2p_and_deep_sizes_match_nn_transformer(harness_registry):
+    """At the g2p and deep model sizes one FFN input of seed_004 / seed_003 sat within float32 rounding of 0 on the
+    reference draw (2.8e-8 in float32, -2.0e-7 in float64): the ReLU took the other side, one gradient entry moved by
+    0.07-0.2 while the outputs agreed to 1e-6, and check failed both built-ins against nn.Transformer. A gap in the
+    gradients alone is now confirmed on a second draw before it counts (how the draws fall depends on the CPU's
+    rounding, so the note is not asserted here: the retry's logic is, below)."""
+    from harness.config import get_preset
+
+    for name, preset in (("seed_004", "g2p"), ("seed_003", "deep")):
+        assert_matches_nn_transformer(harness_registry, name, get_preset(preset).model)
+
+
+def _diff(name: str, gap: float, golden: float = 0.0):
+    return checks.TensorDiff(name, gap, 1e-6, 1e-5, golden, False)
+
+
+@pytest.mark.parametrize("draws, ok, note", [
+    ([(0.0, 0.2), (0.0, 0.0)], True, "a rounding event at a kink"),  # a gradient gap that does not recur: rounding
+    ([(0.0, 0.2), (0.0, 0.2)], False, "the backward is not the derivative of the forward"),  # it recurs: a fault
+    ([(0.5, 0.2), (0.0, 0.0)], False, ""),  # the outputs differ: never drawn again
+])
+def test_a_gradient_gap_with_matching_outputs_is_drawn_again(harness_registry, monkeypatch, draws, ok, note):
+    from harness.checks import transformer as tr
+    from harness.checks.inputs import CHECK_MODEL
+    from harness.checks.runs import reference_state
+
+    seen = []
+
+    def fake(registry, variant, cfg, state, structure, device, dtype, seed, tol):
+        out, grad = draws[len(seen)]
+        seen.append(seed)
+        return _diff("decoder output", out), [_diff("decoder.layers.0.feed_forward.w_1.bias", grad, golden=grad)]
+
+    monkeypatch.setattr(tr, "_stack_diffs", fake)
+    v = harness_registry.variants["pre_norm"]
+    state, _ = reference_state(harness_registry, [v], CHECK_MODEL, 0)
+    res = [r for r in tr.compare_with_nn_transformer(harness_registry, v, CHECK_MODEL, state)
+           if r.verdict != checks.NOT_COMPARABLE]
+    assert len(res) == 1 and res[0].ok is ok and note in res[0].detail, res[0].explain()
+    assert seen == ([0, 1] if draws[0][0] == 0.0 else [0])
+
+
 def test_nn_transformer_says_why_it_cannot_compare(harness_registry):
     with pytest.raises(AssertionError, match="layer_norm=annotated declares a difference from nn.LayerNorm"):
         assert_matches_nn_transformer(harness_registry, "seed_000")

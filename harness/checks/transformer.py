@@ -6,6 +6,7 @@ Shape letters: B batch, S source length, T target length, D = d_model.
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 import warnings
 
@@ -17,7 +18,7 @@ from ..model import canonical_state_dict
 from ..registry import Registry, Variant
 from .contract_base import reference_components, sibling_context
 from .contracts import reference_key
-from .inputs import CHECK_MODEL, autocast, describe_exception, padded_batch
+from .inputs import CHECK_MODEL, autocast, describe_exception, draw_reference_state, padded_batch
 from .pairs import CRASHES, NOT_COMPARABLE, ReferenceResult, reference_verdict, tensor_diff
 from .policy import get_tolerance, held_to_reference, registry_groups
 from .runs import canonical_grads, load_variant
@@ -175,20 +176,53 @@ def compare_with_nn_transformer(registry: Registry, variant: Variant, cfg: Model
             out.append(ReferenceResult(variant.name, label, NOT_COMPARABLE, NOT_COMPARABLE, True, detail=reason,
                                        buggy=variant.buggy))
             continue
-        try:
-            lp = _stack_pair(registry, variant, cfg, state, first, final, bias, device, dtype, seed)
-            hp = _stack_pair(registry, variant, cfg, state, first, final, bias, device, "fp64", seed)
-        except Exception as exc:  # noqa: BLE001
-            out.append(ReferenceResult(variant.name, label, "equivalent", CRASHES, False,
-                                       detail=f"crashes: {describe_exception(exc)}", buggy=variant.buggy))
-            continue
-        keep = padded_batch(cfg, seed=seed)[1] != cfg.pad
-        o = tensor_diff("decoder output", lp[0], lp[2], hp[0], hp[2], tol, keep)
-        grads = [tensor_diff(n, lp[1][n], lp[3][n], hp[1][n], hp[3][n], tol) for n in sorted(lp[1])]
         note = "" if bias else ("LayerNorm biases held at 0 (nn.Transformer(bias=False) has none); "
                                 "their gradients not compared")
-        out.append(reference_verdict(variant.name, label, "equivalent", o, grads, variant.buggy, detail=note))
+        try:
+            o, grads = _stack_diffs(registry, variant, cfg, state, (first, final, bias), device, dtype, seed, tol)
+            res = reference_verdict(variant.name, label, "equivalent", o, grads, variant.buggy, detail=note)
+            if not res.ok and o.within:  # only a gradient is off: a kink met by rounding on this draw, or a fault
+                o2, grads2 = _stack_diffs(registry, variant, cfg, _redrawn(state, seed + 1), (first, final, bias),
+                                          device, dtype, seed + 1, tol)
+                again = reference_verdict(variant.name, label, "equivalent", o2, grads2, variant.buggy,
+                                          detail="; ".join(x for x in (note, _kink_note(res.grad_worst)) if x))
+                res = again if again.ok else dataclasses.replace(res, detail="; ".join(
+                    x for x in (note, _backward_note(res.grad_worst)) if x))
+        except Exception as exc:  # noqa: BLE001
+            res = ReferenceResult(variant.name, label, "equivalent", CRASHES, False,
+                                  detail=f"crashes: {describe_exception(exc)}", buggy=variant.buggy)
+        out.append(res)
     return out
+
+
+def _stack_diffs(registry, variant, cfg, state, structure, device, dtype, seed, tol):
+    """The decoder output's and every gradient's :class:`~harness.checks.pairs.TensorDiff` (``variant`` vs
+    ``nn.Transformer`` of ``structure`` = (norm_first, final_norm, bias)) on the padded batch of ``seed``."""
+    lp = _stack_pair(registry, variant, cfg, state, *structure, device, dtype, seed)
+    hp = _stack_pair(registry, variant, cfg, state, *structure, device, "fp64", seed)
+    keep = padded_batch(cfg, seed=seed)[1] != cfg.pad
+    o = tensor_diff("decoder output", lp[0], lp[2], hp[0], hp[2], tol, keep)
+    return o, [tensor_diff(n, lp[1][n], lp[3][n], hp[1][n], hp[3][n], tol) for n in sorted(lp[1])]
+
+
+def _redrawn(state: dict[str, torch.Tensor], seed: int) -> dict[str, torch.Tensor]:
+    """Another reference state of the same shapes (:func:`~harness.checks.inputs.draw_reference_state`)."""
+    return draw_reference_state({k: tuple(v.shape) for k, v in state.items()}, seed)
+
+
+def _backward_note(d) -> str:
+    """Why a gradient gap with matching outputs that recurs on a second draw is a difference of function."""
+    return (f"the outputs agree but {d.name}'s gradient differs on two reference states and batches (float64 runs: "
+            f"{d.golden:.3g} apart): the backward is not the derivative of the forward (a detach or straight-through "
+            f"trick, a custom autograd.Function), so training follows other gradients than nn.Transformer's")
+
+
+def _kink_note(d) -> str:
+    """Why a first draw's gradient gap was set aside: it did not recur on a second state and batch."""
+    return (f"on the first reference state and batch {d.name}'s gradient was {d.max_abs:.3g} from nn.Transformer's "
+            f"(threshold {d.threshold:.3g}) with the outputs within theirs, and not on a second draw (seed + 1): "
+            f"a rounding event at a kink (a ReLU input within rounding of 0 takes the other side in float32), "
+            f"not a difference of function")
 
 
 def _stack_pair(registry, variant, cfg, state, norm_first, final_norm, bias, device, dtype, seed):
