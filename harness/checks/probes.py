@@ -266,13 +266,16 @@ def probe_extra_padding(model: nn.Module, batch, cfg: ModelConfig, threshold: fl
 
 
 def probe_prefix(model: nn.Module, batch, cfg: ModelConfig, threshold: float, *,
-                 device: torch.device | str = "cpu", dtype: str = "fp32", name: str = "") -> ProbeResult:
+                 device: torch.device | str = "cpu", dtype: str = "fp32", name: str = "",
+                 causal_passed: bool = True) -> ProbeResult:
     """Prefix = whole target, eval mode: for every target position t, the logits at t from a forward whose
     decoder input is the prefix ``tgt[:, :t + 1]`` (width t + 1: how held-out positions are scored,
     :func:`harness.tasks.base.prefix_logits`) must equal the whole-target forward's at real positions.
     Every other probe keeps the target's width, so a component that reads the decoder input's width (a
     branch on a single query, a scale by the length) passed them, trained as one function and was scored
-    as another (``tests/plugins/adv_single_query_scale.py``). One forward per position, every row in each."""
+    as another (``tests/plugins/adv_single_query_scale.py``). One forward per position, every row in each.
+    ``causal_passed``: the eval-mode causal probe passed (else a gap is named as that leak: the whole-target
+    forward sees later tokens)."""
     device = torch.device(device)
     src, tgt = batch[0].to(device), batch[1].to(device)
     real = batch[1] != cfg.pad  # (B, T)
@@ -290,8 +293,9 @@ def probe_prefix(model: nn.Module, batch, cfg: ModelConfig, threshold: float, *,
     detail = "" if first is None else (
         f"the logits at target position {first[0]} from a decoder input that ends there (width {first[0] + 1}, "
         f"how held-out positions are scored) differ from the whole-target forward's by {fmt_size(first[1])} (eval "
-        f"mode): an output depends on the decoder input's width (e.g. a branch on a single query, a scale by the "
-        f"length), so the model trains as one function and is scored as another")
+        f"mode): " + ("an output depends on the decoder input's width (e.g. a branch on a single query, a scale by "
+                      "the length), so the model trains as one function and is scored as another" if causal_passed else
+                      "the whole-target forward sees later target tokens (the causal leak above)"))
     return ProbeResult(name, "prefix = whole target", "eval", first is None, worst, threshold, detail)
 
 
@@ -338,7 +342,7 @@ def run_probes(model: nn.Module, batch, cfg: ModelConfig, threshold: float, *, d
             probe_masked_keys(model, batch, cfg, threshold, "train", seed=seed, eval_passed=keys.passed, **kw)]
     out.append(probe_extra_padding(model, batch, cfg, threshold, **kw))
     if prefix:
-        out.append(probe_prefix(model, batch, cfg, threshold, **kw))
+        out.append(probe_prefix(model, batch, cfg, threshold, causal_passed=causal.passed, **kw))
     if long is not None:
         r = probe_causal(model, long, cfg, threshold, "eval", seed=seed, cuts="long", **kw)
         out.append(dataclasses.replace(r, probe=LONG_ROWS_PROBE))
