@@ -95,6 +95,18 @@ def padded_batch(cfg: ModelConfig, batch: int = 4, src_len: int = 9, tgt_len: in
     return tuple(torch.cat([a, b]) for a, b in zip(widened, extra))
 
 
+def starting(batch, cfg: ModelConfig):
+    """``batch`` (a :func:`padded_batch`) with every target row's first token the start symbol 1, as every
+    task's decoder input begins (when the vocabulary has one: ``vocab > 2`` and ``pad != 1``), so that a
+    component keyed on the start symbol shows what it does to real rows (``tests/plugins/adv_start_symbol_leak.py``).
+    A new tuple; the input is not changed."""
+    src, tgt, labels = batch
+    if cfg.vocab > 2 and cfg.pad != 1:
+        tgt = tgt.clone()
+        tgt[:, 0] = 1
+    return src, tgt, labels
+
+
 def long_rows_of(batch, short_rows: int):
     """The long rows of a :func:`padded_batch` made with ``long_rows`` (the rows after its first ``short_rows``),
     ``(src (L, S'), tgt (L, T'), labels (L, T'))``; None when it has none."""

@@ -36,7 +36,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from ..config import ModelConfig
-from .inputs import autocast, describe_exception, fmt_size, long_rows_of, non_pad, padded_batch
+from .inputs import autocast, describe_exception, fmt_size, long_rows_of, non_pad, padded_batch, starting
 
 
 @dataclass
@@ -366,10 +366,7 @@ def gate_batch(cfg: ModelConfig, rows: int = 6, src_len: int = 9, tgt_len: int =
     and ``long_rows`` more as long as ``max_len`` (up to 64; :func:`~harness.checks.inputs.padded_batch`), so
     every gate item also sees the positions a long training row reaches."""
     s, t = min(src_len, cfg.max_len - 3), min(tgt_len, cfg.max_len)
-    src, tgt, labels = padded_batch(cfg, rows, s, t, seed=seed, long_rows=long_rows)
-    if cfg.vocab > 2 and cfg.pad != 1:
-        tgt[:, 0] = 1
-    return src, tgt, labels
+    return starting(padded_batch(cfg, rows, s, t, seed=seed, long_rows=long_rows), cfg)
 
 
 def integrity_reasons(model: nn.Module, cfg: ModelConfig, device, *, seed: int = 0, when: str = "") -> list[str]:

@@ -17,7 +17,7 @@ from ..config import ModelConfig
 from ..errors import HarnessError
 from ..model import build_model, canonical_grad, canonical_state_dict, load_canonical_state_dict
 from ..registry import Registry, Variant
-from .inputs import CHECK_MODEL, autocast, describe_exception, draw_reference_state, padded_batch
+from .inputs import CHECK_MODEL, autocast, describe_exception, draw_reference_state, padded_batch, starting
 from .policy import Tolerance, get_tolerance, registry_groups
 
 
@@ -205,8 +205,8 @@ class CheckSession:
         cfg = (cfg or CHECK_MODEL).validate()
         device = torch.device(device)
         tol = get_tolerance(dtype, device.type)
-        return cls(registry, cfg, device, dtype, seed, tol, padded_batch(cfg, seed=seed, long_rows=2), groups,
-                   short=padded_batch(cfg, seed=seed))  # the probes' batch: the same 4 short rows alone
+        return cls(registry, cfg, device, dtype, seed, tol, starting(padded_batch(cfg, seed=seed, long_rows=2), cfg),
+                   groups, short=starting(padded_batch(cfg, seed=seed), cfg))  # the probes' batch: the 4 short rows
 
     @property
     def keep(self) -> torch.Tensor:
