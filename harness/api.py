@@ -366,14 +366,14 @@ def build_model(variant, config=None, *, seed: int = 0, plugins: _Names = (), pl
     Raises:
         UnknownNameError: no such variant or preset.  ConfigError: an invalid config.
     """
-    from .config import ConfigError, ModelConfig, RunConfig, get_preset
+    from .config import DEFAULT_PRESET, ConfigError, ModelConfig, RunConfig, get_preset
     from .model import build_model as assemble
     from .registry import Registry, Variant
 
     reg = Registry.from_plugins(_plugin_spec(plugins, plugin_files))
     v = variant if isinstance(variant, Variant) else reg.select([str(variant)])[0]
     if config is None or isinstance(config, str):
-        cfg = get_preset(config or "quick").model
+        cfg = get_preset(config or DEFAULT_PRESET).model
     elif isinstance(config, dict):
         cfg = ModelConfig.from_dict(config)
     elif isinstance(config, RunConfig):

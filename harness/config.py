@@ -459,6 +459,10 @@ PRESET_NOTES: dict[str, str] = {
 }
 
 
+#: The preset a run, a check's task rows and the API take when none is named.
+DEFAULT_PRESET = "quick"
+
+
 def get_preset(name: str) -> RunConfig:
     """Return the named preset. Raises UnknownNameError for an unknown name."""
     if name not in PRESETS:

@@ -20,7 +20,7 @@ import time
 
 from typing import Any
 
-from .config import get_preset, parse_overrides, resolve_key
+from .config import DEFAULT_PRESET, get_preset, parse_overrides, resolve_key
 from .errors import ConfigError
 from .experiments import plan_from_experiment, spec_from_meta
 from .experiments import run_table
@@ -132,7 +132,7 @@ def plan_run(req: RunRequest, reg: Registry) -> Plan:
     """
     if req.experiment:
         return plan_from_experiment(req.experiment, reg, req)
-    preset = req.preset or "quick"
+    preset = req.preset or DEFAULT_PRESET
     cfg = resolve_config(preset, req.overrides, reg)
     variants = reg.grid() if req.grid else reg.select(req.patterns())
     seeds = req.seed_list(len(variants))
@@ -364,7 +364,7 @@ def requested_plan(req: RunRequest, given: set[str], meta: RunMeta, reg) -> tupl
         stored = None if "experiment" in given else spec_from_meta(meta)  # the run's own record, not the name
         plan = plan_from_experiment(experiment, reg, req, exp=stored)
         return [v.name for v in plan.variants], plan.seeds, plan.points
-    preset = req.preset if "preset" in given else (meta.preset or "quick")
+    preset = req.preset if "preset" in given else (meta.preset or DEFAULT_PRESET)
     points = [("", resolve_config(preset, req.overrides, reg))]
     if given & {"variants", "grid"}:
         variants = [v.name for v in (reg.grid() if req.grid else reg.select(req.patterns()))]

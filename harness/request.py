@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from .config import DEFAULT_PRESET
 from .errors import ConfigError
 from .plugins import PluginSpec
 from .runner import check_plan_size
@@ -22,7 +23,7 @@ from .runmeta import Execution, RunMeta
 from .store import RunStore
 
 #: Defaults of the options that ``--resume`` must tell apart from "not given". name -> default.
-PLAN_DEFAULTS = {"variants": ("all",), "preset": "quick", "seeds": 1, "seed_start": 0}
+PLAN_DEFAULTS = {"variants": ("all",), "preset": DEFAULT_PRESET, "seeds": 1, "seed_start": 0}
 DEVICE_DEFAULTS = {"device": "auto", "dtype": "fp32"}
 EXEC_DEFAULTS = {"executor": "local", "jobs": "auto", "vectorize_seeds": "auto", "capture": "auto"}
 #: Options that change the trained config, and options that change which trials a run holds.
