@@ -71,6 +71,7 @@ def start_check(req: CheckRequest, reg: Registry | None = None) -> CheckOutcome:
         ``run_id``, a run folder where the records go (all before the checks run).
     """
     from .checks import parse_equivalent, registry_groups, run_checks
+    from .checks.probes import preset_task_rows
 
     check_dtype(req.dtype)
     if req.threads is not None and (not isinstance(req.threads, int) or req.threads < 1):
@@ -90,7 +91,8 @@ def start_check(req: CheckRequest, reg: Registry | None = None) -> CheckOutcome:
     groups = registry_groups(reg, extra, cfg)
     with threads_pinned(req.threads) as threads:
         report = run_checks(reg, variants, cfg, device=device, dtype=req.dtype, seed=req.seed, groups=groups,
-                            log=log_function(req.quiet), all_components=req.all_components)
+                            log=log_function(req.quiet), all_components=req.all_components,
+                            task_rows=preset_task_rows(reg, req.preset, cfg, req.seed))
     slow = slow_check_note(report.wall_s, len(variants), threads)
     if slow:
         print(slow, file=sys.stderr, flush=True)

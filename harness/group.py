@@ -47,7 +47,7 @@ from typing import Callable
 import torch
 
 from .checks.gate import contract_reasons, drift_reasons, twin_reasons
-from .checks.probes import integrity_reasons
+from .checks.probes import integrity_reasons, task_rows
 from .config import RunConfig
 from .env import deterministic_cuda, peak_mem_mb, pin_threads, reset_peak_mem, trial_device, trial_settings
 from .errors import failure_reason
@@ -217,7 +217,8 @@ class _Group:
         reset_peak_mem(device)
         for spec, model in zip(self.specs, self.models):
             with self.clock("evaluate"):
-                self.invalid.append(integrity_reasons(model, mc, device, seed=spec.seed, when="at initialisation"))
+                self.invalid.append(integrity_reasons(model, mc, device, seed=spec.seed, when="at initialisation",
+                                                      task=task_rows(self.task, cfg.train.seq_len, mc, spec.seed)))
             self.loops.append(_Loop(model, cfg, self.task, device, dtype, self.clock))
             gen = torch.Generator().manual_seed(spec.seed)
             indexed = self.task.index_stream(cfg, gen)  # the task's index fast path, or None
@@ -349,8 +350,9 @@ class _Group:
                 final = final or self.task.evaluate(model, self.final_set, cfg, self.device, spec.dtype)
                 if loop.status == "ok":
                     loop.check_future(loop.step, final=True)
-                    invalid = invalid + integrity_reasons(model, mc, self.device, seed=spec.seed + 1,
-                                                          when="after training")
+                    invalid = invalid + integrity_reasons(
+                        model, mc, self.device, seed=spec.seed + 1, when="after training",
+                        task=task_rows(self.task, cfg.train.seq_len, mc, spec.seed + 1))
             metrics = loop.metrics(final, invalid + loop.leaks)
         except Exception as exc:  # noqa: BLE001 - as run_trial: a failing trial, not a failing run
             result.row.update({"status": "failed", "reason": failure_reason(exc),

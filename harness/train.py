@@ -33,7 +33,7 @@ from torch.autograd.profiler import record_function
 
 from . import stats
 from .checks.gate import contract_reasons, drift_reasons, twin_reasons
-from .checks.probes import integrity_reasons
+from .checks.probes import integrity_reasons, task_rows
 from .config import RunConfig
 from .env import autocast, deterministic_cuda, peak_mem_mb, pin_threads, reset_peak_mem, trial_device, trial_settings
 from .errors import failure_reason
@@ -235,7 +235,8 @@ def train(model, cfg: RunConfig, seed: int, device: torch.device, dtype: str = "
     clock = clock or PhaseClock()
     torch.manual_seed(seed)
     with clock("evaluate"):
-        invalid = integrity_reasons(model, mc, device, seed=seed, when="at initialisation")
+        invalid = integrity_reasons(model, mc, device, seed=seed, when="at initialisation",
+                                    task=task_rows(task, tc.seq_len, mc, seed))
     loop = _Loop(model, cfg, task, device, dtype, clock)
     loop.run(torch.Generator().manual_seed(seed), progress)
     with clock("final_eval"):
@@ -243,7 +244,8 @@ def train(model, cfg: RunConfig, seed: int, device: torch.device, dtype: str = "
                               cfg, device, dtype)
         if loop.status == "ok":
             loop.check_future(loop.step, final=True)
-            invalid += integrity_reasons(model, mc, device, seed=seed + 1, when="after training")
+            invalid += integrity_reasons(model, mc, device, seed=seed + 1, when="after training",
+                                         task=task_rows(task, tc.seq_len, mc, seed + 1))
     return loop.metrics(final, invalid + loop.leaks), loop.curve
 
 

@@ -89,6 +89,7 @@ FAULTS = {
     "adv_single_query_scale": "from a decoder input that ends there (width 1",
     "adv_ffn_straight_through": "the backward is not the derivative of the forward",
     "adv_start_symbol_leak": "decoder position 0 changed",
+    "adv_source_without_specials": "on rows the task drew: real target positions changed",
 }
 GOOD = sorted(p.stem for p in PLUGINS.glob("good_*.py"))
 
@@ -177,11 +178,12 @@ def test_all_components_sweeps_every_installed_component():
 
 
 LEAKING = ["adv_scale_d_model", "adv_causal_shift", "adv_src_pad_ignored", "adv_nan_rows", "adv_length_embedding",
-           "adv_scale_in_training", "adv_scale_in_inference", "adv_scale_large_batch", "adv_single_query_scale"]
+           "adv_scale_in_training", "adv_scale_in_inference", "adv_scale_large_batch", "adv_single_query_scale",
+           "adv_source_without_specials"]
 
 
 def test_run_marks_leaking_plugins_invalid_and_never_ranks_them(tmp_path):
-    """Nine undeclared faults in one run (one process, 5 paired seeds): each variant is invalid on
+    """Ten undeclared faults in one run (one process, 5 paired seeds): each variant is invalid on
     every seed, its numbers are visible, and no report row gives it a verdict; the baseline is ok."""
     seeds = 5
     cmd = []

@@ -35,7 +35,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ..config import ModelConfig
+from ..config import DEFAULT_PRESET, ModelConfig, get_preset
+from ..errors import HarnessError
 from .inputs import autocast, describe_exception, fmt_size, long_rows_of, non_pad, padded_batch, starting
 
 
@@ -327,11 +328,15 @@ def probe_finite(model: nn.Module, batch, cfg: ModelConfig, *, device: torch.dev
 
 
 def run_probes(model: nn.Module, batch, cfg: ModelConfig, threshold: float, *, device="cpu", dtype: str = "fp32",
-               seed: int = 0, name: str = "", cuts: str = "all", long=None, prefix: bool = True) -> list[ProbeResult]:
+               seed: int = 0, name: str = "", cuts: str = "all", long=None, prefix: bool = True,
+               task=None) -> list[ProbeResult]:
     """Every probe of this module: finite, then causal and masked source keys in eval and train mode,
     then extra source padding and (with ``prefix``) prefix = whole target, on ``batch``; with ``long`` (rows as long as ``max_len``:
     :func:`~harness.checks.inputs.long_rows_of`) one more eval-mode causal probe on those rows alone
-    (probe ``"causal leak (long rows)"``, every 4th cut: a mask that leaks only from some position on).
+    (probe ``"causal leak (long rows)"``, every 4th cut: a mask that leaks only from some position on);
+    with ``task`` (rows drawn by the task that trains: :func:`task_rows`) the eval-mode causal probe (every 4th
+    cut) and masked source keys on them too (``"... (task rows)"``: a component that branches on what real
+    data looks like, such as which ids a source holds, shows there what the drawn rows hide).
     ``cuts``: see :func:`probe_causal`."""
     kw = dict(device=device, dtype=dtype, name=name)
     out = [probe_finite(model, batch, cfg, **kw)]
@@ -346,7 +351,41 @@ def run_probes(model: nn.Module, batch, cfg: ModelConfig, threshold: float, *, d
     if long is not None:
         r = probe_causal(model, long, cfg, threshold, "eval", seed=seed, cuts="long", **kw)
         out.append(dataclasses.replace(r, probe=LONG_ROWS_PROBE))
+    if task is not None:
+        for r in (probe_causal(model, task, cfg, threshold, "eval", seed=seed, cuts="long", **kw),
+                  probe_masked_keys(model, task, cfg, threshold, "eval", seed=seed, **kw)):
+            out.append(dataclasses.replace(r, probe=f"{r.probe} (task rows)",
+                                           detail=f"on rows the task drew: {r.detail}" if r.detail else ""))
     return out
+
+
+#: Rows :func:`task_rows` draws: enough for padded and full rows of every length the task draws.
+TASK_ROWS = 8
+
+
+def task_rows(task, seq_len: int, cfg: ModelConfig, seed: int = 0):
+    """:data:`TASK_ROWS` rows drawn by ``task`` (its ``make_batch`` from a generator of its own: the trial's random
+    streams are not touched) as ``(src (B, S), tgt (B, T), tgt_y (B, T))``, for :func:`run_probes`'s task-row
+    probes; None when the task cannot draw them (the drawn-row probes still run)."""
+    try:
+        b = task.make_batch(TASK_ROWS, seq_len, cfg.vocab, torch.Generator().manual_seed(seed + 7919))
+        rows = (b.src, b.tgt, b.tgt_y)
+    except Exception:  # noqa: BLE001 - a task that cannot draw probe rows loses these probes, nothing else
+        return None
+    fits = max(x.size(1) for x in rows) <= cfg.max_len and max(int(x.max()) for x in rows) < cfg.vocab
+    return rows if fits and bool((rows[1][:, 0] != cfg.pad).all()) else None
+
+
+def preset_task_rows(registry, preset: str | None, cfg: ModelConfig, seed: int = 0):
+    """:func:`task_rows` of ``preset``'s task (:data:`harness.config.DEFAULT_PRESET`'s without one) at ``cfg``'s
+    vocabulary and ``preset``'s ``train.seq_len``: what ``check`` probes beside its drawn batch. None when that task
+    is not registered or cannot draw rows this model takes."""
+    train = get_preset(preset or DEFAULT_PRESET).train
+    try:
+        task = registry.task(train.task)
+    except HarnessError:
+        return None
+    return task_rows(task, train.seq_len, cfg, seed)
 
 
 #: The probe name of :func:`run_probes`'s causal probe on the long rows.
@@ -369,10 +408,12 @@ def gate_batch(cfg: ModelConfig, rows: int = 6, src_len: int = 9, tgt_len: int =
     return starting(padded_batch(cfg, rows, s, t, seed=seed, long_rows=long_rows), cfg)
 
 
-def integrity_reasons(model: nn.Module, cfg: ModelConfig, device, *, seed: int = 0, when: str = "") -> list[str]:
+def integrity_reasons(model: nn.Module, cfg: ModelConfig, device, *, seed: int = 0, when: str = "",
+                      task=None) -> list[str]:
     """The run gate: every probe of :func:`run_probes` on :func:`gate_batch`, in float32, but prefix = whole
     target (a trial compares prefix-only and whole-target logits on held-out rows at every evaluation:
-    :func:`harness.tasks.base.future_leak`); returns one line per failed probe (empty: the model passes). Threshold: ``GATE_ATOL + GATE_RTOL * max |logit|``.
+    :func:`harness.tasks.base.future_leak`); with ``task`` (:func:`task_rows`) also the task-row probes.
+    Returns one line per failed probe (empty: the model passes). Threshold: ``GATE_ATOL + GATE_RTOL * max |logit|``.
     The model's training mode is restored, its gradients cleared, its weights, its buffers (a BatchNorm's
     running statistics, which the train-mode probes' forwards would update) and the global RNG state
     left unchanged."""
@@ -388,7 +429,7 @@ def integrity_reasons(model: nn.Module, cfg: ModelConfig, device, *, seed: int =
         thr = GATE_ATOL + GATE_RTOL * scale
         with torch.random.fork_rng(devices=devices):  # the trial's own RNG stream is left as it was
             results = run_probes(model, gate_batch(cfg, seed=seed, long_rows=0), cfg, thr, device=device, seed=seed,
-                                 cuts="few", long=long_rows_of(batch, 6), prefix=False)
+                                 cuts="few", long=long_rows_of(batch, 6), prefix=False, task=task)
     except Exception as exc:  # noqa: BLE001 - the trial itself will fail with its own message
         return [f"probes crash{' ' + when if when else ''}: {describe_exception(exc)}"]
     finally:

@@ -172,6 +172,8 @@ class CheckSession:
             as long as ``cfg.max_len`` (up to 64), so every whole-model comparison also sees long rows.
         short: the batch without its long rows (:meth:`create`): the model probes' (they probe the long rows
             with one more eval-mode causal probe, :func:`~harness.checks.probes.run_probes`).
+        task_rows: rows drawn by a task (``check --preset``'s, else the default preset's), or None: the model
+            probes also probe them (:func:`~harness.checks.probes.run_probes`).
         groups: declared-equivalent components (None until :meth:`declared` computes them).
         state: the reference canonical state (:func:`reference_state`), empty until :meth:`load_state`.
         build_errors: variant -> why it could not be built (from :meth:`load_state`).
@@ -193,11 +195,13 @@ class CheckSession:
     tf32: str = ""
     runs: dict[str, VariantRun] = field(default_factory=dict)
     short: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+    task_rows: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
 
     @classmethod
     def create(cls, registry: Registry, cfg: ModelConfig | None = None, *, device: torch.device | str = "cpu",
-               dtype: str = "fp32", seed: int = 0, groups=None) -> "CheckSession":
-        """Validate ``cfg`` (default :data:`CHECK_MODEL`), look up the tolerance, draw the batch.
+               dtype: str = "fp32", seed: int = 0, groups=None, task_rows=None) -> "CheckSession":
+        """Validate ``cfg`` (default :data:`CHECK_MODEL`), look up the tolerance, draw the batch. ``task_rows``:
+        rows a task drew (:func:`harness.checks.probes.task_rows`), probed beside the drawn ones.
 
         Raises:
             ConfigError: bad config, or no tolerance for ``dtype`` on ``device``.
@@ -206,7 +210,8 @@ class CheckSession:
         device = torch.device(device)
         tol = get_tolerance(dtype, device.type)
         return cls(registry, cfg, device, dtype, seed, tol, starting(padded_batch(cfg, seed=seed, long_rows=2), cfg),
-                   groups, short=starting(padded_batch(cfg, seed=seed), cfg))  # the probes' batch: the 4 short rows
+                   groups, short=starting(padded_batch(cfg, seed=seed), cfg),  # the probes' batch: the 4 short rows
+                   task_rows=task_rows)
 
     @property
     def keep(self) -> torch.Tensor:

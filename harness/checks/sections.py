@@ -82,7 +82,7 @@ def probe_model(s: CheckSession, v: Variant) -> list[ProbeResult]:
     try:
         model, _ = load_variant(s.registry, v, s.cfg, s.state_for(v.name))
         return run_probes(model.to(s.device), s.short, s.cfg, thr, device=s.device, dtype=s.dtype, seed=s.seed,
-                          name=v.name, long=long_rows_of(s.batch, s.short[0].size(0)))
+                          name=v.name, long=long_rows_of(s.batch, s.short[0].size(0)), task=s.task_rows)
     except Exception as exc:  # noqa: BLE001
         return [ProbeResult(v.name, "probes", "-", False, math.inf, thr, f"crashes: {describe_exception(exc)}")]
 

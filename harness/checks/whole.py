@@ -15,7 +15,8 @@ import torch
 
 from ..config import ModelConfig
 from ..registry import Registry, Variant
-from .probes import ProbeResult
+from .inputs import CHECK_MODEL
+from .probes import ProbeResult, preset_task_rows
 from .report import BugResult, CheckContext, CheckReport, CheckStage, classes_of
 from .runs import CheckSession
 from .sections import pairs_of, probe_model
@@ -45,7 +46,7 @@ def equivalence_classes(registry: Registry, variants: list[Variant], cfg: ModelC
 def run_checks(registry: Registry, variants: list[Variant], cfg: ModelConfig | None = None, *,
                device: torch.device | str = "cpu", dtype: str = "fp32", seed: int = 0, groups=None,
                log: Callable[[str], None] | None = None, all_components: bool = False,
-               stages: tuple[CheckStage, ...] = STAGES) -> CheckReport:
+               stages: tuple[CheckStage, ...] = STAGES, task_rows="default") -> CheckReport:
     """Run every check on ``variants`` (buggy ones are probed and must be flagged, never paired).
 
     Scope: the components the variants use (each held to its slot's reference on its own, and every
@@ -64,6 +65,9 @@ def run_checks(registry: Registry, variants: list[Variant], cfg: ModelConfig | N
         log: optional progress callback (one line per stage).
         stages: the kinds of check to run, in order (default: every registered one,
             :data:`harness.checks.stages.STAGES`).
+        task_rows: rows a task drew (:func:`harness.checks.probes.task_rows`) for the model probes, beside the
+            drawn batch: ``"default"`` draws the default preset's task's (``check --preset`` passes its preset's);
+            None: the drawn batch only.
 
     Returns:
         CheckReport: each stage's results under its name (``report.pairs``, ``report.bugs``, ...).
@@ -73,7 +77,9 @@ def run_checks(registry: Registry, variants: list[Variant], cfg: ModelConfig | N
     """
     t0 = time.perf_counter()
     log = log or (lambda line: None)
-    s = CheckSession.create(registry, cfg, device=device, dtype=dtype, seed=seed, groups=groups)
+    if isinstance(task_rows, str):
+        task_rows = preset_task_rows(registry, None, (cfg or CHECK_MODEL).validate(), seed)
+    s = CheckSession.create(registry, cfg, device=device, dtype=dtype, seed=seed, groups=groups, task_rows=task_rows)
     s.declared()
     keys = sorted(registry.components) if all_components else _used_components(variants)
     ctx = CheckContext(s, registry, variants, [v for v in variants if not v.buggy], [v for v in variants if v.buggy],
