@@ -208,6 +208,18 @@ def test_run_marks_leaking_plugins_invalid_and_never_ranks_them(tmp_path):
         assert not any("better" in r or "worse" in r for r in rows), name
 
 
+def test_a_mask_keyed_on_real_batches_is_not_the_baselines_function():
+    """evade_real_batch_mask hides source position 0 only on batches without a start/end symbol in any source (every
+    real batch): the drawn batch finds it equal to the baseline, the rows the task drew (their own forward) do not."""
+    reg = _registry("evade_real_batch_mask")
+    report = checks.run_checks(reg, reg.select(["baseline", "evade_real_batch_mask"]))
+    pair = next(p for p in report.pairs if {p.a, p.b} == {"baseline", "evade_real_batch_mask"})
+    assert not pair.ok and "on rows the task drew" in " ".join(pair.notes), pair
+    assert ["baseline", "evade_real_batch_mask"] not in [sorted(c) for c in report.classes()]
+    drawn_only = checks.run_checks(reg, reg.select(["baseline", "evade_real_batch_mask"]), task_rows=None)
+    assert drawn_only.failures() == []  # what check saw before: the drawn batch alone finds no difference
+
+
 def test_a_leak_that_opens_during_training_is_caught_after_training(registry):
     """adv_gated_leak is causal at initialisation (its gate starts at 0) and leaks once trained: the
     gate after training marks it invalid, and its final exact match is real greedy decoding."""

@@ -173,7 +173,9 @@ class CheckSession:
         short: the batch without its long rows (:meth:`create`): the model probes' (they probe the long rows
             with one more eval-mode causal probe, :func:`~harness.checks.probes.run_probes`).
         task_rows: rows drawn by a task (``check --preset``'s, else the default preset's), or None: the model
-            probes also probe them (:func:`~harness.checks.probes.run_probes`).
+            probes also probe them (:func:`~harness.checks.probes.run_probes`), and a pair found equivalent on
+            :attr:`batch` is compared on them too (:meth:`run_task`).
+        task_runs: variant -> :class:`VariantRun` on :attr:`task_rows`, filled by :meth:`run_task`.
         groups: declared-equivalent components (None until :meth:`declared` computes them).
         state: the reference canonical state (:func:`reference_state`), empty until :meth:`load_state`.
         build_errors: variant -> why it could not be built (from :meth:`load_state`).
@@ -196,6 +198,7 @@ class CheckSession:
     runs: dict[str, VariantRun] = field(default_factory=dict)
     short: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
     task_rows: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+    task_runs: dict[str, VariantRun] = field(default_factory=dict)
 
     @classmethod
     def create(cls, registry: Registry, cfg: ModelConfig | None = None, *, device: torch.device | str = "cpu",
@@ -248,6 +251,18 @@ class CheckSession:
         if all(tuple(self.state[n].shape) == shape for n, shape in own.items() if n in self.state):
             return self.state
         return draw_reference_state(own, self.seed)
+
+    def run_task(self, variant: Variant) -> VariantRun | None:
+        """``variant``'s :class:`VariantRun` on :attr:`task_rows` alone (a forward of their own: a component keyed
+        on what a whole real batch looks like sees one), run once, then kept; None without task rows."""
+        if self.task_rows is None:
+            return None
+        if variant.name not in self.task_runs:
+            self.task_runs[variant.name] = (
+                VariantRun(variant.name, error=self.build_errors[variant.name]) if variant.name in self.build_errors
+                else run_variant(self.registry, variant, self.cfg, self.state_for(variant.name), self.task_rows,
+                                 self.device, self.dtype))
+        return self.task_runs[variant.name]
 
     def run(self, variant: Variant) -> VariantRun:
         """``variant``'s :class:`VariantRun` on :attr:`batch` holding :attr:`state` (run once, then kept)."""

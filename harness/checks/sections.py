@@ -5,6 +5,7 @@ a :class:`~harness.checks.report.CheckReport`.
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 
@@ -55,8 +56,20 @@ def pairs_of(s: CheckSession, clean: list[Variant]) -> list[PairResult]:
             pairs.append(not_comparable(a.name, b.name, *expected_relation(a, b, s.declared()), conflict))
             continue
         rel, declared = layout_relation(ra, rb, *expected_relation(a, b, s.declared()))
-        pairs.append(compare_runs(ra, rb, rel, declared, s.tol, s.keep))
+        res = compare_runs(ra, rb, rel, declared, s.tol, s.keep)
+        pairs.append(_on_task_rows(s, a, b, res) if res.ok and rel == "equivalent" else res)
     return pairs
+
+
+def _on_task_rows(s: CheckSession, a: Variant, b: Variant, res: PairResult) -> PairResult:
+    """A pair equivalent on the drawn batch, compared again on the rows the task drew (their own forward): the
+    result there when it fails ("on rows the task drew"), else ``res``."""
+    ta, tb = s.run_task(a), s.run_task(b)
+    if ta is None or tb is None or ta.error or tb.error:
+        return res
+    again = compare_runs(ta, tb, res.expected, res.declared, s.tol, s.task_rows[1] != s.cfg.pad)
+    return res if again.ok else dataclasses.replace(
+        again, notes=["on rows the task drew (their own forward; the drawn batch: within)"] + again.notes)
 
 
 def run_model_probes(ctx: CheckContext) -> list[ProbeResult]:

@@ -24,16 +24,18 @@ from .stages import STAGES
 
 
 def equivalence_classes(registry: Registry, variants: list[Variant], cfg: ModelConfig | None = None, *,
-                        device: torch.device | str = "cpu", dtype: str = "fp32", seed: int = 0) -> list[list[str]]:
+                        device: torch.device | str = "cpu", dtype: str = "fp32", seed: int = 0,
+                        task_rows="default") -> list[list[str]]:
     """Only the pair comparisons of :func:`run_checks` (same session, tolerances and verdicts), so
     the same classes as ``run_checks(...).classes()`` without the contracts, probes and PyTorch
     references: what ``run`` records before training (its integrity gate holds each trial to the
-    contracts and probes anyway). Buggy variants are left out.
+    contracts and probes anyway). Buggy variants are left out. ``task_rows``: as :func:`run_checks`'s.
 
     Raises:
         ConfigError: bad config/dtype/device.  HarnessError: inconsistent canonical layouts.
     """
-    s = CheckSession.create(registry, cfg, device=device, dtype=dtype, seed=seed)
+    s = CheckSession.create(registry, cfg, device=device, dtype=dtype, seed=seed,
+                            task_rows=_rows(registry, task_rows, cfg, seed))
     clean = [v for v in variants if not v.buggy]
     with s.tf32_off():
         s.load_state(clean)
@@ -77,9 +79,8 @@ def run_checks(registry: Registry, variants: list[Variant], cfg: ModelConfig | N
     """
     t0 = time.perf_counter()
     log = log or (lambda line: None)
-    if isinstance(task_rows, str):
-        task_rows = preset_task_rows(registry, None, (cfg or CHECK_MODEL).validate(), seed)
-    s = CheckSession.create(registry, cfg, device=device, dtype=dtype, seed=seed, groups=groups, task_rows=task_rows)
+    s = CheckSession.create(registry, cfg, device=device, dtype=dtype, seed=seed, groups=groups,
+                            task_rows=_rows(registry, task_rows, cfg, seed))
     s.declared()
     keys = sorted(registry.components) if all_components else _used_components(variants)
     ctx = CheckContext(s, registry, variants, [v for v in variants if not v.buggy], [v for v in variants if v.buggy],
@@ -92,6 +93,12 @@ def run_checks(registry: Registry, variants: list[Variant], cfg: ModelConfig | N
     return CheckReport(variants=[v.name for v in ctx.clean], buggy=[v.name for v in ctx.buggy], cfg=s.cfg,
                        device=s.device.type, dtype=dtype, seed=seed, tolerance=s.tol, tf32=s.tf32,
                        wall_s=time.perf_counter() - t0, results=ctx.results, stages=tuple(stages))
+
+
+def _rows(registry: Registry, task_rows, cfg: ModelConfig | None, seed: int):
+    """``task_rows`` as given, or for ``"default"`` the default preset's task's rows at ``cfg``."""
+    return preset_task_rows(registry, None, (cfg or CHECK_MODEL).validate(), seed) if isinstance(task_rows, str) \
+        else task_rows
 
 
 def _used_components(variants) -> list[tuple[str, str]]:
