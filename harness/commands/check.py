@@ -24,13 +24,16 @@ DESCRIPTION = """Check the selected variants against each other and against PyTo
 every pair of variants holding the same canonical parameters (logits at real target positions
 and the gradient of every canonical parameter, each variant's error measured against a float64
 run of itself), every attention component against torch.nn.MultiheadAttention, encoder-decoder
-stacks against torch.nn.Transformer, mask probes (causal leak and padded keys, eval and train
-mode), mask components on fully masked rows, tied embeddings, CPU vs CUDA. First, every component
-the selected variants use is held to its slot's reference on its own (docs/components.md), unless
-its registration declares a difference (differs=) or an equivalence (equivalent_to=). Only the
-selected variants and their components are checked (--all-components: every registered one).
-Faithful-bug variants (selected by name or a 'bug*' glob) must be flagged, each with its reason.
-The record (checks.md, checks.csv, config.json) goes to <results-dir>/checks/<run-id>/."""
+stacks against torch.nn.Transformer, model probes (causal leak and padded keys in eval and train
+mode, prefix-only = whole-target logits), mask components on fully masked rows, tied embeddings,
+CPU vs CUDA. First, every component the selected variants use is held to its slot's reference on
+its own (docs/components.md), unless its registration declares a difference (differs=) or an
+equivalence (equivalent_to=). Only the selected variants and their components are checked
+(--all-components: every registered one). The rows: drawn ones (start symbol first, short and as
+long as max_len) and 8 that the preset's task draws (the probes run on them, and a pair found equal
+on the drawn rows is compared on them again). Faithful-bug variants (selected by name or a 'bug*'
+glob) must be flagged, each with its reason. The record (checks.md, checks.csv, config.json) goes
+to <results-dir>/checks/<run-id>/."""
 
 EPILOG = f"""examples:
   python -m harness check --variants all                 the built-in variants (exit 0 on a clean clone)
