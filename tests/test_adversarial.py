@@ -208,6 +208,15 @@ def test_run_marks_leaking_plugins_invalid_and_never_ranks_them(tmp_path):
         assert not any("better" in r or "worse" in r for r in rows), name
 
 
+def test_a_gradient_only_fault_fails_its_pair_on_both_draws():
+    """adv_ffn_straight_through's logits equal the baseline's and its gradients do not: the pair is drawn again
+    (a kink flip would not recur) and fails again."""
+    reg = _registry("adv_ffn_straight_through")
+    report = checks.run_checks(reg, reg.select(["baseline", "adv_ffn_straight_through"]))
+    (pair,) = report.pairs
+    assert not pair.ok and pair.logits.within and not pair.grad_worst.within, pair
+
+
 def test_a_mask_keyed_on_real_batches_is_not_the_baselines_function():
     """evade_real_batch_mask hides source position 0 only on batches without a start/end symbol in any source (every
     real batch): the drawn batch finds it equal to the baseline, the rows the task drew (their own forward) do not."""

@@ -233,6 +233,30 @@ def test_a_gradient_gap_with_matching_outputs_is_drawn_again(harness_registry, m
     assert seen == ([0, 1] if draws[0][0] == 0.0 else [0])
 
 
+def test_a_pair_whose_gradients_alone_differ_is_drawn_again(harness_registry, monkeypatch):
+    """The pairs between variants get the second draw too: a first comparison with the logits within and one gradient
+    far off (what a ReLU kink flip gives) is repeated on seed + 1 and that comparison decides, with a note."""
+    import dataclasses
+
+    from harness.checks import sections
+
+    real, calls = sections.compare_runs, []
+
+    def first_one_off(ra, rb, expected, declared, tol, keep):
+        res = real(ra, rb, expected, declared, tol, keep)
+        calls.append(res)
+        if len(calls) > 1:
+            return res
+        off = dataclasses.replace(res.grad_worst, max_abs=1.0)
+        return dataclasses.replace(res, verdict=checks.UNEXPECTED, ok=False, grad_max=off, grad_worst=off)
+
+    monkeypatch.setattr(sections, "compare_runs", first_one_off)
+    report = checks.run_checks(harness_registry, harness_registry.select(["baseline", "additive_mask"]), task_rows=None)
+    (pair,) = report.pairs
+    assert pair.ok and "a rounding event at a kink" in " ".join(pair.notes), pair.notes
+    assert len(calls) == 2
+
+
 def test_nn_transformer_says_why_it_cannot_compare(harness_registry):
     with pytest.raises(AssertionError, match="layer_norm=annotated declares a difference from nn.LayerNorm"):
         assert_matches_nn_transformer(harness_registry, "seed_000")

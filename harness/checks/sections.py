@@ -57,8 +57,30 @@ def pairs_of(s: CheckSession, clean: list[Variant]) -> list[PairResult]:
             continue
         rel, declared = layout_relation(ra, rb, *expected_relation(a, b, s.declared()))
         res = compare_runs(ra, rb, rel, declared, s.tol, s.keep)
+        if not res.ok and res.logits is not None and res.logits.within:  # only a gradient is off
+            res = _drawn_again(s, a, b, res)
         pairs.append(_on_task_rows(s, a, b, res) if res.ok and rel == "equivalent" else res)
     return pairs
+
+
+def _drawn_again(s: CheckSession, a: Variant, b: Variant, res: PairResult) -> PairResult:
+    """A pair whose logits agree but a gradient does not, compared again on a second reference state and batch
+    (seed + 1): a ReLU input within float32 rounding of 0 takes the other side in one run and moves one gradient
+    entry far beyond rounding on one draw only (as against nn.Transformer, docs/checks.md); a real difference
+    recurs. The second result when it passes (with a note), else ``res``."""
+    other = CheckSession.create(s.registry, s.cfg, device=s.device, dtype=s.dtype, seed=s.seed + 1, groups=s.groups)
+    other.load_state([a, b])
+    ra, rb = other.run(a), other.run(b)
+    if ra.error or rb.error:
+        return res
+    again = compare_runs(ra, rb, res.expected, res.declared, s.tol, other.keep)
+    if not again.ok:
+        return res
+    d = res.grad_worst
+    return dataclasses.replace(again, notes=[
+        f"on the first reference state and batch {d.name}'s gradients were {d.max_abs:.3g} apart (threshold "
+        f"{d.threshold:.3g}) with the logits within theirs, and not on a second draw (seed + 1): a rounding event "
+        f"at a kink, not a difference of function"] + again.notes)
 
 
 def _on_task_rows(s: CheckSession, a: Variant, b: Variant, res: PairResult) -> PairResult:
