@@ -70,6 +70,17 @@ def tensor_diff(name: str, a, b, a64, b64, tol: Tolerance, keep: torch.Tensor | 
                       bitwise)
 
 
+def kink_note(d: TensorDiff, against: str) -> str:
+    """Why a first draw's gradient gap ``d`` (the outputs within theirs) was set aside when a second reference state
+    and batch (seed + 1) found none: a ReLU input within float32 rounding of 0 takes the other side in one run and
+    moves one gradient entry far beyond rounding, on that draw only (docs/checks.md, nn.Transformer). ``against``:
+    what the gradient was compared with."""
+    return (f"on the first reference state and batch {d.name}'s gradient was {d.max_abs:.3g} from {against} "
+            f"(threshold {d.threshold:.3g}) with the outputs within theirs, and not on a second draw (seed + 1): "
+            f"a rounding event at a kink (a ReLU input within rounding of 0 takes the other side in float32), "
+            f"not a difference of function")
+
+
 IDENTICAL = "identical"
 EQUIVALENT = "equivalent"
 DECLARED = "differs as declared"

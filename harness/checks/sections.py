@@ -17,8 +17,8 @@ from .contracts import check_components
 from .inputs import describe_exception, fmt_size, long_rows_of
 from .masks import MaskComponentResult, mask_result
 from .mha import compare_attention_with_mha
-from .pairs import CRASHES, NOT_COMPARABLE, UNEXPECTED, PairResult, ReferenceResult, compare_runs, layout_relation, \
-    max_abs_diff, not_comparable
+from .pairs import CRASHES, NOT_COMPARABLE, UNEXPECTED, PairResult, ReferenceResult, compare_runs, kink_note, \
+    layout_relation, max_abs_diff, not_comparable
 from .policy import Tolerance, expected_relation, get_tolerance
 from .probes import ProbeResult, run_probes
 from .report import BugResult, CheckContext, CheckReport
@@ -76,11 +76,7 @@ def _drawn_again(s: CheckSession, a: Variant, b: Variant, res: PairResult) -> Pa
     again = compare_runs(ra, rb, res.expected, res.declared, s.tol, other.keep)
     if not again.ok:
         return res
-    d = res.grad_worst
-    return dataclasses.replace(again, notes=[
-        f"on the first reference state and batch {d.name}'s gradients were {d.max_abs:.3g} apart (threshold "
-        f"{d.threshold:.3g}) with the logits within theirs, and not on a second draw (seed + 1): a rounding event "
-        f"at a kink, not a difference of function"] + again.notes)
+    return dataclasses.replace(again, notes=[kink_note(res.grad_worst, f"{b.name}'s")] + again.notes)
 
 
 def _on_task_rows(s: CheckSession, a: Variant, b: Variant, res: PairResult) -> PairResult:

@@ -19,7 +19,7 @@ from ..registry import Registry, Variant
 from .contract_base import reference_components, sibling_context
 from .contracts import reference_key
 from .inputs import CHECK_MODEL, autocast, describe_exception, draw_reference_state, padded_batch
-from .pairs import CRASHES, NOT_COMPARABLE, ReferenceResult, reference_verdict, tensor_diff
+from .pairs import CRASHES, NOT_COMPARABLE, ReferenceResult, kink_note, reference_verdict, tensor_diff
 from .policy import get_tolerance, held_to_reference, registry_groups
 from .runs import canonical_grads, load_variant
 
@@ -184,8 +184,9 @@ def compare_with_nn_transformer(registry: Registry, variant: Variant, cfg: Model
             if not res.ok and o.within:  # only a gradient is off: a kink met by rounding on this draw, or a fault
                 o2, grads2 = _stack_diffs(registry, variant, cfg, _redrawn(state, seed + 1), (first, final, bias),
                                           device, dtype, seed + 1, tol)
+                kink = kink_note(res.grad_worst, "nn.Transformer's")
                 again = reference_verdict(variant.name, label, "equivalent", o2, grads2, variant.buggy,
-                                          detail="; ".join(x for x in (note, _kink_note(res.grad_worst)) if x))
+                                          detail="; ".join(x for x in (note, kink) if x))
                 res = again if again.ok else dataclasses.replace(res, detail="; ".join(
                     x for x in (note, _backward_note(res.grad_worst)) if x))
         except Exception as exc:  # noqa: BLE001
@@ -215,14 +216,6 @@ def _backward_note(d) -> str:
     return (f"the outputs agree but {d.name}'s gradient differs on two reference states and batches (float64 runs: "
             f"{d.golden:.3g} apart): the backward is not the derivative of the forward (a detach or straight-through "
             f"trick, a custom autograd.Function), so training follows other gradients than nn.Transformer's")
-
-
-def _kink_note(d) -> str:
-    """Why a first draw's gradient gap was set aside: it did not recur on a second state and batch."""
-    return (f"on the first reference state and batch {d.name}'s gradient was {d.max_abs:.3g} from nn.Transformer's "
-            f"(threshold {d.threshold:.3g}) with the outputs within theirs, and not on a second draw (seed + 1): "
-            f"a rounding event at a kink (a ReLU input within rounding of 0 takes the other side in float32), "
-            f"not a difference of function")
 
 
 def _stack_pair(registry, variant, cfg, state, norm_first, final_norm, bias, device, dtype, seed):

@@ -109,12 +109,14 @@ def _used_components(variants) -> list[tuple[str, str]]:
 def probe_variant(registry: Registry, variant: Variant, cfg: ModelConfig | None = None, *,
                   device: torch.device | str = "cpu", dtype: str = "fp32", seed: int = 0) -> list[ProbeResult]:
     """The model-level probes of :mod:`harness.checks.probes` (finite gradients; causal leak and masked
-    source keys in eval and train mode; extra source padding) on ``variant``.
+    source keys in eval and train mode; extra source padding; prefix = whole target; the task-row probes on
+    the default preset's task's rows, as :func:`run_checks`) on ``variant``.
 
     The threshold is the variant's own: ``max(atol, fudge * ref_error)`` of its logits. A variant that
     crashes gives one failed result whose detail is the crash.
     """
-    s = CheckSession.create(registry, cfg, device=device, dtype=dtype, seed=seed)
+    s = CheckSession.create(registry, cfg, device=device, dtype=dtype, seed=seed,
+                            task_rows=_rows(registry, "default", cfg, seed))
     with s.tf32_off():
         s.load_state([variant])
         run = s.run(variant)
