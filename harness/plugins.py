@@ -12,6 +12,13 @@ duplicates are errors):
    in the order given;
 4. ``pm.check_pending()``: a hookimpl whose name matches no hookspec is an error.
 
+Before a plugin is registered its hook implementations are checked (:func:`hook_problems`): a
+name that matches no hookspec (with the nearest valid name), arguments the hookspec does not pass,
+a wrapper that is not a generator, and a plugin that registers no hook at all (functions named like
+hooks without ``@hookimpl``). For a ``-p``/``--plugin`` plugin the first problem is a
+:class:`~harness.errors.PluginError` naming the file and the line of the function; an installed
+entry-point plugin with a problem is reported by name and skipped (an error with ``--strict-plugins``).
+
 ``-p no:NAME`` (as pytest) blocks the plugin registered under ``NAME`` at any of the steps
 above: a built-in module (``-p no:variants.bugs``), an entry point's name, a ``-p`` module or a
 ``--plugin`` file's path as given. Blocking a plugin that offers a slot's default component
@@ -25,9 +32,11 @@ share state.
 """
 from __future__ import annotations
 
+import difflib
 import importlib
 import importlib.metadata
 import importlib.util
+import inspect
 import os
 import sys
 from dataclasses import dataclass, field
@@ -91,6 +100,11 @@ class PluginSpec:
     def module_names(self) -> list[str]:
         """Module paths to load (``-p`` values other than ``no:NAME``)."""
         return [m for m in self.modules if not m.startswith(BLOCK_PREFIX)]
+
+    def requested(self) -> set[str]:
+        """The names the plugins named here are registered under (``-p`` module paths, ``--plugin``
+        paths as given): their mistakes are errors, not warnings (:mod:`harness.registry`)."""
+        return set(self.module_names()) | {str(f) for f in self.files}
 
 
 def _same_file(module, target: Path) -> bool:
@@ -169,7 +183,7 @@ def get_plugin_manager(spec: PluginSpec | None = None, warnings: list[str] | Non
     try:
         pm.check_pending()
     except pluggy.PluginValidationError as exc:
-        raise PluginError(f"plugin {exc.plugin_name!r}: {exc}") from exc
+        raise _validation_error(pm, exc) from exc
     return pm
 
 
@@ -200,7 +214,14 @@ def _register_entry_points(pm: pluggy.PluginManager, spec: PluginSpec, warnings:
                 continue
             if pm.is_registered(obj) or pm.get_plugin(ep.name) is not None:
                 continue
-            pm.register(obj, name=ep.name)
+            problems = hook_problems(pm, obj, f"plugin {label}")
+            if problems:
+                msg = f"{problems[0]} (plugin {label} skipped)"
+                if spec.strict:
+                    raise PluginError(problems[0])
+                warnings.append(msg)
+                continue
+            _register(pm, obj, ep.name)
 
 
 def _register_requested(pm: pluggy.PluginManager, spec: PluginSpec) -> None:
@@ -211,7 +232,7 @@ def _register_requested(pm: pluggy.PluginManager, spec: PluginSpec) -> None:
         module = _import_module(name)
         if (not pm.is_registered(module) and not _registered_from(pm, getattr(module, "__file__", None))
                 and pm.get_plugin(name) is None):
-            pm.register(module, name=name)
+            _register_checked(pm, module, name, f"plugin module {name!r}")
     for path in spec.files:
         if pm.is_blocked(str(path)):
             continue
@@ -219,4 +240,145 @@ def _register_requested(pm: pluggy.PluginManager, spec: PluginSpec) -> None:
             continue
         module = _import_file(path)
         if not pm.is_registered(module):
-            pm.register(module, name=str(path))
+            _register_checked(pm, module, str(path), f"plugin file {str(path)!r}")
+
+
+def _register_checked(pm: pluggy.PluginManager, plugin, name: str, label: str) -> None:
+    """Register a ``-p``/``--plugin`` plugin; its first hook problem (:func:`hook_problems`) is an error."""
+    problems = hook_problems(pm, plugin, label)
+    if problems:
+        raise PluginError(problems[0])
+    _register(pm, plugin, name)
+
+
+def _register(pm: pluggy.PluginManager, plugin, name: str) -> None:
+    """``pm.register``, pluggy's own validation error (whatever its pluggy version) as one line."""
+    try:
+        pm.register(plugin, name=name)
+    except pluggy.PluginValidationError as exc:
+        raise _validation_error(pm, exc, name) from exc
+
+
+def _validation_error(pm: pluggy.PluginManager, exc: Exception, name: str | None = None) -> PluginError:
+    """A :class:`pluggy.PluginValidationError` as a one-line :class:`PluginError` naming the plugin.
+
+    Its attributes differ between pluggy versions (``plugin``; older ones also ``plugin_name``), so
+    each is read with a fallback."""
+    plugin = getattr(exc, "plugin", None)
+    if name is None:
+        name = getattr(exc, "plugin_name", None)
+    if name is None and plugin is not None:
+        try:
+            name = pm.get_name(plugin)
+        except Exception:  # noqa: BLE001 - only the name is lost
+            name = None
+    text = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip()) or type(exc).__name__
+    return PluginError(f"plugin {name!r}: {text}" if name else text)
+
+
+def hook_location(function) -> str:
+    """``path:line`` of a hook implementation: its source file and the line of its ``def`` (after
+    any decorators); ``repr(function)`` where the source cannot be found. Never raises."""
+    func = inspect.unwrap(function)
+    code = getattr(func, "__code__", None)
+    try:
+        path = inspect.getsourcefile(func) or (code.co_filename if code else None)
+    except TypeError:
+        path = code.co_filename if code else None
+    if path is None:
+        return repr(function)
+    try:
+        lines, start = inspect.getsourcelines(func)
+        line = start + next(i for i, text in enumerate(lines) if text.lstrip().startswith(("def ", "async def ")))
+    except (OSError, TypeError, StopIteration):
+        line = code.co_firstlineno if code else 0
+    return f"{path}:{line}"
+
+
+def hook_label(plugin_name: str, function) -> str:
+    """A plugin's hook as ``path:line`` (:func:`hook_location`), preceded by the plugin's name where
+    the path does not say it (a ``-p`` module, an entry point)."""
+    if function is None:
+        return repr(plugin_name)
+    where = hook_location(function)
+    path = where.rpartition(":")[0]
+    try:
+        same = Path(plugin_name).resolve() == Path(path).resolve()
+    except (OSError, ValueError):
+        same = False
+    return where if same else f"{plugin_name!r} ({where})"
+
+
+def hook_names(pm: pluggy.PluginManager) -> list[str]:
+    """The names of the hookspecs (:mod:`harness.hookspecs`), sorted."""
+    return sorted(n for n in dir(hookspecs) if pm.parse_hookspec_opts(hookspecs, n) is not None)
+
+
+def _required_args(function) -> list[str]:
+    """The arguments a call must pass to ``function`` (positional, no default), as pluggy reads them."""
+    try:
+        params = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return [p.name for p in params if p.kind in kinds and p.default is p.empty]
+
+
+def _impl_problem(pm: pluggy.PluginManager, plugin, attr: str, opts: dict, specs: list[str]) -> str | None:
+    """What is wrong with the hook implementation ``plugin.<attr>`` (marked with options ``opts``), or None."""
+    function = getattr(plugin, attr)
+    name = opts.get("specname") or attr
+    where = f"plugin {hook_location(function)}"
+    if name not in specs:
+        if opts.get("optionalhook"):
+            return None
+        close = difflib.get_close_matches(name, specs, n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]!r}?" if close else f"the hooks are {', '.join(specs)}"
+        return f"{where}: unknown hook {name!r}; {hint}"
+    takes = _required_args(getattr(hookspecs, name))
+    extra = [a for a in _required_args(function) if a not in takes]
+    if extra:
+        passes = f"passes only {', '.join(takes)}" if takes else "passes none"
+        return (f"{where}: {attr}() takes argument(s) {', '.join(extra)} but the hook {name} {passes}; "
+                f"define it as def {name}({', '.join(takes)}):")
+    if (opts.get("wrapper") or opts.get("hookwrapper")) and not inspect.isgeneratorfunction(function):
+        return f"{where}: {attr}() is marked as a hook wrapper but does not yield"
+    return None
+
+
+def hook_problems(pm: pluggy.PluginManager, plugin, label: str) -> list[str]:
+    """One line per mistake in ``plugin``'s hook implementations, before it is registered: a name
+    that matches no hookspec (with the nearest valid name, :func:`difflib.get_close_matches`),
+    arguments its hookspec does not pass, a wrapper that does not yield, and no hook at all
+    (functions named like hooks but without ``@hookimpl``). Each line names the file and the line of
+    the function (:func:`hook_location`); ``label`` names the plugin where no function does.
+    Hooks are found as pluggy finds them (``pm.parse_hookimpl_opts``); raises nothing."""
+    specs = hook_names(pm)
+    problems: list[str] = []
+    found = 0
+    for attr in dir(plugin):
+        try:
+            opts = pm.parse_hookimpl_opts(plugin, attr)
+        except Exception:  # noqa: BLE001 - an attribute that raises when read is no hook
+            opts = None
+        if opts is None:
+            continue
+        found += 1
+        problem = _impl_problem(pm, plugin, attr, dict(opts), specs)
+        if problem:
+            problems.append(problem)
+    if not found:
+        problems.append(_no_hooks(plugin, label, specs))
+    return problems
+
+
+def _no_hooks(plugin, label: str, specs: list[str]) -> str:
+    """The line for a plugin that registers no hook: the functions named like hooks, where."""
+    unmarked = [(a, getattr(plugin, a, None)) for a in dir(plugin) if a.startswith("harness_")]
+    unmarked = [(a, f) for a, f in unmarked if inspect.isroutine(f)]
+    if unmarked:
+        named = ", ".join(f"{a} ({hook_location(f)})" for a, f in unmarked)
+        return (f"{label} registered no hooks: {named} lacks @hookimpl; decorate each hook implementation "
+                f"with @hookimpl (from harness import hookimpl)")
+    return (f"{label} registered no hooks: a hook is a function named as one of {', '.join(specs)} "
+            f"and decorated with @hookimpl (from harness import hookimpl)")

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from .errors import DuplicateNameError, HarnessError, PluginError, UnknownNameError
-from .plugins import PluginSpec, builtin_plugin_manager, get_plugin_manager
+from .plugins import PluginSpec, builtin_plugin_manager, get_plugin_manager, hook_label
 from .slots import BUILTIN, Slot, main_slots
 
 if TYPE_CHECKING:
@@ -208,14 +208,18 @@ def default_component(slot: str) -> str:
     return default_components()[slot]
 
 
-def _call_hook(pm, hookname: str, kind: type, strict: bool, warnings: list[str]) -> list[tuple[Any, str]]:
+def _call_hook(pm, hookname: str, kind: type, strict: bool, warnings: list[str],
+               fatal: Iterable[str] = ()) -> list[tuple[Any, str]]:
     """``[(item, plugin name)]`` from ``pm.hook.<hookname>()``, in the plugins' registration order.
 
     The hook is called once through ``pm.hook`` (pluggy's tracing and hook wrappers apply). When
     that call raises or some plugin returns no list, each plugin is called on its own (a
     ``subset_hook_caller``) to name the one at fault: its error is raised (``strict``) or becomes a
     warning and its items are skipped. A hook wrapper that raises is reported the same way (its
-    plugin unnamed) and the results are taken without the wrappers.
+    plugin unnamed) and the results are taken without the wrappers. A plugin that returns something
+    other than a list of ``kind`` is named with the file and line of its hook: a
+    :class:`PluginError` when ``strict`` or when its name is in ``fatal`` (the plugins named with
+    ``-p``/``--plugin``), else a warning and its items are skipped.
     """
     caller = getattr(pm.hook, hookname)
     impls = [i for i in caller.get_hookimpls() if not (i.hookwrapper or i.wrapper)]
@@ -234,18 +238,29 @@ def _call_hook(pm, hookname: str, kind: type, strict: bool, warnings: list[str])
             if strict:
                 raise PluginError(msg) from error
             warnings.append(msg)
+    functions = {i.plugin_name: i.function for i in impls}
     out = []
     for items, plugin_name in per_plugin:
-        if not isinstance(items, (list, tuple)) or not all(isinstance(i, kind) for i in items):
-            got = type(items).__name__ if not isinstance(items, (list, tuple)) else \
-                ", ".join(sorted({type(i).__name__ for i in items}))
-            msg = f"plugin {plugin_name!r}: {hookname}() must return a list of {kind.__name__}, got {got}"
-            if strict:
+        got = _wrong_type(items, kind)
+        if got is not None:
+            msg = (f"plugin {hook_label(plugin_name, functions.get(plugin_name))}: {hookname}() must return "
+                   f"a list of {kind.__name__}, got {got}")
+            if strict or plugin_name in fatal:
                 raise PluginError(msg)
             warnings.append(msg)
             continue
         out.extend((item, plugin_name) for item in items)
     return out
+
+
+def _wrong_type(items, kind: type) -> str | None:
+    """None when ``items`` is a list (or tuple) of ``kind``, else what it is instead."""
+    if items is None:
+        return "None"
+    if not isinstance(items, (list, tuple)):
+        return f"a {type(items).__name__}"
+    wrong = sorted({type(i).__name__ for i in items if not isinstance(i, kind)})
+    return f"a list holding {', '.join(wrong)}" if wrong else None
 
 
 def _call_each(pm, hookname: str, impls, strict: bool, warnings: list[str]) -> list[tuple[Any, str]]:
@@ -297,7 +312,8 @@ class Registry:
         """Load built-ins and plugins (see :mod:`harness.plugins`) and collect their hooks.
 
         Raises:
-            PluginError, DuplicateNameError: broken plugin (strict) or duplicate names.
+            PluginError, DuplicateNameError: a ``-p``/``--plugin`` plugin with a hook problem or a hook
+                returning the wrong type, a broken entry-point plugin (strict), or duplicate names.
             HarnessError: a variant naming a slot or component that nobody offers.
         """
         from .tasks.base import Task  # here: importing the registry imports no torch
@@ -306,15 +322,17 @@ class Registry:
         warnings: list[str] = []
         pm = get_plugin_manager(spec, warnings)
         reg = cls(warnings=warnings)
-        for slot, plugin in sorted(_call_hook(pm, "harness_add_slots", Slot, spec.strict, warnings), key=lambda sp: sp[0].name):
+        mine = spec.requested()
+        for slot, plugin in sorted(_call_hook(pm, "harness_add_slots", Slot, spec.strict, warnings, mine),
+                                   key=lambda sp: sp[0].name):
             reg.add_slot(dataclasses.replace(slot, plugin=plugin))
-        comps = _call_hook(pm, "harness_add_components", Component, spec.strict, warnings)
+        comps = _call_hook(pm, "harness_add_components", Component, spec.strict, warnings, mine)
         for comp, plugin in sorted(comps, key=lambda cp: (cp[0].slot, cp[0].name)):
             reg.add_component(dataclasses.replace(comp, plugin=plugin))
-        vars_ = _call_hook(pm, "harness_add_variants", Variant, spec.strict, warnings)
+        vars_ = _call_hook(pm, "harness_add_variants", Variant, spec.strict, warnings, mine)
         for var, plugin in sorted(vars_, key=lambda vp: vp[0].name):
             reg.add_variant(dataclasses.replace(var, slots=dict(var.slots), plugin=plugin))
-        tasks = _call_hook(pm, "harness_add_tasks", Task, spec.strict, warnings)
+        tasks = _call_hook(pm, "harness_add_tasks", Task, spec.strict, warnings, mine)
         for task, plugin in sorted(tasks, key=lambda tp: str(tp[0].name)):
             task = copy.copy(task)
             task.plugin = plugin

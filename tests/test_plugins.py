@@ -1,5 +1,6 @@
 """Plugins load from a file, a module and an entry point, and duplicates name both plugins."""
 import importlib.metadata
+import importlib.util
 import sys
 import textwrap
 
@@ -34,6 +35,14 @@ class _FakeEntryPoint:
         if isinstance(self._obj, Exception):
             raise self._obj
         return self._obj
+
+
+def _module_from(path):
+    """The module of a Python file, loaded without entering ``sys.modules`` (no test sees another's)."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _fake_entry_points(monkeypatch, eps):
@@ -80,13 +89,19 @@ def test_duplicate_variant_names_both_plugins(tmp_path):
     assert "variants.presets" in str(exc.value) and str(f) in str(exc.value)
 
 
-def test_hook_returning_wrong_type_is_reported(tmp_path):
+def test_hook_returning_wrong_type_is_reported(tmp_path, monkeypatch):
+    """A ``--plugin`` file's wrong return type is an error; an installed plugin's is a warning
+    (it is skipped) unless strict."""
     f = tmp_path / "wrong_plugin.py"
     f.write_text("from harness import hookimpl\n\n@hookimpl\ndef harness_add_variants():\n    return 'baseline'\n")
-    reg = Registry.from_plugins(PluginSpec(files=[str(f)]))
-    assert any("must return a list of Variant" in w and "wrong_plugin" in w for w in reg.warnings)
+    with pytest.raises(PluginError, match=r"wrong_plugin\.py:4: harness_add_variants\(\) must return a list of Variant"):
+        Registry.from_plugins(PluginSpec(files=[str(f)]))
+    _fake_entry_points(monkeypatch, [_FakeEntryPoint("wrong", _module_from(f))])
+    reg = Registry.from_plugins()
+    assert any("must return a list of Variant" in w and "wrong_plugin.py:4" in w for w in reg.warnings)
+    assert "baseline" in reg.variants
     with pytest.raises(PluginError, match="wrong_plugin"):
-        Registry.from_plugins(PluginSpec(files=[str(f)], strict=True))
+        Registry.from_plugins(PluginSpec(strict=True))
 
 
 def test_variant_with_unknown_component_is_an_error(tmp_path):
