@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..config import DEFAULT_PRESET
 from .common import add_output, add_selection, add_task, preset_notes
 
 if TYPE_CHECKING:
@@ -19,6 +20,10 @@ quartiles; forward, backward, optimizer), tokens/s and its ratio to nn.Transform
 per step, achieved FLOP/s and MFU against this machine's matmul throughput (measured by the same
 command), and peak memory of a fresh process per contender. Writes bench.csv and bench.md
 (command, environment, table) under results/<run-id>/."""
+
+#: bench's default preset (the one command whose default is not :data:`harness.config.DEFAULT_PRESET`:
+#: speed is compared at the paper's model size, as docs/benchmarks.md's reference was measured).
+BENCH_PRESET = "paper"
 
 EPILOG = """examples:
   python -m harness bench --variants all                      paper config, fp32, 3 warm-up + 8 timed steps
@@ -35,7 +40,10 @@ def register(sub, parents):
                        description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_selection(p)
     notes = preset_notes()
-    p.add_argument("--preset", default="paper", metavar="NAME", help=f"config preset: {notes}. Default: paper")
+    p.add_argument("--preset", default=BENCH_PRESET, metavar="NAME",
+                   help=f"config preset: {notes}. Default: {BENCH_PRESET}, not {DEFAULT_PRESET} as elsewhere: "
+                        f"speed is compared at the Annotated Transformer's size, where the reference numbers "
+                        f"of docs/benchmarks.md were measured")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override one config value, e.g. --set train.batch=40")
     add_task(p)
@@ -64,7 +72,7 @@ def register(sub, parents):
     p.add_argument("--kernels", type=int, default=0, metavar="N",
                    help="where a step's time goes instead: each contender's --steps steps under torch.profiler, the "
                         "N largest ops (on CUDA the GPU kernels' device time, on the CPU ops' self time) and the "
-                        "share of matmuls, attention, normalisation, copies ... per step (harness.perf.kernels)")
+                        "share of matmuls, attention, normalisation, copies ... per step")
     p.add_argument("--compile", nargs="?", const="default", default=None, type=compile_modes_arg,
                    metavar="MODE[,MODE...]",
                    help="also run each variant's step through torch.compile (TorchInductor) in each mode: default "

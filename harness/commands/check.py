@@ -12,10 +12,11 @@ import argparse
 import dataclasses
 
 from ..checks import CHECK_MODEL, TOLERANCES, render_text, slot_default
+from ..config import DEFAULT_PRESET
 from ..report.terminal import WIDTH, wrapped_table
 from ..request import CheckRequest
 from ..store import CHECKS_DIR
-from .common import add_output, add_selection, command_line, plugin_spec
+from .common import add_output, add_selection, command_line, plugin_spec, preset_notes
 
 #: ``--equivalent`` example: the attention slot's default component and a plugin's (names from the registry)
 _EXAMPLE = f"attention={slot_default('attention')},my_attn"
@@ -53,7 +54,9 @@ def register(sub, parents):
     add_selection(p)
     base = ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(CHECK_MODEL).items())
     p.add_argument("--preset", default=None, metavar="NAME",
-                   help=f"take the model config from this preset (quick, paper, tiny) instead of the check config ({base})")
+                   help=f"take the model config from this preset ({preset_notes()}) instead of the check config. "
+                        f"Default: the check config ({base}), not {DEFAULT_PRESET} as elsewhere: small enough that "
+                        f"every comparison runs in seconds (the task rows still come from {DEFAULT_PRESET}'s task)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="model.KEY=VALUE",
                    help="override one model value, e.g. --set model.d_model=64 (train.* settings do not apply)")
     p.add_argument("--device", default="auto",

@@ -2,20 +2,20 @@
 
 RUN_A is the reference, RUN_B the candidate. For every variant (x sweep point) in both runs:
 
-* each gated metric (``--metrics``): A's and B's IQM [95 % bootstrap CI] over their finished
-  trials, and the per-seed difference B - A over the seeds that finished in both runs (seed i
-  gives both runs the same data order and initial weights, so the seeds are paired): its IQM
-  with a 95 % paired percentile-bootstrap CI (``scipy.stats.bootstrap(paired=True)``, seeds
-  resampled jointly). The metric **regressed** when that CI lies entirely on the worse side of
-  0, beyond ``--tolerance``; ``too few seeds`` below 3 such pairs (no metric gate, but failures
-  below are still gated).
-* failed or diverged trials (always gated): **regressed** when (1) every trial of B failed,
-  whatever A did; or (2) a trial of B failed (raised) at a seed where A's did not fail; or
-  (3) B failed or diverged more often than A: Newcombe's 95 % interval of rate(B) - rate(A)
-  lies above 0 (with 5 seeds a side and none broken in A: 3/5 or more in B).
-* invalid trials (a failed integrity probe: leaking masks, non-finite gradients; see
-  docs/components.md): **regressed** when any trial of B is invalid. Invalid trials never
-  enter the metric rows.
+  - each gated metric (--metrics): A's and B's IQM [95 % bootstrap CI] over their finished
+    trials, and the per-seed difference B - A over the seeds that finished in both runs (seed i
+    gives both runs the same data order and initial weights, so the seeds are paired): its IQM
+    with a 95 % paired percentile-bootstrap CI (scipy.stats.bootstrap with paired=True, seeds
+    resampled jointly). The metric regressed when that CI lies entirely on the worse side of
+    0, beyond --tolerance; 'too few seeds' below 3 such pairs (no metric gate, but failures
+    below are still gated).
+  - failed or diverged trials (always gated): regressed when (1) every trial of B failed,
+    whatever A did; or (2) a trial of B failed (raised) at a seed where A's did not fail; or
+    (3) B failed or diverged more often than A: Newcombe's 95 % interval of rate(B) - rate(A)
+    lies above 0 (with 5 seeds a side and none broken in A: 3/5 or more in B).
+  - invalid trials (a failed integrity probe: leaking masks, non-finite gradients; see
+    docs/components.md): regressed when any trial of B is invalid. Invalid trials never
+    enter the metric rows.
 
 From Python, harness.compare(RUN_A, RUN_B) returns the same comparison.
 

@@ -13,11 +13,11 @@ from .common import add_config, add_output, add_selection
 if TYPE_CHECKING:
     from ..runmeta import RunMeta
 
-DESCRIPTION = """Run one trial per selected variant exactly as 'harness run' does (same loop,
-evaluation and storing; in this process, all cores) and split its wall time into the phases the
-training loop times and marks for torch.profiler: build, data, step (the model's forward,
+DESCRIPTION = """Run one trial per selected variant exactly as 'python -m harness run' does (same
+loop, evaluation and storing; in this process, all cores) and split its wall time into the phases
+the training loop times and marks for torch.profiler: build, data, step (the model's forward,
 backward and optimizer), log, evaluate, final_eval, store. Everything but 'step' is the harness's
-overhead; the issue-6 target is <= 5% of the trial's wall time. --torch-profiler also runs the
+overhead, which should stay at or below 5% of the trial's wall time. --torch-profiler also runs the
 trial under torch.profiler and reports its range totals next to the clock's (short trials: the
 profiler keeps every op's event). Prints a table and writes profile.csv and profile.md (command,
 environment, table) under results/<run-id>/, next to the trials' JSON."""

@@ -49,9 +49,9 @@ def register(sub, parents):
     p.add_argument("--experiment", metavar="NAME", default=None,
                    help="run a declarative experiment from experiments/NAME.toml (see: python -m harness experiments)")
     p.add_argument("--no-check", dest="check", action="store_false",
-                   help="skip recording check's equivalence classes of the variants (a few seconds at the run's start, "
-                        "beside the trials where worker processes train them on a GPU; "
-                        "the report opens with them)")
+                   help="do not check which variants compute the same function before training (a few "
+                        "seconds; on a GPU it runs beside the trials); the report then opens without that "
+                        "section")
     p.add_argument("--suite", nargs="?", const="default", default=None, metavar="NAME",
                    help="run the suite experiments/suites/NAME.toml (default: default): every variant it names "
                         "on every task it names with paired seeds, one report with verdicts (suite.md)")

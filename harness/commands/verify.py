@@ -15,12 +15,12 @@ from ..verification import verify_store
 
 DESCRIPTION = """Check a stored run folder (results/<run-id>/) without changing it:
 
-  * config.json is a readable JSON object;
-  * every trials/<key>.json is a trial file (JSON object, row with variant/seed/status, curve
+  - config.json is a readable JSON object;
+  - every trials/<key>.json is a trial file (JSON object, row with variant/seed/status, curve
     list), its name is its trial key, and its checksum matches its content (files written
     before checksums existed are checked by schema only);
-  * trials.csv and curves.csv are exactly what the trial files render to;
-  * every trial planned in config.json is stored and none is stored that was not planned --
+  - trials.csv and curves.csv are exactly what the trial files render to;
+  - every trial planned in config.json is stored and none is stored that was not planned --
     unless the run was interrupted (Ctrl-C, SIGTERM, or killed): missing trials of an
     interrupted run are not a problem, verify says how to resume it.
 
