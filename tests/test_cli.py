@@ -52,10 +52,24 @@ def test_list_shows_slots_variants_and_plugins():
     assert "bug_001_discarded_mask" in cli_in_process("list", "--buggy").stdout
 
 
-def test_list_fits_120_columns_and_marks_what_a_plugin_offers(registry):
+#: where ``list`` is run with the example plugin: a short path given relative to the working
+#: directory, and an absolute one far longer than any checkout's (its wrapped marker spans lines)
+PLUGIN_PATHS = {"short": "p.py", "long": "d" * 90 + "/harness_example_at_a_path_longer_than_a_checkout.py"}
+
+
+@pytest.mark.parametrize("where", sorted(PLUGIN_PATHS))
+def test_list_fits_120_columns_and_marks_what_a_plugin_offers(registry, tmp_path, monkeypatch, where):
     """Every line of ``list --buggy`` with a plugin file loaded is at most 120 characters, every
-    variant and task name is there whole, and only the plugin's variant is marked ``[plugin ...]``."""
-    r = cli_in_process("--plugin", str(EXAMPLE_PLUGIN), "list", "--buggy")
+    variant and task name is there whole, and only what the plugin offers is marked ``[plugin ...]``,
+    wherever the plugin file lies: the marker holds the plugin's path, which wraps differently with
+    its length, so the plugin is copied to a path of known length (not the checkout's) and the
+    marker is read wherever its row's lines break it."""
+    plugin = tmp_path / PLUGIN_PATHS[where]
+    plugin.parent.mkdir(parents=True, exist_ok=True)
+    plugin.write_text(EXAMPLE_PLUGIN.read_text())
+    monkeypatch.setenv("COLUMNS", "120")
+    given = PLUGIN_PATHS[where] if where == "short" else str(plugin)
+    r = cli_in_process("--plugin", given, "list", "--buggy", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert max(map(len, lines)) <= 120
@@ -65,11 +79,21 @@ def test_list_fits_120_columns_and_marks_what_a_plugin_offers(registry):
         assert any(cell.startswith(name) for cell in first_cells), name
     preset_help = cli_in_process("run", "--help").stdout.split("  --preset NAME", 1)[1].split("  --set", 1)[0]
     assert len(preset_help.splitlines()) <= 4 and "python -m harness list" in " ".join(preset_help.split())
-    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines if line.startswith("| ")]
-    names = [(cells[1] if cells[0] in registry.slots else cells[0]).split() for cells in rows]
-    marked = {name[0] for name, cells in zip(names, rows) if name and any("[plugin " in cell for cell in cells)}
-    built_in = {*registry.variants, *registry.tasks, *(name for _, name in registry.components)}
-    assert "example_rmsnorm" in marked and not marked & built_in, marked
+    known = {*registry.variants, *registry.tasks, *(name for _, name in registry.components), "example_rmsnorm", "rms"}
+    marked, row = set(), None
+    for line in lines:
+        if not line.startswith("| "):
+            row = None
+            continue
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        first = (cells[1] if cells[0] in registry.slots else cells[0]).split()
+        if first and first[0] in known:  # a row starts; the lines after it without a name continue it
+            row = first[0]
+        if row and "[plugin" in line:
+            marked.add(row)
+    assert marked == {"example_rmsnorm", "rms"}, marked
+    if where == "short":
+        assert "[plugin p.py]" in r.stdout  # the marker names the file as given
     assert "variants.presets" in r.stdout  # the footnote names the built-in modules
 
 
