@@ -32,6 +32,7 @@ share state.
 """
 from __future__ import annotations
 
+import contextlib
 import difflib
 import importlib
 import importlib.metadata
@@ -277,8 +278,9 @@ def _validation_error(pm: pluggy.PluginManager, exc: Exception, name: str | None
 
 
 def hook_location(function) -> str:
-    """``path:line`` of a hook implementation: its source file and the line of its ``def`` (after
-    any decorators); ``repr(function)`` where the source cannot be found. Never raises."""
+    """``path:line`` of a hook implementation: its source file (relative to the working directory
+    when under it) and the line of its ``def`` (after any decorators); ``repr(function)`` where the
+    source cannot be found. Never raises."""
     func = inspect.unwrap(function)
     code = getattr(func, "__code__", None)
     try:
@@ -287,6 +289,9 @@ def hook_location(function) -> str:
         path = code.co_filename if code else None
     if path is None:
         return repr(function)
+    with contextlib.suppress(ValueError, OSError):  # under the working directory: relative, as usually given
+        rel = os.path.relpath(path)
+        path = path if rel.startswith(os.pardir) else rel
     try:
         lines, start = inspect.getsourcelines(func)
         line = start + next(i for i, text in enumerate(lines) if text.lstrip().startswith(("def ", "async def ")))
