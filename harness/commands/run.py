@@ -77,9 +77,8 @@ def register(sub, parents):
                    help="with --resume: also run the failed and diverged trials again (their old files are kept "
                         "under RUN_DIR/trials/retried/)")
     g.add_argument("--allow-code-change", action="store_true",
-                   help="with --resume: go on although the project's code or a plugin file differs from the code "
-                        "that trained the run (refused otherwise, exit 2); the change is recorded in config.json, "
-                        "log.txt and report.md")
+                   help="with --resume: go on although the project's code or a plugin file differs from the code that "
+                        "trained the run (else refused, exit 2); recorded in config.json, log.txt and report.md")
     g.add_argument("--jobs", "-j", type=jobs_arg, metavar="N",
                    help="run trials (or, with vectorised seeds, trial groups) in N local worker processes, each "
                         "with max(1, cores // N) threads; 'auto' (default): on the CPU one process per core with 1 "
