@@ -316,6 +316,8 @@ def resume_run(req: RunRequest) -> RunOutcome:
         entry = Resume(req.command_line(), len(todo), retried, options)
         record_code(store, entry, code, changes, {t.key for t in specs} - {t.key for t in todo}, req.quiet)
         meta.resumes = [*(meta.resumes or []), entry]
+        if entry.code is not None:  # stored before a trial of the new code is: a kill keeps the record
+            store.write_meta(meta)
         headline = (f"resume {store.root}: {len(specs) - len(todo)} of {len(specs)} trial(s) stored, running the "
                     f"{len(todo)} missing" + (f" ({len(retried)} failed, retried)" if retried else "")
                     + f" on {meta.device or 'cpu'}, {options.describe()}")
