@@ -84,7 +84,8 @@ def run(variants: _Names = "all", seeds: int | None = None, preset: str | None =
         dtype: str | None = None, jobs: int | str | None = None, threads: int | None = None,
         plugins: _Names = (), plugin_files: _Names = (), quiet: bool = True, load: bool = False,
         check: bool = True, tensorboard: str | Path | bool | None = None, save_models: bool = False,
-        vectorize_seeds: str | None = None, capture: str | None = None):
+        vectorize_seeds: str | None = None, capture: str | None = None, resume: str | Path | None = None,
+        allow_code_change: bool = False):
     """Train ``variants`` x ``seeds`` on a task and write the run's report, as
     ``python -m harness run`` does (the same options and defaults, through the same
     :class:`harness.request.RunRequest` and :func:`harness.launch.start_run`).
@@ -110,6 +111,8 @@ def run(variants: _Names = "all", seeds: int | None = None, preset: str | None =
         save_models: ``--save-models``: keep each trial's weights (``models/<key>.pt``; :func:`load_model`).
         vectorize_seeds: ``--vectorize-seeds``: ``"auto"`` (default: on with CUDA), ``"on"``, ``"off"``.
         capture: ``--capture``: ``"auto"`` (default: CUDA graphs on CUDA), ``"on"`` (CUDA only), ``"off"``.
+        resume: ``--resume``: a stored run's folder; its missing trials run (``variants="all"``: the stored ones).
+        allow_code_change: ``--allow-code-change``: with ``resume``, go on with other code (recorded; else StoreError).
 
     Returns:
         Path | LoadedRun: the run folder (absolute; report.md, trials.csv, ...), or the loaded run. Trials
@@ -118,26 +121,23 @@ def run(variants: _Names = "all", seeds: int | None = None, preset: str | None =
     Raises:
         HarnessError: bad input, as the command line's exit 2 (nothing is stored).
         RunFailedError: no trial of the run finished ok (the folder keeps every failure and its reason).
-        KeyboardInterrupt: interrupted; the finished trials are stored (resume with
-            ``python -m harness run --resume <folder>``).
+        KeyboardInterrupt: interrupted; the finished trials are stored (resume with ``resume=<folder>``).
     """
     from .launch import start_run
 
-    overrides = dict(overrides or {})
-    if task is not None:
-        overrides["train.task"] = task
+    overrides = {**(overrides or {}), **({} if task is None else {"train.task": task})}
     request = RunRequest(
-        variants=names(variants), preset=preset, overrides=override_items(overrides), seeds=seeds,
-        seed_start=seed_start, check=check, device=device, dtype=dtype, jobs=jobs, threads=threads,
-        plugins=_plugin_spec(plugins, plugin_files), results_dir=str(results_dir), run_id=run_id, quiet=quiet,
-        tensorboard=None if tensorboard in (None, False) else "" if tensorboard is True else str(tensorboard),
-        save_models=save_models, vectorize_seeds=vectorize_seeds, capture=capture)
+        variants=None if resume is not None and variants == "all" else names(variants), preset=preset, seeds=seeds,
+        overrides=override_items(overrides), seed_start=seed_start, check=check, device=device, dtype=dtype, jobs=jobs,
+        threads=threads, plugins=_plugin_spec(plugins, plugin_files), results_dir=str(results_dir), run_id=run_id,
+        quiet=quiet, tensorboard=None if tensorboard in (None, False) else "" if tensorboard is True else str(tensorboard),
+        save_models=save_models, vectorize_seeds=vectorize_seeds, capture=capture,
+        resume=None if resume is None else str(resume), allow_code_change=allow_code_change)
     outcome = start_run(request)
     if outcome.interrupted is not None:
         raise outcome.interrupted
     _raise_if_none_ok(outcome)
-    path = outcome.store.root.resolve()
-    return load_run(path) if load else path
+    return load_run(outcome.store.root.resolve()) if load else outcome.store.root.resolve()
 
 
 def _raise_if_none_ok(outcome) -> None:

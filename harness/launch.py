@@ -29,8 +29,9 @@ from .experiments import write_run_report as write_report  # a run's report with
 from .plugins import PluginSpec
 from .registry import Registry
 from .request import CONFIG_OPTIONS, TRIAL_OPTIONS, RunOutcome, RunRequest, Terminated
-from .resume import (check_code_config, check_components, check_plugins, check_points, check_setting, check_trials,
-                     stored_specs)
+from .provenance import CodeState, current_code, write_sources
+from .resume import (check_code, check_code_config, check_components, check_plugins, check_points, check_setting,
+                     check_trials, stored_specs)
 from .runner import Plan, execute, make_specs, with_threads
 from .runmeta import MAX_GROUP, Execution, Resume, RunMeta
 from .store import RunStore, config_hash
@@ -219,9 +220,11 @@ def start_run(req: RunRequest) -> RunOutcome:
     specs = with_save_model(specs) if req.save_models else specs
     if req.tensorboard is not None:
         check_available()  # before anything is stored
-    meta = run_meta(req, reg, plan, specs, device, dtype, options, plugins)
+    meta, code = run_meta(req, reg, plan, specs, device, dtype, options, plugins), current_code(req.plugins)
+    meta.code = code.record
     with executor_session(options, plugins, req.quiet):  # a Ray cluster that cannot be reached stores nothing
         store = RunStore.create(req.results_dir, meta, req.run_id)  # sets meta.run_id
+        write_sources(store.root, code)
         headline = (f"run {store.root}: {len(plan.variants)} variant(s) x {len(plan.seeds)} seed(s) x "
                     f"{len(plan.points)} config(s) = {len(specs)} trial(s) on {device}, {options.describe()}")
         # a measurement has no use for the equivalence classes (its report does not show them)
@@ -297,6 +300,8 @@ def resume_run(req: RunRequest) -> RunOutcome:
     check_code_config(store, meta, specs)
     reg = load_registry(PluginSpec.from_dict(meta.plugins))
     check_components(reg, specs, where)
+    code = current_code(PluginSpec.from_dict(meta.plugins))
+    changes = check_code(meta, code.record, where, req.allow_code_change)
     check_requested(req, given, meta, reg, specs, where)
     execution_given = given & {"executor", "jobs", "threads", "address", "vectorize_seeds", "capture"}
     if not execution_given and meta.execution is not None:
@@ -308,12 +313,34 @@ def resume_run(req: RunRequest) -> RunOutcome:
     todo = with_save_model(todo) if req.save_models else todo
     options = resolved_for(options, todo, meta.device or "cpu")
     with executor_session(options, meta.plugins or {}, req.quiet), store.lock():
-        meta.resumes = [*(meta.resumes or []), Resume(req.command_line(), len(todo), retried, options)]
+        entry = Resume(req.command_line(), len(todo), retried, options)
+        record_code(store, entry, code, changes, {t.key for t in specs} - {t.key for t in todo}, req.quiet)
+        meta.resumes = [*(meta.resumes or []), entry]
+        if entry.code is not None:  # stored before a trial of the new code is: a kill keeps the record
+            store.write_meta(meta)
         headline = (f"resume {store.root}: {len(specs) - len(todo)} of {len(specs)} trial(s) stored, running the "
                     f"{len(todo)} missing" + (f" ({len(retried)} failed, retried)" if retried else "")
                     + f" on {meta.device or 'cpu'}, {options.describe()}")
         return drive(store, todo, meta, options, req.quiet, headline, total=len(specs),
                      after_store=events_writer(req, store, meta))
+
+
+def record_code(store: RunStore, entry: Resume, code: CodeState, changes: list[str] | None, kept: set[str],
+                quiet: bool) -> None:
+    """A resume's record of its code: nothing when it is the code that trained the run's latest trials
+    (``changes`` empty); else ``entry`` gets the new ``code``, its ``code_changes`` (allowed by
+    ``--allow-code-change``; None for a run that recorded no code) and the trials ``kept`` from before,
+    the run folder a copy of each new plugin file, and the run's log one line."""
+    if changes == []:
+        return
+    entry.code, entry.code_changes, entry.kept = code.record, changes, sorted(kept)
+    write_sources(store.root, code)
+    log = run_log(store.root, quiet)
+    if changes is None:
+        log("note: this run recorded no code (made before the code was recorded): the code that trained its "
+            f"{len(kept)} stored trial(s) is unknown; this resume's code is recorded from now on")
+    else:
+        log(f"code changed since the run's trials were trained, going on (--allow-code-change): {'; '.join(changes)}")
 
 
 def retire_failed(store: RunStore, specs: list[TrialSpec]) -> list[str]:

@@ -89,6 +89,8 @@ class RunRequest:
         quiet: no progress bars or log lines on stderr.
         resume: a stored run's folder: run only its missing trials (``--resume``).
         retry_failed: with ``resume``, run its failed and diverged trials again (``--retry-failed``).
+        allow_code_change: with ``resume``, go on when the project's code or a plugin file differs from
+            the code that trained the run (``--allow-code-change``; recorded, :mod:`harness.provenance`).
         command: the command line shown in reports (default: the equivalent ``python -m harness run``).
         tensorboard: write each trial's curves and final metrics as TensorBoard events
             (:mod:`harness.tboard`): ``""`` under the run folder's ``tensorboard/``, a folder ``DIR``
@@ -118,6 +120,7 @@ class RunRequest:
     quiet: bool = False
     resume: str | None = None
     retry_failed: bool = False
+    allow_code_change: bool = False
     command: str | None = None
     tensorboard: str | None = None
     save_models: bool = False
@@ -156,6 +159,8 @@ class RunRequest:
             raise ConfigError("--run-id cannot be combined with --resume (a resumed run keeps its folder)")
         if self.retry_failed and self.resume is None:
             raise ConfigError("--retry-failed needs --resume RUN_DIR (it re-runs a stored run's failed trials)")
+        if self.allow_code_change and self.resume is None:
+            raise ConfigError("--allow-code-change needs --resume RUN_DIR (a new run records the code it runs)")
         return self
 
     def execution(self) -> Execution:
@@ -198,6 +203,7 @@ class RunRequest:
         words = ["run"]
         if self.resume is not None:
             words += ["--resume", str(self.resume)] + (["--retry-failed"] if self.retry_failed else [])
+            words += ["--allow-code-change"] * self.allow_code_change
         if self.variants is not None:
             words += ["--variants", *self.variants]
         words += ["--grid"] * self.grid

@@ -7,6 +7,8 @@ anything runs, the stored ``config.json`` is checked here, in this order:
 2. :func:`check_code_config`: this code reads the stored configs as they were written (same
    config hash, every trial's config round-trips);
 3. :func:`check_components`: every stored trial's components are registered (the same plugins);
+   :func:`check_code`: the project's code and every plugin file are those that trained the run's
+   latest trials (:mod:`harness.provenance`), unless ``--allow-code-change``;
 4. the options given with ``--resume`` ask for nothing else than the stored run:
    :func:`check_plugins`, :func:`check_setting` (device, dtype), :func:`check_points` (config
    and sweep points) and :func:`check_trials` (variants x seeds x points).
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 from .config import RunConfig, hash_view
 from .errors import HarnessError, StoreError
+from .provenance import code_changes, latest_code
 from .registry import Variant
 from .runner import make_specs
 from .runmeta import RunMeta
@@ -105,6 +108,29 @@ def check_components(reg, specs: list[TrialSpec], where: str) -> None:
             except HarnessError as exc:
                 raise StoreError(f"cannot resume {where!r}: trial {ts.key} needs {exc} (load the plugins the "
                                  f"run was started with)") from exc
+
+
+def check_code(meta: RunMeta, now: dict, where: str, allow: bool = False) -> list[str] | None:
+    """This code (``now``: :func:`harness.provenance.current_code`'s record) against the code that
+    trained the run's latest trials (:func:`harness.provenance.latest_code`).
+
+    Returns:
+        The differences, one line each (empty: the same code); None when the run recorded no code
+        (made before it was recorded: nothing to compare).
+
+    Raises:
+        StoreError: the code differs and ``allow`` (``--allow-code-change``) is not given; one line
+            naming every difference.
+    """
+    before = latest_code(meta)
+    if before is None:
+        return None
+    changes = code_changes(before, now)
+    if changes and not allow:
+        raise StoreError(f"cannot resume {where!r}: the code changed since its trials were trained: "
+                         f"{'; '.join(changes)} (give --allow-code-change to go on with this code, which the "
+                         f"run records, or start a new run)")
+    return changes
 
 
 def check_plugins(requested: dict, meta: RunMeta, where: str) -> None:

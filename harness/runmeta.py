@@ -313,12 +313,18 @@ def _encode_planned(specs: list[TrialSpec]) -> list[dict[str, Any]]:
 @dataclass
 class Resume(Record):
     """One ``run --resume`` of a run: its ``command``, trials ``missing`` before it, the keys it
-    ``retried`` (``--retry-failed``) and its :class:`Execution`."""
+    ``retried`` (``--retry-failed``) and its :class:`Execution`; when it ran other code than the run's
+    latest record (``--allow-code-change``, or a run that recorded none): that ``code``
+    (:mod:`harness.provenance`), the ``code_changes`` (one line each) and the trials ``kept`` (stored
+    before it, so trained by the older code)."""
 
     command: str = _f((str,), "", missing="", always=True)
     missing: int = _f((int,), 0, missing=0, always=True)
     retried: list[str] = _f((list,), factory=list, missing=list, always=True)
     execution: Execution | None = _f((dict,), None, record=Execution)
+    code: dict[str, Any] | None = _f((dict,))  # only when the code differs from the latest recorded
+    code_changes: list[str] | None = _f((list,))
+    kept: list[str] | None = _f((list,))
     extra: dict[str, Any] = _extra()
     _keys: tuple | None = _keys()
 
@@ -332,7 +338,8 @@ class RunMeta(Record):
     Every kind: ``kind`` (``train``: no ``kind`` key on disk; ``bench``, ``profile``, ``check`` or an
     experiment's measurement kind), ``command``, ``preset``, ``config`` (``RunConfig.to_dict()``),
     ``variants``, ``device``, ``environment`` (:func:`harness.env.environment`), ``seeds``,
-    ``dtype``, ``plugins`` (``PluginSpec.to_dict()``), ``run_id`` (the folder name, added by
+    ``dtype``, ``plugins`` (``PluginSpec.to_dict()``), ``code`` (the code that made it:
+    :mod:`harness.provenance`; None in a run made before it was recorded), ``run_id`` (the folder name, added by
     :meth:`harness.store.RunStore.create`).
 
     A training run (``python -m harness run``) and an experiment's: ``experiment`` (its name;
@@ -355,6 +362,7 @@ class RunMeta(Record):
     variants: list[str] = _f((list,), MISSING, missing=list, always=True)
     device: str = _f((str,), MISSING, missing="", always=True)
     environment: dict[str, Any] = _f((dict,), MISSING, missing=dict, always=True)
+    code: dict[str, Any] | None = _f((dict,))
     seeds: list[int] | None = _f((list,))
     dtype: str | None = _f((str,))
     plugins: dict[str, Any] | None = _f((dict,))
@@ -393,7 +401,7 @@ class RunMeta(Record):
     _keys: tuple | None = _keys()
 
     ORDER = ("kind", "command", "preset", "config", "variants", "seeds", "device", "dtype", "plugins",
-             "environment", "experiment", "points", "config_hash", "execution", "status", "trials", "heldout",
+             "environment", "code", "experiment", "points", "config_hash", "execution", "status", "trials", "heldout",
              "experiment_spec", "cli_overrides", "run_id", "check", "run_wall_s", "resumes",
              "dtypes", "steps", "warmup_steps", "reference", "peak_gflop_per_s", "bench_s",
              "old", "old_dtype", "group_sizes", "compile_modes", "nondeterministic", "equivalent", "tf32", "check_wall_s", "ok")

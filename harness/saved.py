@@ -90,6 +90,10 @@ def load_model(run, variant: str, seed: int = 0, point: str = "", *, device: str
     Raises:
         StoreError: no such run, or its weights file is missing or fails its checksum.
         ConfigError: no such trial, or the run was made without ``--save-models``.
+
+    Warns:
+        HarnessWarning: this checkout's code (the project's source or a plugin file) differs from the
+            code that trained the trial (:func:`warn_if_code_changed`).
     """
     import torch
 
@@ -114,6 +118,7 @@ def load_model(run, variant: str, seed: int = 0, point: str = "", *, device: str
     problems = model_problems(store.root, [trial])
     if problems:
         raise StoreError(f"{store.root}: {problems[0]}")
+    warn_if_code_changed(store, key, spec.plugins)
     cfg = RunConfig.from_dict(spec.config)
     registry = registry_for(spec.plugins)
     model = build_model(registry, Variant(spec.variant, dict(spec.slots)), cfg.model, seed=spec.seed)
@@ -121,6 +126,26 @@ def load_model(run, variant: str, seed: int = 0, point: str = "", *, device: str
     model.load_state_dict(state)
     model = model.to(device).eval()
     return (model, cfg, registry.task(cfg.train.task)) if with_config else model
+
+
+def warn_if_code_changed(store, key: str, plugins: dict | None) -> None:
+    """One :class:`harness.errors.HarnessWarning` line when the code that would rebuild trial ``key`` of
+    ``store`` (the project's source and the plugin files of ``plugins``, ``PluginSpec.to_dict()``)
+    differs from the code that trained it (:func:`harness.provenance.trial_code`); nothing when the
+    run recorded no code."""
+    import warnings
+
+    from .errors import HarnessWarning
+    from .plugins import PluginSpec
+    from .provenance import code_changes, current_code, trial_code
+
+    trained = trial_code(store.meta(), key)
+    if trained is None:
+        return
+    changes = code_changes(trained, current_code(PluginSpec.from_dict(plugins)).record)
+    if changes:
+        warnings.warn(f"trial {key} of {store.root} was trained by other code than this: {'; '.join(changes)} "
+                      f"(the weights now run through the new code)", HarnessWarning, stacklevel=3)
 
 
 def decode_texts(model, cfg, task, texts: Sequence[str], beam: int = 1, device: str = "cpu") -> list[str]:

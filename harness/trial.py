@@ -22,6 +22,7 @@ import gzip
 import hashlib
 import json
 import math
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -276,10 +277,20 @@ def read_trial_file(path: str | Path) -> dict:
 _REGISTRIES: dict[str, Any] = {}
 
 
+def _stamp(path: str) -> list:
+    """``[path, modification time (ns), size]`` of a plugin file (``[path]`` when it cannot be read)."""
+    try:
+        st = os.stat(path)
+    except (OSError, TypeError, ValueError):
+        return [str(path)]
+    return [str(path), st.st_mtime_ns, st.st_size]
+
+
 def registry_for(plugins: dict[str, Any] | None):
     """The :class:`harness.registry.Registry` of a spec's ``plugins`` (``PluginSpec.to_dict()``;
     None: built-ins and installed entry points), built once per process and then shared: every
-    trial a worker runs reuses it.
+    trial a worker runs reuses it, until a ``--plugin`` file changes on disk (its modification time
+    or size: then it is loaded again, so a process never runs an edited plugin file's old code).
 
     Raises:
         PluginError: as :meth:`harness.registry.Registry.from_plugins`.
@@ -287,7 +298,7 @@ def registry_for(plugins: dict[str, Any] | None):
     from .plugins import PluginSpec
     from .registry import Registry
 
-    key = json.dumps(plugins or {}, sort_keys=True)
+    key = json.dumps([plugins or {}, [_stamp(f) for f in (plugins or {}).get("files", [])]], sort_keys=True)
     if key not in _REGISTRIES:
         _REGISTRIES[key] = Registry.from_plugins(PluginSpec.from_dict(plugins))
     return _REGISTRIES[key]

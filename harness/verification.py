@@ -84,6 +84,7 @@ def verify_run(store: RunStore) -> tuple[list[str], list[str]]:
                          "the planned-trials check is skipped")
         return problems, notes
     _check_planned(store, meta, planned, {t.key for t in valid}, corrupt, problems, notes)
+    _check_code(store, meta, problems, notes)
     return problems, notes
 
 
@@ -187,6 +188,42 @@ def _check_planned(store: RunStore, meta: RunMeta, keys: list[str], stored: set[
         problems.append(f"trials/{k}.json: missing (planned in config.json"
                         f"{'; the run finished' if status == 'complete' else ''}; run it again with: "
                         f"python -m harness run --resume {root})")
+
+
+def _check_code(store: RunStore, meta: RunMeta, problems: list[str], notes: list[str]) -> None:
+    """The run's ``code`` records (:mod:`harness.provenance`): a plugin copy missing or not matching
+    its recorded SHA-256 is a problem (the run folder changed); this checkout's code differing from
+    the code that trained the latest trials, a resume that went on with other code, or no record
+    at all are notes (the run is intact; ``load_model`` warns per trial)."""
+    from .plugins import PluginSpec
+    from .provenance import code_changes, current_code, latest_code, sha256
+
+    records = [meta.code] + [r.code for r in meta.resumes or []]
+    for p in [p for code in records if isinstance(code, dict) for p in code.get("plugins") or []]:
+        copy = p.get("copy") if isinstance(p, dict) else None
+        if not isinstance(copy, str) or not copy.startswith("plugins/") or ".." in copy:
+            continue
+        path = store.root / copy
+        try:
+            data = path.read_bytes()
+        except OSError:
+            problems.append(f"{copy}: missing or unreadable (config.json records it as the source of plugin "
+                            f"{p.get('path')})")
+            continue
+        if sha256(data) != p.get("sha256"):
+            problems.append(f"{copy}: checksum mismatch (not the plugin source config.json records)")
+    latest = latest_code(meta)
+    if latest is None:
+        notes.append("config.json records no code (a run made before the code was recorded): the code that "
+                     "trained it is unknown")
+        return
+    changed = [i for i, r in enumerate(meta.resumes or [], 1) if r.code_changes]
+    if changed:
+        notes.append(f"resumed with other code at resume(s) {changed} (--allow-code-change): its trials were "
+                     f"trained by {len(changed) + 1} versions of the code")
+    now = code_changes(latest, current_code(PluginSpec.from_dict(meta.plugins)).record)
+    if now:
+        notes.append(f"this checkout's code differs from the code that trained the run: {'; '.join(now)}")
 
 
 def _table_difference(have: str, want: str) -> str:

@@ -236,7 +236,8 @@ EXPERIMENT_FILE = st.one_of(
 RUN_OPTIONS = ["--variants", "--grid", "--preset", "--set", "--task", "--device", "--dtype", "--experiment", "--seeds",
                "--seed-start", "--results-dir", "--run-id", "--resume", "--jobs", "--executor", "--address",
                "--threads", "-p", "--plugin", "--strict-plugins", "--quiet", "--help", "--no-check", "--suite",
-               "--retry-failed", "--tensorboard", "--save-models", "--vectorize-seeds", "--capture"]
+               "--retry-failed", "--allow-code-change", "--tensorboard", "--save-models", "--vectorize-seeds",
+               "--capture"]
 
 
 @st.composite
@@ -252,7 +253,7 @@ def run_argv(draw):
     preset_given = False
     for opt in options:
         if opt in ("--grid", "--strict-plugins", "--quiet", "--help", "--junk-option", "--no-check", "--retry-failed",
-                   "--save-models"):
+                   "--allow-code-change", "--save-models"):
             argv.append(opt)
         elif opt == "--tensorboard":  # its folder is optional: a flag after it keeps a later positional out
             argv += ["--tensorboard", draw(st.sampled_from(["-q", "results/tb"]))]

@@ -76,6 +76,9 @@ def register(sub, parents):
     g.add_argument("--retry-failed", action="store_true",
                    help="with --resume: also run the failed and diverged trials again (their old files are kept "
                         "under RUN_DIR/trials/retried/)")
+    g.add_argument("--allow-code-change", action="store_true",
+                   help="with --resume: go on although the project's code or a plugin file differs from the code that "
+                        "trained the run (else refused, exit 2); recorded in config.json, log.txt and report.md")
     g.add_argument("--jobs", "-j", type=jobs_arg, metavar="N",
                    help="run trials (or, with vectorised seeds, trial groups) in N local worker processes, each "
                         "with max(1, cores // N) threads; 'auto' (default): on the CPU one process per core with 1 "
@@ -121,7 +124,7 @@ def request_from_args(args) -> RunRequest:
         address=args.address, vectorize_seeds=args.vectorize_seeds, capture=args.capture, plugins=plugin_spec(args),
         results_dir=args.results_dir, run_id=args.run_id, quiet=args.quiet, resume=args.resume,
         retry_failed=args.retry_failed, command=command_line(args), tensorboard=args.tensorboard,
-        save_models=args.save_models)
+        save_models=args.save_models, allow_code_change=args.allow_code_change)
 
 
 def main(args) -> int:

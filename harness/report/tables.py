@@ -238,7 +238,9 @@ def environment_block(meta: RunMeta) -> str:
     if ex is not None:  # the timing columns depend on it (--jobs auto: trials side by side)
         lines.append(f"- execution: `{ex.executor}, jobs={ex.jobs}, "
                      f"threads per trial={env.get('threads')}`")
-    return "\n".join(lines)
+    from ..provenance import code_note
+
+    return "\n".join(lines + code_note(meta))
 
 
 def lr_max(cfg: dict) -> float:
