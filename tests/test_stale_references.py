@@ -52,7 +52,10 @@ def repo(tmp_path):
     _reference(repo, "dirty/inner", first + "+uncommitted")
     _reference(repo, "nowhere", "0123abc")   # a commit this history does not hold
     _reference(repo, "no-commit", None)      # skipped
-    second = _commit(repo, {"harness/cli.py": "b\n", "docs/x.md": "b\n"}, "cli and docs only")
+    _reference(repo, "check-record", first)  # a check record: the checks' changes count too
+    (repo / "results" / "reference" / "check-record" / "checks.md").write_text("classes\n")
+    second = _commit(repo, {"harness/cli.py": "b\n", "docs/x.md": "b\n", "harness/checks/probes.py": "b\n"},
+                     "cli, docs and the checks")
     _reference(repo, "after-cli", second)
     _commit(repo, {"harness/train.py": "b\n"}, "the training loop")
     return repo, first, second
@@ -62,14 +65,15 @@ def test_a_reference_is_stale_only_when_a_file_that_moves_numbers_changed(repo):
     repo, first, second = repo
     refs = stale.find_references(repo / "results" / "reference")
     assert [(r.name, r.commit, r.uncommitted) for r in refs] == [
-        ("after-cli", second, False), ("dirty", first, True), ("nowhere", "0123abc", False),
-        ("trained", first, False)]
+        ("after-cli", second, False), ("check-record", first, False), ("dirty", first, True),
+        ("nowhere", "0123abc", False), ("trained", first, False)]
     states = {r.reference.name: r for r in (stale.staleness(repo, ref) for ref in refs)}
     assert states["trained"].state == "stale" and states["trained"].changed == ["harness/train.py"]
-    assert states["dirty"].changed == ["harness/train.py"]  # docs and cli.py changed too, not listed
+    assert states["dirty"].changed == ["harness/train.py"]  # docs, cli.py and checks/ changed too, not listed
+    assert states["check-record"].changed == ["harness/checks/probes.py", "harness/train.py"]
     assert states["nowhere"].state == "unknown" and "0123abc" in states["nowhere"].reason
     # at the commit before the training-loop change, the cli/docs change alone leaves it current
-    at_second = stale.staleness(repo, refs[3], head=second)
+    at_second = stale.staleness(repo, refs[4], head=second)
     assert at_second.state == "current" and at_second.changed == []
 
 

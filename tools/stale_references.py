@@ -5,7 +5,8 @@ Each run folder under ``results/reference/`` records the commit it ran at in ``c
 (``environment.git_commit``; a ``+uncommitted`` suffix means the tree differed from that commit).
 For each reference folder and recorded commit this lists the files under ``NUMERIC_PATHS`` that
 ``git diff --name-only <commit> HEAD`` reports as changed: the training loop, the model, the
-vectorised step, the tasks, the built-in variants, the presets, the measurements and statistics.
+vectorised step, the tasks, the built-in variants, the presets, the measurements and statistics
+(and, for a check record, a folder holding ``checks.md``, the checks: ``CHECK_PATHS``).
 A change elsewhere (docs, the checks, the command line, reports) does not move a run's scores or
 timings and is not listed.
 
@@ -35,6 +36,8 @@ NUMERIC_PATHS = (
     "harness/config.py", "harness/measure.py", "harness/stats.py", "harness/env.py",
     "harness/tasks/", "harness/perf/", "variants/",
 )
+# A check record (a folder with checks.md) is made by the checks: their changes can move its classes too.
+CHECK_PATHS = NUMERIC_PATHS + ("harness/checks/", "harness/overview.py")
 
 
 @dataclass
@@ -45,6 +48,12 @@ class Reference:
     commit: str
     uncommitted: bool = False
     runs: list[str] = field(default_factory=list)
+    check_record: bool = False
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        """The paths whose changes can move this reference's numbers."""
+        return CHECK_PATHS if self.check_record else NUMERIC_PATHS
 
 
 @dataclass
@@ -85,6 +94,7 @@ def find_references(reference_root: Path) -> list[Reference]:
         ref = found.setdefault((top, commit), Reference(top, commit))
         ref.uncommitted |= raw.endswith("+uncommitted")
         ref.runs.append(rel.as_posix())
+        ref.check_record |= (config.parent / "checks.md").is_file()
     return [found[k] for k in sorted(found)]
 
 
@@ -93,14 +103,14 @@ def _git(repo: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 def staleness(repo: Path, ref: Reference, head: str = "HEAD") -> Staleness:
-    """Compare ``ref.commit`` with ``head`` in ``repo`` over ``NUMERIC_PATHS``; never raises."""
+    """Compare ``ref.commit`` with ``head`` in ``repo`` over ``ref.paths``; never raises."""
     try:
         known = _git(repo, "cat-file", "-e", f"{ref.commit}^{{commit}}")
     except OSError as err:  # no git executable
         return Staleness(ref, "unknown", reason=f"git not available ({err.strerror})")
     if known.returncode != 0:
         return Staleness(ref, "unknown", reason=f"commit {ref.commit} not in this clone's history")
-    diff = _git(repo, "diff", "--name-only", ref.commit, head, "--", *NUMERIC_PATHS)
+    diff = _git(repo, "diff", "--name-only", ref.commit, head, "--", *ref.paths)
     if diff.returncode != 0:
         last = diff.stderr.strip().splitlines()
         return Staleness(ref, "unknown", reason=last[-1] if last else "git diff failed")
