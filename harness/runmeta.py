@@ -241,7 +241,7 @@ class Execution(Record):
         comparisons use ``harness bench`` (one process, interleaved) or ``--jobs 1``. On a GPU a
         small model's captured step leaves the chip mostly idle and each trial spends seconds on
         the host (build, checks, evaluation), so groups of different variants side by side overlap
-        that host time (docs/benchmarks.md, "GPU").
+        that host time (docs/benchmarks.md, "How long does the main job take?").
         """
         if self.capture == "on" and not device.startswith("cuda"):
             from .errors import ConfigError

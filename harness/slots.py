@@ -1,6 +1,6 @@
 """Slots, each declared once: what it decides, its protocol, its reference, its check, its table column.
 
-A *slot* is one axis of choice (README, "Vocabulary"). Every table about slots derives from the
+A *slot* is one axis of choice (README, "What it does"). Every table about slots derives from the
 :class:`Slot` records of :data:`BUILTIN` (and of plugins, through ``harness_add_slots``):
 :data:`harness.registry.SLOT_DOCS`, :func:`main_slots` (the slots the single-change variants and
 ``--grid`` vary, the trial table's slot columns), :data:`harness.checks.contract_base.SLOT_REFERENCES`

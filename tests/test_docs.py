@@ -99,3 +99,41 @@ def test_every_seed_preset_is_described_in_seeds_md():
         assert documented == changed, (name, documented, changed)
     for bug in (n for n in reg.variants if n.startswith("bug_")):
         assert f"`{bug}`" in text, f"{bug} is not described in docs/seeds.md"
+
+
+# ---- README's layout block matches the tree ----
+
+def _readme_layout() -> tuple[dict[str, str], list[str]]:
+    """README's "## Layout" block: {top-level folder: its text} and the harness/ entry's file and folder names."""
+    section = (ROOT / "README.md").read_text().split("## Layout", 1)[1]
+    (block,) = re.findall(r"```\n(.*?)```", section, flags=re.S)[:1]
+    entries: dict[str, str] = {}
+    for line in block.splitlines():
+        head = re.match(r"([\w.-]+)/\s", line)
+        if head:
+            current = head.group(1)
+            entries[current] = line[head.end():]
+        elif line.strip():
+            entries[current] += " " + line.strip()
+    harness_names = re.findall(r"(?<![\w./])([a-z_]+(?:\.py|/))(?![\w.])", entries.get("harness", ""))
+    return entries, harness_names
+
+
+def _tracked_top_level_folders() -> set[str]:
+    """Top-level folders holding a tracked file (git ls-files), or, without git, every non-hidden folder."""
+    try:
+        out = subprocess.run(["git", "-C", str(ROOT), "ls-files"], capture_output=True, text=True, check=True).stdout
+        return {p.split("/", 1)[0] for p in out.splitlines() if "/" in p and not p.startswith(".")}
+    except (OSError, subprocess.CalledProcessError):
+        return {p.name for p in ROOT.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))
+                and not p.name.endswith(".egg-info")}
+
+
+def test_readme_layout_names_every_top_level_folder_and_only_what_exists():
+    entries, harness_names = _readme_layout()
+    assert "harness" in entries and len(harness_names) >= 10, "the layout block was not parsed"
+    missing = [f"{name}/" for name in entries if not (ROOT / name).is_dir()]
+    missing += [f"harness/{name}" for name in harness_names if not (ROOT / "harness" / name.rstrip("/")).exists()]
+    assert missing == [], f"README's layout names what the tree does not hold: {missing}"
+    unnamed = sorted(_tracked_top_level_folders() - set(entries))
+    assert unnamed == [], f"top-level folders README's layout does not name: {unnamed}"

@@ -2,7 +2,7 @@
 
 Fault: ``y + 0.5 * (y - y.detach())``, the straight-through trick: the value is the position-wise FFN's
 (Vaswani et al. 2017 §3.3) to the last bit, the gradient through it 1.5x. Every output comparison passes;
-only gradients show it. Since session 25 a gap in the gradients alone, with the outputs within their
+only gradients show it. Since 320378a a gap in the gradients alone, with the outputs within their
 threshold, is drawn again on a second reference state and batch before it counts (a ReLU input within
 float32 rounding of 0 moves one gradient entry far beyond rounding on one draw: a false alarm at the g2p
 and deep sizes); this plugin checks that the second draw keeps a real gradient fault a failure, and that
