@@ -73,7 +73,7 @@ MODERN = [
             "baseline with sliding-window causal self-attention in the decoder (w = model.window, default "
             f"{WINDOW_DEFAULT})", "Mistral (Jiang et al. 2023)"),
     _modern("qk_norm_attention", {"attention": "qk_norm"},
-            "baseline with QK-norm (RMSNorm on each head's q and k)", "Gemma 3; Qwen3; OLMo 2"),
+            "baseline with QK-norm (RMSNorm on each head's q and k)", "Gemma 3; Qwen3"),
     _modern("parallel_block", {"norm": "parallel"},
             "baseline with parallel blocks: attention and FFN from one LayerNorm, summed (final LayerNorm)",
             "GPT-J (Wang & Komatsuzaki 2021); PaLM (Chowdhery et al. 2022 §2)"),
