@@ -33,6 +33,10 @@ RENAMED: dict[str, dict[str, str]] = {"train": {"lr": "noam_factor"}}
 ADDED: dict[str, dict[str, Any]] = {"train": {"beam": 1, "bucket": False, "log_every": 1},
                                    "model": {"n_kv_heads": 0, "window": 0}}
 
+#: The sliding-window mask's window when ``model.window`` is 0 (:meth:`ModelConfig.sliding_window`), as every
+#: text that states it says it (``list``, the component's summary, docs/components.md; tests/test_docs.py).
+WINDOW_DEFAULT = "max(2, max_len // 4)"
+
 
 def renamed(data: Any, section: str, where: str) -> Any:
     """``data`` (a section's table) with old key names replaced by the new ones.
@@ -207,7 +211,8 @@ class ModelConfig:
             Components with h K/V heads (every other built-in) ignore it.
         window: keys a sliding-window causal mask keeps (``mask=sliding_window``; Mistral, Jiang et al.
             2023): query i attends to j with i - window < j <= i, itself included. 0 (default): not set,
-            :meth:`sliding_window` gives max(2, max_len // 4). Other masks ignore it.
+            :meth:`sliding_window` gives :data:`WINDOW_DEFAULT`; 1 is refused (each query would see only
+            itself: no gradient reaches the self-attention's queries and keys). Other masks ignore it.
 
     Raises:
         ConfigError: on any out-of-range value (see :meth:`validate`).
@@ -229,7 +234,7 @@ class ModelConfig:
         return self.d_model // self.h
 
     def sliding_window(self) -> int:
-        """The sliding-window mask's window w: ``window`` when set, else max(2, max_len // 4)."""
+        """The sliding-window mask's window w: ``window`` when set, else :data:`WINDOW_DEFAULT`."""
         return self.window or max(2, self.max_len // 4)
 
     def validate(self) -> "ModelConfig":
@@ -251,8 +256,10 @@ class ModelConfig:
             raise ConfigError(f"pad must be a token id in [0, vocab), got {self.pad}")
         if self.max_len < 2:
             raise ConfigError(f"max_len must be >= 2, got {self.max_len}")
-        if self.window < 0:
-            raise ConfigError(f"window must be >= 0 (0: not set), got {self.window}")
+        if self.window < 0 or self.window == 1:
+            raise ConfigError(f"window must be >= 2 (or 0: not set, {WINDOW_DEFAULT}), got {self.window}: with "
+                              f"window 1 each query sees only itself, so the self-attention's query and key "
+                              f"projections get no gradient")
         if self.n_kv_heads < 0 or (self.n_kv_heads and self.h % self.n_kv_heads):
             raise ConfigError(f"n_kv_heads must divide h (or be 0: not set): got n_kv_heads={self.n_kv_heads}, "
                               f"h={self.h} (try one of {[n for n in range(1, self.h + 1) if self.h % n == 0]})")

@@ -21,7 +21,7 @@ import time
 from typing import Any
 
 from .config import DEFAULT_PRESET, get_preset, parse_overrides, resolve_key
-from .errors import ConfigError
+from .errors import ConfigError, HarnessError
 from .experiments import plan_from_experiment, spec_from_meta
 from .experiments import run_table
 from .beside import idle_beside, preload_report_modules, pretraining_check, warm_workers
@@ -231,7 +231,7 @@ def start_run(req: RunRequest) -> RunOutcome:
         check = req.check and plan.measure is None and len([v for v in plan.variants if not v.buggy]) > 1
 
         def check_now() -> dict:  # after bad input is refused, inside the interrupt guard
-            return record_check(reg, plan.variants, run_log(store.root, req.quiet))
+            return record_check(reg, plan.variants, run_log(store.root, req.quiet), check_configs(reg, plan))
 
         def keep(result: dict) -> None:  # in this (the main) thread: the only writer of config.json
             meta.check = result
@@ -257,19 +257,41 @@ def run_meta(req: RunRequest, reg, plan: Plan, specs: list[TrialSpec], device: s
         heldout=heldout_note(reg.task(cfg.train.task), cfg, seeds[0]), **plan.meta)
 
 
-def record_check(reg, variants, log=None) -> dict:
-    """check's equivalence classes of ``variants`` (:func:`harness.overview.check_classes`), with one
-    line to ``log`` (the run's :func:`run_log`: its log.txt, and stderr unless quiet) naming the classes
-    that hold more than one variant."""
+def record_check(reg, variants, log=None, configs=None) -> dict:
+    """check's equivalence classes of ``variants`` (:func:`harness.overview.check_classes`) at ``configs``
+    (:func:`check_configs`: the run's model configs), with one line to ``log`` (the run's :func:`run_log`: its
+    log.txt, and stderr unless quiet) naming the classes that hold more than one variant."""
     from .overview import check_classes
 
-    result = check_classes(reg, variants)
+    result = check_classes(reg, variants, configs=configs)
     if log:
         multi = ["{" + ", ".join(c) + "}" for c in result["classes"] if len(c) > 1]
         what = (f"check could not group them: {result['error']}" if result.get("error") else
                 f"{len(result['classes'])} class(es); same function: {'; '.join(multi) or 'none'}")
         log(f"check: {len(variants)} variant(s), {what} ({result['wall_s']:.1f} s)")
     return result
+
+
+def check_configs(reg, plan: Plan) -> list:
+    """``(model config, task rows)`` for each distinct model config the plan's trials train (one unless a
+    sweep varies ``model.*`` keys): check groups the variants at the configs the run trains, since whether two
+    components compute the same function can depend on them (h, n_kv_heads, window, ...). The task rows are
+    the run's task's (:func:`harness.checks.probes.task_rows`; None when the task cannot draw rows this
+    model takes)."""
+    from .checks.probes import task_rows
+
+    out, seen = [], set()
+    for _, cfg in plan.points:
+        key = repr(cfg.model)
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            rows = task_rows(reg.task(cfg.train.task), cfg.train.seq_len, cfg.model, plan.seeds[0] if plan.seeds else 0)
+        except HarnessError:
+            rows = None
+        out.append((cfg.model, rows))
+    return out
 
 
 # ------------------------------------------------------------------------------------- resuming

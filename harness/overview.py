@@ -15,46 +15,94 @@ from .stats import MIN_PAIRS_SIGN_TEST
 from .runmeta import RunMeta
 
 
-def check_classes(registry, variants, full: bool = False) -> dict:
-    """Equivalence classes of ``variants`` from ``check`` (CPU, fp32, the check config).
+def check_classes(registry, variants, full: bool = False, configs=None) -> dict:
+    """Equivalence classes of ``variants`` from ``check`` (CPU, fp32), at the model configs the caller
+    trains (``configs``: ``(model config, task rows)`` pairs; None: the check config, as ``check`` itself).
 
     ``full``: the whole check (:func:`harness.checks.run_checks`, with its failures; what the suite
     records); else only its pair comparisons (:func:`harness.checks.whole.equivalence_classes`: the same
     classes in a fraction of the time; what ``run`` records), on one intra-op thread (the caller's
     count restored: the check's ops are small, and a second thread slowed them 4-13x on a busy
-    2-core machine, docs/benchmarks.md). A check that cannot run (a plugin's
-    variant that does not build, say) is recorded, never raised: the classes are context for the
-    training numbers, not a gate (the run's own integrity gate is).
+    2-core machine, docs/benchmarks.md). Two variants share a class only when they do at every config
+    given (a sweep over ``model.*`` keys gives several): whether two components compute the same function
+    can depend on the model config (at h = 2 grouped-query attention with h/2 K/V heads is multi-query
+    attention). A check that cannot run (a plugin's variant that does not build, say) is recorded, never
+    raised: the classes are context for the training numbers, not a gate (the run's own integrity gate is).
 
     Returns:
-        ``{"classes": [[names]], "failures": [lines], "scope": "full"|"pairs", "wall_s": seconds}``;
-        on an error ``{"classes": [], "failures": [], "error": "one line", "wall_s": 0.0}``.
+        ``{"classes": [[names]], "failures": [lines], "scope": "full"|"pairs", "wall_s": seconds,
+        "models": [{N, d_model, h, ...}]}``; on an error ``{"classes": [], "failures": [], "error": "one
+        line", "wall_s": 0.0}``.
     """
     import torch
-
-    from .checks.whole import equivalence_classes, run_checks
 
     t0 = time.perf_counter()
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # small ops: 3.8 s vs 15-50 s with 2 threads on a busy 2-core machine
     try:
-        if full:
-            report = run_checks(registry, [v for v in variants if not v.buggy], device="cpu", dtype="fp32")
-            classes, failures = report.classes(), report.failures()
-        else:
-            classes, failures = equivalence_classes(registry, variants, device="cpu", dtype="fp32"), []
+        found = [_classes_at(registry, variants, full, cfg, rows) for cfg, rows in (configs or [(None, "default")])]
     except (HarnessError, RuntimeError, ValueError) as exc:
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         return {"classes": [], "failures": [], "error": reason, "wall_s": 0.0}
     finally:
         torch.set_num_threads(threads)
+    classes = meet([c for c, _ in found])
+    failures = list(dict.fromkeys(f for _, fs in found for f in fs))
+    models = [model_summary(cfg) for cfg, _ in configs] if configs else []
     return {"classes": classes, "failures": failures, "scope": "full" if full else "pairs",
-            "wall_s": round(time.perf_counter() - t0, 2)}
+            "wall_s": round(time.perf_counter() - t0, 2), "models": models}
+
+
+#: The model keys a report names when it says at which model config check grouped the variants.
+SUMMARY_KEYS = ("N", "d_model", "h", "d_ff", "n_kv_heads", "window", "max_len", "vocab")
+
+
+def model_summary(cfg) -> dict:
+    """The keys of :data:`SUMMARY_KEYS` that ``cfg`` (a :class:`harness.config.ModelConfig`) has."""
+    return {k: getattr(cfg, k) for k in SUMMARY_KEYS if hasattr(cfg, k)}
+
+
+def _classes_at(registry, variants, full: bool, cfg, rows) -> tuple[list[list[str]], list[str]]:
+    """(classes, failures) of ``variants`` at model config ``cfg`` (None: the check config)."""
+    from .checks.whole import equivalence_classes, run_checks
+
+    if full:
+        report = run_checks(registry, [v for v in variants if not v.buggy], cfg, device="cpu", dtype="fp32",
+                            task_rows=rows)
+        return report.classes(), report.failures()
+    return equivalence_classes(registry, variants, cfg, device="cpu", dtype="fp32", task_rows=rows), []
+
+
+def meet(partitions: list[list[list[str]]]) -> list[list[str]]:
+    """The finest partition that every one of ``partitions`` coarsens: two names share a class only
+    when they share one in each partition (sorted as the inputs: by first appearance in the first)."""
+    if len(partitions) == 1:
+        return partitions[0]
+    label = {}
+    for part in partitions:
+        for i, cls in enumerate(part):
+            for name in cls:
+                label.setdefault(name, []).append(i)
+    out: dict[tuple, list[str]] = {}
+    for cls in partitions[0]:
+        for name in cls:
+            out.setdefault(tuple(label[name]), []).append(name)
+    return list(out.values())
 
 
 def class_of(classes: list[list[str]], name: str) -> list[str]:
     """The check class that contains ``name`` (``[name]`` when check did not see it)."""
     return next((c for c in classes if name in c), [name])
+
+
+def at_models(models: list[dict] | None) -> str:
+    """"at N = 1, d_model = 64, h = 4, ...; " for the model configs check grouped at ("" for none recorded:
+    runs recorded before the classes followed the run's config, at the check config)."""
+    if not models:
+        return ""
+    shown = ("N", "d_model", "h", "d_ff", "n_kv_heads", "window")  # the last two only when set (0: the default)
+    return "at " + " and ".join(", ".join(f"{k} = {v}" for k, v in m.items() if k in shown and (v or k in shown[:4]))
+                                for m in models) + "; "
 
 
 def classes_section(check: dict, heading: str = "## Which variants compute the same function") -> list[str]:
@@ -66,7 +114,7 @@ def classes_section(check: dict, heading: str = "## Which variants compute the s
     multi = [c for c in classes if len(c) > 1]
     single = [c[0] for c in classes if len(c) == 1]
     what = "check's pair comparisons" if check.get("scope") == "pairs" else "`python -m harness check`"
-    out += [f"{what} on these variants (CPU, fp32, {check.get('wall_s', 0):.1f} s): variants in "
+    out += [f"{what} on these variants (CPU, fp32, {at_models(check.get('models'))}{check.get('wall_s', 0):.1f} s): variants in "
             "one class give the same outputs and gradients from the same weights, so their training differs only "
             "by floating-point rounding; every other pair computes a different function.", ""]
     out += [f"- class {i}: {', '.join(c)}" for i, c in enumerate(multi, 1)]

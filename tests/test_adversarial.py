@@ -90,6 +90,11 @@ FAULTS = {
     "adv_ffn_straight_through": "the backward is not the derivative of the forward",
     "adv_start_symbol_leak": "decoder position 0 changed",
     "adv_source_without_specials": "on rows the task drew: real target positions changed",
+    "adv_qk_norm_no_gain": "the component has no parameter q_norm.weight, k_norm.weight",
+    "adv_qk_norm_gain_unused": "QK-norm gains q_norm.weight, k_norm.weight never applied",
+    "adv_nan_in_training": "non-finite output in training mode",
+    "adv_parallel_two_norms": "a LayerNorm for each sub-layer",
+    "adv_alibi_slopes_over_h": "ALiBi: one slope m = 0.25 = 1/H for every head",
 }
 GOOD = sorted(p.stem for p in PLUGINS.glob("good_*.py"))
 
@@ -110,6 +115,7 @@ def test_check_catches_the_undeclared_fault_and_names_it(name):
     failures = report.failures()
     assert failures, f"{name} slipped past every check"
     assert FAULTS[name] in failures[0], failures[0]
+    assert not [f for f in failures if "harness/checks/" in f], f"the checker itself crashed: {failures}"
 
 
 @pytest.mark.parametrize("name", GOOD)

@@ -6,7 +6,8 @@
   as LLaMA's ``repeat_kv`` (``x[:, :, None].expand(...).reshape(...)``, i.e. ``repeat_interleave``
   over the head axis). With n_kv = h it is multi-head attention.
 * ``qk_norm``: multi-head attention with QK-norm (RMSNorm over d_k on each head's q and k, gains
-  ``q_norm.weight``, ``k_norm.weight`` (d_k,), before RoPE; Gemma 3, Qwen3, OLMo 2), held to the check's
+  ``q_norm.weight``, ``k_norm.weight`` (d_k,), before RoPE; Gemma 3, Qwen3; OLMo 2 normalises the whole
+  projection before the head split instead), held to the check's
   ``qk_rmsnorm`` formula.
 * ``mqa``: multi-query attention (Shazeer 2019, "Fast Transformer Decoding"; PaLM, Falcon): one K/V head
   shared by every query head (n_kv = 1 whatever the config says).
@@ -151,7 +152,7 @@ def harness_add_components():
                   "multi-query attention: one K/V head shared by every query head", "Shazeer 2019; PaLM"),
         Component("qk_norm", "attention", QKNormAttention,
                   "multi-head attention with RMSNorm on each head's q and k (gains (d_k,)), before RoPE",
-                  "Dehghani et al. 2023; OLMo 2; Gemma 3, Qwen3",
+                  "Gemma 3, Qwen3 (per head); Dehghani et al. 2023 (QK LayerNorm)",
                   differs="QK-norm: each head's q and k RMS-normalised over d_k with learned gains before the dot "
-                          "product (Gemma 3, Qwen3; OLMo 2)", reference="qk_rmsnorm"),
+                          "product (Gemma 3, Qwen3)", reference="qk_rmsnorm"),
     ]

@@ -26,6 +26,7 @@ from __future__ import annotations
 import torch
 
 from harness import Component, hookimpl
+from harness.config import WINDOW_DEFAULT
 
 
 def causal_keep(t: int, device) -> torch.Tensor:
@@ -104,7 +105,7 @@ def harness_add_components():
                   "bool keep-mask, masked_fill(mask == 0, -1e9); fully masked row -> uniform",
                   "Annotated Transformer (seeds 000, 004)", fully_masked_row="uniform", default=True),
         Component("sliding_window", "mask", lambda ctx: SlidingWindowMask(ctx.cfg.sliding_window()),
-                  "causal within a window of w keys (model.window, default max_len // 4), bool keep-mask",
+                  f"causal within a window of w keys (model.window, default {WINDOW_DEFAULT}), bool keep-mask",
                   "Mistral (Jiang et al. 2023); Longformer local attention",
                   differs="sliding-window causal attention: query i attends to i - w < j <= i only, not to every "
                           "earlier key (Mistral, Jiang et al. 2023)", reference="causal_window"),

@@ -15,6 +15,7 @@ sqrt(d_model) scale; BatchNorm instead of LayerNorm).
 from __future__ import annotations
 
 from harness import Variant, hookimpl
+from harness.config import WINDOW_DEFAULT
 
 SEED_PRESETS = [
     Variant("seed_000", {"norm": "pre", "layer_norm": "annotated"},
@@ -70,9 +71,9 @@ MODERN = [
             "baseline with grouped-query attention (n_kv_heads K/V heads, default h/2)", "Ainslie et al. 2023; LLaMA-2/3"),
     _modern("sliding_window", {"mask": "sliding_window"},
             "baseline with sliding-window causal self-attention in the decoder (w = model.window, default "
-            "max_len // 4)", "Mistral (Jiang et al. 2023)"),
+            f"{WINDOW_DEFAULT})", "Mistral (Jiang et al. 2023)"),
     _modern("qk_norm_attention", {"attention": "qk_norm"},
-            "baseline with QK-norm (RMSNorm on each head's q and k)", "Gemma 3; Qwen3; OLMo 2"),
+            "baseline with QK-norm (RMSNorm on each head's q and k)", "Gemma 3; Qwen3"),
     _modern("parallel_block", {"norm": "parallel"},
             "baseline with parallel blocks: attention and FFN from one LayerNorm, summed (final LayerNorm)",
             "GPT-J (Wang & Komatsuzaki 2021); PaLM (Chowdhery et al. 2022 §2)"),

@@ -95,7 +95,7 @@ def _rms(x: torch.Tensor, g: torch.Tensor, dims=(-1,)) -> torch.Tensor:
 def qk_normed(q: torch.Tensor, k: torch.Tensor, state: dict[str, torch.Tensor], formula: str, fault: str = ""):
     """QK-norm (``formula="qk_rmsnorm"``): each head's q and k (B, heads, L, d_k) RMS-normalised over d_k,
     eps 1e-6, times the gains ``q_norm.weight``, ``k_norm.weight`` (d_k,), before RoPE (Gemma 3, Qwen3;
-    Dehghani et al. 2023, OLMo 2); or as a :data:`QK_NORM_FAULTS` entry does it. Unchanged without ``formula``."""
+    Dehghani et al. 2023 with LayerNorm); or as a :data:`QK_NORM_FAULTS` entry does it. Unchanged without ``formula``."""
     if formula != "qk_rmsnorm":
         return q, k
     gq, gk = state["q_norm.weight"], state["k_norm.weight"]
@@ -105,16 +105,24 @@ def qk_normed(q: torch.Tensor, k: torch.Tensor, state: dict[str, torch.Tensor], 
         return _rms(q, gq), k.double()
     if fault == "qk_norm_gains_swapped":
         return _rms(q, gk), _rms(k, gq)
+    if fault == "qk_norm_no_gain":
+        return _rms(q, torch.ones_like(gq)), _rms(k, torch.ones_like(gk))
     return _rms(q, gq), _rms(k, gk)
 
 
 #: Known QK-norm mistakes (tried for a component declaring ``reference="qk_rmsnorm"``).
 QK_NORM_FAULTS: dict[str, str] = {
     "qk_norm_d_model": "QK-norm statistics over d_model (all heads together) where each head is normalised over "
-                       "its own d_k",
+                       "its own d_k (OLMo 2 normalises so on purpose: a component that does declares its own "
+                       "formula, not reference='qk_rmsnorm')",
     "qk_norm_q_only": "QK-norm applied to q only (k not normalised)",
     "qk_norm_gains_swapped": "QK-norm gains swapped (q_norm.weight used on k and k_norm.weight on q)",
+    "qk_norm_no_gain": "QK-norm gains q_norm.weight, k_norm.weight never applied (q and k only RMS-normalised): "
+                       "the gains get no gradient and never train",
 }
+
+#: Canonical parameters a declared formula reads (``reference=``), named when a component lacks them.
+FORMULA_PARAMETERS: dict[str, tuple[str, ...]] = {"qk_rmsnorm": ("q_norm.weight", "k_norm.weight")}
 
 
 def kv_heads_of(state: dict[str, torch.Tensor], h: int, d_k: int) -> int:
@@ -274,6 +282,12 @@ def _attention_case_result(comp, ctx, cfg: ModelConfig, seed: int, kind: str, po
         return component_result(comp, label, VIOLATES, False, detail=(
             f"does not export the canonical layout (missing {', '.join(missing)}; has "
             f"{', '.join(sorted(names)) or 'nothing'}): define canonical_state()/load_canonical_state()"))
+    lacking = [n for n in FORMULA_PARAMETERS.get(comp.reference, ()) if n not in names]
+    if lacking:
+        return component_result(comp, label, VIOLATES, False, diagnosis=(
+            f"the component has no parameter {', '.join(lacking)}, which the formula it declares "
+            f"(reference={comp.reference!r}) applies: a gain of shape (d_k,) on each head's normalised q and k; "
+            f"export it from canonical_state(), or declare another formula"))
     state = load_random_state(attn, seed)
     attn = attn.eval()
     kv = x if kind == "self" else mem

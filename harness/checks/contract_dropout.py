@@ -20,6 +20,7 @@ Shape letters: B batch, T length, D = d_model.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import torch
 
@@ -51,6 +52,10 @@ def check_dropout(comp: Component, cfg: ModelConfig, seed: int, kind: str) -> li
         return [crash_result(comp, label, exc)]
     if abs(bias) <= MAX_BIAS:
         return [component_result(comp, label, CONFORMS, True, abs(bias), MAX_BIAS)]
+    if not math.isfinite(bias):
+        return [component_result(comp, label, VIOLATES, False, math.inf, MAX_BIAS, diagnosis=(
+            f"non-finite output in training mode: the {kind} component's training-mode output (dropout p = "
+            f"{DROPOUT_P} or 0) holds NaN or inf, while every check in evaluation mode saw finite outputs"))]
     return [component_result(comp, label, VIOLATES, False, abs(bias), MAX_BIAS, diagnosis=(
         f"with dropout on, the mean training output is {1 + bias:.2f} x the output without dropout (unbiased dropout: "
         f"1.00; {1 - DROPOUT_P:.2f} when the 1 / (1 - p) rescale is missing, {1 / (1 - DROPOUT_P):.2f} when it is "

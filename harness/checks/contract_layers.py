@@ -210,10 +210,8 @@ def check_parallel(comp: Component, mod: nn.Module, cfg: ModelConfig, seed: int 
         if "norm.weight" not in state:
             return [component_result(comp, label, VIOLATES, False, diagnosis=(
                 "no LayerNorm child named 'norm' made with ctx.layer_norm(): a parallel block has one LayerNorm"))]
-        ln = nn.LayerNorm(cfg.d_model).double()
-        with torch.no_grad():
-            ln.weight.copy_(state["norm.weight"])
-            ln.bias.copy_(state.get("norm.bias", torch.zeros(cfg.d_model)))
+        ln = _layer_norm_from(state, "norm", cfg.d_model)
+        norms = [_layer_norm_from(state, n, cfg.d_model) for n in _norm_names(state, cfg.d_model)]
         x, first, _ = _random_sublayer(cfg, seed)
         subs = [first] + [_random_sublayer(cfg, seed + 7 * i)[1] for i in (1, 2)]
         mod = mod.double().eval()
@@ -227,7 +225,8 @@ def check_parallel(comp: Component, mod: nn.Module, cfg: ModelConfig, seed: int 
                 chained.append(output_gap(got, next(iter(faults.values()))))
                 if gap > thr and not fault:
                     fault = next((f"{text} ({n} sub-layers)" for text, alt in faults.items()
-                                  if output_gap(got, alt)[0] <= output_gap(got, alt)[1]), "")
+                                  if output_gap(got, alt)[0] <= output_gap(got, alt)[1]), "") or \
+                        _two_norms_fault(got, x, subs[:n], norms, _norm_names(state, cfg.d_model))
     except Exception as exc:  # noqa: BLE001
         return [crash_result(comp, label, exc)]
     worst, chained = (max(g, key=lambda gt: gt[0] / gt[1]) for g in (gaps, chained))
@@ -237,6 +236,36 @@ def check_parallel(comp: Component, mod: nn.Module, cfg: ModelConfig, seed: int 
     return [held, judge(comp, "declared difference vs chained pre-norm x + sublayer(LayerNorm(x))", *chained,
                         "" if comp.differs else "a parallel block computes neither post-norm nor pre-norm: declare it "
                         "with differs=\"...\", reference=\"parallel_block\"")]
+
+
+def _layer_norm_from(state: dict, name: str, d: int) -> nn.LayerNorm:
+    """An ``nn.LayerNorm(d)`` (float64) holding ``state``'s ``<name>.weight`` and ``<name>.bias`` (0 without one)."""
+    ln = nn.LayerNorm(d).double()
+    with torch.no_grad():
+        ln.weight.copy_(state[f"{name}.weight"])
+        ln.bias.copy_(state.get(f"{name}.bias", torch.zeros(d)))
+    return ln
+
+
+def _norm_names(state: dict, d: int) -> list[str]:
+    """The LayerNorm-like children of a block's canonical ``state`` (a ``.weight`` of shape (d,)), ``norm`` first."""
+    names = [k[: -len(".weight")] for k, v in state.items() if k.endswith(".weight") and tuple(v.shape) == (d,)]
+    return sorted(names, key=lambda n: n != "norm")
+
+
+def _two_norms_fault(got: torch.Tensor, x: torch.Tensor, subs: list, norms: list, names: list[str]) -> str:
+    """The fault of a parallel block that holds more than one LayerNorm ("" when it holds one): each sub-layer
+    reading its own LayerNorm (sub-layer i the i-th norm, the last norm for the rest), when that reproduces
+    ``got`` (B, L, D); else only that it holds several."""
+    if len(norms) < 2:
+        return ""
+    alt = x + sum(f(norms[min(i, len(norms) - 1)](x)) for i, f in enumerate(subs))
+    held = ", ".join(repr(n) for n in names)
+    if output_gap(got, alt)[0] <= output_gap(got, alt)[1]:
+        return (f"a LayerNorm for each sub-layer (x + f_1(LN_1(x)) + f_2(LN_2(x)), LayerNorms {held}; GPT-NeoX's "
+                f"parallel residual with two norms) where the parallel block has one LayerNorm that every sub-layer "
+                f"reads ({len(subs)} sub-layers)")
+    return f"the block holds {len(norms)} LayerNorms ({held}) where the parallel block has one that every sub-layer reads"
 
 
 def _random_sublayer(cfg: ModelConfig, seed: int):

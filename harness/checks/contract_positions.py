@@ -23,8 +23,8 @@ from .contract_base import (CONFORMS, VIOLATES, ComponentResult, component_resul
                             formula_result, judge, load_random_state, output_gap, reference_components, rows_length,
                             sibling_context, sinusoidal_pe, unknown_formula)
 from .contract_dropout import check_dropout
-from .formulas import FORMULAS, GATED, alibi_faults, alibi_reference, ffn_faults, ffn_reference, rope_faults, \
-    rope_reference
+from .formulas import (FORMULAS, GATED, alibi_faults, alibi_reference, alibi_slope_fault, ffn_faults, ffn_reference,
+                       rope_faults, rope_reference)
 
 
 #: The longest sequences the positional contract feeds: the embeddings (B=2, L, D) and the attention scores
@@ -141,8 +141,10 @@ def _attention_side(hooks: PositionHooks, cfg: ModelConfig, seed: int, formula: 
     want_b = alibi_reference(h, length, length).expand(2, h, length, length) if formula == "linear_biases" else zeros
     bgap = output_gap(bias, want_b)
     faults = {t: b.expand(2, h, length, length) for t, b in alibi_faults(h, length, length).items()}
-    out.append(("score bias" + (" vs -m_h |i - j|" if formula == "linear_biases" else " (none)"),
-                (*bgap, _first_match(bias, faults) if bgap[0] > bgap[1] and formula == "linear_biases" else "")))
+    named = ""
+    if bgap[0] > bgap[1] and formula == "linear_biases":
+        named = _first_match(bias, faults) or alibi_slope_fault(bias[0])
+    out.append(("score bias" + (" vs -m_h |i - j|" if formula == "linear_biases" else " (none)"), (*bgap, named)))
     return out
 
 

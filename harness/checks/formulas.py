@@ -50,7 +50,8 @@ FORMULAS: dict[str, dict[str, str]] = {
 FORMULAS["attention"] = {
     "qk_rmsnorm": "scaled dot-product attention with QK-norm: each head's q and k RMS-normalised over d_k (eps 1e-6) "
                   "times learned gains q_norm.weight, k_norm.weight (d_k,), after the head split and before RoPE "
-                  "(Dehghani et al. 2023; OLMo 2; Gemma 3, Qwen3 q_norm / k_norm)",
+                  "(Gemma 3, Qwen3 q_norm / k_norm; Dehghani et al. 2023 normalise q and k with LayerNorm; OLMo 2 normalises "
+                  "the whole projection before the head split, another formula)",
 }
 FORMULAS["norm"] = {
     "parallel_block": "parallel block (class attribute parallel = True): x + sum_i sublayer_i(LayerNorm(x)) over all "
@@ -194,6 +195,31 @@ ROPE_BASES = (100.0, 1000.0, 100000.0, 500000.0, 1000000.0)
 
 
 # --------------------------------------------------------------------------- norm (parallel block)
+
+def alibi_slope_fault(bias: torch.Tensor) -> str:
+    """What is wrong with the slopes of a score bias ``bias`` (H, L, L) that no :func:`alibi_faults` entry
+    reproduces, read from the bias itself: when each head's bias is -m_h |i - j| for some slopes m_h (measured at
+    distance 1), the slopes are named (one slope for every head, a geometric sequence of another start or
+    ratio, or the measured values beside the paper's); "" when the bias is not of that form."""
+    h, length = bias.size(0), bias.size(-1)
+    if length < 3:
+        return ""
+    dist = (torch.arange(length, dtype=torch.float64)[:, None] - torch.arange(length, dtype=torch.float64)).abs()
+    m = -bias[:, 1, 0].double()  # (H,)
+    if not torch.allclose(bias.double(), -m[:, None, None] * dist, rtol=1e-4, atol=1e-6) or not (m > 0).all():
+        return ""
+    paper = alibi_slopes_reference(h)
+    shown = ", ".join(f"{v:.3g}" for v in m.tolist()[:4]) + (", ..." if h > 4 else "")
+    want = f"the paper's geometric {', '.join(f'{v:.3g}' for v in paper.tolist()[:4])}{', ...' if h > 4 else ''}"
+    if h > 1 and torch.allclose(m, m[0].expand(h), rtol=1e-6):
+        named = " = 1/H" if abs(float(m[0]) - 1.0 / h) < 1e-9 else ""
+        return f"ALiBi: one slope m = {float(m[0]):.3g}{named} for every head where the slopes are {want} (one per head)"
+    ratios = m[1:] / m[:-1]
+    if h > 2 and torch.allclose(ratios, ratios[0].expand(h - 1), rtol=1e-6):
+        return (f"ALiBi slopes geometric from {float(m[0]):.3g} with ratio {float(ratios[0]):.3g} where the paper's "
+                f"start and ratio are 2^(-8/H) = {float(paper[0]):.3g} (H = {h})")
+    return f"ALiBi slopes {shown} (measured at distance 1) where the slopes are {want}"
+
 
 def parallel_reference(x: torch.Tensor, subs: list, ln) -> torch.Tensor:
     """PaLM §2 / GPT-J: x + sum_i f_i(LN(x)); x (B, L, D), ``subs`` callables (B, L, D) -> (B, L, D),

@@ -199,6 +199,12 @@ def _modes_differ(evaluated: torch.Tensor, eval_grads: dict, trained: torch.Tens
     padded positions are never scored, and PyTorch's inference fast paths may fill them differently."""
     from .probes import GATE_ATOL, GATE_RTOL
 
+    for mode, logits in (("training", trained), ("evaluation", evaluated)):
+        if not bool(torch.isfinite(logits).all()):
+            return [f"modes: non-finite output in {mode} mode: the logits at real target positions are NaN or inf "
+                    f"with dropout 0" + ("" if mode == "evaluation" else " (finite in evaluation mode): a component "
+                                         "computes something else in training than every check (all in evaluation "
+                                         "mode) saw")]
     if not _same(trained, evaluated):
         return [f"modes: with dropout 0 the training-mode logits differ from the evaluation-mode ones (max |Δ logit| "
                 f"{_max_gap(trained, evaluated):.3g}): a component computes something else in training than every "

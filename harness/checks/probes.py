@@ -72,6 +72,38 @@ def _logits(model, src, tgt, masks, device, dtype, mode: str, seed: int) -> torc
     return out.detach().to("cpu", torch.float64)
 
 
+def _not_finite(probe: str, name: str, mode: str, base: torch.Tensor, real: torch.Tensor,
+                threshold: float) -> ProbeResult | None:
+    """A failed ``probe`` that names the non-finite output when the unchanged forward's logits ``base`` (B, T, V) are
+    NaN or inf at the ``real`` (B, T) target positions (no change can be measured then, and a leak would be the
+    wrong name); None when they are finite."""
+    if bool(torch.isfinite(base[real]).all()):
+        return None
+    return ProbeResult(name, probe, mode, False, math.inf, threshold, (
+        f"non-finite output in {'training' if mode == 'train' else 'evaluation'} mode: the logits at real target "
+        f"positions are NaN or inf before anything is changed, so this probe cannot measure a change (the 'finite' "
+        f"probe names the first module whose output is non-finite)"))
+
+
+def first_non_finite(model: nn.Module, run) -> str:
+    """The first module, in the order modules finish their forward, whose output holds a NaN or inf during
+    ``run()`` (the innermost culprit: a module finishes after its children), as ``"name (Class)"``; "" if none."""
+    found: list[str] = []
+    names = {m: n for n, m in model.named_modules()}
+
+    def hook(module, _inputs, out):
+        if not found and isinstance(out, torch.Tensor) and out.is_floating_point() and not torch.isfinite(out).all():
+            found.append(f"{names.get(module) or 'the model'} ({type(module).__name__})")
+
+    handles = [m.register_forward_hook(hook) for m in model.modules()]
+    try:
+        run()
+    finally:
+        for handle in handles:
+            handle.remove()
+    return found[0] if found else ""
+
+
 def _other(ids: torch.Tensor, cfg: ModelConfig, g: torch.Generator) -> torch.Tensor:
     """Non-pad ids that differ from ``ids`` at every position (same shape)."""
     cand = non_pad(ids.shape, cfg, g).to(ids.device)
@@ -179,6 +211,10 @@ def probe_causal(model: nn.Module, batch, cfg: ModelConfig, threshold: float, mo
     b, t = tgt.shape
     model.train(mode == "train")
     base = _logits(model, src, tgt, None, device, dtype, mode, seed)
+    bad = _not_finite("causal leak", name, mode, base, real, threshold)
+    if bad:
+        model.eval()
+        return bad
     g = torch.Generator().manual_seed(seed + 17)
     changes = _causal_changes(tgt, cfg, g, _cuts(t, mode, cuts))
     if mode == "eval" and changes:
@@ -227,6 +263,10 @@ def probe_masked_keys(model: nn.Module, batch, cfg: ModelConfig, threshold: floa
     model.train(mode == "train")
     masks = model.make_masks(src, tgt)
     base = _logits(model, src, tgt, masks, device, dtype, mode, seed)
+    bad = _not_finite("masked source keys", name, mode, base, real, threshold)
+    if bad:
+        model.eval()
+        return bad
     changed = src.clone()
     padded = src == cfg.pad
     changed[padded] = _other(src, cfg, torch.Generator().manual_seed(seed + 29))[padded]
@@ -314,7 +354,10 @@ def probe_finite(model: nn.Module, batch, cfg: ModelConfig, *, device: torch.dev
         loss = F.cross_entropy(logits[real].float(), labels[real])
     detail = ""
     if not torch.isfinite(logits[real]).all():
-        detail = "logits at real target positions are NaN or inf on a padded batch"
+        with torch.no_grad(), autocast(device, dtype):
+            where = first_non_finite(model, lambda: model(src, tgt))
+        detail = ("non-finite output in training mode: logits at real target positions are NaN or inf on a padded "
+                  "batch" + (f"; first non-finite output: {where}" if where else ""))
     else:
         loss.backward()
         bad = [n for n, p in model.named_parameters() if p.grad is not None and not torch.isfinite(p.grad).all()]

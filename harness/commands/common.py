@@ -13,10 +13,19 @@ from ..request import PLAN_DEFAULTS
 
 
 def plugin_spec(args: argparse.Namespace) -> PluginSpec:
-    """The :class:`harness.plugins.PluginSpec` of parsed plugin options (:func:`add_plugin_options`)."""
-    return PluginSpec(modules=list(getattr(args, "plugin_modules", None) or []),
-                      files=list(getattr(args, "plugin_files", None) or []),
-                      strict=bool(getattr(args, "strict_plugins", False)))
+    """The :class:`harness.plugins.PluginSpec` of parsed plugin options (:func:`add_plugin_options`): those
+    given before the sub-command, then those given after it (each list accumulates across both places)."""
+    def given(dest: str) -> list[str]:
+        return list(getattr(args, dest, None) or []) + list(getattr(args, dest + AFTER, None) or [])
+
+    strict = getattr(args, "strict_plugins", False) or getattr(args, "strict_plugins" + AFTER, False)
+    return PluginSpec(modules=given("plugin_modules"), files=given("plugin_files"), strict=bool(strict))
+
+
+#: Suffix of the plugin options' destinations on the sub-command parsers: argparse copies a sub-command's
+#: namespace over the top-level one, so a ``--plugin`` after the sub-command would otherwise replace the
+#: ``--plugin`` files given before it.
+AFTER = "_after_command"
 
 
 def add_plugin_options(p: argparse.ArgumentParser, suppress: bool) -> None:
@@ -27,13 +36,15 @@ def add_plugin_options(p: argparse.ArgumentParser, suppress: bool) -> None:
             options given before the sub-command are not reset by it).
     """
     default = argparse.SUPPRESS if suppress else None
+    after = AFTER if suppress else ""
     g = p.add_argument_group("plugins")
-    g.add_argument("-p", dest="plugin_modules", action="append", metavar="MODULE", default=default,
+    g.add_argument("-p", dest="plugin_modules" + after, action="append", metavar="MODULE", default=default,
                    help="load a plugin module by import path (repeatable); -p no:NAME disables the plugin "
                         "registered as NAME (e.g. -p no:variants.bugs)")
-    g.add_argument("--plugin", dest="plugin_files", action="append", metavar="FILE.py", default=default,
+    g.add_argument("--plugin", dest="plugin_files" + after, action="append", metavar="FILE.py", default=default,
                    help="load a plugin from a Python file (repeatable)")
-    g.add_argument("--strict-plugins", action="store_true", default=argparse.SUPPRESS if suppress else False,
+    g.add_argument("--strict-plugins", dest="strict_plugins" + after, action="store_true",
+                   default=argparse.SUPPRESS if suppress else False,
                    help="abort when an installed plugin fails to import or a hook raises "
                         "(default: warn and skip it)")
 

@@ -38,6 +38,17 @@ def task_request(spec: SuiteSpec, task: str, suite_dir: Path, base: RunRequest, 
                       check=False, **common)  # the suite checked once
 
 
+def suite_configs(spec: SuiteSpec, registry) -> list:
+    """``(model config, task rows)`` at each distinct model config the suite's tasks train
+    (:func:`harness.launch.check_configs` over one plan per task), for the suite's one check."""
+    from ..launch import check_configs, resolve_config
+    from ..runner import Plan
+
+    points = [("", resolve_config(spec.preset, [*spec.overrides, f"train.task={task!r}"], registry))
+              for task in spec.tasks]
+    return check_configs(registry, Plan([], [0], points))
+
+
 def run_tasks(spec: SuiteSpec, suite_dir: Path, base: RunRequest, on_task: Callable[[RunOutcome], int],
               log: Callable[[str], None]) -> dict[str, int]:
     """Run every task of ``spec`` (:func:`harness.launch.start_run` with :func:`task_request`);
@@ -194,7 +205,7 @@ def run_suite(spec: SuiteSpec, folder: Path, registry, variants, base: RunReques
     t0 = time.perf_counter()
     if not info.get("check"):
         log(f"suite {spec.name}: check on {len(names)} variant(s) ...")
-        info["check"] = check_classes(registry, variants, full=True)
+        info["check"] = check_classes(registry, variants, full=True, configs=suite_configs(spec, registry))
         _write_json(folder / SUITE_FILE, info)
     try:
         codes = run_tasks(spec, folder, base, on_task, log)
