@@ -57,6 +57,7 @@ from .registry import Variant
 from .saved import keep_weights
 from .tasks.seeds import NotBatched, SeedStack, evaluate_seeds, future_leak_seeds
 from .train import INVALID, WARMUP_STEPS, PhaseClock, _Loop, noam_lambda, run_trial
+from .track import trial_tracking
 from .trial import TrialResult, TrialSpec, registry_for
 from .vprobe import capture_wanted, first_sentence, vectorise_problem
 from .vstep import CapturedStep, GroupStep, bucket_widths, stack_batches
@@ -219,7 +220,7 @@ class _Group:
             with self.clock("evaluate"):
                 self.invalid.append(integrity_reasons(model, mc, device, seed=spec.seed, when="at initialisation",
                                                       task=task_rows(self.task, cfg.train.seq_len, mc, spec.seed)))
-            self.loops.append(_Loop(model, cfg, self.task, device, dtype, self.clock))
+            self.loops.append(_Loop(model, cfg, self.task, device, dtype, self.clock, trial_tracking(spec)))
             gen = torch.Generator().manual_seed(spec.seed)
             indexed = self.task.index_stream(cfg, gen)  # the task's index fast path, or None
             self.streams.append(indexed if indexed is not None else self.task.batches(cfg, gen))
@@ -284,6 +285,8 @@ class _Group:
                 row["vectorized_note"] = DROPOUT_NOTE
             row["overhead_share"] = 1.0 - self.clock.seconds["step"] / wall if wall > 0 else math.nan
             result.phases = self.clock.to_dict()
+        for loop, result in zip(self.loops, self.results):  # each seed's own live record ends
+            loop.tracking.finish(result)
             out.append(result)
         return out
 

@@ -65,6 +65,11 @@ def register(sub, parents):
                         "WER/PER) and final metrics with its variant, seed and config as hparams, as TensorBoard "
                         "events: under RUN_DIR/tensorboard/, or DIR/<run-id>/ when DIR is given; view with "
                         "tensorboard --logdir DIR (needs: pip install tensorboard)")
+    o.add_argument("--mlflow", nargs="?", const="", default=None, metavar="URI",
+                   help="log every trial to MLflow as it trains (params: the config; metrics per step with the "
+                        "same names as --tensorboard; tags: variant, seed, run id): one MLflow run per trial in "
+                        "the experiment named after the run id, at URI or a local file store RUN_DIR/mlruns "
+                        "(needs: pip install -e '.[mlflow]')")
     o.add_argument("--save-models", action="store_true",
                    help="keep each trial's final weights as RUN_DIR/models/<variant>__s<seed>.pt (state_dict; "
                         "SHA-256 in the trial file, checked by verify); use them with harness.load_model or "
@@ -121,7 +126,7 @@ def request_from_args(args) -> RunRequest:
         address=args.address, vectorize_seeds=args.vectorize_seeds, capture=args.capture, plugins=plugin_spec(args),
         results_dir=args.results_dir, run_id=args.run_id, quiet=args.quiet, resume=args.resume,
         retry_failed=args.retry_failed, command=command_line(args), tensorboard=args.tensorboard,
-        save_models=args.save_models)
+        save_models=args.save_models, mlflow=args.mlflow)
 
 
 def main(args) -> int:
