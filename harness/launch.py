@@ -395,10 +395,10 @@ def check_tracking(req: RunRequest, options: Execution) -> None:
     if req.tensorboard is not None:
         check_available()
     if req.mlflow is not None:
-        check_mlflow()
         if options.executor == "ray":
             raise ConfigError("--mlflow logs from the processes that train the trials, which --executor ray "
                               "places on other machines: use the local executor (--jobs N) with --mlflow")
+        check_mlflow()
 
 
 def tracking(req: RunRequest, store: RunStore) -> dict | None:

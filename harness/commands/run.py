@@ -61,8 +61,8 @@ def register(sub, parents):
                quiet_help="no progress bars or per-trial log lines (bars are off anyway when stderr is not a terminal)")
     o = p.add_argument_group("what else a run keeps")
     o.add_argument("--tensorboard", nargs="?", const="", default=None, metavar="DIR",
-                   help="write every trial's curves (training loss, learning rate, held-out CE, exact-match, "
-                        "WER/PER) and final metrics with its variant, seed and config as hparams, as TensorBoard "
+                   help="write every trial's curves as it trains (training loss, learning rate, held-out CE, "
+                        "exact-match, WER/PER) and final metrics with its variant, seed and config as hparams, as TensorBoard "
                         "events: under RUN_DIR/tensorboard/, or DIR/<run-id>/ when DIR is given; view with "
                         "tensorboard --logdir DIR (needs: pip install tensorboard)")
     o.add_argument("--mlflow", nargs="?", const="", default=None, metavar="URI",
