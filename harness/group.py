@@ -220,7 +220,7 @@ class _Group:
             with self.clock("evaluate"):
                 self.invalid.append(integrity_reasons(model, mc, device, seed=spec.seed, when="at initialisation",
                                                       task=task_rows(self.task, cfg.train.seq_len, mc, spec.seed)))
-            self.loops.append(_Loop(model, cfg, self.task, device, dtype, self.clock, trial_tracking(spec)))
+            self.loops.append(_Loop(model, cfg, self.task, device, dtype, self.clock))
             gen = torch.Generator().manual_seed(spec.seed)
             indexed = self.task.index_stream(cfg, gen)  # the task's index fast path, or None
             self.streams.append(indexed if indexed is not None else self.task.batches(cfg, gen))
@@ -231,6 +231,8 @@ class _Group:
         torch.manual_seed(self.specs[0].seed)  # the group's one RNG stream (dropout)
         self.captured = None
         why = vectorise_problem(self.step, self.models, self._stacked(self.last)[0], cfg, device, dtype)
+        for loop, spec in zip(self.loops, self.specs) if why is None else ():  # live tracking, one record per seed
+            loop.tracking = trial_tracking(spec)
         if why is None and capture_wanted(device, self.capture_mode):
             self.captured = CapturedStep(self.step)
         return why

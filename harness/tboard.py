@@ -176,16 +176,33 @@ def written_live(logdir: str | Path, key: str) -> bool:
 def trial_writer(logdir: str | Path, meta) -> Callable[[str, TrialResult], None]:
     """``after_store(key, result)`` for :func:`harness.runner.execute`: each stored trial written
     with its planned spec's config (``meta``: the run's :class:`harness.runmeta.RunMeta`), unless its
-    events were written live and completed by the process that trained it (:func:`written_live`;
-    a trial whose worker died or was stopped still gets its events from its stored record)."""
+    events were written live and completed by the process that trained it (:func:`written_live`). A
+    trial whose worker died or was stopped gets its events from its stored record, or, when that holds
+    no curve and live events are there, its end added to them (:func:`end_partial`)."""
     check_available()
     configs = {t.key: t.config for t in meta.trials or []}
 
     def write(key: str, result: TrialResult) -> None:
-        if not written_live(logdir, key):
-            write_trial(logdir, key, result, configs.get(key) or meta.config)
+        config = configs.get(key) or meta.config
+        if written_live(logdir, key):
+            return
+        if not result.curve and any((Path(logdir) / key).glob("events.out.tfevents.*")):
+            end_partial(logdir, key, result, config)  # the curve its worker wrote before it stopped stays
+        else:
+            write_trial(logdir, key, result, config)
 
     return write
+
+
+def end_partial(logdir: str | Path, key: str, result: TrialResult, config: dict) -> Path:
+    """End the live record of a trial whose worker stopped before the trial's end (its stored record
+    holds no curve: the worker died, was ended): the events it wrote stay, the trial's end (hparams
+    with its status, :func:`write_end`) is added beside them and the record marked complete."""
+    folder = Path(logdir) / key
+    with _writer_class()(log_dir=str(folder)) as w:
+        write_end(w, result, config, set(EXPECTED))  # what the lost curve held is unknown: no note
+    (folder / LIVE_MARK).write_text(f"{result.status}\n")
+    return folder
 
 
 def export_run(store, option: str | None = None) -> tuple[Path, int, int]:

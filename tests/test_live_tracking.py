@@ -121,6 +121,24 @@ def test_an_export_keeps_a_complete_live_record_and_replaces_an_incomplete_one(p
     assert len(read(tmp_path / key).Scalars("train/loss")) == STEPS  # once, from the stored curve
 
 
+def test_a_trial_whose_worker_stopped_keeps_the_curve_it_wrote(registry, tmp_path):
+    from harness.track import TensorBoardTracker
+    from harness.trial import TrialResult
+
+    spec = spec_for(registry, None)[0]
+    tracker = TensorBoardTracker(tmp_path)  # as the worker's tracker: two rows written, then the worker ends
+    tracker.start(spec)
+    for step, loss in ((1, 2.5), (2, 2.25)):
+        tracker.log(step, {"train/loss": loss}, time.time())
+    stored = TrialResult.failed(spec, "its worker ended (--trial-timeout)")  # no curve in the stored record
+    trial_writer(tmp_path, SimpleNamespace(trials=[spec], config=spec.config))(spec.key, stored)
+    ea = read(tmp_path / spec.key)
+    assert [(e.step, e.value) for e in ea.Scalars("train/loss")] == [(1, 2.5), (2, 2.25)]
+    start = next(v for k, v in ea.PluginTagToContent("hparams").items() if "session_start" in k)
+    assert b"failed" in start and b"train.steps" in start
+    assert (tmp_path / spec.key / LIVE_MARK).read_text().strip() == "failed"
+
+
 def test_a_vectorised_group_writes_one_record_per_seed(registry, tmp_path):
     from harness.group import run_group
 

@@ -66,10 +66,8 @@ def register(sub, parents):
                         "events: under RUN_DIR/tensorboard/, or DIR/<run-id>/ when DIR is given; view with "
                         "tensorboard --logdir DIR (needs: pip install tensorboard)")
     o.add_argument("--mlflow", nargs="?", const="", default=None, metavar="URI",
-                   help="log every trial to MLflow as it trains (params: the config; metrics per step with the "
-                        "same names as --tensorboard; tags: variant, seed, run id): one MLflow run per trial in "
-                        "the experiment named after the run id, at URI or a local file store RUN_DIR/mlruns "
-                        "(needs: pip install -e '.[mlflow]')")
+                   help="log every trial to MLflow as it trains (the metrics of --tensorboard, the config as params), "
+                        "one MLflow run per trial, at URI or in a file store RUN_DIR/mlruns (needs: pip install -e '.[mlflow]')")
     o.add_argument("--save-models", action="store_true",
                    help="keep each trial's final weights as RUN_DIR/models/<variant>__s<seed>.pt (state_dict; "
                         "SHA-256 in the trial file, checked by verify); use them with harness.load_model or "
