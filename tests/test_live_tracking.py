@@ -178,7 +178,7 @@ def test_mlflow_without_the_package_is_one_line_and_stores_nothing(tmp_path, mon
     assert len(err) == 1 and "pip install -e '.[mlflow]'" in err[0] and "Traceback" not in err[0], err
     assert not (tmp_path / "m").exists()
     assert cli.main(argv[:-1] + ["--executor", "ray", "--mlflow", "http://127.0.0.1:1"]) == 2
-    assert "--executor ray" in capsys.readouterr().err
+    assert "--mlflow logs from the processes that train the trials" in capsys.readouterr().err
 
 
 def test_mlflow_logs_params_tags_and_every_curve_row(registry, tmp_path):
