@@ -78,6 +78,12 @@ class LoadedRun:
     metric: str
 
 
+def _place(value: str | Path | bool | None) -> str | None:
+    """An option with an optional place (``--tensorboard [DIR]``, ``--mlflow [URI]``) as the request holds it:
+    True -> ``""`` (the default place), None or False -> None (not asked for), else the place as str."""
+    return None if value is None or value is False else "" if value is True else str(value)
+
+
 def run(variants: _Names = "all", seeds: int | None = None, preset: str | None = None,
         overrides: dict | None = None, task: str | None = None, results_dir: str | Path = "results",
         run_id: str | None = None, *, seed_start: int | None = None, device: str | None = None,
@@ -85,7 +91,7 @@ def run(variants: _Names = "all", seeds: int | None = None, preset: str | None =
         plugins: _Names = (), plugin_files: _Names = (), quiet: bool = True, load: bool = False,
         check: bool = True, tensorboard: str | Path | bool | None = None, save_models: bool = False,
         vectorize_seeds: str | None = None, capture: str | None = None, resume: str | Path | None = None,
-        allow_code_change: bool = False):
+        allow_code_change: bool = False, mlflow: str | bool | None = None):
     """Train ``variants`` x ``seeds`` on a task and write the run's report, as
     ``python -m harness run`` does (the same options and defaults, through the same
     :class:`harness.request.RunRequest` and :func:`harness.launch.start_run`).
@@ -98,16 +104,16 @@ def run(variants: _Names = "all", seeds: int | None = None, preset: str | None =
         seeds: seeds per variant (``--seeds``, default 1); ``seed_start`` the first one.
         preset: ``"quick"`` (default), ``"paper"``, ``"suite"``, ``"deep"`` or ``"tiny"``
             (``python -m harness list`` describes them; :data:`harness.config.PRESETS`).
-        overrides: ``{"train.steps": 200, "model.d_model": 128}``, as ``--set KEY=VALUE``.
-        task: the task (``--task``; default the preset's).
+        overrides: ``{"train.steps": 200, "model.d_model": 128}``, as ``--set KEY=VALUE``; task: ``--task``.
         results_dir, run_id: where the run folder is made (``results/<run-id>``; default id: a timestamp).
         device, dtype, jobs, threads: as ``--device`` (``auto``), ``--dtype`` (``fp32``),
             ``--jobs`` (``auto``), ``--threads``.
         plugins, plugin_files: plugin modules (``-p``) and files (``--plugin``) to load.
         quiet: no progress lines on stderr (default). load: return :func:`load_run` of the run, not its folder.
         check: record check's equivalence classes before training (``--no-check``: False).
-        tensorboard: ``--tensorboard``: True writes every trial's curves, final metrics and hparams as
-            TensorBoard events in ``<run folder>/tensorboard/``, a folder ``DIR`` in ``DIR/<run id>/``.
+        tensorboard: ``--tensorboard``: True writes every trial's curves (as it trains), final metrics and hparams
+            as TensorBoard events in ``<run folder>/tensorboard/``, a folder ``DIR`` in ``DIR/<run id>/``.
+        mlflow: ``--mlflow``: True logs each trial as it trains to MLflow in ``<run folder>/mlruns``, a str to that URI.
         save_models: ``--save-models``: keep each trial's weights (``models/<key>.pt``; :func:`load_model`).
         vectorize_seeds: ``--vectorize-seeds``: ``"auto"`` (default: on with CUDA), ``"on"``, ``"off"``.
         capture: ``--capture``: ``"auto"`` (default: CUDA graphs on CUDA), ``"on"`` (CUDA only), ``"off"``.
@@ -130,9 +136,9 @@ def run(variants: _Names = "all", seeds: int | None = None, preset: str | None =
         variants=None if resume is not None and variants == "all" else names(variants), preset=preset, seeds=seeds,
         overrides=override_items(overrides), seed_start=seed_start, check=check, device=device, dtype=dtype, jobs=jobs,
         threads=threads, plugins=_plugin_spec(plugins, plugin_files), results_dir=str(results_dir), run_id=run_id,
-        quiet=quiet, tensorboard=None if tensorboard in (None, False) else "" if tensorboard is True else str(tensorboard),
-        save_models=save_models, vectorize_seeds=vectorize_seeds, capture=capture,
-        resume=None if resume is None else str(resume), allow_code_change=allow_code_change)
+        quiet=quiet, tensorboard=_place(tensorboard), mlflow=_place(mlflow), save_models=save_models,
+        vectorize_seeds=vectorize_seeds, capture=capture, resume=None if resume is None else str(resume),
+        allow_code_change=allow_code_change)
     outcome = start_run(request)
     if outcome.interrupted is not None:
         raise outcome.interrupted

@@ -57,6 +57,7 @@ from .registry import Variant
 from .saved import keep_weights
 from .tasks.seeds import NotBatched, SeedStack, evaluate_seeds, future_leak_seeds
 from .train import INVALID, WARMUP_STEPS, PhaseClock, _Loop, noam_lambda, run_trial
+from .track import trial_tracking
 from .trial import TrialResult, TrialSpec, registry_for
 from .vprobe import capture_wanted, first_sentence, vectorise_problem
 from .vstep import CapturedStep, GroupStep, bucket_widths, stack_batches
@@ -230,6 +231,8 @@ class _Group:
         torch.manual_seed(self.specs[0].seed)  # the group's one RNG stream (dropout)
         self.captured = None
         why = vectorise_problem(self.step, self.models, self._stacked(self.last)[0], cfg, device, dtype)
+        for loop, spec in zip(self.loops, self.specs) if why is None else ():  # live tracking, one record per seed
+            loop.tracking = trial_tracking(spec)
         if why is None and capture_wanted(device, self.capture_mode):
             self.captured = CapturedStep(self.step)
         return why
@@ -284,6 +287,8 @@ class _Group:
                 row["vectorized_note"] = DROPOUT_NOTE
             row["overhead_share"] = 1.0 - self.clock.seconds["step"] / wall if wall > 0 else math.nan
             result.phases = self.clock.to_dict()
+        for loop, result in zip(self.loops, self.results):  # each seed's own live record ends
+            loop.tracking.finish(result)
             out.append(result)
         return out
 

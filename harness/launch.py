@@ -39,6 +39,7 @@ from .tasks.base import heldout_note
 from .env import environment, resolve_device
 from .saved import with_save_model
 from .tboard import check_available, run_logdir, trial_writer
+from .track import check_mlflow, default_mlflow_uri
 from .trial import TrialSpec
 
 #: Trial statuses that ``--retry-failed`` runs again (an invalid variant fails the same way again).
@@ -218,8 +219,7 @@ def start_run(req: RunRequest) -> RunOutcome:
     options = resolved_for(options, specs, device)
     specs = with_threads(specs, options.trial_threads())
     specs = with_save_model(specs) if req.save_models else specs
-    if req.tensorboard is not None:
-        check_available()  # before anything is stored
+    check_tracking(req, options)  # before anything is stored
     meta, code = run_meta(req, reg, plan, specs, device, dtype, options, plugins), current_code(req.plugins)
     meta.code = code.record
     with executor_session(options, plugins, req.quiet):  # a Ray cluster that cannot be reached stores nothing
@@ -239,7 +239,7 @@ def start_run(req: RunRequest) -> RunOutcome:
 
         with store.lock():
             return drive(store, specs, meta, options, req.quiet, headline, before=(check_now, keep) if check else None,
-                         after_store=events_writer(req, store, meta))
+                         after_store=events_writer(req, store, meta), track=tracking(req, store))
 
 
 def run_meta(req: RunRequest, reg, plan: Plan, specs: list[TrialSpec], device: str, dtype: str,
@@ -334,6 +334,7 @@ def resume_run(req: RunRequest) -> RunOutcome:
     todo = [ts for ts in specs if ts.key in set(store.missing(ts.key for ts in specs))]
     todo = with_save_model(todo) if req.save_models else todo
     options = resolved_for(options, todo, meta.device or "cpu")
+    check_tracking(req, options)
     with executor_session(options, meta.plugins or {}, req.quiet), store.lock():
         entry = Resume(req.command_line(), len(todo), retried, options)
         record_code(store, entry, code, changes, {t.key for t in specs} - {t.key for t in todo}, req.quiet)
@@ -344,7 +345,7 @@ def resume_run(req: RunRequest) -> RunOutcome:
                     f"{len(todo)} missing" + (f" ({len(retried)} failed, retried)" if retried else "")
                     + f" on {meta.device or 'cpu'}, {options.describe()}")
         return drive(store, todo, meta, options, req.quiet, headline, total=len(specs),
-                     after_store=events_writer(req, store, meta))
+                     after_store=events_writer(req, store, meta), track=tracking(req, store))
 
 
 def record_code(store: RunStore, entry: Resume, code: CodeState, changes: list[str] | None, kept: set[str],
@@ -429,16 +430,44 @@ def requested_plan(req: RunRequest, given: set[str], meta: RunMeta, reg) -> tupl
 # ----------------------------------------------------------------------------- execute + report
 
 def events_writer(req: RunRequest, store: RunStore, meta: RunMeta):
-    """``run --tensorboard``: the callback that writes each stored trial's events, or None."""
+    """``run --tensorboard``: the callback that writes each stored trial's events (those not written
+    live: :func:`harness.tboard.trial_writer`), or None."""
     return None if req.tensorboard is None else trial_writer(run_logdir(req.tensorboard, store.root), meta)
 
 
+def check_tracking(req: RunRequest, options: Execution) -> None:
+    """``--tensorboard`` / ``--mlflow`` refused before anything is stored.
+
+    Raises:
+        ConfigError: its package is not installed; ``--mlflow`` with ``--executor ray``.
+    """
+    if req.tensorboard is not None:
+        check_available()
+    if req.mlflow is not None:
+        if options.executor == "ray":
+            raise ConfigError("--mlflow logs from the processes that train the trials, which --executor ray "
+                              "places on other machines: use the local executor (--jobs N) with --mlflow")
+        check_mlflow()
+
+
+def tracking(req: RunRequest, store: RunStore) -> dict | None:
+    """What the trials track live as they train (``TrialSpec.track``, :mod:`harness.track`): the
+    absolute TensorBoard folder of ``--tensorboard``, the MLflow URI of ``--mlflow`` (default: a file
+    store in the run folder), the run id; None when neither is asked for."""
+    if req.tensorboard is None and req.mlflow is None:
+        return None
+    board = None if req.tensorboard is None else str(run_logdir(req.tensorboard, store.root).resolve())
+    uri = None if req.mlflow is None else (req.mlflow or default_mlflow_uri(store.root))
+    return {"tensorboard": board, "mlflow": uri, "run": store.root.name}
+
+
 def drive(store: RunStore, specs: list[TrialSpec], meta: RunMeta, options: Execution, quiet: bool,
-          headline: str, total: int | None = None, before=None, after_store=None) -> RunOutcome:
+          headline: str, total: int | None = None, before=None, after_store=None, track=None) -> RunOutcome:
     """Run the pre-training check ``before`` (``(check_now, keep)``: before the trials, or beside them where
     other processes train them and leave this one idle, :func:`harness.beside.pretraining_check`), execute ``specs`` into
     ``store`` and write the report, with Ctrl-C and SIGTERM at any of these phases ending the run as
-    ``interrupted``; ``after_store(key, result)`` runs after each trial is stored (``--tensorboard``)."""
+    ``interrupted``; ``after_store(key, result)`` runs after each trial is stored (``--tensorboard``);
+    ``track``: what the trials track live (:func:`tracking`)."""
     total = len(specs) if total is None else total
     log = run_log(store.root, quiet)
     interrupted: KeyboardInterrupt | None = None
@@ -453,7 +482,7 @@ def drive(store: RunStore, specs: list[TrialSpec], meta: RunMeta, options: Execu
             wait_check = pretraining_check(*before, beside) if before is not None else (lambda: None)
             if specs:
                 preload_report_modules(beside)
-                execute(specs, store, options, quiet=quiet, log=log, after_store=after_store)
+                execute(specs, store, options, quiet=quiet, log=log, after_store=after_store, track=track)
             wait_check()
         except KeyboardInterrupt as exc:
             interrupted = exc

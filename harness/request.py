@@ -94,7 +94,9 @@ class RunRequest:
         command: the command line shown in reports (default: the equivalent ``python -m harness run``).
         tensorboard: write each trial's curves and final metrics as TensorBoard events
             (:mod:`harness.tboard`): ``""`` under the run folder's ``tensorboard/``, a folder ``DIR``
-            under ``DIR/<run id>/``; None: none.
+            under ``DIR/<run id>/``; None: none. Written live by the processes that train (:mod:`harness.track`).
+        mlflow: log each trial to MLflow as it trains (:mod:`harness.track`): ``""`` a local file store
+            ``file:<run folder>/mlruns``, else the tracking URI; None: none.
         save_models: keep each trial's final weights as ``models/<key>.pt`` (:mod:`harness.saved`).
     """
 
@@ -124,6 +126,7 @@ class RunRequest:
     command: str | None = None
     tensorboard: str | None = None
     save_models: bool = False
+    mlflow: str | None = None
 
     def given(self) -> set[str]:
         """Names of the options given (not left to their defaults)."""
@@ -216,6 +219,7 @@ class RunRequest:
             words += ["--results-dir", str(self.results_dir)]
         words += ["--no-check"] * (not self.check) + ["-q"] * self.quiet + ["--save-models"] * self.save_models
         words += [] if self.tensorboard is None else ["--tensorboard", *([self.tensorboard] if self.tensorboard else [])]
+        words += [] if self.mlflow is None else ["--mlflow", *([self.mlflow] if self.mlflow else [])]
         words = [w for m in self.plugins.modules for w in ("-p", m)] + \
                 [w for f in self.plugins.files for w in ("--plugin", str(f))] + words
         return "python -m harness " + shlex.join(words)

@@ -18,6 +18,7 @@ from .progress import TrialBars, progress_bar
 from .registry import Variant
 from .runmeta import MAX_GROUP, Execution
 from .store import RunStore
+from .track import with_tracking
 from .trial import TrialResult, TrialSpec
 
 
@@ -91,7 +92,7 @@ def with_threads(specs: Iterable[TrialSpec], threads: int) -> list[TrialSpec]:
 
 def execute(specs: list[TrialSpec], store: RunStore, options: Execution | None = None,
             quiet: bool = False, log: Callable[[str], None] | None = None,
-            after_store: Callable[[str, TrialResult], None] | None = None) -> list[TrialResult]:
+            after_store: Callable[[str, TrialResult], None] | None = None, track: dict | None = None) -> list[TrialResult]:
     """Run ``specs`` with the chosen executor (:mod:`harness.executors`) and store each trial
     the moment it ends (:meth:`RunStore.write_trial`, atomic). Returns the results in
     completion order.
@@ -100,7 +101,8 @@ def execute(specs: list[TrialSpec], store: RunStore, options: Execution | None =
     with ``quiet`` or when stderr is not a terminal; ``log`` receives one line per finished
     trial naming the file it was stored in. Weights a trial returned (``--save-models``) go to
     ``models/<key>.pt`` first (:func:`harness.saved.store_weights`); ``after_store(key, result)``
-    runs once each trial is stored (``--tensorboard``: :func:`harness.tboard.trial_writer`).
+    runs once each trial is stored (``--tensorboard``: :func:`harness.tboard.trial_writer`). ``track``: live
+    tracking where the trials train (:func:`harness.track.with_tracking`; not on Ray, whose workers may be elsewhere).
 
     Raises:
         KeyboardInterrupt: Ctrl-C / SIGTERM; every trial finished before it is stored.
@@ -111,6 +113,7 @@ def execute(specs: list[TrialSpec], store: RunStore, options: Execution | None =
 
     options = (options or Execution()).validate()
     specs = with_threads(specs, options.trial_threads())
+    specs = specs if options.executor == "ray" else with_tracking(specs, track)
     results: list[TrialResult] = []
     outer = progress_bar(len(specs), "trials", quiet)
     bars = TrialBars(enabled=not outer.disable)

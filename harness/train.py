@@ -42,7 +42,9 @@ from .metrics import row_values
 from .model import build_model, unique_parameter_count
 from .registry import Variant
 from .saved import keep_weights
+from .schedule import noam_lambda
 from .tasks.base import Batch, Task, future_leak, loss_fn
+from .track import TrialTracking, trial_tracking
 from .trial import FAILED, TrialResult, TrialSpec, registry_for
 
 #: Names of the ``torch.profiler.record_function`` ranges that mark a trial's phases (about
@@ -101,22 +103,6 @@ LEAK_ROWS = 64  #: fresh held-out sequences of each evaluation's future-leak che
 #: process run slower -- allocator, lazily built kernels, cold caches); all steps count when a
 #: trial runs no more than this many.
 WARMUP_STEPS = 10
-
-def noam_lambda(d_model: int, warmup: int, schedule: str = "noam") -> Callable[[int], float]:
-    """The multiplier LambdaLR applies to the base lr at scheduler step ``step`` (0-based).
-
-    ``noam``: d_model^-0.5 * min(s^-0.5, s * warmup^-1.5) with s = max(step, 1) (Annotated ``rate``).
-    ``constant``: d_model^-0.5 (no warm-up; Xiong et al. 2020's no-warmup arm uses a fixed lr).
-    """
-    if schedule == "constant":
-        return lambda step: d_model ** -0.5
-
-    def rate(step: int) -> float:
-        step = max(step, 1)
-        return d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
-
-    return rate
-
 
 def make_optimizer(model: torch.nn.Module, cfg: RunConfig):
     """``(optimizer, scheduler)``: Adam(betas=(0.9, 0.98), eps=1e-9) and the LambdaLR schedule of
@@ -197,7 +183,8 @@ INVALID = "invalid"
 
 def train(model, cfg: RunConfig, seed: int, device: torch.device, dtype: str = "fp32",
           progress: Callable[[int, float], None] | None = None,
-          clock: PhaseClock | None = None, task: Task | None = None) -> tuple[dict[str, Any], list[dict]]:
+          clock: PhaseClock | None = None, task: Task | None = None,
+          tracking: TrialTracking | None = None) -> tuple[dict[str, Any], list[dict]]:
     """Train ``model`` on ``task`` (default: the registered task named ``cfg.train.task``) and
     score it on the task's held-out set (:meth:`harness.tasks.base.Task.evaluate`); returns
     (metrics, curve).
@@ -227,6 +214,7 @@ def train(model, cfg: RunConfig, seed: int, device: torch.device, dtype: str = "
     Scores: every held-out number (CE, token accuracy, exact match; periodic and final) comes from
     prefix-only forwards (:func:`harness.tasks.base.evaluate`), so a leak the gate missed still
     cannot improve them. Training losses (``early_loss``, ``final_train_loss``) are teacher-forced.
+    ``tracking`` (:mod:`harness.track`) gets each curve row as it is made.
     """
     tc, mc = cfg.train, cfg.model
     if task is None:
@@ -237,7 +225,7 @@ def train(model, cfg: RunConfig, seed: int, device: torch.device, dtype: str = "
     with clock("evaluate"):
         invalid = integrity_reasons(model, mc, device, seed=seed, when="at initialisation",
                                     task=task_rows(task, tc.seq_len, mc, seed))
-    loop = _Loop(model, cfg, task, device, dtype, clock)
+    loop = _Loop(model, cfg, task, device, dtype, clock, tracking)
     loop.run(torch.Generator().manual_seed(seed), progress)
     with clock("final_eval"):
         final = task.evaluate(model, task.eval_set(tc.eval_sequences, tc.seq_len, mc.vocab, tc.eval_seed),
@@ -253,8 +241,10 @@ class _Loop:
     """The state of one :func:`train` call: the step loop with its periodic evaluations
     (:meth:`run`), then the metrics row (:meth:`metrics`)."""
 
-    def __init__(self, model, cfg: RunConfig, task: Task, device: torch.device, dtype: str, clock: PhaseClock):
+    def __init__(self, model, cfg: RunConfig, task: Task, device: torch.device, dtype: str, clock: PhaseClock,
+                 tracking: TrialTracking | None = None):
         self.model, self.cfg, self.task, self.device, self.dtype, self.clock = model, cfg, task, device, dtype, clock
+        self.tracking = tracking or TrialTracking()  # live TensorBoard / MLflow: each curve row as it is made
         self.leaks: list[str] = []  # the first failed future-leak check (:meth:`check_future`)
         tc = cfg.train
         self.probe = task.eval_set(PROBE_SEQUENCES, tc.seq_len, cfg.model.vocab, tc.eval_seed + 1)
@@ -310,6 +300,7 @@ class _Loop:
         if step % tc.log_every == 0 or evaluates or step == tc.steps or not finite:
             n, (losses, norms) = len(self.pending), zip(*self.pending)
             self.curve.append({"step": step, "split": "train", "loss": sum(losses) / n, "grad_norm": sum(norms) / n})
+            self.tracking.point(self.curve[-1])
             self.pending = []
         if finite:
             self.tokens += ntokens
@@ -328,6 +319,7 @@ class _Loop:
         self.curve.append({"step": step, "split": "heldout", "loss": m["heldout_ce"],
                            "exact_match": m["exact_match"], **row_values(self.task.metrics, m),
                            "wall_s": self.train_s})
+        self.tracking.point(self.curve[-1])
         if self.solved_step is None and m["exact_match"] >= SOLVED:
             self.solved_step, self.solved_s = step, self.train_s
             return True
@@ -369,6 +361,7 @@ class _Loop:
         self.curve.append({"step": step, "split": "heldout", "loss": final["heldout_ce"],
                            "exact_match": final["exact_match"], **row_values(self.task.metrics, final),
                            "wall_s": train_s})
+        self.tracking.point(self.curve[-1])
         if self.solved_step is None and final["exact_match"] >= SOLVED:
             self.solved_step, self.solved_s = step, train_s
         timed_steps, timed_s, timed_tokens = step, train_s, self.tokens
@@ -420,8 +413,9 @@ def run_trial(spec: TrialSpec, progress: Callable[[int, float], None] | None = N
     threads = pin_threads(spec.threads)
     deterministic_cuda()
     result = TrialResult(row=spec.identity_row("", threads))
+    tracking = trial_tracking(spec) if spec.measure is None else TrialTracking()  # run --tensorboard / --mlflow
     try:
-        _run(spec, result, progress, clock)
+        _run(spec, result, progress, clock, tracking)
     except Exception as exc:  # noqa: BLE001 - a failing trial must not take the run down
         result.row.update({"status": FAILED, "reason": failure_reason(exc)})
         result.row["traceback"] = traceback.format_exc(limit=5)
@@ -430,10 +424,11 @@ def run_trial(spec: TrialSpec, progress: Callable[[int, float], None] | None = N
     if row.get("status") != FAILED and row["wall_s"] > 0 and spec.measure is None:
         row["overhead_share"] = 1.0 - clock.seconds["step"] / row["wall_s"]
     result.phases = clock.to_dict()
+    tracking.finish(result)
     return result
 
 
-def _run(spec: TrialSpec, result: TrialResult, progress, clock: PhaseClock) -> None:
+def _run(spec: TrialSpec, result: TrialResult, progress, clock: PhaseClock, tracking: TrialTracking) -> None:
     """The body of :func:`run_trial`: build (twice: :func:`twin_reasons`), check, train, fill ``result``."""
     cfg = RunConfig.from_dict(spec.config)
     row = result.row
@@ -455,7 +450,7 @@ def _run(spec: TrialSpec, result: TrialResult, progress, clock: PhaseClock) -> N
         broken += contract_reasons(registry, variant, cfg.model)
     row["params"] = unique_parameter_count(model)
     reset_peak_mem(device)
-    metrics, result.curve = train(model, cfg, spec.seed, device, spec.dtype, progress, clock, task)
+    metrics, result.curve = train(model, cfg, spec.seed, device, spec.dtype, progress, clock, task, tracking)
     if metrics["status"] != "diverged":
         broken += drift_reasons(registry, variant, cfg.model, spec.seed, model, device)
     if broken and metrics["status"] != "diverged":

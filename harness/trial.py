@@ -60,6 +60,8 @@ class TrialSpec:
             (:func:`harness.measure.measure`: ``{"kind", ...}``) instead of training.
         save_model: return the trained weights with the result (``run --save-models``; the run
             stores them as ``models/<key>.pt``: :mod:`harness.saved`).
+        track: live tracking as the trial trains (``{"tensorboard": logdir, "mlflow": uri, "run": run
+            id}``: :mod:`harness.track`), or None; set for the trials a run executes, never stored.
     """
 
     variant: str
@@ -73,6 +75,7 @@ class TrialSpec:
     point: str = ""
     measure: dict[str, Any] | None = None
     save_model: bool = False
+    track: dict[str, Any] | None = None
 
     @property
     def key(self) -> str:
@@ -87,12 +90,13 @@ class TrialSpec:
     def to_dict(self) -> dict[str, Any]:
         """The plain dict of earlier versions (key order included): ``{"variant", "slots",
         "config", "seed", "device", "dtype", "plugins", "threads", "point"}``, then ``measure``
-        for a measurement and ``save_model`` when true."""
+        for a measurement, ``save_model`` when true and ``track`` when set."""
         out = {"variant": self.variant, "slots": dict(self.slots), "config": self.config, "seed": self.seed,
                "device": self.device, "dtype": self.dtype, "plugins": self.plugins, "threads": self.threads,
                "point": self.point}
         out |= {"measure": dict(self.measure)} if self.measure is not None else {}
-        return out | ({"save_model": True} if self.save_model else {})
+        out |= {"save_model": True} if self.save_model else {}
+        return out | ({"track": dict(self.track)} if self.track else {})
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "TrialSpec":
@@ -104,7 +108,7 @@ class TrialSpec:
         return cls(variant=d["variant"], seed=d["seed"], config=d["config"], slots=dict(d.get("slots") or {}),
                    device=d.get("device", "auto"), dtype=d.get("dtype", "fp32"), plugins=d.get("plugins"),
                    threads=d.get("threads"), point=d.get("point", ""), measure=d.get("measure"),
-                   save_model=bool(d.get("save_model", False)))
+                   save_model=bool(d.get("save_model", False)), track=d.get("track"))
 
     def identity_row(self, device: str, threads: int | None) -> dict[str, Any]:
         """The first columns of the trial's row: variant, its planned slots (``slot_<name>``,

@@ -236,8 +236,8 @@ EXPERIMENT_FILE = st.one_of(
 RUN_OPTIONS = ["--variants", "--grid", "--preset", "--set", "--task", "--device", "--dtype", "--experiment", "--seeds",
                "--seed-start", "--results-dir", "--run-id", "--resume", "--jobs", "--executor", "--address",
                "--threads", "-p", "--plugin", "--strict-plugins", "--quiet", "--help", "--no-check", "--suite",
-               "--retry-failed", "--allow-code-change", "--tensorboard", "--save-models", "--vectorize-seeds",
-               "--capture"]
+               "--retry-failed", "--allow-code-change", "--tensorboard", "--mlflow", "--save-models",
+               "--vectorize-seeds", "--capture"]
 
 
 @st.composite
@@ -257,6 +257,8 @@ def run_argv(draw):
             argv.append(opt)
         elif opt == "--tensorboard":  # its folder is optional: a flag after it keeps a later positional out
             argv += ["--tensorboard", draw(st.sampled_from(["-q", "results/tb"]))]
+        elif opt == "--mlflow":  # its URI is optional too; without the mlflow package: exit 2, one line
+            argv += ["--mlflow", draw(st.sampled_from(["-q", "file:results/mlruns"]))]
         elif opt == "--vectorize-seeds":  # on the CPU 'on' trains the seeds as one group; bad values exit 2
             argv += ["--vectorize-seeds", draw(st.one_of(st.sampled_from(["auto", "on", "off", "yes"]), JUNK))]
         elif opt == "--capture":  # on the CPU 'on' is refused (CUDA graphs) with exit 2, as are bad values

@@ -61,6 +61,7 @@ def main(args) -> int:
     if args.tensorboard or args.logdir:
         from ..tboard import export_run
 
-        folder, n = export_run(store, args.logdir)
-        print(f"tensorboard: {n} trial(s) in {folder}  (tensorboard --logdir {folder})")
+        folder, n, live = export_run(store, args.logdir)
+        kept = f", {live} kept as the run wrote them live" if live else ""
+        print(f"tensorboard: {n} trial(s) in {folder}{kept}  (tensorboard --logdir {folder})")
     return 0

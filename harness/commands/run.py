@@ -61,10 +61,13 @@ def register(sub, parents):
                quiet_help="no progress bars or per-trial log lines (bars are off anyway when stderr is not a terminal)")
     o = p.add_argument_group("what else a run keeps")
     o.add_argument("--tensorboard", nargs="?", const="", default=None, metavar="DIR",
-                   help="write every trial's curves (training loss, learning rate, held-out CE, exact-match, "
-                        "WER/PER) and final metrics with its variant, seed and config as hparams, as TensorBoard "
+                   help="write every trial's curves as it trains (training loss, learning rate, held-out CE, "
+                        "exact-match, WER/PER) and final metrics with its variant, seed and config as hparams, as TensorBoard "
                         "events: under RUN_DIR/tensorboard/, or DIR/<run-id>/ when DIR is given; view with "
                         "tensorboard --logdir DIR (needs: pip install tensorboard)")
+    o.add_argument("--mlflow", nargs="?", const="", default=None, metavar="URI",
+                   help="log every trial to MLflow as it trains (the metrics of --tensorboard, the config as params), "
+                        "one MLflow run per trial, at URI or in a file store RUN_DIR/mlruns (needs: pip install -e '.[mlflow]')")
     o.add_argument("--save-models", action="store_true",
                    help="keep each trial's final weights as RUN_DIR/models/<variant>__s<seed>.pt (state_dict; "
                         "SHA-256 in the trial file, checked by verify); use them with harness.load_model or "
@@ -124,7 +127,7 @@ def request_from_args(args) -> RunRequest:
         address=args.address, vectorize_seeds=args.vectorize_seeds, capture=args.capture, plugins=plugin_spec(args),
         results_dir=args.results_dir, run_id=args.run_id, quiet=args.quiet, resume=args.resume,
         retry_failed=args.retry_failed, command=command_line(args), tensorboard=args.tensorboard,
-        save_models=args.save_models, allow_code_change=args.allow_code_change)
+        save_models=args.save_models, allow_code_change=args.allow_code_change, mlflow=args.mlflow)
 
 
 def main(args) -> int:
