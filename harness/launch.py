@@ -21,7 +21,7 @@ import time
 from typing import Any
 
 from .config import DEFAULT_PRESET, get_preset, parse_overrides, resolve_key
-from .errors import ConfigError, HarnessError
+from .errors import ConfigError
 from .experiments import plan_from_experiment, spec_from_meta
 from .experiments import run_table
 from .beside import idle_beside, preload_report_modules, pretraining_check, warm_workers
@@ -29,6 +29,7 @@ from .experiments import write_run_report as write_report  # a run's report with
 from .plugins import PluginSpec
 from .registry import Registry
 from .request import CONFIG_OPTIONS, TRIAL_OPTIONS, RunOutcome, RunRequest, Terminated
+from .overview import check_configs, record_check
 from .provenance import CodeState, current_code, write_sources
 from .resume import (check_code, check_code_config, check_components, check_plugins, check_points, check_setting,
                      check_trials, stored_specs)
@@ -255,43 +256,6 @@ def run_meta(req: RunRequest, reg, plan: Plan, specs: list[TrialSpec], device: s
         config_hash=config_hash(cfg.to_dict()), execution=options, status="running",
         trials=list(specs),
         heldout=heldout_note(reg.task(cfg.train.task), cfg, seeds[0]), **plan.meta)
-
-
-def record_check(reg, variants, log=None, configs=None) -> dict:
-    """check's equivalence classes of ``variants`` (:func:`harness.overview.check_classes`) at ``configs``
-    (:func:`check_configs`: the run's model configs), with one line to ``log`` (the run's :func:`run_log`: its
-    log.txt, and stderr unless quiet) naming the classes that hold more than one variant."""
-    from .overview import check_classes
-
-    result = check_classes(reg, variants, configs=configs)
-    if log:
-        multi = ["{" + ", ".join(c) + "}" for c in result["classes"] if len(c) > 1]
-        what = (f"check could not group them: {result['error']}" if result.get("error") else
-                f"{len(result['classes'])} class(es); same function: {'; '.join(multi) or 'none'}")
-        log(f"check: {len(variants)} variant(s), {what} ({result['wall_s']:.1f} s)")
-    return result
-
-
-def check_configs(reg, plan: Plan) -> list:
-    """``(model config, task rows)`` for each distinct model config the plan's trials train (one unless a
-    sweep varies ``model.*`` keys): check groups the variants at the configs the run trains, since whether two
-    components compute the same function can depend on them (h, n_kv_heads, window, ...). The task rows are
-    the run's task's (:func:`harness.checks.probes.task_rows`; None when the task cannot draw rows this
-    model takes)."""
-    from .checks.probes import task_rows
-
-    out, seen = [], set()
-    for _, cfg in plan.points:
-        key = repr(cfg.model)
-        if key in seen:
-            continue
-        seen.add(key)
-        try:
-            rows = task_rows(reg.task(cfg.train.task), cfg.train.seq_len, cfg.model, plan.seeds[0] if plan.seeds else 0)
-        except HarnessError:
-            rows = None
-        out.append((cfg.model, rows))
-    return out
 
 
 # ------------------------------------------------------------------------------------- resuming

@@ -90,6 +90,41 @@ def meet(partitions: list[list[list[str]]]) -> list[list[str]]:
     return list(out.values())
 
 
+def record_check(reg, variants, log=None, configs=None) -> dict:
+    """check's equivalence classes of ``variants`` (:func:`harness.overview.check_classes`) at ``configs``
+    (:func:`check_configs`: the run's model configs), with one line to ``log`` (the run's :func:`run_log`: its
+    log.txt, and stderr unless quiet) naming the classes that hold more than one variant."""
+    result = check_classes(reg, variants, configs=configs)
+    if log:
+        multi = ["{" + ", ".join(c) + "}" for c in result["classes"] if len(c) > 1]
+        what = (f"check could not group them: {result['error']}" if result.get("error") else
+                f"{len(result['classes'])} class(es); same function: {'; '.join(multi) or 'none'}")
+        log(f"check: {len(variants)} variant(s), {what} ({result['wall_s']:.1f} s)")
+    return result
+
+
+def check_configs(reg, plan) -> list:
+    """``(model config, task rows)`` for each distinct model config the plan's trials train (one unless a
+    sweep varies ``model.*`` keys): check groups the variants at the configs the run trains, since whether two
+    components compute the same function can depend on them (h, n_kv_heads, window, ...). The task rows are
+    the run's task's (:func:`harness.checks.probes.task_rows`; None when the task cannot draw rows this
+    model takes). ``plan``: a :class:`harness.runner.Plan` (its ``points`` and ``seeds``)."""
+    from .checks.probes import task_rows
+
+    out, seen = [], set()
+    for _, cfg in plan.points:
+        key = repr(cfg.model)
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            rows = task_rows(reg.task(cfg.train.task), cfg.train.seq_len, cfg.model, plan.seeds[0] if plan.seeds else 0)
+        except HarnessError:
+            rows = None
+        out.append((cfg.model, rows))
+    return out
+
+
 def class_of(classes: list[list[str]], name: str) -> list[str]:
     """The check class that contains ``name`` (``[name]`` when check did not see it)."""
     return next((c for c in classes if name in c), [name])

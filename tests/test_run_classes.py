@@ -7,7 +7,8 @@ import json
 import pytest
 
 import harness
-from harness.launch import check_configs, plan_run
+from harness.launch import plan_run
+from harness.overview import check_configs
 from harness.overview import check_classes, meet
 from harness.registry import Registry
 from harness.request import RunRequest

@@ -48,7 +48,8 @@ from ..config import ModelConfig
 from ..errors import PluginError
 from ..registry import Component, Registry
 from ..slots import Slot, builtin_slot
-from .contract_attention import check_attention, check_mask
+from .contract_attention import check_attention
+from .contract_mask import check_mask
 from .contract_base import PLUGIN_SIBLINGS, ComponentResult, reference_components, sibling_context
 from .contract_layers import check_embedding, check_layer_norm, check_norm, check_projections
 from .contract_positions import check_feed_forward, check_positional

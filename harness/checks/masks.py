@@ -1,12 +1,12 @@
 """Mask components on their own, as a check-report section: the summary of each mask component's
-contract results (:func:`harness.checks.contract_attention.check_mask`)."""
+contract results (:func:`harness.checks.contract_mask.check_mask`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from ..config import ModelConfig
 from ..registry import Registry
-from .contract_attention import check_mask
+from .contract_mask import check_mask
 
 
 @dataclass
@@ -27,7 +27,7 @@ class MaskComponentResult:
 
 
 def probe_mask_component(registry: Registry, name: str, cfg: ModelConfig, batch=None, seed: int = 0) -> MaskComponentResult:
-    """Mask component ``name`` on its own (:func:`harness.checks.contract_attention.check_mask`):
+    """Mask component ``name`` on its own (:func:`harness.checks.contract_mask.check_mask`):
     softmax(apply(scores, mask))
     against the reference masked softmax at real query rows, finite rows, and what a fully masked row
     (a source of pad tokens only) gives. ``batch`` is accepted for compatibility; the contract check
@@ -38,7 +38,7 @@ def probe_mask_component(registry: Registry, name: str, cfg: ModelConfig, batch=
 
 def mask_result(name: str, buggy: bool, results) -> MaskComponentResult:
     """A :class:`MaskComponentResult` from the mask component's contract results
-    (:func:`harness.checks.contract_attention.check_mask`), without running them again."""
+    (:func:`harness.checks.contract_mask.check_mask`), without running them again."""
     res = {r.check.split(" ")[0]: r for r in results}
     padding, causal, finite, fully = res["padding"], res["causal"], res["finite"], res["fully"]
     reasons = [r.diagnosis or r.detail for r in (padding, causal, finite, fully) if not r.ok]

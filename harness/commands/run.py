@@ -59,6 +59,13 @@ def register(sub, parents):
     p.add_argument("--seed-start", type=int, metavar="S", help="first seed (default 0)")
     add_output(p, "run", what="run", default_id="a timestamp",
                quiet_help="no progress bars or per-trial log lines (bars are off anyway when stderr is not a terminal)")
+    add_kept(p)
+    add_execution(p)
+    p.set_defaults(func=main, **{k: None for k in UNSET_OPTIONS})
+
+
+def add_kept(p) -> None:
+    """``run``'s options for what a run keeps beside its trials (events, MLflow runs, weights)."""
     o = p.add_argument_group("what else a run keeps")
     o.add_argument("--tensorboard", nargs="?", const="", default=None, metavar="DIR",
                    help="write every trial's curves as it trains (training loss, learning rate, held-out CE, "
@@ -72,6 +79,10 @@ def register(sub, parents):
                    help="keep each trial's final weights as RUN_DIR/models/<variant>__s<seed>.pt (state_dict; "
                         "SHA-256 in the trial file, checked by verify); use them with harness.load_model or "
                         "python -m harness decode")
+
+
+def add_execution(p) -> None:
+    """``run``'s options for resuming and for where and how the trials execute."""
     g = p.add_argument_group("resume and execution")
     g.add_argument("--resume", metavar="RUN_DIR", default=None,
                    help="continue the run stored in RUN_DIR (results/<run-id>): run only its missing trials; "
@@ -103,7 +114,6 @@ def register(sub, parents):
     g.add_argument("--threads", type=int, metavar="T", default=None,
                    help="torch threads per trial (default: cores // jobs locally, 1 per Ray task); "
                         "results are bitwise reproducible for the same threads")
-    p.set_defaults(func=main, **{k: None for k in UNSET_OPTIONS})
 
 
 def jobs_arg(text: str) -> int | str:

@@ -41,7 +41,8 @@ def task_request(spec: SuiteSpec, task: str, suite_dir: Path, base: RunRequest, 
 def suite_configs(spec: SuiteSpec, registry) -> list:
     """``(model config, task rows)`` at each distinct model config the suite's tasks train
     (:func:`harness.launch.check_configs` over one plan per task), for the suite's one check."""
-    from ..launch import check_configs, resolve_config
+    from ..launch import resolve_config
+    from ..overview import check_configs
     from ..runner import Plan
 
     points = [("", resolve_config(spec.preset, [*spec.overrides, f"train.task={task!r}"], registry))
