@@ -21,11 +21,12 @@ import time
 from typing import Any
 
 from .config import DEFAULT_PRESET, get_preset, parse_overrides, resolve_key
-from .errors import ConfigError
+from .errors import ConfigError, ResourceError, resource_text
 from .experiments import plan_from_experiment, spec_from_meta
 from .experiments import run_table
 from .beside import idle_beside, preload_report_modules, pretraining_check, warm_workers
 from .experiments import write_run_report as write_report  # a run's report with its experiment's sections
+from .limits import OUT_OF_TIME, TIMED_OUT, Limits
 from .plugins import PluginSpec
 from .registry import Registry
 from .request import CONFIG_OPTIONS, TRIAL_OPTIONS, RunOutcome, RunRequest, Terminated
@@ -41,7 +42,7 @@ from .tboard import check_available, run_logdir, trial_writer
 from .trial import TrialSpec
 
 #: Trial statuses that ``--retry-failed`` runs again (an invalid variant fails the same way again).
-RETRY_STATUSES = ("failed", "diverged")
+RETRY_STATUSES = ("failed", "diverged", TIMED_OUT)
 
 
 def _on_sigterm(signum, frame):
@@ -78,8 +79,13 @@ def run_log(root, quiet: bool):
     path = root / RUN_LOG
 
     def log(line: str) -> None:
-        with open(path, "a", encoding="utf-8") as fh:
-            fh.write(line.rstrip("\n") + "\n")
+        try:
+            with open(path, "a", encoding="utf-8") as fh:
+                fh.write(line.rstrip("\n") + "\n")
+        except OSError as exc:
+            if exc.errno and not exc.filename:  # a full disk: name the file (a failed write or close names none)
+                raise type(exc)(exc.errno, exc.strerror, str(path)) from exc
+            raise
         if echo is not None:
             echo(line)
     return log
@@ -302,7 +308,7 @@ def resume_run(req: RunRequest) -> RunOutcome:
     if not execution_given and meta.execution is not None:
         stored = meta.execution
         options = Execution(stored.executor, stored.jobs, stored.threads, stored.address,
-                            stored.vectorize_seeds, stored.capture).validate()
+                            stored.vectorize_seeds, stored.capture, req.trial_timeout, req.time_budget).validate()
     retried = retire_failed(store, specs) if req.retry_failed else []
     todo = [ts for ts in specs if ts.key in set(store.missing(ts.key for ts in specs))]
     todo = with_save_model(todo) if req.save_models else todo
@@ -389,11 +395,18 @@ def drive(store: RunStore, specs: list[TrialSpec], meta: RunMeta, options: Execu
     """Run the pre-training check ``before`` (``(check_now, keep)``: before the trials, or beside them where
     other processes train them and leave this one idle, :func:`harness.beside.pretraining_check`), execute ``specs`` into
     ``store`` and write the report, with Ctrl-C and SIGTERM at any of these phases ending the run as
-    ``interrupted``; ``after_store(key, result)`` runs after each trial is stored (``--tensorboard``)."""
+    ``interrupted``; ``after_store(key, result)`` runs after each trial is stored (``--tensorboard``).
+    A ``--time-budget`` counts from here; spent before every trial started, the run ends ``out_of_time``.
+
+    Raises:
+        ResourceError: a file of the run could not be written (a full disk, permissions): the trials
+            stored before stay, the run's status is ``stopped`` (where it can still be written).
+    """
     total = len(specs) if total is None else total
     log = run_log(store.root, quiet)
     interrupted: KeyboardInterrupt | None = None
-    report = None
+    report, ran = None, None
+    limits = Limits.start(options.trial_timeout, options.time_budget) if options.limited() else None
     t0 = time.perf_counter()
     with sigterm_as_interrupt():
         try:
@@ -404,12 +417,19 @@ def drive(store: RunStore, specs: list[TrialSpec], meta: RunMeta, options: Execu
             wait_check = pretraining_check(*before, beside) if before is not None else (lambda: None)
             if specs:
                 preload_report_modules(beside)
-                execute(specs, store, options, quiet=quiet, log=log, after_store=after_store)
+                ran = execute(specs, store, options, quiet=quiet, log=log, after_store=after_store, limits=limits)
             wait_check()
         except KeyboardInterrupt as exc:
             interrupted = exc
+        except OSError as exc:  # a full disk, a folder made read-only: what is stored stays stored
+            raise stopped(exc, store, meta, t0) from None
         meta.run_wall_s = float(meta.run_wall_s or 0.0) + time.perf_counter() - t0
         meta.status = "interrupted" if interrupted is not None else "complete"  # read by harness verify
+        if interrupted is None and ran is not None and len(ran) < len(specs) and limits is not None and limits.spent():
+            meta.status = OUT_OF_TIME
+            if log:
+                log(f"time budget of {limits.budget:g} s spent: {len(specs) - len(ran)} trial(s) not started; "
+                    f"finish with: python -m harness run --resume {store.root}")
         try:
             store.write_meta(meta)
             report = write_report(store)
@@ -417,7 +437,26 @@ def drive(store: RunStore, specs: list[TrialSpec], meta: RunMeta, options: Execu
             interrupted = interrupted or exc
             meta.status = "interrupted"
             store.write_meta(meta)
+        except OSError as exc:
+            raise stopped(exc, store, meta, None) from None
     if not specs and interrupted is None and log:
         log(f"nothing to run: all {total} trial(s) of {store.root} are stored")
     table = run_table(store) if report is not None else None  # a measurement's slope table
     return RunOutcome(store, meta, report, interrupted, total, table=table)
+
+
+def stopped(exc: OSError, store: RunStore, meta: RunMeta, t0: float | None) -> ResourceError:
+    """The one-line error of a run stopped because one of its files could not be written: what failed,
+    the file, how many planned trials are stored (a trial file is renamed into place only once whole,
+    :func:`harness.store.atomic_write_bytes`) and how to resume. ``config.json`` says ``stopped``
+    where it can still be written."""
+    if t0 is not None:
+        meta.run_wall_s = float(meta.run_wall_s or 0.0) + time.perf_counter() - t0
+    meta.status = "stopped"
+    with contextlib.suppress(OSError):
+        store.write_meta(meta)
+    planned = meta.planned_keys()
+    done = len(store.done_keys() & set(planned))
+    return ResourceError(f"{resource_text(exc)}; {done} of {len(planned)} trial(s) are stored in {store.root}; "
+                         f"free space (or fix the permissions), then resume with: "
+                         f"python -m harness run --resume {store.root}")

@@ -91,7 +91,7 @@ def with_threads(specs: Iterable[TrialSpec], threads: int) -> list[TrialSpec]:
 
 def execute(specs: list[TrialSpec], store: RunStore, options: Execution | None = None,
             quiet: bool = False, log: Callable[[str], None] | None = None,
-            after_store: Callable[[str, TrialResult], None] | None = None) -> list[TrialResult]:
+            after_store: Callable[[str, TrialResult], None] | None = None, limits=None) -> list[TrialResult]:
     """Run ``specs`` with the chosen executor (:mod:`harness.executors`) and store each trial
     the moment it ends (:meth:`RunStore.write_trial`, atomic). Returns the results in
     completion order.
@@ -101,6 +101,9 @@ def execute(specs: list[TrialSpec], store: RunStore, options: Execution | None =
     trial naming the file it was stored in. Weights a trial returned (``--save-models``) go to
     ``models/<key>.pt`` first (:func:`harness.saved.store_weights`); ``after_store(key, result)``
     runs once each trial is stored (``--tensorboard``: :func:`harness.tboard.trial_writer`).
+    With a time limit (``options.limited()``; ``limits``: a :class:`harness.limits.Limits` whose budget
+    may have started earlier) every trial runs in a worker process that can be ended
+    (:func:`harness.limits.run_limited`), and trials left unstarted by a spent budget are not in the result.
 
     Raises:
         KeyboardInterrupt: Ctrl-C / SIGTERM; every trial finished before it is stored.
@@ -128,7 +131,14 @@ def execute(specs: list[TrialSpec], store: RunStore, options: Execution | None =
             log(trial_line(result.row, path, len(results), len(specs), time.perf_counter() - started))
 
     try:
-        if options.executor == "ray":
+        if options.limited():
+            from .limits import Limits, run_limited
+
+            limits = limits or Limits.start(options.trial_timeout, options.time_budget)
+            jobs = options.jobs if isinstance(options.jobs, int) else 1
+            run_limited(specs, jobs, on_done, limits, threads=options.trial_threads(), bars=bars,
+                        vectorize=options.vectorize_seeds == "on", capture=options.capture, log=log)
+        elif options.executor == "ray":
             executors.run_ray(specs, on_done, address=options.address, cpus_per_trial=options.trial_threads(),
                               gpus_per_trial=1 if any(ts.device.startswith("cuda") for ts in specs) else 0,
                               log=log)
