@@ -425,11 +425,8 @@ def drive(store: RunStore, specs: list[TrialSpec], meta: RunMeta, options: Execu
             raise stopped(exc, store, meta, t0) from None
         meta.run_wall_s = float(meta.run_wall_s or 0.0) + time.perf_counter() - t0
         meta.status = "interrupted" if interrupted is not None else "complete"  # read by harness verify
-        if interrupted is None and ran is not None and len(ran) < len(specs) and limits is not None and limits.spent():
-            meta.status = OUT_OF_TIME
-            if log:
-                log(f"time budget of {limits.budget:g} s spent: {len(specs) - len(ran)} trial(s) not started; "
-                    f"finish with: python -m harness run --resume {store.root}")
+        if interrupted is None and ran is not None and len(ran) < len(specs):
+            out_of_time(meta, limits, len(specs) - len(ran), store, log)
         try:
             store.write_meta(meta)
             report = write_report(store)
@@ -443,6 +440,16 @@ def drive(store: RunStore, specs: list[TrialSpec], meta: RunMeta, options: Execu
         log(f"nothing to run: all {total} trial(s) of {store.root} are stored")
     table = run_table(store) if report is not None else None  # a measurement's slope table
     return RunOutcome(store, meta, report, interrupted, total, table=table)
+
+
+def out_of_time(meta: RunMeta, limits: Limits | None, unstarted: int, store: RunStore, log) -> None:
+    """A run whose ``--time-budget`` left ``unstarted`` trials unstarted: status ``out_of_time``, one log line."""
+    if limits is None or not limits.spent():
+        return
+    meta.status = OUT_OF_TIME
+    if log:
+        log(f"time budget of {limits.budget:g} s spent: {unstarted} trial(s) not started; "
+            f"finish with: python -m harness run --resume {store.root}")
 
 
 def stopped(exc: OSError, store: RunStore, meta: RunMeta, t0: float | None) -> ResourceError:

@@ -101,9 +101,7 @@ def execute(specs: list[TrialSpec], store: RunStore, options: Execution | None =
     trial naming the file it was stored in. Weights a trial returned (``--save-models``) go to
     ``models/<key>.pt`` first (:func:`harness.saved.store_weights`); ``after_store(key, result)``
     runs once each trial is stored (``--tensorboard``: :func:`harness.tboard.trial_writer`).
-    With a time limit (``options.limited()``; ``limits``: a :class:`harness.limits.Limits` whose budget
-    may have started earlier) every trial runs in a worker process that can be ended
-    (:func:`harness.limits.run_limited`), and trials left unstarted by a spent budget are not in the result.
+    With a time limit: :func:`run_with_limits` (trials a spent budget left unstarted are not in the result).
 
     Raises:
         KeyboardInterrupt: Ctrl-C / SIGTERM; every trial finished before it is stored.
@@ -132,12 +130,7 @@ def execute(specs: list[TrialSpec], store: RunStore, options: Execution | None =
 
     try:
         if options.limited():
-            from .limits import Limits, run_limited
-
-            limits = limits or Limits.start(options.trial_timeout, options.time_budget)
-            jobs = options.jobs if isinstance(options.jobs, int) else 1
-            run_limited(specs, jobs, on_done, limits, threads=options.trial_threads(), bars=bars,
-                        vectorize=options.vectorize_seeds == "on", capture=options.capture, log=log)
+            run_with_limits(specs, options, on_done, bars, log, limits)
         elif options.executor == "ray":
             executors.run_ray(specs, on_done, address=options.address, cpus_per_trial=options.trial_threads(),
                               gpus_per_trial=1 if any(ts.device.startswith("cuda") for ts in specs) else 0,
@@ -157,6 +150,17 @@ def execute(specs: list[TrialSpec], store: RunStore, options: Execution | None =
         bars.close_all()
         outer.close()
     return results
+
+
+def run_with_limits(specs: list[TrialSpec], options: Execution, on_done, bars: TrialBars, log, limits=None) -> None:
+    """``execute``'s executor under ``--trial-timeout`` / ``--time-budget``: :func:`harness.limits.run_limited`
+    (``limits``: a :class:`harness.limits.Limits` whose budget started earlier, else one starting now)."""
+    from .limits import Limits, run_limited
+
+    limits = limits or Limits.start(options.trial_timeout, options.time_budget)
+    jobs = options.jobs if isinstance(options.jobs, int) else 1
+    run_limited(specs, jobs, on_done, limits, threads=options.trial_threads(), bars=bars,
+                vectorize=options.vectorize_seeds == "on", capture=options.capture, log=log)
 
 
 def short_reason(reason: str, limit: int = 300) -> str:

@@ -27,9 +27,10 @@ from harness.trial import read_trial_file
 from .conftest import cli_in_process
 
 HANG_PLUGIN = '''
-"""``a_hangs``: a post-norm residual whose training forward sleeps for an hour from the third training
-step on, while ``<this file>.hang`` exists (the gate's forwards, without gradients, pass). ``a_ooms``: one
-that raises ``MemoryError()`` in training while ``<this file>.oom`` exists."""
+"""``a_hangs``: a post-norm residual whose forward sleeps for an hour from the third training step on
+(a forward called from the training loop's ``train_step``), while ``<this file>.hang`` exists: the gate's
+forwards pass. ``a_ooms``: one that raises ``MemoryError()`` in training while ``<this file>.oom`` exists."""
+import sys
 import time
 from pathlib import Path
 
@@ -53,9 +54,16 @@ class Residual(nn.Module):
         return self.norm(x + sublayer(x))
 
 
+def in_train_step() -> bool:
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_name != "train_step":
+        frame = frame.f_back
+    return frame is not None
+
+
 class Hangs(Residual):
     def forward(self, x, sublayer):
-        if self.training and torch.is_grad_enabled() and HANG.exists():
+        if in_train_step() and HANG.exists():
             CALLS[0] += 1
             if CALLS[0] > 10:  # a few training steps in (5 residuals a step at N=1)
                 time.sleep(3600)

@@ -91,14 +91,7 @@ def register(sub, parents):
                    help="step vectorised trial groups through CUDA graphs (static shapes; docs/running.md); auto "
                         "(default): on with CUDA unless HARNESS_CAPTURE=off; on needs a CUDA device (exit 2 on "
                         "the CPU)")
-    g.add_argument("--trial-timeout", type=seconds_arg, metavar="SECONDS", default=None,
-                   help="end a trial (with vectorised seeds: its group) still running SECONDS after its worker "
-                        "process started: stored as timed_out with the step it reached, the run goes on (exit 1); "
-                        "--resume --retry-failed runs it again. With a limit every trial runs in a worker process "
-                        "of its own")
-    g.add_argument("--time-budget", type=seconds_arg, metavar="SECONDS", default=None,
-                   help="seconds for this whole invocation: trials not started by then stay unstarted (a partial "
-                        "run, exit 1; --resume finishes it), running ones end as timed_out")
+    add_limits(g)
     g.add_argument("--executor", choices=EXECUTORS,
                    help="local (this machine; default) or ray (a Ray cluster: pip install -e '.[ray]')")
     g.add_argument("--address", metavar="ADDR", default=None,
@@ -118,6 +111,18 @@ def jobs_arg(text: str) -> int | str:
         return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number of processes or 'auto', got {text!r}") from None
+
+
+def add_limits(g) -> None:
+    """``--trial-timeout`` and ``--time-budget`` (:mod:`harness.limits`)."""
+    g.add_argument("--trial-timeout", type=seconds_arg, metavar="SECONDS", default=None,
+                   help="end a trial (with vectorised seeds: its group) still running SECONDS after its worker "
+                        "process started: stored as timed_out with the step it reached, the run goes on (exit 1); "
+                        "--resume --retry-failed runs it again. With a limit every trial runs in a worker process "
+                        "of its own")
+    g.add_argument("--time-budget", type=seconds_arg, metavar="SECONDS", default=None,
+                   help="seconds for this whole invocation: trials not started by then stay unstarted (a partial "
+                        "run, exit 1; --resume finishes it), running ones end as timed_out")
 
 
 def seconds_arg(text: str) -> float:
