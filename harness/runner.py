@@ -100,8 +100,8 @@ def execute(specs: list[TrialSpec], store: RunStore, options: Execution | None =
     with ``quiet`` or when stderr is not a terminal; ``log`` receives one line per finished
     trial naming the file it was stored in. Weights a trial returned (``--save-models``) go to
     ``models/<key>.pt`` first (:func:`harness.saved.store_weights`); ``after_store(key, result)``
-    runs once each trial is stored (``--tensorboard``: :func:`harness.tboard.trial_writer`).
-    With a time limit: :func:`run_with_limits` (trials a spent budget left unstarted are not in the result).
+    runs once each trial is stored (``--tensorboard``). With a time limit: :func:`run_with_limits`
+    (the trials a spent budget left unstarted are not in the result).
 
     Raises:
         KeyboardInterrupt: Ctrl-C / SIGTERM; every trial finished before it is stored.
