@@ -92,9 +92,8 @@ def with_threads(specs: Iterable[TrialSpec], threads: int) -> list[TrialSpec]:
 def execute(specs: list[TrialSpec], store: RunStore, options: Execution | None = None,
             quiet: bool = False, log: Callable[[str], None] | None = None,
             after_store: Callable[[str, TrialResult], None] | None = None, limits=None) -> list[TrialResult]:
-    """Run ``specs`` with the chosen executor (:mod:`harness.executors`) and store each trial
-    the moment it ends (:meth:`RunStore.write_trial`, atomic). Returns the results in
-    completion order.
+    """Run ``specs`` with the chosen executor (:mod:`harness.executors`) and store each trial the
+    moment it ends (:meth:`RunStore.write_trial`, atomic). Returns the results in completion order.
 
     Progress: a bar over trials (with ETA) and one bar per running trial, on stderr, silent
     with ``quiet`` or when stderr is not a terminal; ``log`` receives one line per finished
