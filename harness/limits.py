@@ -177,7 +177,9 @@ class _Scheduler:
             w.out = w.out or ("died", None)
         if w.out is None:
             return
-        w.proc.join()
+        w.proc.join(timeout=10)
+        if w.proc.is_alive():  # it sent its result but does not exit (a thread of a plugin's): end it
+            self._end(w)
         self._finish(w, self._results(w))
 
     def _results(self, w: _Worker) -> list[TrialResult]:

@@ -226,8 +226,8 @@ def print_failures(bad: list[dict], done: int, root) -> None:
         print(f"harness: INVALID (excluded from every verdict; see the report's 'Invalid variants'): "
               f"{', '.join(invalid)}", file=sys.stderr)
     retryable = [r for r in bad if r.get("status") in RETRY_STATUSES]
-    hint = (f"; after fixing the cause of the failed/diverged ones: python -m harness run --resume {root} "
-            f"--retry-failed" if retryable else "; an invalid variant fails the same way on every retry: fix it")
+    hint = (f"; after fixing the cause of the failed/diverged/timed-out ones: python -m harness run --resume "
+            f"{root} --retry-failed" if retryable else "; an invalid variant fails the same way on every retry: fix it")
     print(f"harness: {len(bad)} of {done} trial(s) did not finish ok (see the report{hint}): "
           + "; ".join(f"{r['variant']} s{r['seed']} {r['status']} ({str(r.get('reason', '')).split('; ')[0][:160]})"
                       for r in bad[:5])
