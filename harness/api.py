@@ -84,11 +84,9 @@ def run(variants: _Names = "all", seeds: int | None = None, preset: str | None =
         dtype: str | None = None, jobs: int | str | None = None, threads: int | None = None,
         plugins: _Names = (), plugin_files: _Names = (), quiet: bool = True, load: bool = False,
         check: bool = True, tensorboard: str | Path | bool | None = None, save_models: bool = False,
-        vectorize_seeds: str | None = None, capture: str | None = None, trial_timeout: float | None = None,
-        time_budget: float | None = None):
-    """Train ``variants`` x ``seeds`` on a task and write the run's report, as
-    ``python -m harness run`` does (the same options and defaults, through the same
-    :class:`harness.request.RunRequest` and :func:`harness.launch.start_run`).
+        vectorize_seeds: str | None = None, capture: str | None = None, trial_timeout=None, time_budget=None):
+    """Train ``variants`` x ``seeds`` on a task and write the run's report, as ``python -m harness run`` does (the
+    same options and defaults, through the same :class:`harness.request.RunRequest` and :func:`harness.launch.start_run`).
 
     Works the same from a notebook, a plain script (no ``if __name__ == "__main__":`` guard needed:
     worker processes never re-run the calling script) and ``python -c``.
@@ -111,16 +109,14 @@ def run(variants: _Names = "all", seeds: int | None = None, preset: str | None =
         save_models: ``--save-models``: keep each trial's weights (``models/<key>.pt``; :func:`load_model`).
         vectorize_seeds: ``--vectorize-seeds``: ``"auto"`` (default: on with CUDA), ``"on"``, ``"off"``.
         capture: ``--capture``: ``"auto"`` (default: CUDA graphs on CUDA), ``"on"`` (CUDA only), ``"off"``.
-        trial_timeout, time_budget: ``--trial-timeout`` / ``--time-budget`` in seconds (:mod:`harness.limits`):
-            a trial past its limit is stored ``timed_out``; trials a spent budget left unstarted stay missing.
+        trial_timeout, time_budget: ``--trial-timeout`` / ``--time-budget``, seconds (:mod:`harness.limits`).
 
     Returns:
         Path | LoadedRun: the run folder (absolute; report.md, trials.csv, ...), or the loaded run. Trials
         that fail or diverge are in it (``trials.status``); they do not raise unless none finished ok.
 
     Raises:
-        HarnessError: bad input, as the command line's exit 2 (nothing is stored); ``ResourceError`` (exit 1) when a
-            file of the started run cannot be written (a full disk): the trials stored before stay.
+        HarnessError: bad input, as the command line's exit 2 (nothing is stored); ResourceError (exit 1): a full disk.
         RunFailedError: no trial of the run finished ok (the folder keeps every failure and its reason).
         KeyboardInterrupt: interrupted; the finished trials are stored (resume with
             ``python -m harness run --resume <folder>``).
@@ -135,8 +131,7 @@ def run(variants: _Names = "all", seeds: int | None = None, preset: str | None =
         seed_start=seed_start, check=check, device=device, dtype=dtype, jobs=jobs, threads=threads,
         plugins=_plugin_spec(plugins, plugin_files), results_dir=str(results_dir), run_id=run_id, quiet=quiet,
         tensorboard=None if tensorboard in (None, False) else "" if tensorboard is True else str(tensorboard),
-        save_models=save_models, vectorize_seeds=vectorize_seeds, capture=capture, trial_timeout=trial_timeout,
-        time_budget=time_budget)
+        save_models=save_models, vectorize_seeds=vectorize_seeds, capture=capture, trial_timeout=trial_timeout, time_budget=time_budget)
     outcome = start_run(request)
     if outcome.interrupted is not None:
         raise outcome.interrupted
