@@ -28,7 +28,7 @@ from .conftest import cli_in_process
 
 HANG_PLUGIN = '''
 """``a_hangs``: a post-norm residual whose forward sleeps for an hour from the third training step on
-(a forward called from the training loop's ``train_step``), while ``<this file>.hang`` exists: the gate's
+(a forward called from the training loop's ``train_step`` or a trial group's step, ``harness/vstep.py``), while ``<this file>.hang`` exists: the gate's
 forwards pass. ``a_ooms``: one that raises ``MemoryError()`` in training while ``<this file>.oom`` exists."""
 import sys
 import time
@@ -56,7 +56,7 @@ class Residual(nn.Module):
 
 def in_train_step() -> bool:
     frame = sys._getframe(1)
-    while frame is not None and frame.f_code.co_name != "train_step":
+    while frame is not None and frame.f_code.co_name != "train_step" and not frame.f_code.co_filename.endswith("vstep.py"):
         frame = frame.f_back
     return frame is not None
 
@@ -128,6 +128,19 @@ def test_a_hung_trial_is_ended_as_timed_out_and_the_others_finish(tmp_path, plug
     assert retire_failed(store, stored_specs(store, store.meta())) == ["a_hangs__s0"]
     assert store.missing(["a_hangs__s0", "baseline__s0"]) == ["a_hangs__s0"]
     assert (run / "trials" / "retried" / "a_hangs__s0.json").is_file()
+
+
+def test_a_vectorised_group_past_its_limit_has_every_seed_timed_out(tmp_path, plugin):
+    plugin.with_suffix(".hang").touch()
+    res = cli_in_process("--plugin", plugin, "run", "--variants", "a_hangs", "baseline", "--seeds", "2", *SHORT,
+                         "--vectorize-seeds", "on", "--jobs", "2", "--trial-timeout", "10", "--results-dir", tmp_path,
+                         "--run-id", "g")
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
+    got = {(t.row["variant"], t.row["seed"]): t.row for t in RunStore.open(tmp_path / "g").load_trials()}
+    assert [got[("baseline", s)]["status"] for s in (0, 1)] == ["ok", "ok"]
+    for s in (0, 1):
+        assert got[("a_hangs", s)]["status"] == "timed_out"
+        assert got[("a_hangs", s)]["reason"].startswith("trial exceeded --trial-timeout 10 s at step ")
 
 
 def test_a_spent_time_budget_ends_the_running_trial_and_leaves_the_rest_unstarted(tmp_path, plugin):
