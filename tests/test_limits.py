@@ -2,7 +2,8 @@
 
 * ``--trial-timeout``: a trial whose forward hangs after a few training steps (:data:`HANG_PLUGIN`) is
   ended in its worker process and stored ``timed_out`` with the step it reached, beside a normal
-  trial that finishes ``ok``; exit 1; ``--resume --retry-failed`` plans it again.
+  trial that finishes ``ok``; exit 1; ``--resume --retry-failed`` plans it again. A vectorised trial
+  group past its limit has every seed ``timed_out``.
 * ``--time-budget``: once spent, the running trial is ended as ``timed_out`` and the unstarted ones
   stay missing (status ``out_of_time``, the partial banner and the resume command, exit 1).
 * A full disk (``ENOSPC`` on the second trial file's fsync): one line, exit 1, no traceback, the first
