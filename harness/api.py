@@ -91,10 +91,9 @@ def run(variants: _Names = "all", seeds: int | None = None, preset: str | None =
         plugins: _Names = (), plugin_files: _Names = (), quiet: bool = True, load: bool = False,
         check: bool = True, tensorboard: str | Path | bool | None = None, save_models: bool = False,
         vectorize_seeds: str | None = None, capture: str | None = None, resume: str | Path | None = None,
-        allow_code_change: bool = False, mlflow: str | bool | None = None):
-    """Train ``variants`` x ``seeds`` on a task and write the run's report, as
-    ``python -m harness run`` does (the same options and defaults, through the same
-    :class:`harness.request.RunRequest` and :func:`harness.launch.start_run`).
+        allow_code_change: bool = False, mlflow: str | bool | None = None, trial_timeout=None, time_budget=None):
+    """Train ``variants`` x ``seeds`` on a task and write the run's report, as ``python -m harness run`` does (the
+    same options and defaults, through the same :class:`harness.request.RunRequest` and :func:`harness.launch.start_run`).
 
     Works the same from a notebook, a plain script (no ``if __name__ == "__main__":`` guard needed:
     worker processes never re-run the calling script) and ``python -c``.
@@ -119,13 +118,14 @@ def run(variants: _Names = "all", seeds: int | None = None, preset: str | None =
         capture: ``--capture``: ``"auto"`` (default: CUDA graphs on CUDA), ``"on"`` (CUDA only), ``"off"``.
         resume: ``--resume``: a stored run's folder; its missing trials run (``variants="all"``: the stored ones).
         allow_code_change: ``--allow-code-change``: with ``resume``, go on with other code (recorded; else StoreError).
+        trial_timeout, time_budget: ``--trial-timeout`` / ``--time-budget``, seconds (:mod:`harness.limits`).
 
     Returns:
         Path | LoadedRun: the run folder (absolute; report.md, trials.csv, ...), or the loaded run. Trials
         that fail or diverge are in it (``trials.status``); they do not raise unless none finished ok.
 
     Raises:
-        HarnessError: bad input, as the command line's exit 2 (nothing is stored).
+        HarnessError: bad input, as the command line's exit 2 (nothing is stored); ResourceError (exit 1): a full disk.
         RunFailedError: no trial of the run finished ok (the folder keeps every failure and its reason).
         KeyboardInterrupt: interrupted; the finished trials are stored (resume with ``resume=<folder>``).
     """
@@ -138,7 +138,7 @@ def run(variants: _Names = "all", seeds: int | None = None, preset: str | None =
         threads=threads, plugins=_plugin_spec(plugins, plugin_files), results_dir=str(results_dir), run_id=run_id,
         quiet=quiet, tensorboard=_place(tensorboard), mlflow=_place(mlflow), save_models=save_models,
         vectorize_seeds=vectorize_seeds, capture=capture, resume=None if resume is None else str(resume),
-        allow_code_change=allow_code_change)
+        allow_code_change=allow_code_change, trial_timeout=trial_timeout, time_budget=time_budget)
     outcome = start_run(request)
     if outcome.interrupted is not None:
         raise outcome.interrupted

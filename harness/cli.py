@@ -21,7 +21,7 @@ import threading
 import warnings
 
 from .commands.common import add_plugin_options, check_output
-from .errors import HarnessError, HarnessWarning
+from .errors import RESOURCE_WORDS, HarnessError, HarnessWarning, resource_text
 
 #: command -> its one-line help (the same text its module's ``register`` gives; a test holds
 #: them equal), in the order ``--help`` lists them.
@@ -147,7 +147,9 @@ def _silence_stdout() -> None:
 def main(argv: list[str] | None = None) -> int:
     """Parse ``argv`` (default ``sys.argv[1:]``), run the sub-command and return its exit code.
 
-    A :class:`HarnessError` becomes one line on stderr and its exit code (2); a
+    A :class:`HarnessError` becomes one line on stderr and its exit code (2; 1 for a run that
+    could not write its files, :class:`harness.errors.ResourceError`); a ``MemoryError`` or an
+    ``OSError`` of a full disk or a permission one line and 1; a
     :class:`HarnessWarning` one line ``harness: warning: ...``; a run id (``--run-id``) and an
     empty ``--results-dir`` are checked before anything else runs. Output piped into a reader that
     stops early (``| head``) ends the command quietly with :data:`BROKEN_PIPE`.
@@ -180,9 +182,18 @@ def main(argv: list[str] | None = None) -> int:
         except KeyboardInterrupt:
             print("harness: interrupted", file=sys.stderr)
             return 130
+        except MemoryError:
+            print("harness: error: out of memory in the harness's own process (MemoryError); what is stored stays "
+                  "stored (a run continues with: python -m harness run --resume RUN_DIR)", file=sys.stderr)
+            return 1
         except BrokenPipeError:  # the reader went away (| head): stop printing, quietly
             _silence_stdout()
             return BROKEN_PIPE
+        except OSError as exc:  # a full disk or a permission outside a run's own handling (report, compare ...)
+            if exc.errno not in RESOURCE_WORDS:
+                raise
+            print(f"harness: error: {_one_line(resource_text(exc))}", file=sys.stderr)
+            return 1
 
 
 def exit_now(code: int) -> None:

@@ -7,6 +7,7 @@ Every error a user can cause (bad name, bad config, broken plugin, bad path) is 
 from __future__ import annotations
 
 import difflib
+import errno
 from typing import Iterable
 
 
@@ -55,8 +56,28 @@ class StoreError(HarnessError):
     """A results directory is missing, unreadable, unwritable or belongs to another run."""
 
 
+class ResourceError(HarnessError):
+    """A run that had started could not write its files (no space left, permission denied): what
+    it stored stays stored. Exit code 1 (the run ran; ``run --resume`` finishes it), where bad
+    input gives 2."""
+
+    exit_code = 1
+
+
 class DeviceError(HarnessError):
     """The requested device is not available (e.g. ``--device cuda`` without CUDA)."""
+
+
+#: Words for the errors a run's files most often meet (errno -> text); others keep the system's own.
+RESOURCE_WORDS = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "disk quota exceeded",
+                  errno.EACCES: "permission denied", errno.EPERM: "operation not permitted",
+                  errno.EROFS: "read-only file system", errno.ENOMEM: "out of memory"}
+
+
+def resource_text(exc: OSError) -> str:
+    """``"no space left on device writing PATH"``: what failed and the file it names (if any)."""
+    what = RESOURCE_WORDS.get(exc.errno) or exc.strerror or str(exc)
+    return f"{what} writing {exc.filename}" if exc.filename else what
 
 
 def failure_reason(exc: BaseException, limit: int = 300) -> str:
@@ -74,4 +95,6 @@ def failure_reason(exc: BaseException, limit: int = 300) -> str:
         lines = [line for line in str(exc).splitlines() if line.strip()]
     except Exception:  # noqa: BLE001 - a broken __str__ still names the failure
         return name
+    if not lines and isinstance(exc, MemoryError):  # raised with no message: say what it means
+        return f"{name}: out of memory"
     return f"{name}: {lines[0][:limit]}" if lines else name

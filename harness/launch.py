@@ -26,13 +26,14 @@ from .experiments import plan_from_experiment, spec_from_meta
 from .experiments import run_table
 from .beside import idle_beside, preload_report_modules, pretraining_check, warm_workers
 from .experiments import write_run_report as write_report  # a run's report with its experiment's sections
+from .limits import TIMED_OUT, Limits, out_of_time, stopped
 from .plugins import PluginSpec
 from .registry import Registry
 from .request import CONFIG_OPTIONS, TRIAL_OPTIONS, RunOutcome, RunRequest, Terminated
 from .overview import check_configs, record_check
-from .provenance import CodeState, current_code, write_sources
+from .provenance import current_code, write_sources
 from .resume import (check_code, check_code_config, check_components, check_plugins, check_points, check_setting,
-                     check_trials, stored_specs)
+                     check_trials, record_code, stored_specs)
 from .runner import Plan, execute, make_specs, with_threads
 from .runmeta import MAX_GROUP, Execution, Resume, RunMeta
 from .store import RunStore, config_hash
@@ -44,7 +45,7 @@ from .track import check_mlflow, default_mlflow_uri
 from .trial import TrialSpec
 
 #: Trial statuses that ``--retry-failed`` runs again (an invalid variant fails the same way again).
-RETRY_STATUSES = ("failed", "diverged")
+RETRY_STATUSES = ("failed", "diverged", TIMED_OUT)
 
 
 def _on_sigterm(signum, frame):
@@ -81,8 +82,13 @@ def run_log(root, quiet: bool):
     path = root / RUN_LOG
 
     def log(line: str) -> None:
-        with open(path, "a", encoding="utf-8") as fh:
-            fh.write(line.rstrip("\n") + "\n")
+        try:
+            with open(path, "a", encoding="utf-8") as fh:
+                fh.write(line.rstrip("\n") + "\n")
+        except OSError as exc:
+            if exc.errno and not exc.filename:  # a full disk: name the file (a failed write or close names none)
+                raise type(exc)(exc.errno, exc.strerror, str(path)) from exc
+            raise
         if echo is not None:
             echo(line)
     return log
@@ -293,7 +299,7 @@ def resume_run(req: RunRequest) -> RunOutcome:
     if not execution_given and meta.execution is not None:
         stored = meta.execution
         options = Execution(stored.executor, stored.jobs, stored.threads, stored.address,
-                            stored.vectorize_seeds, stored.capture).validate()
+                            stored.vectorize_seeds, stored.capture, req.trial_timeout, req.time_budget).validate()
     retried = retire_failed(store, specs) if req.retry_failed else []
     todo = [ts for ts in specs if ts.key in set(store.missing(ts.key for ts in specs))]
     todo = with_save_model(todo) if req.save_models else todo
@@ -301,7 +307,8 @@ def resume_run(req: RunRequest) -> RunOutcome:
     check_tracking(req, options)
     with executor_session(options, meta.plugins or {}, req.quiet), store.lock():
         entry = Resume(req.command_line(), len(todo), retried, options)
-        record_code(store, entry, code, changes, {t.key for t in specs} - {t.key for t in todo}, req.quiet)
+        record_code(store, entry, code, changes, {t.key for t in specs} - {t.key for t in todo},
+                    run_log(store.root, req.quiet))
         meta.resumes = [*(meta.resumes or []), entry]
         if entry.code is not None:  # stored before a trial of the new code is: a kill keeps the record
             store.write_meta(meta)
@@ -310,24 +317,6 @@ def resume_run(req: RunRequest) -> RunOutcome:
                     + f" on {meta.device or 'cpu'}, {options.describe()}")
         return drive(store, todo, meta, options, req.quiet, headline, total=len(specs),
                      after_store=events_writer(req, store, meta), track=tracking(req, store))
-
-
-def record_code(store: RunStore, entry: Resume, code: CodeState, changes: list[str] | None, kept: set[str],
-                quiet: bool) -> None:
-    """A resume's record of its code: nothing when it is the code that trained the run's latest trials
-    (``changes`` empty); else ``entry`` gets the new ``code``, its ``code_changes`` (allowed by
-    ``--allow-code-change``; None for a run that recorded no code) and the trials ``kept`` from before,
-    the run folder a copy of each new plugin file, and the run's log one line."""
-    if changes == []:
-        return
-    entry.code, entry.code_changes, entry.kept = code.record, changes, sorted(kept)
-    write_sources(store.root, code)
-    log = run_log(store.root, quiet)
-    if changes is None:
-        log("note: this run recorded no code (made before the code was recorded): the code that trained its "
-            f"{len(kept)} stored trial(s) is unknown; this resume's code is recorded from now on")
-    else:
-        log(f"code changed since the run's trials were trained, going on (--allow-code-change): {'; '.join(changes)}")
 
 
 def retire_failed(store: RunStore, specs: list[TrialSpec]) -> list[str]:
@@ -431,11 +420,18 @@ def drive(store: RunStore, specs: list[TrialSpec], meta: RunMeta, options: Execu
     other processes train them and leave this one idle, :func:`harness.beside.pretraining_check`), execute ``specs`` into
     ``store`` and write the report, with Ctrl-C and SIGTERM at any of these phases ending the run as
     ``interrupted``; ``after_store(key, result)`` runs after each trial is stored (``--tensorboard``);
-    ``track``: what the trials track live (:func:`tracking`)."""
+    ``track``: what the trials track live (:func:`tracking`).
+    A ``--time-budget`` counts from here; spent before every trial started, the run ends ``out_of_time``.
+
+    Raises:
+        ResourceError: a file of the run could not be written (a full disk, permissions): the trials
+            stored before stay, the run's status is ``stopped`` (where it can still be written).
+    """
     total = len(specs) if total is None else total
     log = run_log(store.root, quiet)
     interrupted: KeyboardInterrupt | None = None
-    report = None
+    report, ran = None, None
+    limits = Limits.start(options.trial_timeout, options.time_budget) if options.limited() else None
     t0 = time.perf_counter()
     with sigterm_as_interrupt():
         try:
@@ -446,12 +442,17 @@ def drive(store: RunStore, specs: list[TrialSpec], meta: RunMeta, options: Execu
             wait_check = pretraining_check(*before, beside) if before is not None else (lambda: None)
             if specs:
                 preload_report_modules(beside)
-                execute(specs, store, options, quiet=quiet, log=log, after_store=after_store, track=track)
+                ran = execute(specs, store, options, quiet=quiet, log=log, after_store=after_store, track=track,
+                              limits=limits)
             wait_check()
         except KeyboardInterrupt as exc:
             interrupted = exc
+        except OSError as exc:  # a full disk, a folder made read-only: what is stored stays stored
+            raise stopped(exc, store, meta, t0) from None
         meta.run_wall_s = float(meta.run_wall_s or 0.0) + time.perf_counter() - t0
         meta.status = "interrupted" if interrupted is not None else "complete"  # read by harness verify
+        if interrupted is None and ran is not None and len(ran) < len(specs):
+            out_of_time(meta, limits, len(specs) - len(ran), store, log)
         try:
             store.write_meta(meta)
             report = write_report(store)
@@ -459,6 +460,8 @@ def drive(store: RunStore, specs: list[TrialSpec], meta: RunMeta, options: Execu
             interrupted = interrupted or exc
             meta.status = "interrupted"
             store.write_meta(meta)
+        except OSError as exc:
+            raise stopped(exc, store, meta, None) from None
     if not specs and interrupted is None and log:
         log(f"nothing to run: all {total} trial(s) of {store.root} are stored")
     table = run_table(store) if report is not None else None  # a measurement's slope table

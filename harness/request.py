@@ -98,6 +98,9 @@ class RunRequest:
         mlflow: log each trial to MLflow as it trains (:mod:`harness.track`): ``""`` a local file store
             ``file:<run folder>/mlruns``, else the tracking URI; None: none.
         save_models: keep each trial's final weights as ``models/<key>.pt`` (:mod:`harness.saved`).
+        trial_timeout: ``--trial-timeout`` seconds per trial (or vectorised group), time_budget:
+            ``--time-budget`` seconds for this invocation; None: no limit. Each invocation sets its own
+            (a resume does not inherit them): see :mod:`harness.limits`.
     """
 
     variants: tuple[str, ...] | None = None
@@ -127,6 +130,8 @@ class RunRequest:
     tensorboard: str | None = None
     save_models: bool = False
     mlflow: str | None = None
+    trial_timeout: float | None = None
+    time_budget: float | None = None
 
     def given(self) -> set[str]:
         """Names of the options given (not left to their defaults)."""
@@ -177,7 +182,8 @@ class RunRequest:
                          self.threads, self.address,
                          EXEC_DEFAULTS["vectorize_seeds"] if self.vectorize_seeds is None
                          else self.vectorize_seeds,
-                         EXEC_DEFAULTS["capture"] if self.capture is None else self.capture).validate()
+                         EXEC_DEFAULTS["capture"] if self.capture is None else self.capture,
+                         self.trial_timeout, self.time_budget).validate()
 
     def seed_list(self, n_variants: int = 1) -> list[int]:
         """``[seed_start, ..., seed_start + seeds - 1]`` (defaults filled), refused before it is built
@@ -211,7 +217,7 @@ class RunRequest:
             words += ["--variants", *self.variants]
         words += ["--grid"] * self.grid
         for name in ("experiment", "preset", "seeds", "seed_start", "device", "dtype", "executor", "jobs",
-                     "threads", "address", "vectorize_seeds", "capture", "run_id"):
+                     "threads", "address", "vectorize_seeds", "capture", "trial_timeout", "time_budget", "run_id"):
             if getattr(self, name) is not None:
                 words += [_flag(name), str(getattr(self, name))]
         words += [w for item in self.overrides for w in ("--set", item)]
@@ -353,10 +359,11 @@ class RunOutcome:
 
     @property
     def exit_code(self) -> int:
-        """0 every trial ok, 1 one is not (failed, diverged, invalid), 130 interrupted."""
+        """0 every trial ok, 1 one is not (failed, diverged, timed out, invalid) or the time budget was
+        spent before every trial ran (status ``out_of_time``), 130 interrupted."""
         if self.interrupted is not None:
             return 130
-        return 1 if self.bad_rows() else 0
+        return 1 if self.bad_rows() or self.meta.status == "out_of_time" else 0
 
 
 class Terminated(KeyboardInterrupt):

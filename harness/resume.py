@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from .config import RunConfig, hash_view
 from .errors import HarnessError, StoreError
-from .provenance import code_changes, latest_code
+from .provenance import code_changes, latest_code, write_sources
 from .registry import Variant
 from .runner import make_specs
 from .runmeta import RunMeta
@@ -200,3 +200,20 @@ def check_trials(variants: list[str], seeds: list[int], points: list[tuple[str, 
         raise StoreError(f"{refusal(where)}: requested trials differ from the stored ones ("
                          f"{len(extra)} not in the run{': ' + ', '.join(extra[:3]) if extra else ''}; "
                          f"{len(lost)} left out{': ' + ', '.join(lost[:3]) if lost else ''}; {AGAIN})")
+
+
+def record_code(store: RunStore, entry, code, changes: list[str] | None, kept: set[str], log) -> None:
+    """A resume's record of its code: nothing when it is the code that trained the run's latest trials
+    (``changes`` empty); else ``entry`` gets the new ``code``, its ``code_changes`` (allowed by
+    ``--allow-code-change``; None for a run that recorded no code) and the trials ``kept`` from before,
+    the run folder a copy of each new plugin file (:class:`harness.provenance.CodeState` ``code``), and ``log``
+    (the run's log) one line."""
+    if changes == []:
+        return
+    entry.code, entry.code_changes, entry.kept = code.record, changes, sorted(kept)
+    write_sources(store.root, code)
+    if changes is None:
+        log("note: this run recorded no code (made before the code was recorded): the code that trained its "
+            f"{len(kept)} stored trial(s) is unknown; this resume's code is recorded from now on")
+    else:
+        log(f"code changed since the run's trials were trained, going on (--allow-code-change): {'; '.join(changes)}")

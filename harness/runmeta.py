@@ -189,6 +189,8 @@ class Execution(Record):
     address: str | None = _f((str,), None, always=True)
     vectorize_seeds: str = _f((str,), "auto", missing="auto")  # stored resolved: "on"/"off"
     capture: str = _f((str,), "auto", missing="auto", always=True)  # absent in runs made before it existed
+    trial_timeout: float | None = _f(_NUMBER)
+    time_budget: float | None = _f(_NUMBER)
     extra: dict[str, Any] = _extra()
     _keys: tuple | None = _keys()
 
@@ -224,6 +226,7 @@ class Execution(Record):
         if self.capture == "on" and self.vectorize_seeds == "off":
             raise ConfigError("--capture on captures the steps of vectorised trial groups: it needs --vectorize-seeds "
                               "on or auto, not off")
+        check_limits(self.trial_timeout, self.time_budget, self.executor)
         return self
 
     def resolved(self, n_trials: int, device: str, n_groups: int | None = None) -> "Execution":
@@ -260,7 +263,8 @@ class Execution(Record):
                     jobs = max(1, min(n_trials, available_cores() // max(1, int(self.threads or 1))))
                 elif device.startswith("cuda") and vectorize == "on":
                     jobs = max(1, min(GPU_JOBS, n_trials if n_groups is None else n_groups, available_cores()))
-        return Execution(self.executor, jobs, self.threads, self.address, vectorize, self.capture)
+        return Execution(self.executor, jobs, self.threads, self.address, vectorize, self.capture,
+                         self.trial_timeout, self.time_budget)
 
     def trial_threads(self) -> int:
         """Intra-op threads each trial runs with under these options."""
@@ -276,12 +280,46 @@ class Execution(Record):
             from .env import ray_address
 
             return f"ray cluster {ray_address(self.address)}, {self.trial_threads()} thread(s) per trial"
+        limits = "".join(f", {what} {_seconds(v)}" for what, v in (("each trial stopped after", self.trial_timeout),
+                                                                      ("time budget", self.time_budget)) if v)
         if self.vectorize_seeds == "on":
-            where = "this process" if self.jobs == 1 else f"{self.jobs} worker processes, one group each at a time"
-            return f"{where}, {self.trial_threads()} thread(s), seeds vectorised in groups of up to {MAX_GROUP}"
+            where = ("this process" if self.jobs == 1 and not limits else
+                     "1 worker process" if self.jobs == 1 else f"{self.jobs} worker processes, one group each at a time")
+            return (f"{where}, {self.trial_threads()} thread(s), seeds vectorised in groups of up to {MAX_GROUP}"
+                    + limits)
         if self.jobs == 1:
-            return f"this process, {self.trial_threads()} thread(s)"
-        return f"{self.jobs} worker processes x {self.trial_threads()} thread(s)"
+            return ("1 worker process" if limits else "this process") + f", {self.trial_threads()} thread(s){limits}"
+        return f"{self.jobs} worker processes x {self.trial_threads()} thread(s){limits}"
+
+    def limited(self) -> bool:
+        """Whether a time limit is set (``--trial-timeout`` or ``--time-budget``): every trial then runs in a
+        worker process of its own that can be ended (:mod:`harness.limits`)."""
+        return bool(self.trial_timeout or self.time_budget)
+
+
+def _seconds(value: float) -> str:
+    return f"{value:g} s"
+
+
+def check_limits(trial_timeout: Any, time_budget: Any, executor: str = "local") -> None:
+    """``--trial-timeout`` and ``--time-budget``: None or a positive, finite number of seconds, with the
+    local executor (a Ray task is not ended by the harness).
+
+    Raises:
+        ConfigError: naming the option and the value.
+    """
+    import math
+
+    from .errors import ConfigError
+
+    for flag, value in (("--trial-timeout", trial_timeout), ("--time-budget", time_budget)):
+        if value is None:
+            continue
+        if not isinstance(value, _NUMBER) or isinstance(value, bool) or not math.isfinite(value) or value <= 0:
+            raise ConfigError(f"{flag} must be a positive number of seconds, got {value!r}")
+        if executor != "local":
+            raise ConfigError(f"{flag} ends trials in local worker processes; it cannot be used with "
+                              f"--executor {executor} (leave it out, or use the local executor)")
 
 
 def _decode_planned(value: Any) -> tuple[bool, list[TrialSpec] | None]:

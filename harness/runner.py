@@ -92,17 +92,16 @@ def with_threads(specs: Iterable[TrialSpec], threads: int) -> list[TrialSpec]:
 
 def execute(specs: list[TrialSpec], store: RunStore, options: Execution | None = None,
             quiet: bool = False, log: Callable[[str], None] | None = None,
-            after_store: Callable[[str, TrialResult], None] | None = None, track: dict | None = None) -> list[TrialResult]:
-    """Run ``specs`` with the chosen executor (:mod:`harness.executors`) and store each trial
-    the moment it ends (:meth:`RunStore.write_trial`, atomic). Returns the results in
-    completion order.
+            after_store: Callable[[str, TrialResult], None] | None = None, track: dict | None = None,
+            limits=None) -> list[TrialResult]:
+    """Run ``specs`` with the chosen executor (:mod:`harness.executors`) and store each trial the
+    moment it ends (:meth:`RunStore.write_trial`, atomic). Returns the results in completion order.
 
-    Progress: a bar over trials (with ETA) and one bar per running trial, on stderr, silent
-    with ``quiet`` or when stderr is not a terminal; ``log`` receives one line per finished
-    trial naming the file it was stored in. Weights a trial returned (``--save-models``) go to
-    ``models/<key>.pt`` first (:func:`harness.saved.store_weights`); ``after_store(key, result)``
-    runs once each trial is stored (``--tensorboard``: :func:`harness.tboard.trial_writer`). ``track``: live
-    tracking where the trials train (:func:`harness.track.with_tracking`; not on Ray, whose workers may be elsewhere).
+    Progress: a bar over trials (with ETA) and one bar per running trial, on stderr, silent with ``quiet`` or when
+    stderr is not a terminal; ``log`` receives one line per finished trial naming its file. Weights a trial returned
+    (``--save-models``) go to ``models/<key>.pt`` first (:func:`harness.saved.store_weights`); ``after_store(key,
+    result)`` runs once each trial is stored (:func:`harness.tboard.trial_writer`). ``track``: live tracking where
+    the trials train (:func:`harness.track.with_tracking`; not on Ray). With a time limit: :func:`run_with_limits`.
 
     Raises:
         KeyboardInterrupt: Ctrl-C / SIGTERM; every trial finished before it is stored.
@@ -131,7 +130,9 @@ def execute(specs: list[TrialSpec], store: RunStore, options: Execution | None =
             log(trial_line(result.row, path, len(results), len(specs), time.perf_counter() - started))
 
     try:
-        if options.executor == "ray":
+        if options.limited():
+            run_with_limits(specs, options, on_done, bars, log, limits)
+        elif options.executor == "ray":
             executors.run_ray(specs, on_done, address=options.address, cpus_per_trial=options.trial_threads(),
                               gpus_per_trial=1 if any(ts.device.startswith("cuda") for ts in specs) else 0,
                               log=log)
@@ -150,6 +151,17 @@ def execute(specs: list[TrialSpec], store: RunStore, options: Execution | None =
         bars.close_all()
         outer.close()
     return results
+
+
+def run_with_limits(specs: list[TrialSpec], options: Execution, on_done, bars: TrialBars, log, limits=None) -> None:
+    """``execute``'s executor under ``--trial-timeout`` / ``--time-budget``: :func:`harness.limits.run_limited`
+    (``limits``: a :class:`harness.limits.Limits` whose budget started earlier, else one starting now)."""
+    from .limits import Limits, run_limited
+
+    limits = limits or Limits.start(options.trial_timeout, options.time_budget)
+    jobs = options.jobs if isinstance(options.jobs, int) else 1
+    run_limited(specs, jobs, on_done, limits, threads=options.trial_threads(), bars=bars,
+                vectorize=options.vectorize_seeds == "on", capture=options.capture, log=log)
 
 
 def short_reason(reason: str, limit: int = 300) -> str:

@@ -39,6 +39,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import tempfile
 import warnings
 from dataclasses import dataclass
@@ -70,21 +71,28 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` atomically (temp file in the same folder, fsync, rename): a reader,
-    or a run interrupted mid-write, sees the old file or the new one, never half of one."""
+    or a run interrupted mid-write, sees the old file or the new one, never half of one.
+
+    Raises:
+        OSError: the write failed (a full disk, no permission); the temp file is removed and the
+            error names ``path`` (a failed write or fsync names no file of its own).
+    """
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = None
     try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes 0600; results are meant to be shared
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+    except BaseException as exc:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        if isinstance(exc, OSError) and exc.errno and exc.filename in (None, tmp):
+            raise type(exc)(exc.errno, exc.strerror, str(path)) from exc
         raise
 
 
@@ -163,12 +171,14 @@ class RunStore:
         if explicit:
             check_name(run_id)
         run_id = run_id or prefix + _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+        made = None
         try:
             if results_dir.exists() and not results_dir.is_dir():
                 raise NotADirectoryError(20, "Not a directory")
             results_dir.mkdir(parents=True, exist_ok=True)
-            root, n = results_dir / run_id, 1
+            n = 1
             while True:
+                root = results_dir / (run_id if n == 1 else f"{run_id}-{n}")
                 try:
                     root.mkdir()
                     break
@@ -176,7 +186,7 @@ class RunStore:
                     if explicit:
                         raise StoreError(_taken(root)) from None
                     n += 1
-                    root = results_dir / f"{run_id}-{n}"
+            made = root
             (root / "trials").mkdir()
             store = cls(root)
             if isinstance(meta, RunMeta):
@@ -184,6 +194,8 @@ class RunStore:
                 meta = meta.to_dict()
             atomic_write_text(root / "config.json", json.dumps({**meta, "run_id": root.name}, indent=2, default=str))
         except OSError as exc:
+            if made is not None:  # nothing half-made stays behind (a full disk, a quota)
+                shutil.rmtree(made, ignore_errors=True)
             raise StoreError(f"cannot write results directory {str(results_dir)!r}: {exc.strerror or exc} "
                              f"(choose another with --results-dir)") from exc
         return store

@@ -178,8 +178,9 @@ def _check_planned(store: RunStore, meta: RunMeta, keys: list[str], stored: set[
     status = meta.status
     if not missing:
         return
-    if status in ("interrupted", "running"):
-        how = ("was interrupted" if status == "interrupted" else
+    if status in ("interrupted", "running", "out_of_time", "stopped"):
+        how = ("was interrupted" if status == "interrupted" else "spent its --time-budget" if status == "out_of_time"
+               else "was stopped (a file could not be written)" if status == "stopped" else
                "is being written by another process" if store.is_locked() else "was killed")
         notes.append(f"the run {how}: {len(keys) - len(missing)} of {len(keys)} planned trial(s) stored; "
                      f"finish it with: python -m harness run --resume {root}")

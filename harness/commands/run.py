@@ -5,7 +5,8 @@ run killed at any moment loses no finished trial; ``--resume results/<run-id>`` 
 missing ones. ``--jobs N`` runs trials in N local worker processes, ``--executor ray`` on a Ray
 cluster (see :mod:`harness.executors` and docs/running.md).
 
-Exit codes: 0 every trial ok; 1 some trial failed or diverged (the report lists them);
+Exit codes: 0 every trial ok; 1 some trial failed, diverged or timed out (the report lists them), the
+``--time-budget`` was spent, or a file of the run could not be written (a full disk: one line);
 2 bad input (one line on stderr, nothing stored is touched); 130 interrupted by Ctrl-C or
 SIGTERM (the message says how to resume).
 """
@@ -34,7 +35,8 @@ EPILOG = """examples:
   python -m harness run --executor ray --address ray://head:10001
   python -m harness run --variants baseline --task g2p --save-models --tensorboard runs/tb
 
-exit codes: 0 all trials ok, 1 a trial failed or diverged, 2 bad input, 130 interrupted"""
+exit codes: 0 all trials ok, 1 a trial failed, diverged or timed out, the time budget was spent or the
+run's files could not be written (resume it), 2 bad input, 130 interrupted"""
 
 #: Options left None by the parser, so that a request can tell "given" from "not given".
 UNSET_OPTIONS = ("variants", "preset", "seeds", "seed_start", "device", "dtype", "executor", "jobs", "vectorize_seeds",
@@ -106,6 +108,7 @@ def add_execution(p) -> None:
                    help="step vectorised trial groups through CUDA graphs (static shapes; docs/running.md); auto "
                         "(default): on with CUDA unless HARNESS_CAPTURE=off; on needs a CUDA device (exit 2 on "
                         "the CPU)")
+    add_limits(g)
     g.add_argument("--executor", choices=EXECUTORS,
                    help="local (this machine; default) or ray (a Ray cluster: pip install -e '.[ray]')")
     g.add_argument("--address", metavar="ADDR", default=None,
@@ -126,6 +129,29 @@ def jobs_arg(text: str) -> int | str:
         raise argparse.ArgumentTypeError(f"expected a number of processes or 'auto', got {text!r}") from None
 
 
+def add_limits(g) -> None:
+    """``--trial-timeout`` and ``--time-budget`` (:mod:`harness.limits`)."""
+    g.add_argument("--trial-timeout", type=seconds_arg, metavar="SECONDS", default=None,
+                   help="end a trial (with vectorised seeds: its group) still running SECONDS after its worker "
+                        "process started: stored as timed_out with the step it reached, the run goes on (exit 1); "
+                        "--resume --retry-failed runs it again. With a limit every trial runs in a worker process "
+                        "of its own")
+    g.add_argument("--time-budget", type=seconds_arg, metavar="SECONDS", default=None,
+                   help="seconds for this whole invocation: trials not started by then stay unstarted (a partial "
+                        "run, exit 1; --resume finishes it), running ones end as timed_out")
+
+
+def seconds_arg(text: str) -> float:
+    """``--trial-timeout`` / ``--time-budget``: a positive, finite number of seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
+
+
 def request_from_args(args) -> RunRequest:
     """The :class:`harness.request.RunRequest` of a parsed ``run`` command line."""
     variants = args.variants
@@ -137,7 +163,8 @@ def request_from_args(args) -> RunRequest:
         address=args.address, vectorize_seeds=args.vectorize_seeds, capture=args.capture, plugins=plugin_spec(args),
         results_dir=args.results_dir, run_id=args.run_id, quiet=args.quiet, resume=args.resume,
         retry_failed=args.retry_failed, command=command_line(args), tensorboard=args.tensorboard,
-        save_models=args.save_models, allow_code_change=args.allow_code_change, mlflow=args.mlflow)
+        save_models=args.save_models, allow_code_change=args.allow_code_change, mlflow=args.mlflow,
+        trial_timeout=args.trial_timeout, time_budget=args.time_budget)
 
 
 def main(args) -> int:
@@ -187,8 +214,11 @@ def print_outcome(outcome: RunOutcome) -> int:
     bad = outcome.bad_rows()
     if bad:
         print_failures(bad, outcome.done(), store.root)
-        return 1
-    return 0
+    if meta.status == "out_of_time":
+        print(f"harness: the time budget was spent before every trial could start; {outcome.done()} of "
+              f"{outcome.total} trial(s) are stored in {store.root}; finish with: python -m harness run --resume "
+              f"{store.root}", file=sys.stderr)
+    return outcome.exit_code
 
 
 def terminal_summary(outcome: RunOutcome) -> str:
@@ -213,8 +243,8 @@ def print_failures(bad: list[dict], done: int, root) -> None:
         print(f"harness: INVALID (excluded from every verdict; see the report's 'Invalid variants'): "
               f"{', '.join(invalid)}", file=sys.stderr)
     retryable = [r for r in bad if r.get("status") in RETRY_STATUSES]
-    hint = (f"; after fixing the cause of the failed/diverged ones: python -m harness run --resume {root} "
-            f"--retry-failed" if retryable else "; an invalid variant fails the same way on every retry: fix it")
+    hint = (f"; after fixing the cause of the failed/diverged/timed-out ones: python -m harness run --resume "
+            f"{root} --retry-failed" if retryable else "; an invalid variant fails the same way on every retry: fix it")
     print(f"harness: {len(bad)} of {done} trial(s) did not finish ok (see the report{hint}): "
           + "; ".join(f"{r['variant']} s{r['seed']} {r['status']} ({str(r.get('reason', '')).split('; ')[0][:160]})"
                       for r in bad[:5])

@@ -16,6 +16,7 @@ import pandas as pd
 from .. import stats
 from ..report import point_order, resolve_baseline, variant_order
 from ..runmeta import RunMeta
+from ..trial import NO_RESULT
 from .spec import MODEL_FIELDS, Experiment, _eval_expr
 
 
@@ -43,7 +44,7 @@ def failed_mask(df, exp: Experiment):
 
 def failure_frame(df, exp: Experiment, meta: RunMeta):
     """Per (variant, point) failure counts and converged-only quality, plus a pooled row per variant."""
-    ran = df[df["status"] != "failed"].copy()
+    ran = df[~df["status"].isin(NO_RESULT)].copy()
     ran["_failed"] = failed_mask(ran, exp)
     baseline = resolve_baseline(df, meta, exp.baseline)
     rows = []
@@ -94,7 +95,7 @@ def departures(exp: Experiment, df, rows, baseline, metric, meta) -> list[str]:
                                f"[95% CI {lo:.2f}, {hi:.2f}] excludes the theoretical {theory:g}; the gradient norm "
                                f"{how} Theorem 1 predicts.")
         return out
-    ran = df[df["status"] != "failed"]
+    ran = df[~df["status"].isin(NO_RESULT)]
     if exp.analysis and len(ran):
         failed = failed_mask(ran, exp)
         n_div = int((ran["status"] == "diverged").sum())
@@ -191,7 +192,7 @@ def _verdict(c: dict, exp: Experiment, df, rows, baseline, metric, meta) -> tupl
 
 
 def _failure_rate_greater(c: dict, exp: Experiment, df, rows, baseline, metric, meta) -> tuple[str, str]:
-    ran = df[df["status"] != "failed"].copy()
+    ran = df[~df["status"].isin(NO_RESULT)].copy()
     ran["_failed"] = failed_mask(ran, exp)
     pts = point_order(ran, meta)
     ga = [ran[(ran["variant"] == c["a"]) & (ran["point"] == p)]["_failed"].to_numpy(bool) for p in pts]

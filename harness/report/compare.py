@@ -16,6 +16,7 @@ from ..config import current_view
 from ..errors import ConfigError, HarnessError
 from ..runmeta import RunMeta
 from ..store import RunStore
+from ..trial import NO_RESULT
 from ..metrics import BUILTIN, COPY_METRICS, Metric, by_name, shown
 from .frames import run_metrics, trials_frame
 
@@ -28,7 +29,7 @@ def _paired_diff_stat(a, b, axis=-1):
     return stats._iqm_axis(b - a)
 
 
-BROKEN = ("failed", "diverged")  #: trial statuses that produced no final metrics
+BROKEN = (*NO_RESULT, "diverged")  #: trial statuses that produced no final metrics (failed, timed out, diverged)
 
 
 def _by_seed(g: pd.DataFrame, metric: str) -> dict:
@@ -62,7 +63,7 @@ def metric_row(ga: pd.DataFrame, gb: pd.DataFrame, metric: str, tolerance: float
 
 
 def _broken(g: pd.DataFrame) -> str:
-    nf, nd = int((g["status"] == "failed").sum()), int((g["status"] == "diverged").sum())
+    nf, nd = int(g["status"].isin(NO_RESULT).sum()), int((g["status"] == "diverged").sum())
     lo, hi = stats.wilson_interval(nf + nd, len(g))
     return f"{nf + nd}/{len(g)} ({nf} failed, {nd} diverged) [{lo:.2f}, {hi:.2f}]"
 

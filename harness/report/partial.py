@@ -10,7 +10,8 @@ from ..runmeta import RunMeta
 from ..store import RunStore
 
 #: ``config.json`` status -> how the banner names it.
-STATUS_WORDS = {"interrupted": "interrupted", "running": "still running, or killed before it could record an end"}
+STATUS_WORDS = {"interrupted": "interrupted", "running": "still running, or killed before it could record an end",
+                "out_of_time": "its --time-budget was spent", "stopped": "stopped: a file of the run could not be written"}
 
 
 def partial_counts(store: RunStore, meta: RunMeta | None = None) -> tuple[int, int] | None:

@@ -13,6 +13,7 @@ import pandas as pd
 from ..runmeta import RunMeta
 
 from ..store import atomic_write_bytes
+from ..trial import NO_RESULT
 from ..metrics import COPY_METRICS, shown
 from .frames import _num, point_order, variant_order
 
@@ -341,7 +342,7 @@ def plot_steps_to_solve(df: pd.DataFrame, rows: list, path: Path, budget: int | 
     rng = np.random.default_rng(1)
     for i, (r, color) in enumerate(zip(rows, colors)):
         y = len(rows) - 1 - i
-        g = df[(df["variant"] == r.variant) & (df["point"] == r.point) & (df["status"] != "failed")]
+        g = df[(df["variant"] == r.variant) & (df["point"] == r.point) & (~df["status"].isin(NO_RESULT))]
         s = _num(g, "steps_to_solve").where(g["status"] == "ok")
         solved = s.dropna().to_numpy()
         n_uns = len(g) - solved.size

@@ -12,6 +12,7 @@ import pandas as pd
 
 from .. import stats
 from ..runmeta import RunMeta
+from ..trial import NO_RESULT
 from ..metrics import Metric, shown
 from .frames import SLOT_COLS, TRAINED, _num, invalid_variants, point_order, resolve_baseline, run_metrics, \
     run_primary, variant_order, verdict_metric
@@ -27,7 +28,7 @@ def paired_values(df: pd.DataFrame, variant: str, baseline: str, point: str, met
     (the worst score in :func:`harness.stats.prob_improvement`).
     """
     def values(name):
-        g = df[(df["variant"] == name) & (df["point"] == point) & (df["status"] != "failed")]
+        g = df[(df["variant"] == name) & (df["point"] == point) & (~df["status"].isin(NO_RESULT))]
         v = _num(g, metric).where(g["status"].isin(TRAINED))
         if metric == "steps_to_solve":
             v = v.fillna(np.inf).where(g["status"].isin(TRAINED), np.nan)
@@ -88,7 +89,7 @@ def _stats_row(g: pd.DataFrame, variant: str, point: str, metrics=(), **verdict)
     """The statistics of one (variant, point)'s trials ``g`` across seeds; ``metrics``: the task's
     declarations (those without a :class:`SummaryRow` field get an IQM [CI] in its ``extra``)."""
     status = g["status"] if "status" in g else pd.Series("ok", index=g.index)
-    ran, ok = g[status != "failed"], g[status.isin(TRAINED)]
+    ran, ok = g[~status.isin(NO_RESULT)], g[status.isin(TRAINED)]
     n, n_div = len(ran), int((status == "diverged").sum())
     trained = status[ran.index].isin(TRAINED)
     step_ms = 1000 * _num(ran, "train_s") / _num(ran, "steps").replace(0, np.nan)  # runs stored before step_ms
@@ -99,7 +100,7 @@ def _stats_row(g: pd.DataFrame, variant: str, point: str, metrics=(), **verdict)
     to_solve = _num(ran, "time_to_solve_s").where(trained).fillna(np.inf).to_numpy()
     first = g.iloc[0]
     return SummaryRow(
-        variant=variant, point=point, n=n, n_ok=len(ok), n_failed=int((status == "failed").sum()),
+        variant=variant, point=point, n=n, n_ok=len(ok), n_failed=int(status.isin(NO_RESULT).sum()),
         params=int(first["params"]) if pd.notna(first.get("params", np.nan)) else None,
         step_ms=float(np.nanmedian(step_ms)) if step_ms.notna().any() else float("nan"),
         tokens_per_s=float(np.nanmedian(tokens)) if tokens.notna().any() else float("nan"),
