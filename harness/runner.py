@@ -103,9 +103,8 @@ def execute(specs: list[TrialSpec], store: RunStore, options: Execution | None =
     result)`` runs once each trial is stored (:func:`harness.tboard.trial_writer`). ``track``: live tracking where
     the trials train (:func:`harness.track.with_tracking`; not on Ray). With a time limit: :func:`run_with_limits`.
 
-    Raises:
-        KeyboardInterrupt: Ctrl-C / SIGTERM; every trial finished before it is stored.
-        HarnessError: the executor cannot start (e.g. Ray missing or unreachable).
+    Raises: KeyboardInterrupt (Ctrl-C / SIGTERM; every trial finished before is stored); HarnessError: the
+    executor cannot start (e.g. Ray missing or unreachable).
     """
     from . import executors
     from .saved import store_weights
