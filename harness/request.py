@@ -94,6 +94,8 @@ class RunRequest:
             (:mod:`harness.tboard`): ``""`` under the run folder's ``tensorboard/``, a folder ``DIR``
             under ``DIR/<run id>/``; None: none.
         save_models: keep each trial's final weights as ``models/<key>.pt`` (:mod:`harness.saved`).
+        baseline: the variant the others are compared with (``--baseline``; None: the variant named
+            ``baseline``, an experiment's own; :func:`harness.report.choose_baseline`).
     """
 
     variants: tuple[str, ...] | None = None
@@ -121,6 +123,7 @@ class RunRequest:
     command: str | None = None
     tensorboard: str | None = None
     save_models: bool = False
+    baseline: str | None = None
 
     def given(self) -> set[str]:
         """Names of the options given (not left to their defaults)."""
@@ -201,7 +204,7 @@ class RunRequest:
         if self.variants is not None:
             words += ["--variants", *self.variants]
         words += ["--grid"] * self.grid
-        for name in ("experiment", "preset", "seeds", "seed_start", "device", "dtype", "executor", "jobs",
+        for name in ("experiment", "baseline", "preset", "seeds", "seed_start", "device", "dtype", "executor", "jobs",
                      "threads", "address", "vectorize_seeds", "capture", "run_id"):
             if getattr(self, name) is not None:
                 words += [_flag(name), str(getattr(self, name))]

@@ -55,6 +55,9 @@ def register(sub, parents):
     p.add_argument("--suite", nargs="?", const="default", default=None, metavar="NAME",
                    help="run the suite experiments/suites/NAME.toml (default: default): every variant it names "
                         "on every task it names with paired seeds, one report with verdicts (suite.md)")
+    p.add_argument("--baseline", metavar="VARIANT", default=None,
+                   help="the variant the others are compared with, recorded in config.json (default: the "
+                        "variant named baseline; a run without one must choose)")
     p.add_argument("--seeds", type=int, metavar="N", help="seeds per variant: 0..N-1 (default 1)")
     p.add_argument("--seed-start", type=int, metavar="S", help="first seed (default 0)")
     add_output(p, "run", what="run", default_id="a timestamp",
@@ -121,7 +124,7 @@ def request_from_args(args) -> RunRequest:
         address=args.address, vectorize_seeds=args.vectorize_seeds, capture=args.capture, plugins=plugin_spec(args),
         results_dir=args.results_dir, run_id=args.run_id, quiet=args.quiet, resume=args.resume,
         retry_failed=args.retry_failed, command=command_line(args), tensorboard=args.tensorboard,
-        save_models=args.save_models)
+        save_models=args.save_models, baseline=args.baseline)
 
 
 def main(args) -> int:

@@ -13,7 +13,7 @@ import pandas as pd
 from .. import stats
 from ..runmeta import RunMeta
 from ..metrics import Metric, shown
-from .frames import SLOT_COLS, TRAINED, _num, invalid_variants, point_order, resolve_baseline, run_metrics, \
+from .frames import SLOT_COLS, TRAINED, _num, baseline_note, invalid_variants, point_order, resolve_baseline, run_metrics, \
     run_primary, variant_order, verdict_metric
 from .rows import SAME_FUNCTION_TEXT, Count, Interval, MeanStd, MedianIQR, SummaryRow, recorded_classes, same_class
 
@@ -285,6 +285,9 @@ def caption(meta: RunMeta, df: pd.DataFrame, baseline: str | None, metric: str |
         f"**P(> {baseline})** compares on **{metric}** ({chosen.text}; {chosen.unit}, {chosen.direction} is better). "
         + stats.RULE_TEXT,
     ]
+    note = baseline_note(df, meta, baseline)
+    if note:
+        parts[-1] = note + " " + parts[-1]
     own = [m for m in shown(metrics, "table") if not m.is_core]
     if own:
         parts.append(own_text(own, df))
