@@ -9,8 +9,10 @@ request asks for and the record the run stores); its limits are re-exported here
 from __future__ import annotations
 
 import dataclasses
+import textwrap
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from .config import RunConfig
@@ -115,6 +117,9 @@ def execute(specs: list[TrialSpec], store: RunStore, options: Execution | None =
     outer = progress_bar(len(specs), "trials", quiet)
     bars = TrialBars(enabled=not outer.disable)
     started = time.perf_counter()
+    from .report.terminal import terminal_width
+
+    width = terminal_width()
 
     def on_done(ts: TrialSpec, result: TrialResult) -> None:
         result.row.setdefault("point", ts.point)
@@ -125,7 +130,7 @@ def execute(specs: list[TrialSpec], store: RunStore, options: Execution | None =
         results.append(result)
         outer.update(1)
         if log:
-            log(trial_line(result.row, path, len(results), len(specs), time.perf_counter() - started))
+            log(trial_line(result.row, path, len(results), len(specs), time.perf_counter() - started, width))
 
     try:
         if options.executor == "ray":
@@ -158,16 +163,24 @@ def short_reason(reason: str, limit: int = 300) -> str:
     return f"{parts[0]}; +{len(parts) - 1} more in the trial record"
 
 
-def trial_line(row: dict, path, n: int, total: int, elapsed_s: float) -> str:
-    """The log line of one finished trial: status, exact-match, trial time and where it is stored."""
+def trial_line(row: dict, path, n: int, total: int, elapsed_s: float, width: int | None = None) -> str:
+    """The log line of one finished trial: status, exact-match, trial time and where it is stored.
+
+    ``width`` (characters; None: no limit): a line longer than that names the trial file from the
+    run folder (``trials/<file>``; the run's first line names the folder) and is then wrapped onto
+    indented lines of at most ``width`` characters (a long reason, a long variant name)."""
     em = row.get("exact_match")
     em_s = f" exact-match {em:.3f}" if isinstance(em, float) and em == em else ""
     wall = row.get("wall_s")
     wall_s = f" in {wall:.1f} s" if isinstance(wall, float) and wall == wall else ""
     reason = f" ({short_reason(row['reason'])})" if row.get("reason") else ""
     point = f" [{row['point']}]" if row.get("point") else ""
-    return (f"[{n}/{total} {elapsed_s:.0f} s] {row['variant']}{point} seed {row['seed']}: {row['status']}"
-            f"{em_s}{wall_s}{reason} -> stored in {path}")
+    head = f"[{n}/{total} {elapsed_s:.0f} s] {row['variant']}{point} seed {row['seed']}: {row['status']}{em_s}{wall_s}"
+    line = f"{head}{reason} -> stored in {path}"
+    if width is None or len(line) <= width:
+        return line
+    line = f"{head}{reason} -> stored in {Path(path).parent.name}/{Path(path).name}"
+    return textwrap.fill(line, width, subsequent_indent="    ", break_on_hyphens=False)
 
 
 __all__ = ["Plan", "make_specs", "check_plan_size", "execute", "with_threads", "trial_line",

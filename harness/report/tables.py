@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import numpy as np
 import pandas as pd
 
@@ -223,10 +224,35 @@ def summary_table(df: pd.DataFrame, baseline: str | None = None, metric: str | N
     return pd.DataFrame(out)
 
 
+#: A cell that reads as one plain number ("0.999", "-12.5", "12,345"): right-aligned as tabulate aligns numbers.
+NUMBER_CELL = re.compile(r"^[-+]?(\d{1,3}(,\d{3})+|\d+)?(\.\d+)?([eE][-+]?\d+)?$")
+
+
+def text_cells(df: pd.DataFrame) -> dict:
+    """tabulate options that print the text cells of ``df`` as they are: a column of strings is not
+    parsed as numbers (tabulate would print a formatted ``"1.000"`` as ``1`` beside ``0.999``), and
+    is right-aligned when every cell is a plain number (:data:`NUMBER_CELL`); other columns (numbers
+    kept as numbers) are parsed and aligned by tabulate as before."""
+    text, align = [], []
+    for i, c in enumerate(df.columns):
+        values = [v for v in df[c] if v is not None and not (isinstance(v, float) and math.isnan(v))]
+        plain = [v for v in values if not isinstance(v, str)]
+        if len(values) == len(df) and not plain:
+            text.append(i)
+            align.append("right" if all(v and NUMBER_CELL.match(v) for v in values) else "left")
+        else:  # tabulate's own rule: a number column when every value is one
+            align.append("decimal" if all(isinstance(v, (int, float, np.number)) and not isinstance(v, bool)
+                                          or isinstance(v, str) and v and NUMBER_CELL.match(v) for v in values)
+                         else "left")
+    return {"disable_numparse": text, "colalign": align}
+
+
 def to_markdown(df: pd.DataFrame) -> str:
+    """``df`` as a GitHub markdown table, its text cells printed as they are (:func:`text_cells`):
+    each metric column keeps the digits its formatter gave every cell."""
     if df.empty:
         return "_no rows_"
-    return df.to_markdown(index=False, tablefmt="github")
+    return df.to_markdown(index=False, tablefmt="github", **text_cells(df))
 
 
 def environment_block(meta: RunMeta) -> str:
