@@ -12,7 +12,7 @@ import argparse
 import dataclasses
 
 from ..checks import CHECK_MODEL, TOLERANCES, render_text, slot_default
-from ..report.terminal import WIDTH, wrapped_table
+from ..report.terminal import terminal_width, wrapped_table
 from ..request import CheckRequest
 from ..store import CHECKS_DIR
 from .common import add_output, add_selection, command_line, plugin_spec
@@ -89,6 +89,7 @@ def main(args) -> int:
     from ..checking import start_check
 
     outcome = start_check(request_from_args(args))
-    print(render_text(outcome.report, WIDTH, wrapped_table))
+    width = terminal_width()
+    print(render_text(outcome.report, width, lambda frame: wrapped_table(frame, width), outcome.variants))
     print(f"\nchecks: {outcome.markdown}  {outcome.csv}  ({outcome.report.wall_s:.1f} s)")
     return outcome.exit_code
