@@ -26,7 +26,7 @@ continues with --resume results/<run-id> (add --retry-failed to run its failed t
 
 EPILOG = """examples:
   python -m harness run --variants all --preset tiny -q
-  python -m harness run --variants 'seed_*' --seeds 5 --jobs 2
+  python -m harness run --variants baseline 'seed_*' --seeds 5 --jobs 2
   python -m harness run --variants baseline --preset g2p --seeds 16 --device cuda --vectorize-seeds on
   python -m harness run --variants baseline pre_norm --task reverse
   python -m harness run --resume results/20250101-120000        only the missing trials
