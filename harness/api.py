@@ -110,8 +110,7 @@ def run(variants: _Names = "all", seeds: int | None = None, preset: str | None =
         save_models: ``--save-models``: keep each trial's weights (``models/<key>.pt``; :func:`load_model`).
         vectorize_seeds: ``--vectorize-seeds``: ``"auto"`` (default: on with CUDA), ``"on"``, ``"off"``.
         capture: ``--capture``: ``"auto"`` (default: CUDA graphs on CUDA), ``"on"`` (CUDA only), ``"off"``.
-        baseline: ``--baseline``: the variant the others are compared with (default ``"baseline"``; a run
-            without that variant and with several others must name one, else ConfigError).
+        baseline: ``--baseline``: the variant the others are compared with (default ``"baseline"``, else required).
 
     Returns:
         Path | LoadedRun: the run folder (absolute; report.md, trials.csv, ...), or the loaded run. Trials
@@ -125,9 +124,7 @@ def run(variants: _Names = "all", seeds: int | None = None, preset: str | None =
     """
     from .launch import start_run
 
-    overrides = dict(overrides or {})
-    if task is not None:
-        overrides["train.task"] = task
+    overrides = {**(overrides or {}), **({} if task is None else {"train.task": task})}
     request = RunRequest(
         variants=names(variants), preset=preset, overrides=override_items(overrides), seeds=seeds,
         seed_start=seed_start, check=check, device=device, dtype=dtype, jobs=jobs, threads=threads,

@@ -18,6 +18,7 @@ from typing import Any, Callable, Iterable
 from .config import RunConfig
 from .progress import TrialBars, progress_bar
 from .registry import Variant
+from .report.terminal import terminal_width
 from .runmeta import MAX_GROUP, Execution
 from .store import RunStore
 from .trial import TrialResult, TrialSpec
@@ -116,10 +117,7 @@ def execute(specs: list[TrialSpec], store: RunStore, options: Execution | None =
     results: list[TrialResult] = []
     outer = progress_bar(len(specs), "trials", quiet)
     bars = TrialBars(enabled=not outer.disable)
-    started = time.perf_counter()
-    from .report.terminal import terminal_width
-
-    width = terminal_width()
+    started, width = time.perf_counter(), terminal_width()
 
     def on_done(ts: TrialSpec, result: TrialResult) -> None:
         result.row.setdefault("point", ts.point)
