@@ -91,6 +91,9 @@ def test_an_old_run_without_a_recorded_baseline_keeps_its_first_variant_and_says
     text = write_report(store).read_text()
     assert "P(> alibi_positions)" in text  # the first variant, as before the choice was recorded
     assert "this run recorded no baseline" in text and "report RUN --baseline NAME" in text
+    # asked for (report --baseline, an experiment's), even the first variant is a choice: no note
+    text = write_report(store, baseline="alibi_positions").read_text()
+    assert "Baseline: `alibi_positions`." in text and "recorded no baseline" not in text
 
 
 def test_a_recorded_baseline_wins_over_a_variant_named_baseline(tmp_path):

@@ -117,10 +117,11 @@ def resolve_baseline(df: pd.DataFrame, meta: RunMeta | None = None, baseline: st
     return order[0] if order else None
 
 
-def baseline_note(df: pd.DataFrame, meta: RunMeta | None, baseline: str | None) -> str:
+def baseline_note(df: pd.DataFrame, meta: RunMeta | None, baseline: str | None, requested: str | None = None) -> str:
     """The report's sentence on the baseline: which variant, and why it was chosen ("" without comparisons).
 
-    A run stored before the choice was recorded (no ``baseline`` in ``config.json``, no ``baseline``
+    ``requested``: the one the report was asked for (``report --baseline``, an experiment's). A run
+    stored before the choice was recorded (no ``baseline`` in ``config.json``, no ``baseline``
     variant) keeps its first variant as baseline and the sentence says how to choose another."""
     variants = set(df["variant"]) if len(df) else set()
     if not baseline or len(variants) < 2:
@@ -128,7 +129,7 @@ def baseline_note(df: pd.DataFrame, meta: RunMeta | None, baseline: str | None) 
     recorded = meta.baseline if meta else None
     if recorded == baseline:
         return f"Baseline: `{baseline}` (the run's choice, recorded in `config.json`)."
-    if recorded is None and baseline != "baseline" and baseline == variant_order(df, None, meta)[0]:
+    if not requested and recorded is None and baseline != "baseline":
         return (f"Baseline: `{baseline}`, the run's first variant: this run recorded no baseline and has no "
                 "`baseline` variant; choose another with `python -m harness report RUN --baseline NAME`.")
     return f"Baseline: `{baseline}`."

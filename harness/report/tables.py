@@ -285,9 +285,10 @@ def lr_max(cfg: dict) -> float:
 
 
 def caption(meta: RunMeta, df: pd.DataFrame, baseline: str | None, metric: str | None,
-            metrics: tuple[Metric, ...] | None = None) -> str:
+            metrics: tuple[Metric, ...] | None = None, note: str | None = None) -> str:
     """What every number in the main table means and the budget it was measured with (``metrics``: the
-    task's, default :func:`harness.report.frames.run_metrics`; ``metric`` None: its primary metric)."""
+    task's, default :func:`harness.report.frames.run_metrics`; ``metric`` None: its primary metric;
+    ``note``: the sentence on the baseline, default :func:`harness.report.frames.baseline_note`)."""
     metrics = run_metrics(meta) if metrics is None else metrics
     metric = metric or run_primary(meta)
     chosen = verdict_metric(metric, metrics)
@@ -311,7 +312,7 @@ def caption(meta: RunMeta, df: pd.DataFrame, baseline: str | None, metric: str |
         f"**P(> {baseline})** compares on **{metric}** ({chosen.text}; {chosen.unit}, {chosen.direction} is better). "
         + stats.RULE_TEXT,
     ]
-    note = baseline_note(df, meta, baseline)
+    note = baseline_note(df, meta, baseline) if note is None else note
     if note:
         parts[-1] = note + " " + parts[-1]
     own = [m for m in shown(metrics, "table") if not m.is_core]
