@@ -2,27 +2,17 @@
 variant named ``baseline``, an experiment's, the grid's), recorded in config.json, named in report.md,
 kept on resume; a run stored before it was recorded keeps its first variant, with a note."""
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from harness.errors import ConfigError
 from harness.report import choose_baseline, summary_table, trials_frame, write_report
 
+from .conftest import cli_in_process
 from .test_report_compare import make_run
 
-ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--preset", "tiny", "--set", "train.steps=4", "--set", "train.eval_every=4", "--seeds", "1",
         "--device", "cpu", "--no-check", "--jobs", "1"]
-
-
-def harness_cli(*args, columns=120):
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "COLUMNS": str(columns)}
-    return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True, env=env,
-                          cwd=ROOT, timeout=300)
 
 
 def test_choose_baseline_takes_the_request_then_the_preferred_then_baseline_else_refuses():
@@ -56,15 +46,16 @@ def test_the_grid_compares_with_its_variant_that_holds_the_baselines_components(
     assert plan_baseline(RunRequest(grid=True, baseline=plan.variants[-1].name), reg, plan) == plan.variants[-1].name
 
 
-def test_run_without_a_baseline_variant_must_choose_and_records_the_choice(tmp_path):
+def test_run_without_a_baseline_variant_must_choose_and_records_the_choice(tmp_path, monkeypatch):
     variants = ["--variants", "pre_norm", "alibi_positions", "--results-dir", str(tmp_path)]
-    r = harness_cli("run", *variants, *TINY, "--run-id", "nochoice")
+    r = cli_in_process("run", *variants, *TINY, "--run-id", "nochoice")
     assert r.returncode == 2, r.stderr
     err = r.stderr.strip().splitlines()
     assert len(err) == 1 and "--baseline" in err[0] and "alibi_positions, pre_norm" in err[0], r.stderr
     assert not (tmp_path / "nochoice").exists()  # refused before anything is stored
 
-    r = harness_cli("run", *variants, *TINY, "--run-id", "a", "--baseline", "pre_norm", columns=80)
+    monkeypatch.setenv("COLUMNS", "80")
+    r = cli_in_process("run", *variants, *TINY, "--run-id", "a", "--baseline", "pre_norm")
     assert r.returncode == 0, r.stderr
     run = tmp_path / "a"
     assert json.loads((run / "config.json").read_text())["baseline"] == "pre_norm"
@@ -77,10 +68,10 @@ def test_run_without_a_baseline_variant_must_choose_and_records_the_choice(tmp_p
     assert len(trial_lines) >= 2 and len(table) >= 4 and max(map(len, trial_lines + table)) <= 80, r.stderr + r.stdout
 
     # --resume keeps the stored baseline: another one is refused in one line, the same one goes on
-    r = harness_cli("run", "--resume", str(run), "--baseline", "alibi_positions")
+    r = cli_in_process("run", "--resume", str(run), "--baseline", "alibi_positions")
     assert r.returncode == 2 and "'pre_norm'" in r.stderr and "report" in r.stderr, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
-    r = harness_cli("run", "--resume", str(run), "--baseline", "pre_norm")
+    r = cli_in_process("run", "--resume", str(run), "--baseline", "pre_norm")
     assert r.returncode == 0, r.stderr
     assert json.loads((run / "config.json").read_text())["baseline"] == "pre_norm"
 
