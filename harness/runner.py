@@ -18,7 +18,6 @@ from typing import Any, Callable, Iterable
 from .config import RunConfig
 from .progress import TrialBars, progress_bar
 from .registry import Variant
-from .report.terminal import terminal_width
 from .runmeta import MAX_GROUP, Execution
 from .store import RunStore
 from .trial import TrialResult, TrialSpec
@@ -117,7 +116,7 @@ def execute(specs: list[TrialSpec], store: RunStore, options: Execution | None =
     results: list[TrialResult] = []
     outer = progress_bar(len(specs), "trials", quiet)
     bars = TrialBars(enabled=not outer.disable)
-    started, width = time.perf_counter(), terminal_width()
+    started, width = time.perf_counter(), _terminal_width()
 
     def on_done(ts: TrialSpec, result: TrialResult) -> None:
         result.row.setdefault("point", ts.point)
@@ -150,6 +149,14 @@ def execute(specs: list[TrialSpec], store: RunStore, options: Execution | None =
         bars.close_all()
         outer.close()
     return results
+
+
+def _terminal_width() -> int:
+    """:func:`harness.report.terminal.terminal_width`, imported when a run executes (the report's
+    modules import pandas, which ``python -m harness --help`` does not load)."""
+    from .report.terminal import terminal_width
+
+    return terminal_width()
 
 
 def short_reason(reason: str, limit: int = 300) -> str:
