@@ -229,6 +229,7 @@ def start_run(req: RunRequest) -> RunOutcome:
     check_tracking(req, options)  # before anything is stored
     meta, code = run_meta(req, reg, plan, specs, device, dtype, options, plugins), current_code(req.plugins)
     meta.code = code.record
+    meta.baseline = plan_baseline(req, reg, plan)
     with executor_session(options, plugins, req.quiet):  # a Ray cluster that cannot be reached stores nothing
         store = RunStore.create(req.results_dir, meta, req.run_id)  # sets meta.run_id
         write_sources(store.root, code)
@@ -264,6 +265,42 @@ def run_meta(req: RunRequest, reg, plan: Plan, specs: list[TrialSpec], device: s
         heldout=heldout_note(reg.task(cfg.train.task), cfg, seeds[0]), **plan.meta)
 
 
+def plan_baseline(req: RunRequest, reg, plan: Plan) -> str | None:
+    """The variant a new run compares the others with, recorded as ``RunMeta.baseline``
+    (:func:`harness.report.choose_baseline`): ``--baseline``, an experiment's own, with ``--grid`` the
+    grid's variant holding the ``baseline`` variant's components, else ``baseline``; None for a measurement.
+
+    Raises:
+        ConfigError: an unknown ``--baseline``, or several variants and no way to choose."""
+    from .report import choose_baseline
+
+    if plan.measure is not None:
+        return None
+    preferred = (plan.meta.get("experiment_spec") or {}).get("baseline")
+    if req.grid and "baseline" in reg.variants:
+        base = reg.variants["baseline"].resolved(reg.defaults or None)
+        preferred = next((v.name for v in plan.variants if v.resolved(reg.defaults or None) == base), None)
+    return choose_baseline(req.baseline, [v.name for v in plan.variants], preferred)
+
+
+def keep_baseline(requested: str | None, meta: RunMeta, where: str) -> None:
+    """``--baseline`` with ``--resume``: the stored run keeps the baseline it recorded (a run stored
+    before the choice was recorded takes the one given).
+
+    Raises:
+        StoreError: another baseline than the recorded one (the message says how to re-render).
+        ConfigError: a variant the run does not hold."""
+    from .errors import StoreError
+    from .report import choose_baseline
+
+    if requested is None or requested == meta.baseline:
+        return
+    if meta.baseline:
+        raise StoreError(f"{where} compares with {meta.baseline!r}, recorded at its start; --resume keeps it "
+                         f"(for another comparison: python -m harness report {where} --baseline {requested})")
+    meta.baseline = choose_baseline(requested, list(meta.variants))
+
+
 # ------------------------------------------------------------------------------------- resuming
 
 def resolved_for(options: Execution, specs: list[TrialSpec], device: str) -> Execution:
@@ -295,6 +332,7 @@ def resume_run(req: RunRequest) -> RunOutcome:
     code = current_code(PluginSpec.from_dict(meta.plugins))
     changes = check_code(meta, code.record, where, req.allow_code_change)
     check_requested(req, given, meta, reg, specs, where)
+    keep_baseline(req.baseline, meta, where)
     execution_given = given & {"executor", "jobs", "threads", "address", "vectorize_seeds", "capture"}
     if not execution_given and meta.execution is not None:
         stored = meta.execution

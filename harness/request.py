@@ -101,6 +101,8 @@ class RunRequest:
         trial_timeout: ``--trial-timeout`` seconds per trial (or vectorised group), time_budget:
             ``--time-budget`` seconds for this invocation; None: no limit. Each invocation sets its own
             (a resume does not inherit them): see :mod:`harness.limits`.
+        baseline: the variant the others are compared with (``--baseline``; None: the variant named
+            ``baseline``, an experiment's own; :func:`harness.report.choose_baseline`).
     """
 
     variants: tuple[str, ...] | None = None
@@ -132,6 +134,7 @@ class RunRequest:
     mlflow: str | None = None
     trial_timeout: float | None = None
     time_budget: float | None = None
+    baseline: str | None = None
 
     def given(self) -> set[str]:
         """Names of the options given (not left to their defaults)."""
@@ -216,7 +219,7 @@ class RunRequest:
         if self.variants is not None:
             words += ["--variants", *self.variants]
         words += ["--grid"] * self.grid
-        for name in ("experiment", "preset", "seeds", "seed_start", "device", "dtype", "executor", "jobs",
+        for name in ("experiment", "baseline", "preset", "seeds", "seed_start", "device", "dtype", "executor", "jobs",
                      "threads", "address", "vectorize_seeds", "capture", "trial_timeout", "time_budget", "run_id"):
             if getattr(self, name) is not None:
                 words += [_flag(name), str(getattr(self, name))]

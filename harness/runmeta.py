@@ -384,7 +384,8 @@ class RunMeta(Record):
     ``""`` none), ``points`` (``{sweep point: RunConfig.to_dict()}``), ``config_hash``,
     ``execution``, ``status`` (``running``, ``complete``, ``interrupted``), ``trials`` (the planned trials as
     :class:`harness.trial.TrialSpec` s, stored as ``[{"key", "spec": TrialSpec.to_dict()}]``), ``heldout`` (the evaluation set's note), ``check`` (check's classes,
-    :func:`harness.overview.check_classes`), ``run_wall_s`` (seconds, summed over resumes),
+    :func:`harness.overview.check_classes`), ``baseline`` (the variant the others are compared with;
+    absent in runs stored before it was recorded), ``run_wall_s`` (seconds, summed over resumes),
     ``resumes``, ``experiment_spec`` and ``cli_overrides`` (an experiment file's run).
 
     ``bench``: ``dtypes``, ``steps``, ``warmup_steps``, ``reference``, ``peak_gflop_per_s``
@@ -416,6 +417,7 @@ class RunMeta(Record):
     experiment_spec: dict[str, Any] | None = _f((dict,))
     cli_overrides: list[str] | None = _f((list,))
     check: dict[str, Any] | None = _f((dict,))
+    baseline: str | None = _f((str,))
     run_wall_s: float | None = _f(_NUMBER)
     resumes: list[Resume] | None = _f((list,), record=Resume, many=True)
     # a bench's
@@ -440,7 +442,7 @@ class RunMeta(Record):
 
     ORDER = ("kind", "command", "preset", "config", "variants", "seeds", "device", "dtype", "plugins",
              "environment", "code", "experiment", "points", "config_hash", "execution", "status", "trials", "heldout",
-             "experiment_spec", "cli_overrides", "run_id", "check", "run_wall_s", "resumes",
+             "experiment_spec", "cli_overrides", "run_id", "check", "baseline", "run_wall_s", "resumes",
              "dtypes", "steps", "warmup_steps", "reference", "peak_gflop_per_s", "bench_s",
              "old", "old_dtype", "group_sizes", "compile_modes", "nondeterministic", "equivalent", "tf32", "check_wall_s", "ok")
 

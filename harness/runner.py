@@ -9,8 +9,10 @@ request asks for and the record the run stores); its limits are re-exported here
 from __future__ import annotations
 
 import dataclasses
+import textwrap
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from .config import RunConfig
@@ -115,7 +117,7 @@ def execute(specs: list[TrialSpec], store: RunStore, options: Execution | None =
     results: list[TrialResult] = []
     outer = progress_bar(len(specs), "trials", quiet)
     bars = TrialBars(enabled=not outer.disable)
-    started = time.perf_counter()
+    started, width = time.perf_counter(), _terminal_width()
 
     def on_done(ts: TrialSpec, result: TrialResult) -> None:
         result.row.setdefault("point", ts.point)
@@ -126,7 +128,7 @@ def execute(specs: list[TrialSpec], store: RunStore, options: Execution | None =
         results.append(result)
         outer.update(1)
         if log:
-            log(trial_line(result.row, path, len(results), len(specs), time.perf_counter() - started))
+            log(trial_line(result.row, path, len(results), len(specs), time.perf_counter() - started, width))
 
     try:
         if options.limited():
@@ -163,6 +165,14 @@ def run_with_limits(specs: list[TrialSpec], options: Execution, on_done, bars: T
                 vectorize=options.vectorize_seeds == "on", capture=options.capture, log=log)
 
 
+def _terminal_width() -> int:
+    """:func:`harness.report.terminal.terminal_width`, imported when a run executes (the report's
+    modules import pandas, which ``python -m harness --help`` does not load)."""
+    from .report.terminal import terminal_width
+
+    return terminal_width()
+
+
 def short_reason(reason: str, limit: int = 300) -> str:
     """A trial's reason for its log line: whole when short, else its first part (reasons are joined
     with "; ") and how many more the trial record holds."""
@@ -172,16 +182,24 @@ def short_reason(reason: str, limit: int = 300) -> str:
     return f"{parts[0]}; +{len(parts) - 1} more in the trial record"
 
 
-def trial_line(row: dict, path, n: int, total: int, elapsed_s: float) -> str:
-    """The log line of one finished trial: status, exact-match, trial time and where it is stored."""
+def trial_line(row: dict, path, n: int, total: int, elapsed_s: float, width: int | None = None) -> str:
+    """The log line of one finished trial: status, exact-match, trial time and where it is stored.
+
+    ``width`` (characters; None: no limit): a line longer than that names the trial file from the
+    run folder (``trials/<file>``; the run's first line names the folder) and is then wrapped onto
+    indented lines of at most ``width`` characters (a long reason, a long variant name)."""
     em = row.get("exact_match")
     em_s = f" exact-match {em:.3f}" if isinstance(em, float) and em == em else ""
     wall = row.get("wall_s")
     wall_s = f" in {wall:.1f} s" if isinstance(wall, float) and wall == wall else ""
     reason = f" ({short_reason(row['reason'])})" if row.get("reason") else ""
     point = f" [{row['point']}]" if row.get("point") else ""
-    return (f"[{n}/{total} {elapsed_s:.0f} s] {row['variant']}{point} seed {row['seed']}: {row['status']}"
-            f"{em_s}{wall_s}{reason} -> stored in {path}")
+    head = f"[{n}/{total} {elapsed_s:.0f} s] {row['variant']}{point} seed {row['seed']}: {row['status']}{em_s}{wall_s}"
+    line = f"{head}{reason} -> stored in {path}"
+    if width is None or len(line) <= width:
+        return line
+    line = f"{head}{reason} -> stored in {Path(path).parent.name}/{Path(path).name}"
+    return textwrap.fill(line, width, subsequent_indent="    ", break_on_hyphens=False)
 
 
 __all__ = ["Plan", "make_specs", "check_plan_size", "execute", "with_threads", "trial_line",

@@ -15,6 +15,9 @@ EXAMPLE_PLUGIN = ROOT / "examples" / "harness-example" / "harness_example.py"
 
 # Tests never pick up plugins installed in the environment unless they ask for them.
 os.environ.setdefault("HARNESS_DISABLE_PLUGIN_AUTOLOAD", "1")
+# Terminal output is fitted to the terminal's width (harness.report.terminal.terminal_width): every
+# test sees a 120-column one, whatever terminal runs the suite (a test that means 80 sets COLUMNS).
+os.environ["COLUMNS"] = "120"
 
 
 def _share_cores_with_other_workers() -> int:

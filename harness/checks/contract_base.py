@@ -43,6 +43,8 @@ NO_DIFF = "no difference (declared different)"
 CRASHES = "crashes"
 FLAGGED = "flagged (declared bug)"
 NOT_FLAGGED = "NOT flagged (declared bug)"
+#: What an undeclared difference's failure line suggests (docs/components.md, ``differs=``).
+DECLARE_HINT = 'if it differs on purpose, declare it: Component(..., differs="what and why")'
 TAKES_NO_POSITIONS = "takes no positions"  # an attention that never asks ctx.positions (fine unless paired with RoPE/ALiBi)
 
 
@@ -246,6 +248,7 @@ def judge(comp: Component, check: str, gap: float, thr: float, diagnosis: str = 
         return component_result(comp, check, verdict, True, gap, thr, diagnosis, note)
     if differs:
         return component_result(comp, check, VIOLATES, False, gap, thr, diagnosis or
-                                f"differs from the slot's reference ({SLOT_REFERENCES.get(comp.slot, comp.slot).split(':')[0]})")
+                                f"differs from the slot's reference ({SLOT_REFERENCES.get(comp.slot, comp.slot).split(':')[0]}) "
+                                f"({DECLARE_HINT})")
     return component_result(comp, check, CONFORMS, True, gap, thr)
 

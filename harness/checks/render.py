@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Callable
+from typing import Callable, Sequence
 
 from .contract_base import SLOT_REFERENCES
 from .inputs import fmt_size
@@ -192,8 +192,10 @@ def matrix_blocks(frame, width: int) -> list[str]:
 TERMINAL_HEADERS = {"comparisons": "compared", "largest max|Δ|": "max|Δ|"}
 
 
-def render_text(report: CheckReport, width: int | None = None, table: Callable | None = None) -> str:
-    """What ``check`` prints: the matrix, the classes, failures and flagged bugs. With ``width`` (the
+def render_text(report: CheckReport, width: int | None = None, table: Callable | None = None,
+                variants: Sequence | None = None) -> str:
+    """What ``check`` prints: the matrix, the classes, failures and flagged bugs, then each of the checked
+    ``variants`` (:class:`harness.registry.Variant` s) that fails with its fault (:func:`variant_faults`). With ``width`` (the
     ``check`` command: 120) the lines of text are wrapped to it, and the classes' table, with shorter
     headers (:data:`TERMINAL_HEADERS`), is laid out by ``table(frame)`` (the command passes
     :func:`harness.report.terminal.wrapped_table`), and a matrix wider than ``width`` is shown compact
@@ -228,7 +230,36 @@ def render_text(report: CheckReport, width: int | None = None, table: Callable |
     fails = report.failures()
     parts.append(f"{len(fails)} result(s) do not match their declaration" + (":" if fails else "."))
     parts += [fill(f, "  - ", "    ") for f in fails]
+    faults = variant_faults(report, variants or [])
+    if faults:
+        parts += ["", f"Failing variants ({len(faults)} of {len(variants)}), each with its first fault:"]
+        parts += [fill(f"{name}: {lines[0]}" + (f" (+{len(lines) - 1} more above)" if len(lines) > 1 else ""),
+                       "  - ", "    ") for name, lines in faults.items()]
     return "\n".join(parts)
+
+
+def variant_faults(report: CheckReport, variants: Sequence) -> dict[str, list[str]]:
+    """Selected variant -> the failure lines (:meth:`CheckReport.failures`) that concern it, its own
+    first: a line concerns a variant when it names it or one of its components as ``slot=component``
+    (:attr:`harness.registry.Variant.slots`). A line that concerns several (a pair ``A vs B``) blames
+    only those of them with no fault of their own, if any has one (the baseline in a pair with a broken
+    plugin variant is not failing). Variants with no fault are left out; their order is kept."""
+    import re
+
+    fails = report.failures()
+    hits: dict[str, list[str]] = {}
+    for v in variants:
+        names = [re.escape(v.name)] + [f"{re.escape(s)}={re.escape(c)}" for s, c in v.slots.items()]
+        pattern = re.compile(r"(?<![\w.=-])(" + "|".join(names) + r")(?![\w-])")
+        hits[v.name] = [f for f in fails if pattern.search(f)]
+    shared = {f for f in fails if sum(f in lines for lines in hits.values()) > 1}
+    own = {name: [f for f in lines if f not in shared] for name, lines in hits.items()}
+    out = {}
+    for name, lines in hits.items():
+        others = [n for n, ls in hits.items() if n != name and any(f in ls for f in lines if f in shared)]
+        if own[name] or (lines and not any(own[n] for n in others)):
+            out[name] = own[name] + [f for f in lines if f in shared]
+    return out
 
 
 # --------------------------------------------------------------------------- checks.md, one renderer per section

@@ -13,7 +13,7 @@ import dataclasses
 
 from ..checks import CHECK_MODEL, TOLERANCES, render_text, slot_default
 from ..config import DEFAULT_PRESET
-from ..report.terminal import WIDTH, wrapped_table
+from ..report.terminal import terminal_width, wrapped_table
 from ..request import CheckRequest
 from ..store import CHECKS_DIR
 from .common import add_output, add_selection, command_line, plugin_spec, preset_notes
@@ -92,6 +92,7 @@ def main(args) -> int:
     from ..checking import start_check
 
     outcome = start_check(request_from_args(args))
-    print(render_text(outcome.report, WIDTH, wrapped_table))
+    width = terminal_width()
+    print(render_text(outcome.report, width, lambda frame: wrapped_table(frame, width), outcome.variants))
     print(f"\nchecks: {outcome.markdown}  {outcome.csv}  ({outcome.report.wall_s:.1f} s)")
     return outcome.exit_code

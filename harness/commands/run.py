@@ -27,7 +27,7 @@ continues with --resume results/<run-id> (add --retry-failed to run its failed t
 
 EPILOG = """examples:
   python -m harness run --variants all --preset tiny -q
-  python -m harness run --variants 'seed_*' --seeds 5 --jobs 2
+  python -m harness run --variants baseline 'seed_*' --seeds 5 --jobs 2
   python -m harness run --variants baseline --preset g2p --seeds 16 --device cuda --vectorize-seeds on
   python -m harness run --variants baseline pre_norm --task reverse
   python -m harness run --resume results/20250101-120000        only the missing trials
@@ -57,6 +57,9 @@ def register(sub, parents):
     p.add_argument("--suite", nargs="?", const="default", default=None, metavar="NAME",
                    help="run the suite experiments/suites/NAME.toml (default: default): every variant it names "
                         "on every task it names with paired seeds, one report with verdicts (suite.md)")
+    p.add_argument("--baseline", metavar="VARIANT", default=None,
+                   help="the variant the others are compared with, recorded in config.json (default: the "
+                        "variant named baseline; a run without one must choose)")
     p.add_argument("--seeds", type=int, metavar="N", help="seeds per variant: 0..N-1 (default 1)")
     p.add_argument("--seed-start", type=int, metavar="S", help="first seed (default 0)")
     add_output(p, "run", what="run", default_id="a timestamp",
@@ -164,7 +167,7 @@ def request_from_args(args) -> RunRequest:
         results_dir=args.results_dir, run_id=args.run_id, quiet=args.quiet, resume=args.resume,
         retry_failed=args.retry_failed, command=command_line(args), tensorboard=args.tensorboard,
         save_models=args.save_models, allow_code_change=args.allow_code_change, mlflow=args.mlflow,
-        trial_timeout=args.trial_timeout, time_budget=args.time_budget)
+        trial_timeout=args.trial_timeout, time_budget=args.time_budget, baseline=args.baseline)
 
 
 def main(args) -> int:

@@ -25,8 +25,8 @@ proves computes the baseline's function (:data:`SAME_FUNCTION_TEXT`).
 """
 from __future__ import annotations
 
-from .frames import (DEFAULT_METRIC, METRICS, SLOT_COLS, TRAINED, curves_frame, invalid_variants, point_order,
-                     resolve_baseline, run_metrics, run_primary, trials_frame, variant_order, verdict_metric)
+from .frames import (DEFAULT_METRIC, METRICS, SLOT_COLS, TRAINED, baseline_note, choose_baseline, curves_frame,
+                     invalid_variants, point_order, resolve_baseline, run_metrics, run_primary, trials_frame, variant_order, verdict_metric)
 from .plots import (MAX_OVERLAID, log_axis, min_span_limits, plot_curves,
                     plot_curves_grid, plot_final_metrics, plot_steps_to_solve)
 from .partial import partial_banner, partial_counts
@@ -40,7 +40,7 @@ from .writer import POSITIONS, ReportContext, Section, invalid_section, unreadab
 __all__ = [
     "DEFAULT_METRIC", "MAX_OVERLAID", "METRICS", "POSITIONS", "SAME_FUNCTION", "SAME_FUNCTION_TEXT", "SLOT_COLS",
     "TRAINED", "Count", "Interval", "MeanStd", "MedianIQR", "ReportContext", "Section", "SummaryRow",
-    "aggregate", "caption", "comparison_cells", "curves_frame", "environment_block", "invalid_section",
+    "aggregate", "baseline_note", "caption", "choose_baseline", "comparison_cells", "curves_frame", "environment_block", "invalid_section",
     "invalid_variants", "log_axis", "lr_max", "min_span_limits", "paired_values", "partial_banner", "partial_counts",
     "recorded_classes", "same_class",
     "same_function_variants", "plot_curves", "plot_curves_grid", "plot_final_metrics",

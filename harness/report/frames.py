@@ -97,21 +97,65 @@ def point_order(df: pd.DataFrame, meta: RunMeta | None = None) -> list[str]:
 
 
 def resolve_baseline(df: pd.DataFrame, meta: RunMeta | None = None, baseline: str | None = None) -> str | None:
-    """The explicit baseline (None when absent from the run), ``baseline`` when present, else the first variant.
+    """The variant every other is compared with.
 
-    A caller that has a preferred baseline (an experiment's) passes it as ``baseline``.
+    In this order: ``baseline`` when given (an experiment's, ``report --baseline``); the run's recorded
+    choice (``RunMeta.baseline``, :func:`choose_baseline`); ``baseline`` when the run has that
+    variant; else, for a run stored before the choice was recorded, its first variant
+    (:func:`baseline_note` says so in the report). A given or recorded baseline with no trials in
+    ``df`` yet gives None (no comparisons).
     """
+    present = set(df["variant"]) if len(df) else set()
+    for chosen in (baseline, meta.baseline if meta else None):
+        if chosen:
+            return chosen if not len(df) or chosen in present else None
     if not len(df):
-        return baseline
-    present = set(df["variant"])
-    if baseline:
-        return baseline if baseline in present else None
+        return None
     if "baseline" in present:
         return "baseline"
     order = variant_order(df, None, meta)
     return order[0] if order else None
 
 
+def baseline_note(df: pd.DataFrame, meta: RunMeta | None, baseline: str | None, requested: str | None = None) -> str:
+    """The report's sentence on the baseline: which variant, and why it was chosen ("" without comparisons).
+
+    ``requested``: the one the report was asked for (``report --baseline``, an experiment's). A run
+    stored before the choice was recorded (no ``baseline`` in ``config.json``, no ``baseline``
+    variant) keeps its first variant as baseline and the sentence says how to choose another."""
+    variants = set(df["variant"]) if len(df) else set()
+    if not baseline or len(variants) < 2:
+        return ""
+    recorded = meta.baseline if meta else None
+    if recorded == baseline:
+        return f"Baseline: `{baseline}` (the run's choice, recorded in `config.json`)."
+    if not requested and recorded is None and baseline != "baseline":
+        return (f"Baseline: `{baseline}`, the run's first variant: this run recorded no baseline and has no "
+                "`baseline` variant; choose another with `python -m harness report RUN --baseline NAME`.")
+    return f"Baseline: `{baseline}`."
+
+
+def choose_baseline(requested: str | None, variants: list[str], preferred: str | None = None) -> str | None:
+    """The baseline a new run records (``RunMeta.baseline``): ``requested`` (``--baseline``), else
+    ``preferred`` (an experiment's, or the grid's variant with the ``baseline`` variant's components),
+    else ``baseline`` when the run has it, else the only variant; None for no variants.
+
+    Raises:
+        ConfigError: ``requested`` is not one of ``variants``, or several variants and none of the
+            above: the message says to choose with ``--baseline`` and lists them.
+    """
+    listed = ", ".join(variants[:12]) + (f", ... ({len(variants)} in all)" if len(variants) > 12 else "")
+    if requested is not None:
+        if requested not in variants:
+            raise ConfigError(f"--baseline {requested!r} is not a variant of this run (variants: {listed})")
+        return requested
+    for name in (preferred, "baseline"):
+        if name and name in variants:
+            return name
+    if len(variants) < 2:
+        return variants[0] if variants else None
+    raise ConfigError(f"this run has no 'baseline' variant: name the variant the others are compared with, "
+                      f"--baseline NAME (variants: {listed})")
 
 
 # ----------------------------------------------------------------------------- the run's metrics

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import numpy as np
 import pandas as pd
 
@@ -14,7 +15,7 @@ from .. import stats
 from ..runmeta import RunMeta
 from ..trial import NO_RESULT
 from ..metrics import Metric, shown
-from .frames import SLOT_COLS, TRAINED, _num, invalid_variants, point_order, resolve_baseline, run_metrics, \
+from .frames import SLOT_COLS, TRAINED, _num, baseline_note, invalid_variants, point_order, resolve_baseline, run_metrics, \
     run_primary, variant_order, verdict_metric
 from .rows import SAME_FUNCTION_TEXT, Count, Interval, MeanStd, MedianIQR, SummaryRow, recorded_classes, same_class
 
@@ -224,10 +225,35 @@ def summary_table(df: pd.DataFrame, baseline: str | None = None, metric: str | N
     return pd.DataFrame(out)
 
 
+#: A cell that reads as one plain number ("0.999", "-12.5", "12,345"): right-aligned as tabulate aligns numbers.
+NUMBER_CELL = re.compile(r"^[-+]?(\d{1,3}(,\d{3})+|\d+)?(\.\d+)?([eE][-+]?\d+)?$")
+
+
+def text_cells(df: pd.DataFrame) -> dict:
+    """tabulate options that print the text cells of ``df`` as they are: a column of strings is not
+    parsed as numbers (tabulate would print a formatted ``"1.000"`` as ``1`` beside ``0.999``), and
+    is right-aligned when every cell is a plain number (:data:`NUMBER_CELL`); other columns (numbers
+    kept as numbers) are parsed and aligned by tabulate as before."""
+    text, align = [], []
+    for i, c in enumerate(df.columns):
+        values = [v for v in df[c] if v is not None and not (isinstance(v, float) and math.isnan(v))]
+        plain = [v for v in values if not isinstance(v, str)]
+        if len(values) == len(df) and not plain:
+            text.append(i)
+            align.append("right" if all(v and NUMBER_CELL.match(v) for v in values) else "left")
+        else:  # tabulate's own rule: a number column when every value is one
+            align.append("decimal" if all(isinstance(v, (int, float, np.number)) and not isinstance(v, bool)
+                                          or isinstance(v, str) and v and NUMBER_CELL.match(v) for v in values)
+                         else "left")
+    return {"disable_numparse": text, "colalign": align}
+
+
 def to_markdown(df: pd.DataFrame) -> str:
+    """``df`` as a GitHub markdown table, its text cells printed as they are (:func:`text_cells`):
+    each metric column keeps the digits its formatter gave every cell."""
     if df.empty:
         return "_no rows_"
-    return df.to_markdown(index=False, tablefmt="github")
+    return df.to_markdown(index=False, tablefmt="github", **text_cells(df))
 
 
 def environment_block(meta: RunMeta) -> str:
@@ -262,9 +288,10 @@ def lr_max(cfg: dict) -> float:
 
 
 def caption(meta: RunMeta, df: pd.DataFrame, baseline: str | None, metric: str | None,
-            metrics: tuple[Metric, ...] | None = None) -> str:
+            metrics: tuple[Metric, ...] | None = None, note: str | None = None) -> str:
     """What every number in the main table means and the budget it was measured with (``metrics``: the
-    task's, default :func:`harness.report.frames.run_metrics`; ``metric`` None: its primary metric)."""
+    task's, default :func:`harness.report.frames.run_metrics`; ``metric`` None: its primary metric;
+    ``note``: the sentence on the baseline, default :func:`harness.report.frames.baseline_note`)."""
     metrics = run_metrics(meta) if metrics is None else metrics
     metric = metric or run_primary(meta)
     chosen = verdict_metric(metric, metrics)
@@ -288,6 +315,9 @@ def caption(meta: RunMeta, df: pd.DataFrame, baseline: str | None, metric: str |
         f"**P(> {baseline})** compares on **{metric}** ({chosen.text}; {chosen.unit}, {chosen.direction} is better). "
         + stats.RULE_TEXT,
     ]
+    note = baseline_note(df, meta, baseline) if note is None else note
+    if note:
+        parts[-1] = note + " " + parts[-1]
     own = [m for m in shown(metrics, "table") if not m.is_core]
     if own:
         parts.append(own_text(own, df))

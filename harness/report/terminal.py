@@ -8,11 +8,25 @@ the table fits. A column whose cells carry no interval (one seed) loses its ``[9
 from __future__ import annotations
 
 import re
+import shutil
 
 import pandas as pd
 
-#: Characters a terminal line may take (the width of a plain 120-column terminal).
+from .tables import text_cells
+
+#: Characters a terminal line may take at most (the width of a plain 120-column terminal); a
+#: narrower terminal gets its own width (:func:`terminal_width`).
 WIDTH = 120
+
+#: The narrowest width the tables are fitted to, whatever the terminal says.
+MIN_WIDTH = 40
+
+
+def terminal_width() -> int:
+    """The width the terminal output is fitted to: the terminal's columns (``shutil.get_terminal_size``:
+    the ``COLUMNS`` environment variable, else the terminal's size, else :data:`WIDTH`) within
+    [:data:`MIN_WIDTH`, :data:`WIDTH`]."""
+    return max(MIN_WIDTH, min(WIDTH, shutil.get_terminal_size((WIDTH, 24)).columns))
 
 #: Main-table header -> the terminal's shorter header; columns not named here are kept as they are,
 #: but for " IQM" dropped from every metric's "... IQM [95% CI]" header (a task's own metrics included).
@@ -47,7 +61,7 @@ def _width(df: pd.DataFrame) -> int:
 
 
 def _markdown(df: pd.DataFrame) -> str:
-    return df.to_markdown(index=False, tablefmt="github")
+    return df.to_markdown(index=False, tablefmt="github", **text_cells(df))
 
 
 def _clip(text: str, n: int) -> str:
@@ -95,19 +109,23 @@ def _drop(df: pd.DataFrame, prefixes, width: int) -> pd.DataFrame:
     return df
 
 
-def terminal_table(table: pd.DataFrame, width: int = WIDTH) -> str:
+def terminal_table(table: pd.DataFrame, width: int | None = None) -> str:
     """``table`` (the report's main table, or any string table) as GitHub markdown at most
-    ``width`` characters wide where it can be (a single column wider than ``width`` cannot).
+    ``width`` characters wide (default :func:`terminal_width`) where it can be (a single column
+    wider than ``width`` cannot).
 
     Reductions, in order, until it fits: report-only columns out, interval tags off columns with
     no interval, long verdict reasons out, :data:`DROP_ORDER`, every verdict reason out,
-    :data:`LAST_DROPS` (the verdict cut to :data:`MIN_VERDICT` characters before the last).
+    :data:`LAST_DROPS` (the verdict cut to :data:`MIN_VERDICT` characters before the last). On a
+    terminal narrower than :data:`WIDTH` the verdicts are wrapped onto more lines instead of cut
+    (:func:`wrapped_table`), and ``P(>`` goes only when the wrapped table is still too wide.
 
     Returns:
         The table, then a line pointing to report.md when anything was left out.
     """
     if table.empty:
         return "_no rows_"
+    width = terminal_width() if width is None else width
     df = _headers(table.drop(columns=[c for c in REPORT_ONLY if c in table.columns]))
     if "diverged" in df and df["diverged"].astype(str).str.match(r"^0/\d+").all():
         df = df.drop(columns=["diverged"])  # nothing diverged: the column says nothing
@@ -117,18 +135,34 @@ def terminal_table(table: pd.DataFrame, width: int = WIDTH) -> str:
     if "verdict" in df and _width(df) > width:
         df["verdict"] = df["verdict"].map(lambda v: _short_verdict(v, 0))
     df = _drop(df, LAST_DROPS[:-1], width)
-    if "verdict" in df:
-        full = df["verdict"]
-        if _width(_fit_verdict(df, full, width, MIN_VERDICT)) > width:
-            df = _drop(df, LAST_DROPS[-1:], width)
-        df = _fit_verdict(df, full, width, 8)
-    shown = _markdown(df)
+    if "verdict" in df and width < WIDTH:
+        shown, df = _wrapped(df, width)
+    else:
+        if "verdict" in df:
+            full = df["verdict"]
+            if _width(_fit_verdict(df, full, width, MIN_VERDICT)) > width:
+                df = _drop(df, LAST_DROPS[-1:], width)
+            df = _fit_verdict(df, full, width, 8)
+        shown = _markdown(df)
     more = len(table.columns) - len(df.columns)
     cut = "verdict" in df and not df["verdict"].equals(table["verdict"])
     if more or cut:
         what = [f"{more} more column(s)"] * bool(more) + ["the verdicts' reasons"] * cut
         shown += f"\n({' and '.join(what)}: report.md)"
     return shown
+
+
+def _wrapped(df: pd.DataFrame, width: int) -> tuple[str, pd.DataFrame]:
+    """(``df`` with its long cells wrapped to ``width`` by :func:`wrapped_table`, the columns shown): its
+    ``P(>`` column is left out when the wrapped table is still too wide."""
+    def wrap(d: pd.DataFrame) -> str:
+        return wrapped_table(d, width, keep=("variant", "point"), wrap_headers=True)
+
+    shown = wrap(df)
+    if max(map(len, shown.splitlines())) > width:
+        df = df.drop(columns=_droppable(df, LAST_DROPS[-1]))
+        shown = wrap(df)
+    return shown, df
 
 
 #: The narrowest a wrapped column is made (or its header's or longest word's width, if wider) by
@@ -139,29 +173,33 @@ MIN_WRAP = 12
 MAX_WORD = 24
 
 
-def wrapped_table(df: pd.DataFrame, width: int = WIDTH, floatfmt: str = "g") -> str:
+def wrapped_table(df: pd.DataFrame, width: int = WIDTH, floatfmt: str = "g", keep: tuple = (),
+                  wrap_headers: bool = False) -> str:
     """``df`` as GitHub markdown at most ``width`` characters wide where it can be: its widest columns
     are wrapped at word boundaries (more lines per row), each giving up the same share of what it has
     beyond its floor: its header, its longest word (up to :data:`MAX_WORD` characters) or
     :data:`MIN_WRAP`, whichever is widest (where those floors alone are wider than ``width``, the
     widest word floors give way first, a long word then broken across lines). Nothing is dropped.
-    For tables of text (``list``); numbers are printed with ``floatfmt`` (tabulate's, e.g. ``.3f``)."""
+    For tables of text (``list``); numbers are printed with ``floatfmt`` (tabulate's, e.g. ``.3f``).
+    The columns named in ``keep`` are never wrapped (a variant's name); ``wrap_headers``: a header may
+    wrap too (its longest word is then its floor)."""
     if df.empty:
         return "_no rows_"
     cells = df.astype(str)
     natural = [max(len(str(c)), int(cells[c].str.len().max())) for c in df.columns]
     word = [min(MAX_WORD, int(cells[c].str.split().map(lambda ws: max(map(len, ws), default=0)).max()))
             for c in df.columns]
-    floor = [min(n, max(len(str(c)), MIN_WRAP, w)) for n, c, w in zip(natural, df.columns, word)]
+    head = [max(map(len, str(c).split())) if wrap_headers else len(str(c)) for c in df.columns]
+    floor = [n if c in keep else min(n, max(h, MIN_WRAP, w)) for n, c, h, w in zip(natural, df.columns, head, word)]
     budget = width - (3 * len(natural) + 1)  # "| " + " |" around each cell, one "|" shared between two
-    least = [min(n, max(len(str(c)), MIN_WRAP)) for n, c in zip(natural, df.columns)]
+    least = [n if c in keep else min(n, max(h, MIN_WRAP)) for n, c, h in zip(natural, df.columns, head)]
     while sum(floor) > budget and any(f > m for f, m in zip(floor, least)):  # the long words cannot all stay whole
         i = max(range(len(floor)), key=lambda j: (floor[j] - least[j], -j))
         floor[i] -= 1
     while True:
-        widths = _shares(natural, floor, budget)
-        text = cells.to_markdown(index=False, tablefmt="github", floatfmt=floatfmt,
-                                 maxcolwidths=[w if w < n else None for w, n in zip(widths, natural)])
+        widths = [w if w < n else None for w, n in zip(_shares(natural, floor, budget), natural)]
+        text = cells.to_markdown(index=False, tablefmt="github", floatfmt=floatfmt, **text_cells(df),
+                                 maxcolwidths=widths, maxheadercolwidths=widths if wrap_headers else None)
         over = max(len(line) for line in text.splitlines()) - width
         if over <= 0 or budget <= sum(floor):
             return text

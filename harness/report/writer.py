@@ -25,7 +25,7 @@ import harness.report.plots as plots
 from ..runmeta import RunMeta
 
 from ..store import RunStore, atomic_write_text
-from .frames import TRAINED, _num, curves_frame, invalid_variants, resolve_baseline, run_metrics, run_primary, \
+from .frames import TRAINED, _num, baseline_note, curves_frame, invalid_variants, resolve_baseline, run_metrics, run_primary, \
     trials_frame, variant_order, verdict_metric
 from .paired import paired_lines
 from .partial import partial_banner
@@ -42,7 +42,7 @@ class ReportContext:
 
     ``df`` is :func:`harness.report.trials_frame` of the run, ``rows`` its
     :func:`harness.report.aggregate` (empty without trials), ``baseline`` and ``metric`` the
-    resolved comparison.
+    resolved comparison; ``requested``: the baseline the caller asked for (None: the run's own).
     """
 
     store: RunStore
@@ -51,6 +51,7 @@ class ReportContext:
     rows: list
     baseline: str | None
     metric: str
+    requested: str | None = None
 
 
 SectionRenderer = Callable[[ReportContext], list]
@@ -103,9 +104,9 @@ def write_report(store: RunStore, baseline: str | None = None, metric: str | Non
     metrics = run_metrics(meta)
     metric = metric or run_primary(meta)
     verdict_metric(metric, metrics)
-    baseline = resolve_baseline(df, meta, baseline)
+    requested, baseline = baseline, resolve_baseline(df, meta, baseline)
     rows = aggregate(df, baseline, metric, meta, metrics=metrics) if len(df) else []
-    ctx = ReportContext(store, meta, df, rows, baseline, metric)
+    ctx = ReportContext(store, meta, df, rows, baseline, metric, requested)
 
     def at(position: str) -> list[str]:
         return [line for s in sections if s.position == position for line in s.lines(ctx)]
@@ -168,7 +169,7 @@ def _result_lines(ctx: ReportContext) -> list[str]:
     held = meta.heldout or ("evaluation set: overlap with the training stream not recorded (a run "
                                     "made before the evaluation set was drawn disjoint from training)")
     ctx.store.summary = summary_table(df, baseline, metric, meta, ctx.rows)  # the terminal prints this one
-    parts = ["## Results", "", caption(meta, df, baseline, metric) if len(df) else "", "",
+    parts = ["## Results", "", caption(meta, df, baseline, metric, note=baseline_note(df, meta, baseline, ctx.requested)) if len(df) else "", "",
              f"_{held[0].upper() + held[1:]}._", "",
              to_markdown(ctx.store.summary), ""]
     if len(df) and "status" in df:

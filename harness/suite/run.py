@@ -35,7 +35,7 @@ def task_request(spec: SuiteSpec, task: str, suite_dir: Path, base: RunRequest, 
         return RunRequest(resume=str(suite_dir / task), **common)
     return RunRequest(variants=tuple(spec.variants), preset=spec.preset, seeds=spec.seeds,
                       overrides=(*spec.overrides, f"train.task={task!r}"), results_dir=str(suite_dir), run_id=task,
-                      check=False, **common)  # the suite checked once
+                      check=False, baseline=spec.reference, **common)  # the suite checked once
 
 
 def suite_configs(spec: SuiteSpec, registry) -> list:
