@@ -96,18 +96,15 @@ def run(variants: _Names = "all", seeds: int | None = None, preset: str | None =
     """Train ``variants`` x ``seeds`` on a task and write the run's report, as ``python -m harness run`` does (the
     same options and defaults, through the same :class:`harness.request.RunRequest` and :func:`harness.launch.start_run`).
 
-    Works the same from a notebook, a plain script (no ``if __name__ == "__main__":`` guard needed:
-    worker processes never re-run the calling script) and ``python -c``.
+    Works from a notebook, a plain script (no ``if __name__ == "__main__":`` guard needed) and ``python -c``.
 
     Args:
         variants: ``"all"``, names and globs (a string or a list), as ``--variants``.
         seeds: seeds per variant (``--seeds``, default 1); ``seed_start`` the first one.
-        preset: ``"quick"`` (default), ``"paper"``, ``"suite"``, ``"deep"`` or ``"tiny"``
-            (``python -m harness list`` describes them; :data:`harness.config.PRESETS`).
+        preset: a preset's name (default ``"quick"``; ``python -m harness list``; :data:`harness.config.PRESETS`).
         overrides: ``{"train.steps": 200, "model.d_model": 128}``, as ``--set KEY=VALUE``; task: ``--task``.
         results_dir, run_id: where the run folder is made (``results/<run-id>``; default id: a timestamp).
-        device, dtype, jobs, threads: as ``--device`` (``auto``), ``--dtype`` (``fp32``),
-            ``--jobs`` (``auto``), ``--threads``.
+        device, dtype, jobs, threads: as ``--device`` (``auto``), ``--dtype`` (``fp32``), ``--jobs`` (``auto``), ``--threads``.
         plugins, plugin_files: plugin modules (``-p``) and files (``--plugin``) to load.
         quiet: no progress lines on stderr (default). load: return :func:`load_run` of the run, not its folder.
         check: record check's equivalence classes before training (``--no-check``: False).
@@ -115,8 +112,8 @@ def run(variants: _Names = "all", seeds: int | None = None, preset: str | None =
             as TensorBoard events in ``<run folder>/tensorboard/``, a folder ``DIR`` in ``DIR/<run id>/``.
         mlflow: ``--mlflow``: True logs each trial as it trains to MLflow in ``<run folder>/mlruns``, a str to that URI.
         save_models: ``--save-models``: keep each trial's weights (``models/<key>.pt``; :func:`load_model`).
-        vectorize_seeds: ``--vectorize-seeds``: ``"auto"`` (default: on with CUDA), ``"on"``, ``"off"``.
-        capture: ``--capture``: ``"auto"`` (default: CUDA graphs on CUDA), ``"on"`` (CUDA only), ``"off"``.
+        vectorize_seeds, capture: ``--vectorize-seeds``, ``--capture``: ``"auto"`` (default: on with CUDA), ``"on"``
+            (``capture``: CUDA only), ``"off"``.
         resume: ``--resume``: a stored run's folder; its missing trials run (``variants="all"``: the stored ones).
         allow_code_change: ``--allow-code-change``: with ``resume``, go on with other code (recorded; else StoreError).
         trial_timeout, time_budget: ``--trial-timeout`` / ``--time-budget``, seconds (:mod:`harness.limits`).

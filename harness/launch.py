@@ -33,8 +33,8 @@ from .request import CONFIG_OPTIONS, TRIAL_OPTIONS, RunOutcome, RunRequest, Term
 from .overview import check_configs, record_check
 from .provenance import current_code, write_sources
 from .resume import (check_code, check_code_config, check_components, check_plugins, check_points, check_setting,
-                     check_trials, record_code, stored_specs)
-from .runner import Plan, execute, make_specs, with_threads
+                     check_trials, keep_baseline, record_code, stored_specs)
+from .runner import Plan, execute, make_specs, plan_baseline, with_threads
 from .runmeta import MAX_GROUP, Execution, Resume, RunMeta
 from .store import RunStore, config_hash
 from .tasks.base import heldout_note
@@ -263,42 +263,6 @@ def run_meta(req: RunRequest, reg, plan: Plan, specs: list[TrialSpec], device: s
         config_hash=config_hash(cfg.to_dict()), execution=options, status="running",
         trials=list(specs),
         heldout=heldout_note(reg.task(cfg.train.task), cfg, seeds[0]), **plan.meta)
-
-
-def plan_baseline(req: RunRequest, reg, plan: Plan) -> str | None:
-    """The variant a new run compares the others with, recorded as ``RunMeta.baseline``
-    (:func:`harness.report.choose_baseline`): ``--baseline``, an experiment's own, with ``--grid`` the
-    grid's variant holding the ``baseline`` variant's components, else ``baseline``; None for a measurement.
-
-    Raises:
-        ConfigError: an unknown ``--baseline``, or several variants and no way to choose."""
-    from .report import choose_baseline
-
-    if plan.measure is not None:
-        return None
-    preferred = (plan.meta.get("experiment_spec") or {}).get("baseline")
-    if req.grid and "baseline" in reg.variants:
-        base = reg.variants["baseline"].resolved(reg.defaults or None)
-        preferred = next((v.name for v in plan.variants if v.resolved(reg.defaults or None) == base), None)
-    return choose_baseline(req.baseline, [v.name for v in plan.variants], preferred)
-
-
-def keep_baseline(requested: str | None, meta: RunMeta, where: str) -> None:
-    """``--baseline`` with ``--resume``: the stored run keeps the baseline it recorded (a run stored
-    before the choice was recorded takes the one given).
-
-    Raises:
-        StoreError: another baseline than the recorded one (the message says how to re-render).
-        ConfigError: a variant the run does not hold."""
-    from .errors import StoreError
-    from .report import choose_baseline
-
-    if requested is None or requested == meta.baseline:
-        return
-    if meta.baseline:
-        raise StoreError(f"{where} compares with {meta.baseline!r}, recorded at its start; --resume keeps it "
-                         f"(for another comparison: python -m harness report {where} --baseline {requested})")
-    meta.baseline = choose_baseline(requested, list(meta.variants))
 
 
 # ------------------------------------------------------------------------------------- resuming

@@ -217,3 +217,20 @@ def record_code(store: RunStore, entry, code, changes: list[str] | None, kept: s
             f"{len(kept)} stored trial(s) is unknown; this resume's code is recorded from now on")
     else:
         log(f"code changed since the run's trials were trained, going on (--allow-code-change): {'; '.join(changes)}")
+
+
+def keep_baseline(requested: str | None, meta: RunMeta, where: str) -> None:
+    """``--baseline`` with ``--resume``: the stored run keeps the baseline it recorded (a run stored
+    before the choice was recorded takes the one given).
+
+    Raises:
+        StoreError: another baseline than the recorded one (the message says how to re-render).
+        ConfigError: a variant the run does not hold."""
+    from .report import choose_baseline
+
+    if requested is None or requested == meta.baseline:
+        return
+    if meta.baseline:
+        raise StoreError(f"{where} compares with {meta.baseline!r}, recorded at its start; --resume keeps it "
+                         f"(for another comparison: python -m harness report {where} --baseline {requested})")
+    meta.baseline = choose_baseline(requested, list(meta.variants))

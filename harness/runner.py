@@ -204,3 +204,21 @@ def trial_line(row: dict, path, n: int, total: int, elapsed_s: float, width: int
 
 __all__ = ["Plan", "make_specs", "check_plan_size", "execute", "with_threads", "trial_line",
            "MAX_TRIALS"]
+
+
+def plan_baseline(req, reg, plan: Plan) -> str | None:
+    """The variant a new run (its :class:`harness.request.RunRequest` ``req``) compares the others with, recorded as ``RunMeta.baseline``
+    (:func:`harness.report.choose_baseline`): ``--baseline``, an experiment's own, with ``--grid`` the
+    grid's variant holding the ``baseline`` variant's components, else ``baseline``; None for a measurement.
+
+    Raises:
+        ConfigError: an unknown ``--baseline``, or several variants and no way to choose."""
+    from .report import choose_baseline
+
+    if plan.measure is not None:
+        return None
+    preferred = (plan.meta.get("experiment_spec") or {}).get("baseline")
+    if req.grid and "baseline" in reg.variants:
+        base = reg.variants["baseline"].resolved(reg.defaults or None)
+        preferred = next((v.name for v in plan.variants if v.resolved(reg.defaults or None) == base), None)
+    return choose_baseline(req.baseline, [v.name for v in plan.variants], preferred)
