@@ -84,7 +84,7 @@ def run(variants: _Names = "all", seeds: int | None = None, preset: str | None =
         dtype: str | None = None, jobs: int | str | None = None, threads: int | None = None,
         plugins: _Names = (), plugin_files: _Names = (), quiet: bool = True, load: bool = False,
         check: bool = True, tensorboard: str | Path | bool | None = None, save_models: bool = False,
-        vectorize_seeds: str | None = None, capture: str | None = None):
+        vectorize_seeds: str | None = None, capture: str | None = None, keep_checkpoints: bool = False):
     """Train ``variants`` x ``seeds`` on a task and write the run's report, as
     ``python -m harness run`` does (the same options and defaults, through the same
     :class:`harness.request.RunRequest` and :func:`harness.launch.start_run`).
@@ -108,6 +108,8 @@ def run(variants: _Names = "all", seeds: int | None = None, preset: str | None =
         tensorboard: ``--tensorboard``: True writes every trial's curves, final metrics and hparams as
             TensorBoard events in ``<run folder>/tensorboard/``, a folder ``DIR`` in ``DIR/<run id>/``.
         save_models: ``--save-models``: keep each trial's weights (``models/<key>.pt``; :func:`load_model`).
+        keep_checkpoints: ``--keep-checkpoints``: keep each trial's mid-trial checkpoint
+            (``checkpoints/<key>.pt``) once the trial is stored (default: removed).
         vectorize_seeds: ``--vectorize-seeds``: ``"auto"`` (default: on with CUDA), ``"on"``, ``"off"``.
         capture: ``--capture``: ``"auto"`` (default: CUDA graphs on CUDA), ``"on"`` (CUDA only), ``"off"``.
 
@@ -131,7 +133,7 @@ def run(variants: _Names = "all", seeds: int | None = None, preset: str | None =
         seed_start=seed_start, check=check, device=device, dtype=dtype, jobs=jobs, threads=threads,
         plugins=_plugin_spec(plugins, plugin_files), results_dir=str(results_dir), run_id=run_id, quiet=quiet,
         tensorboard=None if tensorboard in (None, False) else "" if tensorboard is True else str(tensorboard),
-        save_models=save_models, vectorize_seeds=vectorize_seeds, capture=capture)
+        save_models=save_models, vectorize_seeds=vectorize_seeds, capture=capture, keep_checkpoints=keep_checkpoints)
     outcome = start_run(request)
     if outcome.interrupted is not None:
         raise outcome.interrupted

@@ -236,7 +236,7 @@ def start_run(req: RunRequest) -> RunOutcome:
 
         with store.lock():
             return drive(store, specs, meta, options, req.quiet, headline, before=(check_now, keep) if check else None,
-                         after_store=events_writer(req, store, meta))
+                         after_store=events_writer(req, store, meta), keep_checkpoints=req.keep_checkpoints)
 
 
 def run_meta(req: RunRequest, reg, plan: Plan, specs: list[TrialSpec], device: str, dtype: str,
@@ -313,7 +313,7 @@ def resume_run(req: RunRequest) -> RunOutcome:
                     f"{len(todo)} missing" + (f" ({len(retried)} failed, retried)" if retried else "")
                     + f" on {meta.device or 'cpu'}, {options.describe()}")
         return drive(store, todo, meta, options, req.quiet, headline, total=len(specs),
-                     after_store=events_writer(req, store, meta))
+                     after_store=events_writer(req, store, meta), keep_checkpoints=req.keep_checkpoints)
 
 
 def retire_failed(store: RunStore, specs: list[TrialSpec]) -> list[str]:
@@ -385,11 +385,13 @@ def events_writer(req: RunRequest, store: RunStore, meta: RunMeta):
 
 
 def drive(store: RunStore, specs: list[TrialSpec], meta: RunMeta, options: Execution, quiet: bool,
-          headline: str, total: int | None = None, before=None, after_store=None) -> RunOutcome:
+          headline: str, total: int | None = None, before=None, after_store=None,
+          keep_checkpoints: bool = False) -> RunOutcome:
     """Run the pre-training check ``before`` (``(check_now, keep)``: before the trials, or beside them where
     other processes train them and leave this one idle, :func:`harness.beside.pretraining_check`), execute ``specs`` into
     ``store`` and write the report, with Ctrl-C and SIGTERM at any of these phases ending the run as
-    ``interrupted``; ``after_store(key, result)`` runs after each trial is stored (``--tensorboard``)."""
+    ``interrupted``; ``after_store(key, result)`` runs after each trial is stored (``--tensorboard``);
+    ``keep_checkpoints``: leave each stored trial's checkpoint in place (:func:`harness.runner.execute`)."""
     total = len(specs) if total is None else total
     log = run_log(store.root, quiet)
     interrupted: KeyboardInterrupt | None = None
@@ -404,7 +406,8 @@ def drive(store: RunStore, specs: list[TrialSpec], meta: RunMeta, options: Execu
             wait_check = pretraining_check(*before, beside) if before is not None else (lambda: None)
             if specs:
                 preload_report_modules(beside)
-                execute(specs, store, options, quiet=quiet, log=log, after_store=after_store)
+                execute(specs, store, options, quiet=quiet, log=log, after_store=after_store,
+                        keep_checkpoints=keep_checkpoints)
             wait_check()
         except KeyboardInterrupt as exc:
             interrupted = exc

@@ -94,6 +94,8 @@ class RunRequest:
             (:mod:`harness.tboard`): ``""`` under the run folder's ``tensorboard/``, a folder ``DIR``
             under ``DIR/<run id>/``; None: none.
         save_models: keep each trial's final weights as ``models/<key>.pt`` (:mod:`harness.saved`).
+        keep_checkpoints: keep each trial's mid-trial checkpoint (``checkpoints/<key>.pt``,
+            :mod:`harness.checkpoint`) after the trial is stored, instead of removing it.
     """
 
     variants: tuple[str, ...] | None = None
@@ -121,6 +123,7 @@ class RunRequest:
     command: str | None = None
     tensorboard: str | None = None
     save_models: bool = False
+    keep_checkpoints: bool = False
 
     def given(self) -> set[str]:
         """Names of the options given (not left to their defaults)."""
@@ -209,6 +212,7 @@ class RunRequest:
         if self.results_dir != "results":
             words += ["--results-dir", str(self.results_dir)]
         words += ["--no-check"] * (not self.check) + ["-q"] * self.quiet + ["--save-models"] * self.save_models
+        words += ["--keep-checkpoints"] * self.keep_checkpoints
         words += [] if self.tensorboard is None else ["--tensorboard", *([self.tensorboard] if self.tensorboard else [])]
         words = [w for m in self.plugins.modules for w in ("-p", m)] + \
                 [w for f in self.plugins.files for w in ("--plugin", str(f))] + words

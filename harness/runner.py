@@ -91,7 +91,8 @@ def with_threads(specs: Iterable[TrialSpec], threads: int) -> list[TrialSpec]:
 
 def execute(specs: list[TrialSpec], store: RunStore, options: Execution | None = None,
             quiet: bool = False, log: Callable[[str], None] | None = None,
-            after_store: Callable[[str, TrialResult], None] | None = None) -> list[TrialResult]:
+            after_store: Callable[[str, TrialResult], None] | None = None,
+            keep_checkpoints: bool = False) -> list[TrialResult]:
     """Run ``specs`` with the chosen executor (:mod:`harness.executors`) and store each trial
     the moment it ends (:meth:`RunStore.write_trial`, atomic). Returns the results in
     completion order.
@@ -102,15 +103,22 @@ def execute(specs: list[TrialSpec], store: RunStore, options: Execution | None =
     ``models/<key>.pt`` first (:func:`harness.saved.store_weights`); ``after_store(key, result)``
     runs once each trial is stored (``--tensorboard``: :func:`harness.tboard.trial_writer`).
 
+    Checkpoints: local trials write theirs under ``<run>/checkpoints/`` (:mod:`harness.checkpoint`;
+    Ray trials, whose nodes may not see the run folder, do not); a trial's is removed once the trial
+    is stored, unless ``keep_checkpoints``.
+
     Raises:
         KeyboardInterrupt: Ctrl-C / SIGTERM; every trial finished before it is stored.
         HarnessError: the executor cannot start (e.g. Ray missing or unreachable).
     """
     from . import executors
+    from .checkpoint import CHECKPOINTS, remove_checkpoint
     from .saved import store_weights
 
     options = (options or Execution()).validate()
     specs = with_threads(specs, options.trial_threads())
+    if options.executor != "ray":
+        specs = [dataclasses.replace(ts, checkpoint_dir=str((store.root / CHECKPOINTS).resolve())) for ts in specs]
     results: list[TrialResult] = []
     outer = progress_bar(len(specs), "trials", quiet)
     bars = TrialBars(enabled=not outer.disable)
@@ -120,6 +128,8 @@ def execute(specs: list[TrialSpec], store: RunStore, options: Execution | None =
         result.row.setdefault("point", ts.point)
         store_weights(store.root, ts.key, result)
         path = store.write_trial(ts.key, result)
+        if not keep_checkpoints:
+            remove_checkpoint(store.root, ts.key)
         if after_store is not None:
             after_store(ts.key, result)
         results.append(result)
@@ -165,6 +175,10 @@ def trial_line(row: dict, path, n: int, total: int, elapsed_s: float) -> str:
     wall = row.get("wall_s")
     wall_s = f" in {wall:.1f} s" if isinstance(wall, float) and wall == wall else ""
     reason = f" ({short_reason(row['reason'])})" if row.get("reason") else ""
+    if row.get("resumed_from_step"):
+        reason += f" (continued from its checkpoint at step {row['resumed_from_step']})"
+    if row.get("checkpoint_note"):
+        reason += f" ({row['checkpoint_note']})"
     point = f" [{row['point']}]" if row.get("point") else ""
     return (f"[{n}/{total} {elapsed_s:.0f} s] {row['variant']}{point} seed {row['seed']}: {row['status']}"
             f"{em_s}{wall_s}{reason} -> stored in {path}")

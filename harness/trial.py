@@ -59,6 +59,9 @@ class TrialSpec:
             (:func:`harness.measure.measure`: ``{"kind", ...}``) instead of training.
         save_model: return the trained weights with the result (``run --save-models``; the run
             stores them as ``models/<key>.pt``: :mod:`harness.saved`).
+        checkpoint_dir: the folder of the trial's mid-trial checkpoint (``<run>/checkpoints``:
+            :mod:`harness.checkpoint`), set by the run when it executes the trial; ``""``: none.
+            Not part of the stored plan, nor of the trial's identity.
     """
 
     variant: str
@@ -72,6 +75,7 @@ class TrialSpec:
     point: str = ""
     measure: dict[str, Any] | None = None
     save_model: bool = False
+    checkpoint_dir: str = ""
 
     @property
     def key(self) -> str:
@@ -86,12 +90,13 @@ class TrialSpec:
     def to_dict(self) -> dict[str, Any]:
         """The plain dict of earlier versions (key order included): ``{"variant", "slots",
         "config", "seed", "device", "dtype", "plugins", "threads", "point"}``, then ``measure``
-        for a measurement and ``save_model`` when true."""
+        for a measurement, ``save_model`` when true and ``checkpoint_dir`` when set."""
         out = {"variant": self.variant, "slots": dict(self.slots), "config": self.config, "seed": self.seed,
                "device": self.device, "dtype": self.dtype, "plugins": self.plugins, "threads": self.threads,
                "point": self.point}
         out |= {"measure": dict(self.measure)} if self.measure is not None else {}
-        return out | ({"save_model": True} if self.save_model else {})
+        out |= {"save_model": True} if self.save_model else {}
+        return out | ({"checkpoint_dir": self.checkpoint_dir} if self.checkpoint_dir else {})
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "TrialSpec":
@@ -103,7 +108,7 @@ class TrialSpec:
         return cls(variant=d["variant"], seed=d["seed"], config=d["config"], slots=dict(d.get("slots") or {}),
                    device=d.get("device", "auto"), dtype=d.get("dtype", "fp32"), plugins=d.get("plugins"),
                    threads=d.get("threads"), point=d.get("point", ""), measure=d.get("measure"),
-                   save_model=bool(d.get("save_model", False)))
+                   save_model=bool(d.get("save_model", False)), checkpoint_dir=str(d.get("checkpoint_dir") or ""))
 
     def identity_row(self, device: str, threads: int | None) -> dict[str, Any]:
         """The first columns of the trial's row: variant, its planned slots (``slot_<name>``,

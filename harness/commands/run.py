@@ -69,6 +69,9 @@ def register(sub, parents):
                    help="keep each trial's final weights as RUN_DIR/models/<variant>__s<seed>.pt (state_dict; "
                         "SHA-256 in the trial file, checked by verify); use them with harness.load_model or "
                         "python -m harness decode")
+    o.add_argument("--keep-checkpoints", action="store_true",
+                   help="keep each trial's mid-trial checkpoint (RUN_DIR/checkpoints/<key>.pt, written every "
+                        "train.checkpoint_every, 60s by default) after the trial is stored; by default it is removed")
     g = p.add_argument_group("resume and execution")
     g.add_argument("--resume", metavar="RUN_DIR", default=None,
                    help="continue the run stored in RUN_DIR (results/<run-id>): run only its missing trials; "
@@ -121,7 +124,7 @@ def request_from_args(args) -> RunRequest:
         address=args.address, vectorize_seeds=args.vectorize_seeds, capture=args.capture, plugins=plugin_spec(args),
         results_dir=args.results_dir, run_id=args.run_id, quiet=args.quiet, resume=args.resume,
         retry_failed=args.retry_failed, command=command_line(args), tensorboard=args.tensorboard,
-        save_models=args.save_models)
+        save_models=args.save_models, keep_checkpoints=args.keep_checkpoints)
 
 
 def main(args) -> int:
