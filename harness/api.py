@@ -107,9 +107,7 @@ def run(variants: _Names = "all", seeds: int | None = None, preset: str | None =
         check: record check's equivalence classes before training (``--no-check``: False).
         tensorboard: ``--tensorboard``: True writes every trial's curves, final metrics and hparams as
             TensorBoard events in ``<run folder>/tensorboard/``, a folder ``DIR`` in ``DIR/<run id>/``.
-        save_models: ``--save-models``: keep each trial's weights (``models/<key>.pt``; :func:`load_model`).
-        keep_checkpoints: ``--keep-checkpoints``: keep each trial's mid-trial checkpoint
-            (``checkpoints/<key>.pt``) once the trial is stored (default: removed).
+        save_models, keep_checkpoints: ``--save-models`` (``models/<key>.pt``; :func:`load_model`), ``--keep-checkpoints``.
         vectorize_seeds: ``--vectorize-seeds``: ``"auto"`` (default: on with CUDA), ``"on"``, ``"off"``.
         capture: ``--capture``: ``"auto"`` (default: CUDA graphs on CUDA), ``"on"`` (CUDA only), ``"off"``.
 

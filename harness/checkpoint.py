@@ -3,7 +3,7 @@ interrupted (Ctrl-C, SIGTERM, a killed worker) continues where it was on ``--res
 
 Where: ``<run>/checkpoints/<trial key>.pt`` (:func:`checkpoint_path`; the run sets
 ``TrialSpec.checkpoint_dir`` when it executes its trials, in this process or in its worker
-processes). When: every ``train.checkpoint_every`` (:func:`harness.config.checkpoint_interval`:
+processes). When: every ``train.checkpoint_every`` (:func:`interval`:
 seconds of wall time, ``"60s"`` by default, or a number of steps), at the end of a step (after its
 logging and its periodic evaluation, if any); and, where the trial runs in the run's own process,
 at the step boundary after a Ctrl-C (:meth:`Checkpointer.interrupts`). How: ``torch.save`` to a
@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import os
 import signal
 import threading
@@ -42,7 +43,7 @@ from typing import Any
 
 import torch
 
-from .config import RunConfig, checkpoint_interval
+from .config import CHECKPOINT_EVERY, RunConfig
 from .trial import TrialSpec
 
 #: The folder of a run that holds its trials' checkpoints.
@@ -59,9 +60,20 @@ def checkpoint_path(folder: str | os.PathLike, key: str) -> Path:
     return Path(folder) / f"{key}.pt"
 
 
-def remove_checkpoint(root: str | os.PathLike, key: str) -> None:
+def with_checkpoints(specs: list[TrialSpec], root: str | os.PathLike, executor: str) -> list[TrialSpec]:
+    """Copies of ``specs`` that checkpoint under ``<root>/checkpoints`` (absolute, so worker processes
+    write there too); on Ray (``executor`` ``"ray"``, whose nodes may not see the run folder) unchanged."""
+    if executor == "ray":
+        return list(specs)
+    folder = str((Path(root) / CHECKPOINTS).resolve())
+    return [dataclasses.replace(ts, checkpoint_dir=folder) for ts in specs]
+
+
+def remove_checkpoint(root: str | os.PathLike, key: str, keep: bool = False) -> None:
     """Remove trial ``key``'s checkpoint from the run folder ``root`` (and the ``checkpoints``
-    folder once it is empty); nothing when there is none."""
+    folder once it is empty); nothing when there is none or ``keep`` (``--keep-checkpoints``)."""
+    if keep:
+        return
     folder = Path(root) / CHECKPOINTS
     with contextlib.suppress(FileNotFoundError):
         checkpoint_path(folder, key).unlink()
@@ -73,7 +85,7 @@ def identity(spec: TrialSpec) -> dict[str, Any]:
     """What a checkpoint must have been written for to be used: the spec's dict without
     ``checkpoint_dir`` and ``save_model`` (neither changes the training), and the torch version."""
     d = {k: v for k, v in spec.to_dict().items() if k not in ("checkpoint_dir", "save_model")}
-    return {"spec": d, "torch": str(torch.__version__)}
+    return {"spec": d, "torch_version": str(torch.__version__)}
 
 
 def _difference(saved: dict, wanted: dict) -> str:
@@ -88,6 +100,14 @@ def _difference(saved: dict, wanted: dict) -> str:
     return "identity differs"
 
 
+def interval(value: Any) -> tuple[int, float]:
+    """``train.checkpoint_every`` (validated by :class:`harness.config.TrainConfig`) as ``(steps,
+    seconds)``, 0 where unused: ``"60s"`` -> (0, 60.0), ``500`` or ``"500"`` -> (500, 0.0), ``0`` or
+    ``"off"`` -> (0, 0.0) (no checkpoints)."""
+    match = CHECKPOINT_EVERY.fullmatch(str(value).strip().lower())
+    return (int(match[1]), 0.0) if match[1] else (0, float(match[2] or 0.0))
+
+
 class Checkpointer:
     """The checkpoints of one sequential trial (:func:`harness.train.train` drives it).
 
@@ -99,7 +119,7 @@ class Checkpointer:
 
     def __init__(self, spec: TrialSpec, cfg: RunConfig, device: torch.device):
         self.spec, self.device = spec, device
-        self.every_steps, self.every_s = checkpoint_interval(cfg.train.checkpoint_every)
+        self.every_steps, self.every_s = interval(cfg.train.checkpoint_every)
         self.path = checkpoint_path(spec.checkpoint_dir, spec.key) if spec.checkpoint_dir else None
         self.enabled = self.path is not None and (self.every_steps > 0 or self.every_s > 0)
         self.last_write = time.monotonic()
@@ -144,7 +164,10 @@ class Checkpointer:
         tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            torch.save(state, tmp)
+            with open(tmp, "wb") as fh:
+                torch.save(state, fh)
+                fh.flush()
+                os.fsync(fh.fileno())
             os.replace(tmp, self.path)
         except OSError as exc:
             with contextlib.suppress(OSError):

@@ -18,6 +18,7 @@ import ast
 import dataclasses
 import difflib
 import math
+import re
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -33,6 +34,8 @@ RENAMED: dict[str, dict[str, str]] = {"train": {"lr": "noam_factor"}}
 ADDED: dict[str, dict[str, Any]] = {"train": {"beam": 1, "bucket": False, "log_every": 1, "checkpoint_every": "60s"},
                                    "model": {"n_kv_heads": 0, "window": 0}}
 
+#: ``train.checkpoint_every``: steps (group 1), seconds of wall time (group 2, ``60s``) or ``off``.
+CHECKPOINT_EVERY = re.compile(r"(\d+)|(\d+(?:\.\d*)?)s|off")
 
 def renamed(data: Any, section: str, where: str) -> Any:
     """``data`` (a section's table) with old key names replaced by the new ones.
@@ -295,10 +298,8 @@ class TrainConfig:
             row); 1 = one row per step
             (default). Long runs set it to keep their trial files and ``curves.csv`` small; the
             metrics do not depend on it.
-        checkpoint_every: how often a running trial writes its mid-trial checkpoint
-            (``<run>/checkpoints/<key>.pt``, :mod:`harness.checkpoint`): ``"60s"`` (default; a
-            number of seconds of wall time, at the first step boundary after it), ``N`` steps (an
-            int, or ``"N"``), or ``0`` / ``"off"`` (never). Results do not depend on it.
+        checkpoint_every: how often a trial writes its checkpoint (:mod:`harness.checkpoint`): ``"60s"``
+            (default; seconds of wall time), ``N`` steps, or ``"off"``. Results do not depend on it.
     """
 
     task: str = "copy"
@@ -320,7 +321,10 @@ class TrainConfig:
     checkpoint_every: int | str = "60s"
 
     def validate(self) -> "TrainConfig":
-        checkpoint_interval(self.checkpoint_every)
+        every = self.checkpoint_every
+        if isinstance(every, (bool, float)) or not CHECKPOINT_EVERY.fullmatch(str(every).strip().lower()):
+            raise ConfigError(f"checkpoint_every must be seconds of wall time ('60s'), a number of steps (500) "
+                              f"or 'off', got {every!r}")
         if not self.task.strip() or self.task != self.task.strip():
             raise ConfigError(f"task must be a task name (python -m harness list), got {self.task!r}")
         if self.schedule not in ("noam", "constant"):
@@ -343,31 +347,6 @@ class TrainConfig:
         """Raises: ConfigError / UnknownNameError: a bad key or value, or a key given under both
         its name and its old name (:data:`RENAMED`)."""
         return cls(**_check_fields(cls, renamed(data, "train", where), where)).validate()
-
-
-def checkpoint_interval(value: Any) -> tuple[int, float]:
-    """``train.checkpoint_every`` as ``(steps, seconds)``, one of them 0: ``"60s"`` -> (0, 60.0),
-    ``500`` or ``"500"`` -> (500, 0.0), ``0`` or ``"off"`` -> (0, 0.0) (no checkpoints).
-
-    Raises:
-        ConfigError: any other value (a bool, a negative or non-finite number, other text).
-    """
-    text = value.strip().lower() if isinstance(value, str) else None
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return value, 0.0
-    if text == "off":
-        return 0, 0.0
-    if text is not None and text.isdigit():
-        return int(text), 0.0
-    if text is not None and text.endswith("s"):
-        try:
-            seconds = float(text[:-1])
-        except ValueError:
-            seconds = math.nan
-        if math.isfinite(seconds) and seconds >= 0:
-            return 0, seconds
-    raise ConfigError(f"checkpoint_every must be seconds of wall time ('60s'), a number of steps (500) or 'off', "
-                      f"got {value!r}")
 
 
 @dataclass(frozen=True)

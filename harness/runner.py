@@ -91,11 +91,10 @@ def with_threads(specs: Iterable[TrialSpec], threads: int) -> list[TrialSpec]:
 
 def execute(specs: list[TrialSpec], store: RunStore, options: Execution | None = None,
             quiet: bool = False, log: Callable[[str], None] | None = None,
-            after_store: Callable[[str, TrialResult], None] | None = None,
-            keep_checkpoints: bool = False) -> list[TrialResult]:
-    """Run ``specs`` with the chosen executor (:mod:`harness.executors`) and store each trial
-    the moment it ends (:meth:`RunStore.write_trial`, atomic). Returns the results in
-    completion order.
+            after_store: Callable[[str, TrialResult], None] | None = None, keep_checkpoints=False) -> list[TrialResult]:
+    """Run ``specs`` with the chosen executor (:mod:`harness.executors`) and store each trial the moment it
+    ends (:meth:`RunStore.write_trial`, atomic), then remove its checkpoint unless ``keep_checkpoints``
+    (:func:`harness.checkpoint.with_checkpoints`). Returns the results in completion order.
 
     Progress: a bar over trials (with ETA) and one bar per running trial, on stderr, silent
     with ``quiet`` or when stderr is not a terminal; ``log`` receives one line per finished
@@ -103,22 +102,16 @@ def execute(specs: list[TrialSpec], store: RunStore, options: Execution | None =
     ``models/<key>.pt`` first (:func:`harness.saved.store_weights`); ``after_store(key, result)``
     runs once each trial is stored (``--tensorboard``: :func:`harness.tboard.trial_writer`).
 
-    Checkpoints: local trials write theirs under ``<run>/checkpoints/`` (:mod:`harness.checkpoint`;
-    Ray trials, whose nodes may not see the run folder, do not); a trial's is removed once the trial
-    is stored, unless ``keep_checkpoints``.
-
     Raises:
         KeyboardInterrupt: Ctrl-C / SIGTERM; every trial finished before it is stored.
         HarnessError: the executor cannot start (e.g. Ray missing or unreachable).
     """
     from . import executors
-    from .checkpoint import CHECKPOINTS, remove_checkpoint
+    from .checkpoint import remove_checkpoint, with_checkpoints
     from .saved import store_weights
 
     options = (options or Execution()).validate()
-    specs = with_threads(specs, options.trial_threads())
-    if options.executor != "ray":
-        specs = [dataclasses.replace(ts, checkpoint_dir=str((store.root / CHECKPOINTS).resolve())) for ts in specs]
+    specs = with_checkpoints(with_threads(specs, options.trial_threads()), store.root, options.executor)
     results: list[TrialResult] = []
     outer = progress_bar(len(specs), "trials", quiet)
     bars = TrialBars(enabled=not outer.disable)
@@ -128,8 +121,7 @@ def execute(specs: list[TrialSpec], store: RunStore, options: Execution | None =
         result.row.setdefault("point", ts.point)
         store_weights(store.root, ts.key, result)
         path = store.write_trial(ts.key, result)
-        if not keep_checkpoints:
-            remove_checkpoint(store.root, ts.key)
+        remove_checkpoint(store.root, ts.key, keep=keep_checkpoints)
         if after_store is not None:
             after_store(ts.key, result)
         results.append(result)

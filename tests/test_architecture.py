@@ -172,7 +172,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("harness.request", "harness.runner", "harness.executors", "harness.resume", "harness.beside"),
     ("harness.train", "harness.group", "harness.vprobe", "harness.vstep", "harness.measure", "harness.perf",
      "harness.progress", "harness.saved",
-     "harness.tboard"),
+     "harness.tboard", "harness.checkpoint"),
     ("harness.report", "harness.stats", "harness.overview"),
     ("harness.checks", "harness.testing"),
     ("harness.store", "harness.runmeta", "harness.trial", "harness.lookup", "harness.verification"),
