@@ -71,12 +71,14 @@ def with_checkpoints(specs: list[TrialSpec], root: str | os.PathLike, executor: 
 
 def remove_checkpoint(root: str | os.PathLike, key: str, keep: bool = False) -> None:
     """Remove trial ``key``'s checkpoint from the run folder ``root`` (and the ``checkpoints``
-    folder once it is empty); nothing when there is none or ``keep`` (``--keep-checkpoints``)."""
+    folder once it is empty), with any temporary file a killed writer left; nothing when there is none
+    or ``keep`` (``--keep-checkpoints``)."""
     if keep:
         return
     folder = Path(root) / CHECKPOINTS
-    with contextlib.suppress(FileNotFoundError):
-        checkpoint_path(folder, key).unlink()
+    for path in [checkpoint_path(folder, key), *folder.glob(f"{key}.pt.*.tmp")]:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
     with contextlib.suppress(OSError):  # not empty (another trial's checkpoint, a temporary file), or gone
         folder.rmdir()
 

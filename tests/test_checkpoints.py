@@ -150,6 +150,7 @@ def test_ctrl_c_mid_trial_then_resume_equals_an_uninterrupted_run(tmp_path, monk
     assert 1 < step < 40 and step % 6 != 0  # written at the interrupted step, not a periodic one
     assert not list((run / "trials").glob("*.json"))
 
+    (run / "checkpoints" / "holds__s0.pt.99999.tmp").write_bytes(b"half a checkpoint of a killed writer")
     resumed = cli_in_process("run", "--resume", str(run), "--save-models")
     assert resumed.returncode == 0, resumed.stderr
     stored = trial_file(run, "holds__s0")
@@ -161,7 +162,9 @@ def test_ctrl_c_mid_trial_then_resume_equals_an_uninterrupted_run(tmp_path, monk
 
 
 def tiny_spec(folder: Path, **train) -> TrialSpec:
+    # a curve row every 5 steps: the checkpoints at steps 4, 8, 12, 16 hold losses not yet in a row
     cfg = get_preset("tiny").override({"train.steps": 30, "train.eval_every": 10, "train.checkpoint_every": 4,
+                                       "train.log_every": 5,
                                        **{f"train.{k}": v for k, v in train.items()}})
     return TrialSpec("baseline", 0, cfg.to_dict(), device="cpu", threads=1, save_model=True,
                      checkpoint_dir=str(folder))
