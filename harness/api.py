@@ -92,7 +92,7 @@ def run(variants: _Names = "all", seeds: int | None = None, preset: str | None =
         check: bool = True, tensorboard: str | Path | bool | None = None, save_models: bool = False,
         vectorize_seeds: str | None = None, capture: str | None = None, resume: str | Path | None = None,
         allow_code_change: bool = False, mlflow: str | bool | None = None, trial_timeout=None, time_budget=None,
-        baseline: str | None = None):
+        baseline: str | None = None, keep_checkpoints: bool = False):
     """Train ``variants`` x ``seeds`` on a task and write the run's report, as ``python -m harness run`` does (the
     same options and defaults, through the same :class:`harness.request.RunRequest` and :func:`harness.launch.start_run`).
 
@@ -111,7 +111,7 @@ def run(variants: _Names = "all", seeds: int | None = None, preset: str | None =
         tensorboard: ``--tensorboard``: True writes every trial's curves (as it trains), final metrics and hparams
             as TensorBoard events in ``<run folder>/tensorboard/``, a folder ``DIR`` in ``DIR/<run id>/``.
         mlflow: ``--mlflow``: True logs each trial as it trains to MLflow in ``<run folder>/mlruns``, a str to that URI.
-        save_models: ``--save-models``: keep each trial's weights (``models/<key>.pt``; :func:`load_model`).
+        save_models, keep_checkpoints: ``--save-models`` (``models/<key>.pt``; :func:`load_model`), ``--keep-checkpoints``.
         vectorize_seeds, capture: ``--vectorize-seeds``, ``--capture``: ``"auto"`` (default: on with CUDA), ``"on"``
             (``capture``: CUDA only), ``"off"``.
         resume: ``--resume``: a stored run's folder; its missing trials run (``variants="all"``: the stored ones).
@@ -137,7 +137,8 @@ def run(variants: _Names = "all", seeds: int | None = None, preset: str | None =
         threads=threads, plugins=_plugin_spec(plugins, plugin_files), results_dir=str(results_dir), run_id=run_id,
         quiet=quiet, tensorboard=_place(tensorboard), mlflow=_place(mlflow), save_models=save_models,
         vectorize_seeds=vectorize_seeds, capture=capture, resume=None if resume is None else str(resume),
-        allow_code_change=allow_code_change, trial_timeout=trial_timeout, time_budget=time_budget, baseline=baseline)
+        allow_code_change=allow_code_change, trial_timeout=trial_timeout, time_budget=time_budget, baseline=baseline,
+        keep_checkpoints=keep_checkpoints)
     outcome = start_run(request)
     if outcome.interrupted is not None:
         raise outcome.interrupted

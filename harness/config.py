@@ -4,13 +4,8 @@ A trial is fully described by a :class:`ModelConfig` (the architecture's hyper-p
 named with the paper's symbols) and a :class:`TrainConfig` (task, optimiser, schedule and
 evaluation). Both are plain dataclasses so that they cross process boundaries as dicts.
 
-Presets (``--preset``):
-
-* ``quick`` (default): a small model (N=1, d_model=64) that every built-in variant solves
-  (held-out exact-match >= 0.99) in about 10 s on a 2-core CPU. See :data:`PRESETS`.
-* ``paper``: the Annotated Transformer's copy-task config (N=2, d_model=512, d_ff=2048,
-  h=8, dropout 0.1, batch 80, 400 steps, warmup 400, base lr 0.5, fixed-length task).
-* ``tiny``: a seconds-long config for tests and smoke runs; it does not solve the task.
+Presets (``--preset``): :data:`PRESETS` with :data:`PRESET_NOTES` (``python -m harness list`` prints them);
+:data:`DEFAULT_PRESET` (``quick``) is the default.
 """
 from __future__ import annotations
 
@@ -18,24 +13,26 @@ import ast
 import dataclasses
 import difflib
 import math
+import re
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 from .errors import ConfigError, UnknownNameError
 
 
-#: Config keys read under an old name too: section -> {old name: name}. A run's config hash is
-#: computed with the old names (:func:`hash_view`), so a rename does not change it.
+#: Keys read under an old name too: section -> {old name: name}; the config hash uses the old names (:func:`hash_view`).
 RENAMED: dict[str, dict[str, str]] = {"train": {"lr": "noam_factor"}}
 
 #: Config keys added after runs were stored, with their defaults: section -> {name: default}. A
 #: key at its default is left out of the hash (:func:`hash_view`), so stored runs stay resumable.
-ADDED: dict[str, dict[str, Any]] = {"train": {"beam": 1, "bucket": False, "log_every": 1},
+ADDED: dict[str, dict[str, Any]] = {"train": {"beam": 1, "bucket": False, "log_every": 1, "checkpoint_every": "60s"},
                                    "model": {"n_kv_heads": 0, "window": 0}}
 
-#: The sliding-window mask's window when ``model.window`` is 0 (:meth:`ModelConfig.sliding_window`), as every
-#: text that states it says it (``list``, the component's summary, docs/components.md; tests/test_docs.py).
+#: The sliding-window window when ``model.window`` is 0, as every text states it (tests/test_model_inputs.py).
 WINDOW_DEFAULT = "max(2, max_len // 4)"
+
+#: ``train.checkpoint_every``: steps (group 1), seconds of wall time (group 2, ``60s``) or ``off``.
+CHECKPOINT_EVERY = re.compile(r"(\d+)|(\d+(?:\.\d*)?)s|off")
 
 
 def renamed(data: Any, section: str, where: str) -> Any:
@@ -299,9 +296,10 @@ class TrainConfig:
             offer them (``g2p``: :meth:`harness.tasks.g2p.G2PTask.batches`); False = fixed width.
         log_every: steps per training-loss row of the trial's curve, each row the mean loss of the
             steps since the previous one (the last step and each evaluation's step always get a
-            row); 1 = one row per step
-            (default). Long runs set it to keep their trial files and ``curves.csv`` small; the
-            metrics do not depend on it.
+            row); 1 = one row per step (default). Long runs set it to keep their trial files and
+            ``curves.csv`` small; the metrics do not depend on it.
+        checkpoint_every: how often a trial writes its checkpoint (:mod:`harness.checkpoint`): ``"60s"``
+            (default; seconds of wall time), ``N`` steps, or ``"off"``. Results do not depend on it.
     """
 
     task: str = "copy"
@@ -320,8 +318,13 @@ class TrainConfig:
     beam: int = 1
     bucket: bool = False
     log_every: int = 1
+    checkpoint_every: int | str = "60s"
 
     def validate(self) -> "TrainConfig":
+        every = self.checkpoint_every
+        if isinstance(every, (bool, float)) or not CHECKPOINT_EVERY.fullmatch(str(every).strip().lower()):
+            raise ConfigError(f"checkpoint_every must be seconds of wall time ('60s'), a number of steps (500) "
+                              f"or 'off', got {every!r}")
         if not self.task.strip() or self.task != self.task.strip():
             raise ConfigError(f"task must be a task name (python -m harness list), got {self.task!r}")
         if self.schedule not in ("noam", "constant"):

@@ -46,6 +46,7 @@ from typing import Callable
 
 import torch
 
+from .checkpoint import checkpoint_path
 from .checks.gate import contract_reasons, drift_reasons, twin_reasons
 from .checks.probes import integrity_reasons, task_rows
 from .config import RunConfig
@@ -158,10 +159,20 @@ def run_group(specs: list[TrialSpec], progress: list[Progress | None] | None = N
         group = _Group(specs, progress, log, show_progress, capture)
         why = group.prepare()
         if why is None:
+            unused_checkpoints(specs, log)
             return group.train_all(t_start)
     except Exception as exc:  # noqa: BLE001 - fall back to the sequential trials, which report their own failure
         why = f"the vectorised group raised {first_sentence(failure_reason(exc), 300)}"
     return sequential_fallback(specs, progress, why, log)
+
+
+def unused_checkpoints(specs: list[TrialSpec], log: Callable[[str], None] | None) -> None:
+    """One log line when seeds of a vectorised group have a mid-trial checkpoint: a group does not
+    checkpoint, so it trains them from step 0 (their checkpoints go when they are stored)."""
+    have = [s.seed for s in specs if s.checkpoint_dir and checkpoint_path(s.checkpoint_dir, s.key).is_file()]
+    if have and log:
+        log(f"{specs[0].variant}: the checkpoints of seed(s) {', '.join(map(str, have))} are not used: a vectorised "
+            f"trial group trains its seeds from step 0 (groups do not checkpoint; --vectorize-seeds off resumes them)")
 
 
 def sequential_fallback(specs: list[TrialSpec], progress: list[Progress | None], why: str,

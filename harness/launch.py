@@ -247,7 +247,8 @@ def start_run(req: RunRequest) -> RunOutcome:
 
         with store.lock():
             return drive(store, specs, meta, options, req.quiet, headline, before=(check_now, keep) if check else None,
-                         after_store=events_writer(req, store, meta), track=tracking(req, store))
+                         after_store=events_writer(req, store, meta), track=tracking(req, store),
+                         keep_checkpoints=req.keep_checkpoints)
 
 
 def run_meta(req: RunRequest, reg, plan: Plan, specs: list[TrialSpec], device: str, dtype: str,
@@ -318,7 +319,8 @@ def resume_run(req: RunRequest) -> RunOutcome:
                     f"{len(todo)} missing" + (f" ({len(retried)} failed, retried)" if retried else "")
                     + f" on {meta.device or 'cpu'}, {options.describe()}")
         return drive(store, todo, meta, options, req.quiet, headline, total=len(specs),
-                     after_store=events_writer(req, store, meta), track=tracking(req, store))
+                     after_store=events_writer(req, store, meta), track=tracking(req, store),
+                     keep_checkpoints=req.keep_checkpoints)
 
 
 def retire_failed(store: RunStore, specs: list[TrialSpec]) -> list[str]:
@@ -417,12 +419,14 @@ def tracking(req: RunRequest, store: RunStore) -> dict | None:
 
 
 def drive(store: RunStore, specs: list[TrialSpec], meta: RunMeta, options: Execution, quiet: bool,
-          headline: str, total: int | None = None, before=None, after_store=None, track=None) -> RunOutcome:
+          headline: str, total: int | None = None, before=None, after_store=None, track=None,
+          keep_checkpoints: bool = False) -> RunOutcome:
     """Run the pre-training check ``before`` (``(check_now, keep)``: before the trials, or beside them where
     other processes train them and leave this one idle, :func:`harness.beside.pretraining_check`), execute ``specs`` into
     ``store`` and write the report, with Ctrl-C and SIGTERM at any of these phases ending the run as
     ``interrupted``; ``after_store(key, result)`` runs after each trial is stored (``--tensorboard``);
-    ``track``: what the trials track live (:func:`tracking`).
+    ``track``: what the trials track live (:func:`tracking`); ``keep_checkpoints``: leave each stored trial's
+    checkpoint in place (:func:`harness.runner.execute`).
     A ``--time-budget`` counts from here; spent before every trial started, the run ends ``out_of_time``.
 
     Raises:
@@ -445,7 +449,7 @@ def drive(store: RunStore, specs: list[TrialSpec], meta: RunMeta, options: Execu
             if specs:
                 preload_report_modules(beside)
                 ran = execute(specs, store, options, quiet=quiet, log=log, after_store=after_store, track=track,
-                              limits=limits)
+                              limits=limits, keep_checkpoints=keep_checkpoints)
             wait_check()
         except KeyboardInterrupt as exc:
             interrupted = exc

@@ -103,6 +103,8 @@ class RunRequest:
             (a resume does not inherit them): see :mod:`harness.limits`.
         baseline: the variant the others are compared with (``--baseline``; None: the variant named
             ``baseline``, an experiment's own; :func:`harness.report.choose_baseline`).
+        keep_checkpoints: keep each trial's mid-trial checkpoint (``checkpoints/<key>.pt``,
+            :mod:`harness.checkpoint`) after the trial is stored, instead of removing it.
     """
 
     variants: tuple[str, ...] | None = None
@@ -135,6 +137,7 @@ class RunRequest:
     trial_timeout: float | None = None
     time_budget: float | None = None
     baseline: str | None = None
+    keep_checkpoints: bool = False
 
     def given(self) -> set[str]:
         """Names of the options given (not left to their defaults)."""
@@ -227,6 +230,7 @@ class RunRequest:
         if self.results_dir != "results":
             words += ["--results-dir", str(self.results_dir)]
         words += ["--no-check"] * (not self.check) + ["-q"] * self.quiet + ["--save-models"] * self.save_models
+        words += ["--keep-checkpoints"] * self.keep_checkpoints
         words += [] if self.tensorboard is None else ["--tensorboard", *([self.tensorboard] if self.tensorboard else [])]
         words += [] if self.mlflow is None else ["--mlflow", *([self.mlflow] if self.mlflow else [])]
         words = [w for m in self.plugins.modules for w in ("-p", m)] + \

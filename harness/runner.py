@@ -95,9 +95,10 @@ def with_threads(specs: Iterable[TrialSpec], threads: int) -> list[TrialSpec]:
 def execute(specs: list[TrialSpec], store: RunStore, options: Execution | None = None,
             quiet: bool = False, log: Callable[[str], None] | None = None,
             after_store: Callable[[str, TrialResult], None] | None = None, track: dict | None = None,
-            limits=None) -> list[TrialResult]:
-    """Run ``specs`` with the chosen executor (:mod:`harness.executors`) and store each trial the
-    moment it ends (:meth:`RunStore.write_trial`, atomic). Returns the results in completion order.
+            limits=None, keep_checkpoints=False) -> list[TrialResult]:
+    """Run ``specs`` with the chosen executor (:mod:`harness.executors`) and store each trial the moment it
+    ends (:meth:`RunStore.write_trial`, atomic), then remove its checkpoint unless ``keep_checkpoints``
+    (:func:`harness.checkpoint.with_checkpoints`). Returns the results in completion order.
 
     Progress: a bar over trials (with ETA) and one bar per running trial, on stderr, silent with ``quiet`` or when
     stderr is not a terminal; ``log`` receives one line per finished trial naming its file. Weights a trial returned
@@ -108,11 +109,11 @@ def execute(specs: list[TrialSpec], store: RunStore, options: Execution | None =
     Raises: KeyboardInterrupt (Ctrl-C / SIGTERM; every trial finished before is stored); HarnessError: the
     executor cannot start (e.g. Ray missing or unreachable).
     """
-    from . import executors
+    from .checkpoint import remove_checkpoint, with_checkpoints
     from .saved import store_weights
 
     options = (options or Execution()).validate()
-    specs = with_threads(specs, options.trial_threads())
+    specs = with_checkpoints(with_threads(specs, options.trial_threads()), store.root, options.executor)
     specs = specs if options.executor == "ray" else with_tracking(specs, track)
     results: list[TrialResult] = []
     outer = progress_bar(len(specs), "trials", quiet)
@@ -123,6 +124,7 @@ def execute(specs: list[TrialSpec], store: RunStore, options: Execution | None =
         result.row.setdefault("point", ts.point)
         store_weights(store.root, ts.key, result)
         path = store.write_trial(ts.key, result)
+        remove_checkpoint(store.root, ts.key, keep=keep_checkpoints)
         if after_store is not None:
             after_store(ts.key, result)
         results.append(result)
@@ -131,27 +133,36 @@ def execute(specs: list[TrialSpec], store: RunStore, options: Execution | None =
             log(trial_line(result.row, path, len(results), len(specs), time.perf_counter() - started, width))
 
     try:
-        if options.limited():
-            run_with_limits(specs, options, on_done, bars, log, limits)
-        elif options.executor == "ray":
-            executors.run_ray(specs, on_done, address=options.address, cpus_per_trial=options.trial_threads(),
-                              gpus_per_trial=1 if any(ts.device.startswith("cuda") for ts in specs) else 0,
-                              log=log)
-        elif options.vectorize_seeds == "on" and options.jobs > 1 and len(specs) > 1:
-            executors.run_process_pool(specs, options.jobs, on_done, threads=options.trial_threads(), bars=bars,
-                                       capture=options.capture, log=log)
-        elif options.vectorize_seeds == "on":
-            from .group import run_groups
-
-            run_groups(specs, on_done, bars, log, max_size=MAX_GROUP, capture=options.capture)
-        elif options.jobs > 1 and len(specs) > 1:
-            executors.run_process_pool(specs, options.jobs, on_done, threads=options.trial_threads(), bars=bars)
-        else:
-            executors.run_sequential(specs, on_done, bars)
+        dispatch(specs, options, on_done, bars, log, limits)
     finally:
         bars.close_all()
         outer.close()
     return results
+
+
+def dispatch(specs: list[TrialSpec], options: Execution, on_done, bars: TrialBars, log, limits=None) -> None:
+    """Hand ``specs`` to the executor ``options`` choose (:func:`execute`'s ``try`` block): under a time limit
+    worker processes that can be ended, Ray, a process pool (of trials or of vectorised groups), vectorised groups
+    in this process, or one trial after another; ``on_done(spec, result)`` stores each as it ends."""
+    from . import executors
+
+    if options.limited():
+        run_with_limits(specs, options, on_done, bars, log, limits)
+    elif options.executor == "ray":
+        executors.run_ray(specs, on_done, address=options.address, cpus_per_trial=options.trial_threads(),
+                          gpus_per_trial=1 if any(ts.device.startswith("cuda") for ts in specs) else 0,
+                          log=log)
+    elif options.vectorize_seeds == "on" and options.jobs > 1 and len(specs) > 1:
+        executors.run_process_pool(specs, options.jobs, on_done, threads=options.trial_threads(), bars=bars,
+                                   capture=options.capture, log=log)
+    elif options.vectorize_seeds == "on":
+        from .group import run_groups
+
+        run_groups(specs, on_done, bars, log, max_size=MAX_GROUP, capture=options.capture)
+    elif options.jobs > 1 and len(specs) > 1:
+        executors.run_process_pool(specs, options.jobs, on_done, threads=options.trial_threads(), bars=bars)
+    else:
+        executors.run_sequential(specs, on_done, bars)
 
 
 def run_with_limits(specs: list[TrialSpec], options: Execution, on_done, bars: TrialBars, log, limits=None) -> None:
@@ -193,6 +204,10 @@ def trial_line(row: dict, path, n: int, total: int, elapsed_s: float, width: int
     wall = row.get("wall_s")
     wall_s = f" in {wall:.1f} s" if isinstance(wall, float) and wall == wall else ""
     reason = f" ({short_reason(row['reason'])})" if row.get("reason") else ""
+    if row.get("resumed_from_step"):
+        reason += f" (continued from its checkpoint at step {row['resumed_from_step']})"
+    if row.get("checkpoint_note"):
+        reason += f" ({row['checkpoint_note']})"
     point = f" [{row['point']}]" if row.get("point") else ""
     head = f"[{n}/{total} {elapsed_s:.0f} s] {row['variant']}{point} seed {row['seed']}: {row['status']}{em_s}{wall_s}"
     line = f"{head}{reason} -> stored in {path}"

@@ -32,6 +32,7 @@ import torch
 from torch.autograd.profiler import record_function
 
 from . import stats
+from .checkpoint import Checkpointer
 from .checks.gate import contract_reasons, drift_reasons, twin_reasons
 from .checks.probes import integrity_reasons, task_rows
 from .config import RunConfig
@@ -184,7 +185,7 @@ INVALID = "invalid"
 def train(model, cfg: RunConfig, seed: int, device: torch.device, dtype: str = "fp32",
           progress: Callable[[int, float], None] | None = None,
           clock: PhaseClock | None = None, task: Task | None = None,
-          tracking: TrialTracking | None = None) -> tuple[dict[str, Any], list[dict]]:
+          tracking: TrialTracking | None = None, saver: Checkpointer | None = None) -> tuple[dict[str, Any], list[dict]]:
     """Train ``model`` on ``task`` (default: the registered task named ``cfg.train.task``) and
     score it on the task's held-out set (:meth:`harness.tasks.base.Task.evaluate`); returns
     (metrics, curve).
@@ -215,6 +216,9 @@ def train(model, cfg: RunConfig, seed: int, device: torch.device, dtype: str = "
     prefix-only forwards (:func:`harness.tasks.base.evaluate`), so a leak the gate missed still
     cannot improve them. Training losses (``early_loss``, ``final_train_loss``) are teacher-forced.
     ``tracking`` (:mod:`harness.track`) gets each curve row as it is made.
+
+    Checkpoints: ``saver`` (a :class:`harness.checkpoint.Checkpointer`) continues the loop from the
+    trial's checkpoint where there is one and writes one every ``train.checkpoint_every``.
     """
     tc, mc = cfg.train, cfg.model
     if task is None:
@@ -226,7 +230,7 @@ def train(model, cfg: RunConfig, seed: int, device: torch.device, dtype: str = "
         invalid = integrity_reasons(model, mc, device, seed=seed, when="at initialisation",
                                     task=task_rows(task, tc.seq_len, mc, seed))
     loop = _Loop(model, cfg, task, device, dtype, clock, tracking)
-    loop.run(torch.Generator().manual_seed(seed), progress)
+    loop.run(torch.Generator().manual_seed(seed), progress, saver)
     with clock("final_eval"):
         final = task.evaluate(model, task.eval_set(tc.eval_sequences, tc.seq_len, mc.vocab, tc.eval_seed),
                               cfg, device, dtype)
@@ -258,14 +262,24 @@ class _Loop:
         self.first_losses, self.last_losses, self.pending = [], collections.deque(maxlen=10), []
         self.warm_s, self.warm_tokens = 0.0, 0  # train_s and tokens after the warm-up steps
 
-    def run(self, gen: torch.Generator, progress: Callable[[int, float], None] | None) -> None:
+    def run(self, gen: torch.Generator, progress: Callable[[int, float], None] | None,
+            saver: Checkpointer | None = None) -> None:
         """Train ``train.steps`` steps on batches from ``gen``; stop early on a non-finite loss or
-        gradient norm (status ``diverged``) or, with ``train.stop_at_solved``, once solved."""
-        tc, clock = self.cfg.train, self.clock
+        gradient norm (status ``diverged``) or, with ``train.stop_at_solved``, once solved. With
+        ``saver``: from the trial's checkpoint, if any, writing one when due (:mod:`harness.checkpoint`)."""
         self.model.train()
-        stream = self.task.batches(self.cfg, gen)
+        stream, start = saver.resume(self, gen) if saver else (self.task.batches(self.cfg, gen), 0)
+        for row in self.curve if start else ():  # continued from a checkpoint: the live record gets the rows before it
+            self.tracking.point(row)
+        with saver.interrupts() if saver else contextlib.nullcontext():
+            self._steps(gen, stream, start, progress, saver)
+
+    def _steps(self, gen: torch.Generator, stream, start: int, progress: Callable[[int, float], None] | None,
+               saver: Checkpointer | None) -> None:
+        """The step loop of :meth:`run`: steps ``start + 1`` to ``train.steps``."""
+        tc, clock = self.cfg.train, self.clock
         t0 = time.perf_counter()
-        for self.step in range(1, tc.steps + 1):
+        for self.step in range(start + 1, tc.steps + 1):
             step = self.step
             with clock("data"):
                 batch = next(stream).to(self.device)
@@ -285,6 +299,8 @@ class _Loop:
                 t0 = time.perf_counter()
                 if solved and tc.stop_at_solved:
                     break
+            if saver:
+                t0 += saver.after_step(self, gen, step, self.train_s + time.perf_counter() - t0)
         self.train_s += time.perf_counter() - t0
 
     def _log(self, step: int, loss_v: float, gnorm_v: float, ntokens: int,
@@ -450,7 +466,9 @@ def _run(spec: TrialSpec, result: TrialResult, progress, clock: PhaseClock, trac
         broken += contract_reasons(registry, variant, cfg.model)
     row["params"] = unique_parameter_count(model)
     reset_peak_mem(device)
-    metrics, result.curve = train(model, cfg, spec.seed, device, spec.dtype, progress, clock, task, tracking)
+    saver = Checkpointer(spec, cfg, device)
+    metrics, result.curve = train(model, cfg, spec.seed, device, spec.dtype, progress, clock, task, tracking, saver)
+    row.update(saver.notes)
     if metrics["status"] != "diverged":
         broken += drift_reasons(registry, variant, cfg.model, spec.seed, model, device)
     if broken and metrics["status"] != "diverged":

@@ -65,6 +65,9 @@ class TrialSpec:
             stores them as ``models/<key>.pt``: :mod:`harness.saved`).
         track: live tracking as the trial trains (``{"tensorboard": logdir, "mlflow": uri, "run": run
             id}``: :mod:`harness.track`), or None; set for the trials a run executes, never stored.
+        checkpoint_dir: the folder of the trial's mid-trial checkpoint (``<run>/checkpoints``:
+            :mod:`harness.checkpoint`), set by the run when it executes the trial; ``""``: none.
+            Not part of the stored plan, nor of the trial's identity.
     """
 
     variant: str
@@ -79,6 +82,7 @@ class TrialSpec:
     measure: dict[str, Any] | None = None
     save_model: bool = False
     track: dict[str, Any] | None = None
+    checkpoint_dir: str = ""
 
     @property
     def key(self) -> str:
@@ -93,13 +97,14 @@ class TrialSpec:
     def to_dict(self) -> dict[str, Any]:
         """The plain dict of earlier versions (key order included): ``{"variant", "slots",
         "config", "seed", "device", "dtype", "plugins", "threads", "point"}``, then ``measure``
-        for a measurement, ``save_model`` when true and ``track`` when set."""
+        for a measurement, ``save_model`` when true, ``track`` and ``checkpoint_dir`` when set."""
         out = {"variant": self.variant, "slots": dict(self.slots), "config": self.config, "seed": self.seed,
                "device": self.device, "dtype": self.dtype, "plugins": self.plugins, "threads": self.threads,
                "point": self.point}
         out |= {"measure": dict(self.measure)} if self.measure is not None else {}
         out |= {"save_model": True} if self.save_model else {}
-        return out | ({"track": dict(self.track)} if self.track else {})
+        return out | ({"track": dict(self.track)} if self.track else {}) | (
+            {"checkpoint_dir": self.checkpoint_dir} if self.checkpoint_dir else {})
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "TrialSpec":
@@ -111,7 +116,8 @@ class TrialSpec:
         return cls(variant=d["variant"], seed=d["seed"], config=d["config"], slots=dict(d.get("slots") or {}),
                    device=d.get("device", "auto"), dtype=d.get("dtype", "fp32"), plugins=d.get("plugins"),
                    threads=d.get("threads"), point=d.get("point", ""), measure=d.get("measure"),
-                   save_model=bool(d.get("save_model", False)), track=d.get("track"))
+                   save_model=bool(d.get("save_model", False)), track=d.get("track"),
+                   checkpoint_dir=str(d.get("checkpoint_dir") or ""))
 
     def identity_row(self, device: str, threads: int | None) -> dict[str, Any]:
         """The first columns of the trial's row: variant, its planned slots (``slot_<name>``,

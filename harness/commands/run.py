@@ -84,6 +84,9 @@ def add_kept(p) -> None:
                    help="keep each trial's final weights as RUN_DIR/models/<variant>__s<seed>.pt (state_dict; "
                         "SHA-256 in the trial file, checked by verify); use them with harness.load_model or "
                         "python -m harness decode")
+    o.add_argument("--keep-checkpoints", action="store_true",
+                   help="keep each trial's mid-trial checkpoint (RUN_DIR/checkpoints/<key>.pt, written every "
+                        "train.checkpoint_every, 60s by default) after the trial is stored; by default it is removed")
 
 
 def add_execution(p) -> None:
@@ -167,7 +170,8 @@ def request_from_args(args) -> RunRequest:
         results_dir=args.results_dir, run_id=args.run_id, quiet=args.quiet, resume=args.resume,
         retry_failed=args.retry_failed, command=command_line(args), tensorboard=args.tensorboard,
         save_models=args.save_models, allow_code_change=args.allow_code_change, mlflow=args.mlflow,
-        trial_timeout=args.trial_timeout, time_budget=args.time_budget, baseline=args.baseline)
+        trial_timeout=args.trial_timeout, time_budget=args.time_budget, baseline=args.baseline,
+        keep_checkpoints=args.keep_checkpoints)
 
 
 def main(args) -> int:
