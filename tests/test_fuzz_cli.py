@@ -237,7 +237,7 @@ RUN_OPTIONS = ["--variants", "--grid", "--preset", "--set", "--task", "--device"
                "--seed-start", "--results-dir", "--run-id", "--resume", "--jobs", "--executor", "--address",
                "--threads", "-p", "--plugin", "--strict-plugins", "--quiet", "--help", "--no-check", "--suite",
                "--retry-failed", "--allow-code-change", "--tensorboard", "--mlflow", "--save-models",
-               "--vectorize-seeds", "--capture"]
+               "--vectorize-seeds", "--capture", "--baseline", "--keep-checkpoints", "--trial-timeout", "--time-budget"]
 
 
 @st.composite
@@ -253,7 +253,7 @@ def run_argv(draw):
     preset_given = False
     for opt in options:
         if opt in ("--grid", "--strict-plugins", "--quiet", "--help", "--junk-option", "--no-check", "--retry-failed",
-                   "--allow-code-change", "--save-models"):
+                   "--allow-code-change", "--save-models", "--keep-checkpoints"):
             argv.append(opt)
         elif opt == "--tensorboard":  # its folder is optional: a flag after it keeps a later positional out
             argv += ["--tensorboard", draw(st.sampled_from(["-q", "results/tb"]))]
@@ -263,6 +263,12 @@ def run_argv(draw):
             argv += ["--vectorize-seeds", draw(st.one_of(st.sampled_from(["auto", "on", "off", "yes"]), JUNK))]
         elif opt == "--capture":  # on the CPU 'on' is refused (CUDA graphs) with exit 2, as are bad values
             argv += ["--capture", draw(st.one_of(st.sampled_from(["auto", "on", "off", "yes"]), JUNK))]
+        elif opt == "--baseline":  # a variant of the run, one it does not hold, or junk: exit 0 or one line, exit 2
+            argv += ["--baseline", draw(st.one_of(VARIANTS, JUNK))]
+        elif opt in ("--trial-timeout", "--time-budget"):
+            # bad values only (one line, exit 2): a valid limit trains real trials in worker processes, which the
+            # fake cannot reach; whole limited runs are tests/test_limits.py's
+            argv += [opt, draw(st.one_of(st.sampled_from(["0", "-1", "nan", "inf", "x", ""]), JUNK))]
         elif opt == "--suite":
             # bad suite names and files; a good one only with an option the suite file owns (exit 2):
             # whole suites run in tests/test_suite.py, not hundreds of times here
