@@ -12,7 +12,7 @@ temporary file in the same folder, then ``os.replace``, so a checkpoint is whole
 What one holds (:meth:`Checkpointer.save`): the model's ``state_dict``, Adam's and the schedule's,
 the torch CPU RNG state (dropout; CUDA's too on a GPU), the data generator's state and the
 number of batches drawn (the data position), the loop's curve rows and counters
-(:class:`harness.train._Loop`: losses since the last curve row, tokens, the solved step, the
+(:class:`harness.train.TrainingLoop`: losses since the last curve row, tokens, the solved step, the
 phase clock, train time), and the trial's identity (:func:`identity`: its spec without the
 checkpoint folder and ``save_model``, and the torch version). A checkpoint whose identity differs
 from the trial's, or that cannot be read, is not used: the trial starts from step 0 and its row
@@ -50,7 +50,7 @@ from .trial import TrialSpec
 CHECKPOINTS = "checkpoints"
 #: The layout of a checkpoint file; another value is not read.
 FORMAT = 1
-#: The scalar and list attributes of :class:`harness.train._Loop` a checkpoint carries.
+#: The scalar and list attributes of :class:`harness.train.TrainingLoop` a checkpoint carries.
 LOOP_FIELDS = ("curve", "status", "reason", "tokens", "train_s", "solved_step", "solved_s", "first_losses",
                "pending", "warm_s", "warm_tokens", "leaks")
 

@@ -12,7 +12,7 @@ parameters (:mod:`harness.tasks.seeds`; seed by seed, logged once, for a task wi
 sequential trial's own code, per seed on its unstacked model: the build, twin and contract checks
 (:mod:`harness.checks.gate`), the integrity gate at initialisation and after training
 (:func:`harness.checks.probes.integrity_reasons`), the final future-leak check, the curve rows and
-the metrics row (:class:`harness.train._Loop`).
+the metrics row (:class:`harness.train.TrainingLoop`).
 
 Per seed, as in its sequential trial: batches from its own generator (``Generator().manual_seed
 (seed)``, the same stream), stacked to (K, B, ...) and padded to a common width; a seed whose loss
@@ -57,7 +57,7 @@ from .progress import progress_bar
 from .registry import Variant
 from .saved import keep_weights
 from .tasks.seeds import NotBatched, SeedStack, evaluate_seeds, future_leak_seeds
-from .train import INVALID, WARMUP_STEPS, PhaseClock, _Loop, noam_lambda, run_trial
+from .train import INVALID, WARMUP_STEPS, PhaseClock, TrainingLoop, noam_lambda, run_trial
 from .track import trial_tracking
 from .trial import TrialResult, TrialSpec, registry_for
 from .vprobe import capture_wanted, first_sentence, vectorise_problem
@@ -231,7 +231,7 @@ class _Group:
             with self.clock("evaluate"):
                 self.invalid.append(integrity_reasons(model, mc, device, seed=spec.seed, when="at initialisation",
                                                       task=task_rows(self.task, cfg.train.seq_len, mc, spec.seed)))
-            self.loops.append(_Loop(model, cfg, self.task, device, dtype, self.clock))
+            self.loops.append(TrainingLoop(model, cfg, self.task, device, dtype, self.clock))
             gen = torch.Generator().manual_seed(spec.seed)
             indexed = self.task.index_stream(cfg, gen)  # the task's index fast path, or None
             self.streams.append(indexed if indexed is not None else self.task.batches(cfg, gen))
@@ -424,7 +424,7 @@ class _Group:
 
     def _flush(self, pending: list, done: list[bool], train_s: float) -> None:
         """Read the pending steps' losses and gradient norms (one sync) and log them per seed as the
-        sequential loop does (:meth:`harness.train._Loop._log`); a non-finite step makes its seed
+        sequential loop does (:meth:`harness.train.TrainingLoop.log_step`); a non-finite step makes its seed
         ``diverged`` with the sequential reason and stops it."""
         values = torch.stack([torch.stack([loss, gnorm]) for _, loss, gnorm, _ in pending]).tolist()  # (n, 2, K)
         for (step, _, _, ntokens), (losses, gnorms) in zip(pending, values):
@@ -432,7 +432,7 @@ class _Group:
                 if done[i]:
                     continue
                 loop.step = step
-                finite = loop._log(step, losses[i], gnorms[i], ntokens[i], self.progress[i])
+                finite = loop.log_step(step, losses[i], gnorms[i], ntokens[i], self.progress[i])
                 if step == WARMUP_STEPS:
                     loop.warm_s, loop.warm_tokens = train_s, loop.tokens
                 if not finite:
@@ -453,6 +453,6 @@ class _Group:
                 loop = self.loops[i]
                 self.step.load(i, self.models[i])
                 loop.train_s = train_s
-                if loop._evaluate(step, m, g) and self.cfg.train.stop_at_solved:
+                if loop.evaluate(step, m, g) and self.cfg.train.stop_at_solved:
                     done[i] = True
                     self.step.stop(i)

@@ -1,7 +1,7 @@
 """Live tracking of a trial as it trains: TensorBoard events (``run --tensorboard [DIR]``) and MLflow
 runs (``run --mlflow [URI]``), written by the process that trains the trial.
 
-The training loop (:class:`harness.train._Loop`, so a vectorised group's seeds too, one loop each)
+The training loop (:class:`harness.train.TrainingLoop`, so a vectorised group's seeds too, one loop each)
 hands every curve row it makes to its :class:`TrialTracking` (:meth:`TrialTracking.point`: a
 training row every ``train.log_every`` steps, a held-out row at every evaluation and the final one);
 the row becomes the scalars :func:`harness.tboard.curve_scalars` names (``train/loss``,

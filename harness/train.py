@@ -229,7 +229,7 @@ def train(model, cfg: RunConfig, seed: int, device: torch.device, dtype: str = "
     with clock("evaluate"):
         invalid = integrity_reasons(model, mc, device, seed=seed, when="at initialisation",
                                     task=task_rows(task, tc.seq_len, mc, seed))
-    loop = _Loop(model, cfg, task, device, dtype, clock, tracking)
+    loop = TrainingLoop(model, cfg, task, device, dtype, clock, tracking)
     loop.run(torch.Generator().manual_seed(seed), progress, saver)
     with clock("final_eval"):
         final = task.evaluate(model, task.eval_set(tc.eval_sequences, tc.seq_len, mc.vocab, tc.eval_seed),
@@ -241,7 +241,7 @@ def train(model, cfg: RunConfig, seed: int, device: torch.device, dtype: str = "
     return loop.metrics(final, invalid + loop.leaks), loop.curve
 
 
-class _Loop:
+class TrainingLoop:
     """The state of one :func:`train` call: the step loop with its periodic evaluations
     (:meth:`run`), then the metrics row (:meth:`metrics`)."""
 
@@ -286,7 +286,7 @@ class _Loop:
             with clock("step"):
                 loss_v, gnorm_v = train_step(self.model, batch, self.opt, self.sched, self.cfg, self.device, self.dtype)
             with clock("log"):
-                finite = self._log(step, loss_v, gnorm_v, batch.ntokens, progress)
+                finite = self.log_step(step, loss_v, gnorm_v, batch.ntokens, progress)
             if step == WARMUP_STEPS:
                 self.warm_s, self.warm_tokens = self.train_s + time.perf_counter() - t0, self.tokens
             if not finite:
@@ -295,7 +295,7 @@ class _Loop:
                 break
             if tc.eval_every and step % tc.eval_every == 0 and step < tc.steps:
                 self.train_s += time.perf_counter() - t0
-                solved = self._evaluate(step)
+                solved = self.evaluate(step)
                 t0 = time.perf_counter()
                 if solved and tc.stop_at_solved:
                     break
@@ -303,7 +303,7 @@ class _Loop:
                 t0 += saver.after_step(self, gen, step, self.train_s + time.perf_counter() - t0)
         self.train_s += time.perf_counter() - t0
 
-    def _log(self, step: int, loss_v: float, gnorm_v: float, ntokens: int,
+    def log_step(self, step: int, loss_v: float, gnorm_v: float, ntokens: int,
              progress: Callable[[int, float], None] | None) -> bool:
         """The step's loss (a curve row, the mean since the last one, every ``train.log_every`` steps,
         before every evaluation, on the last step and on a non-finite one), token count, early losses
@@ -326,7 +326,7 @@ class _Loop:
                 progress(step, loss_v)
         return finite
 
-    def _evaluate(self, step: int, m: dict[str, float] | None = None, gaps: tuple | None = None) -> bool:
+    def evaluate(self, step: int, m: dict[str, float] | None = None, gaps: tuple | None = None) -> bool:
         """A periodic evaluation on the probe set (``m``, ``gaps``: its metrics and future-leak gaps
         when a trial group computed them); True when it is the first with exact match >= :data:`SOLVED`."""
         with self.clock("evaluate"):

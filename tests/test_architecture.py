@@ -340,3 +340,24 @@ def test_a_run_from_the_command_line_aggregates_once(tmp_path, monkeypatch, caps
     shown = next(line for line in out.splitlines() if line.startswith("| pre_norm "))
     cells = [c.strip().rstrip("…") for c in shown.strip("|").split("|")]
     assert table and len(cells) >= 4 and all(c in table[-1] for c in cells)  # the results row's cells, narrowed
+
+
+def test_the_training_loop_is_used_through_its_public_members():
+    """The trial group (and anything else outside train.py) drives :class:`harness.train.TrainingLoop` through its
+    public methods: no module reads a ``_``-prefixed member of the loop (its private names are train.py's own)."""
+    train_src = (CORE / "train.py").read_text()
+    loop = next(n for n in ast.walk(ast.parse(train_src)) if isinstance(n, ast.ClassDef) and n.name == "TrainingLoop")
+    private = {n.name for n in loop.body if isinstance(n, ast.FunctionDef) and n.name.startswith("_")
+               and not n.name.startswith("__")}
+    private |= {n.attr for n in ast.walk(loop) if isinstance(n, ast.Attribute) and n.attr.startswith("_")
+                and isinstance(n.value, ast.Name) and n.value.id == "self"}
+    assert "_steps" in private  # the finder sees the loop's own private names
+    readers = []
+    for name, path in modules().items():
+        if name == "harness.train":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr in private and not (
+                    isinstance(node.value, ast.Name) and node.value.id == "self"):
+                readers.append(f"{name}:{node.lineno} .{node.attr}")
+    assert readers == [] and "class _Loop" not in train_src

@@ -51,7 +51,7 @@ def paused(tmp_path_factory):
     root = tmp_path_factory.mktemp("live")
     spec = spec_for(Registry.from_plugins(), {"tensorboard": str(root / "tb"), "mlflow": None, "run": "r"})[0]
     reached, release, out = threading.Event(), threading.Event(), {}
-    real_log = train._Loop._log
+    real_log = train.TrainingLoop.log_step
 
     def log_then_wait(self, step, *args):
         finite = real_log(self, step, *args)
@@ -61,7 +61,7 @@ def paused(tmp_path_factory):
         return finite
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(train._Loop, "_log", log_then_wait)
+        mp.setattr(train.TrainingLoop, "log_step", log_then_wait)
         worker = threading.Thread(target=lambda: out.update(result=train.run_trial(spec)))
         worker.start()
         try:
