@@ -89,10 +89,10 @@ def run_sequential(specs: Iterable[TrialSpec], on_done: OnDone, bars: TrialBars 
 # ---------------------------------------------------------------------------------------------
 # local process pool
 
-_WORKER_PROGRESS = None  # the worker's end of the progress queue (set by _init_worker)
+_WORKER_PROGRESS = None  # the worker's end of the progress queue (set by init_worker)
 
 
-def _init_worker(threads: int, progress_queue, run_pid: int) -> None:
+def init_worker(threads: int, progress_queue, run_pid: int) -> None:
     """Initializer of every pool worker: ignore Ctrl-C (the parent decides), pin the thread
     count, keep the progress queue, and exit when the run's process ``run_pid`` dies (even by
     SIGKILL), so no worker outlives the run."""
@@ -152,7 +152,7 @@ class QueueProgress:
 
 
 @contextlib.contextmanager
-def _sigint_ignored():
+def sigint_ignored():
     """Ignore SIGINT while workers are spawned: they inherit SIG_IGN, so Ctrl-C in the
     terminal reaches only the parent, which then stops them (no worker tracebacks)."""
     if threading.current_thread() is not threading.main_thread():
@@ -166,7 +166,7 @@ def _sigint_ignored():
 
 
 @contextlib.contextmanager
-def _main_module_hidden():
+def main_module_hidden():
     """While worker processes start, show them a bare ``__main__``: ``multiprocessing`` (``spawn``
     and ``forkserver``) otherwise re-runs the caller's script in every worker, so a plain script
     calling :func:`harness.run` without an ``if __name__ == "__main__":`` guard would start a run
@@ -225,7 +225,7 @@ def _pool_round(todo: list[list[TrialSpec]], jobs: int, threads: int, on_done: O
     """Run ``todo`` (units: one trial each, or trial groups with ``capture``) in one pool. Returns ``(unfinished,
     suspects)``: the units lost when a worker died (empty when none did), those of them maybe running."""
     queue = ctx.Queue() if bars.enabled else None
-    pool = ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=ctx, initializer=_init_worker,
+    pool = ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=ctx, initializer=init_worker,
                                initargs=(threads, queue, os.getpid()))
     opened, first = time.time(), float("inf")  # when the pool opened; when its first trial group began
     futures: dict = {}
@@ -233,7 +233,7 @@ def _pool_round(todo: list[list[TrialSpec]], jobs: int, threads: int, on_done: O
     seen_running: set = set()
     lost: list = []
     try:
-        with _sigint_ignored(), _main_module_hidden():
+        with sigint_ignored(), main_module_hidden():
             for unit in todo:
                 futures[_submit(pool, unit, queue, capture)] = unit
         pending = set(futures)

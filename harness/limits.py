@@ -34,7 +34,7 @@ from multiprocessing.connection import wait as wait_ready
 from typing import Any, Callable
 
 from .errors import ResourceError, failure_reason, resource_text
-from .executors import OnDone, _init_worker, _main_module_hidden, _sigint_ignored
+from .executors import OnDone, init_worker, main_module_hidden, sigint_ignored
 from .progress import TrialBars
 from .trial import TrialResult, TrialSpec
 from .workers import FORKSERVER_PRELOAD, START_METHOD
@@ -82,7 +82,7 @@ class _Worker:
 def _unit_worker(conn, units: list[dict], threads: int, capture: str | None, run_pid: int) -> None:
     """A worker process's body: the unit (``capture`` None: one trial; else a trial group,
     :func:`harness.group.pool_group`), progress and the result sent through ``conn``."""
-    _init_worker(threads, None, run_pid)
+    init_worker(threads, None, run_pid)
 
     def progress_for(key: str):
         def progress(step: int, loss: float) -> None:  # every step: a timed-out trial's reason names its last
@@ -130,7 +130,7 @@ class _Scheduler:
         recv, send = self.ctx.Pipe(duplex=False)
         proc = self.ctx.Process(target=_unit_worker, name=f"harness-trial-{unit[0].key}",
                                 args=(send, [ts.to_dict() for ts in unit], self.threads, self.capture, os.getpid()))
-        with _sigint_ignored(), _main_module_hidden():
+        with sigint_ignored(), main_module_hidden():
             proc.start()
         send.close()  # the worker holds the only writing end: its exit is an EOF here
         self.running.append(_Worker(unit, proc, recv, time.monotonic()))

@@ -304,7 +304,7 @@ class TrainingLoop:
         self.train_s += time.perf_counter() - t0
 
     def log_step(self, step: int, loss_v: float, gnorm_v: float, ntokens: int,
-             progress: Callable[[int, float], None] | None) -> bool:
+                 progress: Callable[[int, float], None] | None) -> bool:
         """The step's loss (a curve row, the mean since the last one, every ``train.log_every`` steps,
         before every evaluation, on the last step and on a non-finite one), token count, early losses
         and progress call; False when the loss or the gradient norm is not finite."""

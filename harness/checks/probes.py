@@ -73,14 +73,13 @@ def _logits(model, src, tgt, masks, device, dtype, mode: str, seed: int) -> torc
 
 
 def _not_finite(probe: str, name: str, mode: str, base: torch.Tensor, real: torch.Tensor,
-                threshold: float, model: nn.Module | None = None) -> ProbeResult | None:
+                threshold: float, model: nn.Module) -> ProbeResult | None:
     """A failed ``probe`` that names the non-finite output when the unchanged forward's logits ``base`` (B, T, V) are
     NaN or inf at the ``real`` (B, T) target positions (no change can be measured then, and a leak would be the
-    wrong name); None when they are finite. ``model``, when given, is put back in evaluation mode."""
+    wrong name), with ``model`` put back in evaluation mode; None when they are finite."""
     if bool(torch.isfinite(base[real]).all()):
         return None
-    if model is not None:
-        model.eval()
+    model.eval()
     return ProbeResult(name, probe, mode, False, math.inf, threshold, (
         f"non-finite output in {'training' if mode == 'train' else 'evaluation'} mode: the logits at real target "
         f"positions are NaN or inf before anything is changed, so this probe cannot measure a change (the 'finite' "
@@ -213,8 +212,8 @@ def probe_causal(model: nn.Module, batch, cfg: ModelConfig, threshold: float, mo
     b, t = tgt.shape
     model.train(mode == "train")
     base = _logits(model, src, tgt, None, device, dtype, mode, seed)
-    if _not_finite("causal leak", name, mode, base, real, threshold):
-        return _not_finite("causal leak", name, mode, base, real, threshold, model)
+    if (bad := _not_finite("causal leak", name, mode, base, real, threshold, model)) is not None:
+        return bad
     g = torch.Generator().manual_seed(seed + 17)
     changes = _causal_changes(tgt, cfg, g, _cuts(t, mode, cuts))
     if mode == "eval" and changes:
@@ -263,8 +262,8 @@ def probe_masked_keys(model: nn.Module, batch, cfg: ModelConfig, threshold: floa
     model.train(mode == "train")
     masks = model.make_masks(src, tgt)
     base = _logits(model, src, tgt, masks, device, dtype, mode, seed)
-    if _not_finite("masked source keys", name, mode, base, real, threshold):
-        return _not_finite("masked source keys", name, mode, base, real, threshold, model)
+    if (bad := _not_finite("masked source keys", name, mode, base, real, threshold, model)) is not None:
+        return bad
     changed = src.clone()
     padded = src == cfg.pad
     changed[padded] = _other(src, cfg, torch.Generator().manual_seed(seed + 29))[padded]
