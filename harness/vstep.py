@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import copy
 import math
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 from torch.func import functional_call, grad_and_value, stack_module_state, vmap
@@ -110,13 +110,15 @@ class StackedAdam:
         params: the stacked parameters (updated in place by :meth:`step`).
 
     Attributes:
-        m, v: name -> (K, ...) views of the moments; t: (K,) float32 steps taken.
+        m, v: name -> (K, ...) views of the moments; t: (K,) float32 steps taken; moments: the
+        :class:`FlatRows` of m and v.
     """
 
     def __init__(self, params: FlatRows):
         self.params = params
         self._m, self._v = params.zeros_like(), params.zeros_like()
         self.m, self.v = self._m.views, self._v.views
+        self.moments = (self._m, self._v)  # the flat storage of m and v (a checkpoint copies into it)
         first = params.buffers[0]
         self.t = torch.zeros(first.size(0), dtype=torch.float32, device=first.device)  # (K,) steps taken
 
@@ -272,6 +274,47 @@ class GroupStep:
             finally:
                 self.base.train()
         return forward
+
+    def state(self) -> dict[str, Any]:
+        """The group's training state, for a checkpoint (:mod:`harness.vcheckpoint`): the flat parameter
+        buffers (:class:`FlatRows`, (K, N_d) each) with their names, the other stacked tensors (buffers and
+        frozen parameters, (K, ...)), Adam's moments (the same layout) and step counts (K,), the
+        ``active`` mask (K,) and the learning rate ()."""
+        return {"names": [list(names) for names in self.flat.groups], "params": list(self.flat.buffers),
+                "buffers": dict(self.buffers), "m": list(self.adam.moments[0].buffers),
+                "v": list(self.adam.moments[1].buffers), "t": self.adam.t, "active": self.active, "lr": self.lr}
+
+    def layout_problem(self, state: dict[str, Any]) -> str | None:
+        """Why ``state`` (a :meth:`state`, read back) does not fit this step's tensors (other names,
+        shapes or dtypes: another model), or None; nothing is changed."""
+        mine = self.state()
+        if state.get("names") != mine["names"]:
+            return "its stacked parameters have other names (another model)"
+        if not isinstance(state.get("buffers"), dict) or state["buffers"].keys() != mine["buffers"].keys():
+            return "its stacked buffers have other names (another model)"
+        for key in ("params", "m", "v", "t", "active", "lr", "buffers"):
+            a, b = mine[key], state.get(key)
+            if isinstance(a, dict):
+                a, b = list(a.values()), [b[n] for n in a]
+            a, b = (a, b) if isinstance(a, list) else ([a], [b])
+            if not isinstance(b, list) or len(a) != len(b) or not all(
+                    isinstance(y, torch.Tensor) and x.shape == y.shape and x.dtype == y.dtype for x, y in zip(a, b)):
+                return f"its {key} tensors have other shapes or dtypes (another model)"
+        return None
+
+    @torch.no_grad()
+    def load_state_(self, state: dict[str, Any]) -> None:
+        """Copy ``state`` (a :meth:`state` that fits: :meth:`layout_problem`) into the group's tensors in place:
+        their storage does not move, so views (:attr:`params`), a :class:`harness.tasks.seeds.SeedStack` and a
+        captured graph (:class:`CapturedStep`) see the restored values."""
+        mine = self.state()
+        for key in ("params", "m", "v"):
+            for dst, src in zip(mine[key], state[key]):
+                dst.copy_(src)
+        for name, dst in mine["buffers"].items():
+            dst.copy_(state["buffers"][name])
+        for key in ("t", "active", "lr"):
+            mine[key].copy_(state[key])
 
     @torch.no_grad()
     def load(self, i: int, model: torch.nn.Module) -> torch.nn.Module:
