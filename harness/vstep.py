@@ -351,7 +351,9 @@ class CapturedStep:
     Inductor, are captured; its first warm-up call compiles).
 
     The first call with a new shape warms the step up on a side stream (:data:`WARMUP_REPLAYS`
-    steps with every seed masked, so nothing moves), then captures one step on static input
+    steps with every seed masked, so nothing moves, and the RNG forked, so the group's dropout stream
+    is where it was: a group continued from its checkpoint, which captures later, draws the same
+    masks as the uninterrupted one), then captures one step on static input
     buffers; every call copies the batch into them, replays the graph and returns copies of the
     static outputs. The state the graph updates (stacked parameters, Adam moments and step
     counts, the ``active`` mask, the learning rate tensor) lives outside the graph's pool and is
@@ -386,7 +388,8 @@ class CapturedStep:
         st.active.zero_()  # the warm-up steps compute everything and change nothing
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
+        index = st.device.index if st.device.index is not None else torch.cuda.current_device()
+        with torch.random.fork_rng(devices=[index]), torch.cuda.stream(side):  # no dropout masks drawn for them
             for _ in range(self.WARMUP_REPLAYS):
                 self.fn(*inputs)
         torch.cuda.current_stream().wait_stream(side)
