@@ -10,13 +10,13 @@ at the step boundary after a Ctrl-C (:meth:`Checkpointer.interrupts`). How: ``to
 temporary file in the same folder, then ``os.replace``, so a checkpoint is whole or absent.
 
 What one holds (:meth:`Checkpointer.state`, written by :meth:`Checkpointer.write`): the model's
-``state_dict``, Adam's and the schedule's, the torch CPU RNG state (dropout; CUDA's too on a GPU), the data generator's state and the
-number of batches drawn (the data position), the loop's curve rows and counters
-(:class:`harness.train.TrainingLoop`: losses since the last curve row, tokens, the solved step, the
-phase clock, train time), and the trial's identity (:func:`identity`: its spec without the
-checkpoint folder and ``save_model``, and the torch version). A checkpoint whose identity differs
-from the trial's, or that cannot be read, is not used: the trial starts from step 0 and its row
-says why (``checkpoint_note``).
+``state_dict``, Adam's and the schedule's, the torch CPU RNG state (dropout; CUDA's too on a GPU),
+the data generator's state and the number of batches drawn (the data position), the loop's curve
+rows and counters (:class:`harness.train.TrainingLoop`: losses since the last curve row, tokens, the
+solved step, the phase clock, train time), and the trial's identity (:func:`identity`: its spec
+without the checkpoint folder and ``save_model``, and the torch version). A checkpoint whose
+identity differs from the trial's, or that cannot be read, is not used: the trial starts from step 0
+and its row says why (``checkpoint_note``).
 
 Resuming (:meth:`Checkpointer.resume`) rebuilds the trial as it began (the model from its seed,
 the pre-training checks), draws the checkpoint's number of batches from a fresh generator of the

@@ -10,6 +10,7 @@ group checkpoint on ``--resume`` and ends bitwise equal to an uninterrupted grou
   one is not used: one log line says why and the group equals a fresh one.
 * ``--keep-checkpoints`` keeps the group checkpoints (also those written in worker processes).
 * A group does not use its seeds' own checkpoints, nor a lone trial its group's: each says so.
+* On CUDA (dropout on) a captured group continues in place and equals the uninterrupted captured group.
 """
 from __future__ import annotations
 
