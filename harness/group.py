@@ -35,6 +35,9 @@ disagree with the per-seed ones) makes the group run its trials one after anothe
 (:func:`harness.train.run_trial`), with one log line saying why; the rows then carry
 ``vectorized`` = 0 and the reason in ``vectorized_note``. A group that raises while training falls
 back the same way, so vectorisation never fails a run nor changes a verdict.
+
+Checkpoints: a group checkpoints as one unit every ``train.checkpoint_every`` and at the step boundary
+after a Ctrl-C, and continues from its checkpoint on ``--resume`` (:mod:`harness.vcheckpoint`).
 """
 from __future__ import annotations
 
@@ -46,7 +49,6 @@ from typing import Callable
 
 import torch
 
-from .checkpoint import checkpoint_path
 from .checks.gate import contract_reasons, drift_reasons, twin_reasons
 from .checks.probes import integrity_reasons, task_rows
 from .config import RunConfig
@@ -60,6 +62,7 @@ from .tasks.seeds import NotBatched, SeedStack, evaluate_seeds, future_leak_seed
 from .train import INVALID, WARMUP_STEPS, PhaseClock, TrainingLoop, noam_lambda, run_trial
 from .track import trial_tracking
 from .trial import TrialResult, TrialSpec, registry_for
+from .vcheckpoint import GroupCheckpointer
 from .vprobe import capture_wanted, first_sentence, vectorise_problem
 from .vstep import CapturedStep, GroupStep, bucket_widths, stack_batches
 
@@ -159,20 +162,10 @@ def run_group(specs: list[TrialSpec], progress: list[Progress | None] | None = N
         group = _Group(specs, progress, log, show_progress, capture)
         why = group.prepare()
         if why is None:
-            unused_checkpoints(specs, log)
             return group.train_all(t_start)
     except Exception as exc:  # noqa: BLE001 - fall back to the sequential trials, which report their own failure
         why = f"the vectorised group raised {first_sentence(failure_reason(exc), 300)}"
     return sequential_fallback(specs, progress, why, log)
-
-
-def unused_checkpoints(specs: list[TrialSpec], log: Callable[[str], None] | None) -> None:
-    """One log line when seeds of a vectorised group have a mid-trial checkpoint: a group does not
-    checkpoint, so it trains them from step 0 (their checkpoints go when they are stored)."""
-    have = [s.seed for s in specs if s.checkpoint_dir and checkpoint_path(s.checkpoint_dir, s.key).is_file()]
-    if have and log:
-        log(f"{specs[0].variant}: the checkpoints of seed(s) {', '.join(map(str, have))} are not used: a vectorised "
-            f"trial group trains its seeds from step 0 (groups do not checkpoint; --vectorize-seeds off resumes them)")
 
 
 def sequential_fallback(specs: list[TrialSpec], progress: list[Progress | None], why: str,
@@ -209,6 +202,10 @@ class _Group:
         # its own model's pass is the cheaper one (bench --eval: batched K=1 at 0.75x on the CPU, docs/benchmarks.md)
         self.eval_why: str | None = SOLO if len(specs) == 1 else None
         self.gate_why: str | None = None  # why the future-leak checks run seed by seed (None: batched)
+        # the step loop's state, which a group checkpoint carries (harness.vcheckpoint): the stopped seeds, the
+        # steps whose losses are not read back yet, the group's train time (s)
+        self.done, self.pending, self.train_s = [False] * len(specs), [], 0.0
+        self.saver = GroupCheckpointer(specs, self.cfg, self.device, log)
 
     def prepare(self) -> str | None:
         """Build every seed's model (with the twin and contract checks), run the integrity gate at
@@ -217,7 +214,7 @@ class _Group:
         cfg, mc, device, dtype = self.cfg, self.cfg.model, self.device, self.specs[0].dtype
         variant = Variant(self.specs[0].variant, dict(self.specs[0].slots))
         self.task.validate(cfg)
-        self.models, self.broken, self.invalid, self.loops, self.streams = [], [], [], [], []
+        self.models, self.broken, self.invalid, self.loops = [], [], [], []
         with self.clock("build"):
             for spec, result in zip(self.specs, self.results):
                 model = build_model(self.registry, variant, mc, seed=spec.seed).to(device)
@@ -232,11 +229,7 @@ class _Group:
                 self.invalid.append(integrity_reasons(model, mc, device, seed=spec.seed, when="at initialisation",
                                                       task=task_rows(self.task, cfg.train.seq_len, mc, spec.seed)))
             self.loops.append(TrainingLoop(model, cfg, self.task, device, dtype, self.clock))
-            gen = torch.Generator().manual_seed(spec.seed)
-            indexed = self.task.index_stream(cfg, gen)  # the task's index fast path, or None
-            self.streams.append(indexed if indexed is not None else self.task.batches(cfg, gen))
-        self.indexed = indexed is not None
-        self.last = [next(s) for s in self.streams]
+        self.open_streams()
         self.step = GroupStep(self.models, mc.pad, cfg.train.label_smoothing, cfg.train.grad_clip, device, dtype)
         self.stack = SeedStack(self.models[0], {**self.step.params, **self.step.buffers}, mc.pad)  # live tensors
         torch.manual_seed(self.specs[0].seed)  # the group's one RNG stream (dropout)
@@ -247,6 +240,22 @@ class _Group:
         if why is None and capture_wanted(device, self.capture_mode):
             self.captured = CapturedStep(self.step)
         return why
+
+    def open_streams(self) -> None:
+        """Each seed's data generator (``Generator().manual_seed(seed)``), its batch stream from the start (the
+        task's index fast path where it has one) and its first draw (``last``; ``drawn``: draws per seed)."""
+        self.gens = [torch.Generator().manual_seed(spec.seed) for spec in self.specs]
+        indexed = [self.task.index_stream(self.cfg, gen) for gen in self.gens]  # the index fast path, or Nones
+        self.indexed = indexed[0] is not None
+        self.streams = [ix if ix is not None else self.task.batches(self.cfg, gen)
+                        for ix, gen in zip(indexed, self.gens)]
+        self.last = [next(s) for s in self.streams]
+        self.drawn = [1] * len(self.specs)
+
+    def draw(self, i: int):
+        """Seed ``i``'s next batch (or index draw)."""
+        self.drawn[i] += 1
+        return next(self.streams[i])
 
     def _stacked(self, batches: list) -> tuple[tuple[torch.Tensor, torch.Tensor, torch.Tensor], list[int]]:
         """The seeds' batches stacked on the device, and each seed's label tokens: padded to the
@@ -292,6 +301,7 @@ class _Group:
         wall = time.perf_counter() - t_start
         for result in self.results:
             row = result.row
+            row.update({k: v for k, v in self.saver.notes.items() if k == "resumed_from_step"})
             row.update({"wall_s": wall / len(self.specs), "group_wall_s": wall, "vectorized": len(self.specs),
                         "captured": len(self.captured.graphs) if self.captured is not None else 0})
             if self.cfg.model.dropout > 0:
@@ -387,40 +397,41 @@ class _Group:
         keep_weights(spec, result, model)  # run --save-models: this seed's own (unstacked) weights
 
     def _run(self) -> None:
-        """The step loop: every seed's batch, one group step, the per-seed logs of the pending steps
-        read back every :data:`FLUSH_STEPS` steps, at each evaluation and at the end (one sync each;
-        the curve's rows are the same as with a read every step), the periodic evaluations; stops
-        when every seed has stopped."""
+        """The step loop (from the group's checkpoint where there is one: :mod:`harness.vcheckpoint`): every
+        seed's batch, one group step, the per-seed logs of the pending steps read back every
+        :data:`FLUSH_STEPS` steps, at each evaluation and at the end (one sync each; the curve's rows are the
+        same as with a read every step), the periodic evaluations, a checkpoint when due; stops when every
+        seed has stopped."""
         tc, clock, k = self.cfg.train, self.clock, len(self.specs)
         lam = noam_lambda(self.cfg.model.d_model, tc.warmup, tc.schedule)
-        done = [False] * k
-        pending: list[tuple[int, torch.Tensor, torch.Tensor, list[int]]] = []
-        train_s, t0 = 0.0, time.perf_counter()
-        for step in range(1, tc.steps + 1):
-            with clock("data"):
-                batches = self.last if step == 1 else [self.last[i] if done[i] else next(self.streams[i])
-                                                       for i in range(k)]
-                self.last = batches
-                stacked, ntokens = self._stacked(batches)
-            with clock("step"):
-                self.step.set_lr(tc.noam_factor * lam(step - 1))
-                loss, gnorm = self._step(stacked, step)
-            pending.append((step, loss, gnorm, ntokens))
-            evaluates = bool(tc.eval_every and step % tc.eval_every == 0 and step < tc.steps)
-            if len(pending) >= FLUSH_STEPS or evaluates or step == tc.steps or step == WARMUP_STEPS:
-                with clock("log"):
-                    self._flush(pending, done, train_s + time.perf_counter() - t0)
-                pending = []
-            if evaluates and not all(done):
-                train_s += time.perf_counter() - t0
-                self._evaluate(step, done, train_s)
-                t0 = time.perf_counter()
-            if all(done):
-                break
-        train_s += time.perf_counter() - t0
+        start, done = self.saver.resume(self), self.done
+        t0 = time.perf_counter()
+        with self.saver.interrupts():
+            for step in range(start + 1, tc.steps + 1):
+                with clock("data"):
+                    batches = self.last if step == 1 else [self.last[i] if done[i] else self.draw(i) for i in range(k)]
+                    self.last = batches
+                    stacked, ntokens = self._stacked(batches)
+                with clock("step"):
+                    self.step.set_lr(tc.noam_factor * lam(step - 1))
+                    loss, gnorm = self._step(stacked, step)
+                self.pending.append((step, loss, gnorm, ntokens))
+                evaluates = bool(tc.eval_every and step % tc.eval_every == 0 and step < tc.steps)
+                if len(self.pending) >= FLUSH_STEPS or evaluates or step == tc.steps or step == WARMUP_STEPS:
+                    with clock("log"):
+                        self._flush(self.pending, done, self.train_s + time.perf_counter() - t0)
+                    self.pending = []
+                if evaluates and not all(done):
+                    self.train_s += time.perf_counter() - t0
+                    self._evaluate(step, done, self.train_s)
+                    t0 = time.perf_counter()
+                if all(done):
+                    break
+                t0 += self.saver.after_step(step, self.train_s + time.perf_counter() - t0, self)
+        self.train_s += time.perf_counter() - t0
         for i, loop in enumerate(self.loops):
             if not done[i]:
-                loop.train_s = train_s
+                loop.train_s = self.train_s
 
     def _flush(self, pending: list, done: list[bool], train_s: float) -> None:
         """Read the pending steps' losses and gradient norms (one sync) and log them per seed as the

@@ -8,6 +8,7 @@ trial crosses a process or Ray boundary (:mod:`harness.executors`) and in the ru
 request asks for and the record the run stores); its limits are re-exported here."""
 from __future__ import annotations
 
+import collections
 import dataclasses
 import textwrap
 import time
@@ -98,7 +99,8 @@ def execute(specs: list[TrialSpec], store: RunStore, options: Execution | None =
             limits=None, keep_checkpoints=False) -> list[TrialResult]:
     """Run ``specs`` with the chosen executor (:mod:`harness.executors`) and store each trial the moment it
     ends (:meth:`RunStore.write_trial`, atomic), then remove its checkpoint unless ``keep_checkpoints``
-    (:func:`harness.checkpoint.with_checkpoints`). Returns the results in completion order.
+    (:func:`harness.checkpoint.with_checkpoints`), and that of its vectorised group once the last of the
+    group's seeds here is stored (:func:`harness.checkpoint.group_stem`). Returns the results in completion order.
 
     Progress: a bar over trials (with ETA) and one bar per running trial, on stderr, silent with ``quiet`` or when
     stderr is not a terminal; ``log`` receives one line per finished trial naming its file. Weights a trial returned
@@ -109,11 +111,12 @@ def execute(specs: list[TrialSpec], store: RunStore, options: Execution | None =
     Raises: KeyboardInterrupt (Ctrl-C / SIGTERM; every trial finished before is stored); HarnessError: the
     executor cannot start (e.g. Ray missing or unreachable).
     """
-    from .checkpoint import remove_checkpoint, with_checkpoints
+    from .checkpoint import group_stem, remove_checkpoint, with_checkpoints
     from .saved import store_weights
 
     options = (options or Execution()).validate()
     specs = with_checkpoints(with_threads(specs, options.trial_threads()), store.root, options.executor)
+    unstored = collections.Counter(group_stem(ts) for ts in specs)  # per group checkpoint, its seeds not yet stored
     specs = specs if options.executor == "ray" else with_tracking(specs, track)
     results: list[TrialResult] = []
     outer = progress_bar(len(specs), "trials", quiet)
@@ -125,6 +128,9 @@ def execute(specs: list[TrialSpec], store: RunStore, options: Execution | None =
         store_weights(store.root, ts.key, result)
         path = store.write_trial(ts.key, result)
         remove_checkpoint(store.root, ts.key, keep=keep_checkpoints)
+        unstored[group_stem(ts)] -= 1
+        if not unstored[group_stem(ts)]:  # the last seed of its vectorised group (if any) is stored
+            remove_checkpoint(store.root, group_stem(ts), keep=keep_checkpoints)
         if after_store is not None:
             after_store(ts.key, result)
         results.append(result)

@@ -300,7 +300,7 @@ class TrainingLoop:
                 if solved and tc.stop_at_solved:
                     break
             if saver:
-                t0 += saver.after_step(self, gen, step, self.train_s + time.perf_counter() - t0)
+                t0 += saver.after_step(step, self.train_s + time.perf_counter() - t0, self, gen)
         self.train_s += time.perf_counter() - t0
 
     def log_step(self, step: int, loss_v: float, gnorm_v: float, ntokens: int,

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import copy
 import math
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 from torch.func import functional_call, grad_and_value, stack_module_state, vmap
@@ -110,13 +110,15 @@ class StackedAdam:
         params: the stacked parameters (updated in place by :meth:`step`).
 
     Attributes:
-        m, v: name -> (K, ...) views of the moments; t: (K,) float32 steps taken.
+        m, v: name -> (K, ...) views of the moments; t: (K,) float32 steps taken; moments: the
+        :class:`FlatRows` of m and v.
     """
 
     def __init__(self, params: FlatRows):
         self.params = params
         self._m, self._v = params.zeros_like(), params.zeros_like()
         self.m, self.v = self._m.views, self._v.views
+        self.moments = (self._m, self._v)  # the flat storage of m and v (a checkpoint copies into it)
         first = params.buffers[0]
         self.t = torch.zeros(first.size(0), dtype=torch.float32, device=first.device)  # (K,) steps taken
 
@@ -273,6 +275,47 @@ class GroupStep:
                 self.base.train()
         return forward
 
+    def state(self) -> dict[str, Any]:
+        """The group's training state, for a checkpoint (:mod:`harness.vcheckpoint`): the flat parameter
+        buffers (:class:`FlatRows`, (K, N_d) each) with their names, the other stacked tensors (buffers and
+        frozen parameters, (K, ...)), Adam's moments (the same layout) and step counts (K,), the
+        ``active`` mask (K,) and the learning rate ()."""
+        return {"names": [list(names) for names in self.flat.groups], "params": list(self.flat.buffers),
+                "buffers": dict(self.buffers), "m": list(self.adam.moments[0].buffers),
+                "v": list(self.adam.moments[1].buffers), "t": self.adam.t, "active": self.active, "lr": self.lr}
+
+    def layout_problem(self, state: dict[str, Any]) -> str | None:
+        """Why ``state`` (a :meth:`state`, read back) does not fit this step's tensors (other names,
+        shapes or dtypes: another model), or None; nothing is changed."""
+        mine = self.state()
+        if state.get("names") != mine["names"]:
+            return "its stacked parameters have other names (another model)"
+        if not isinstance(state.get("buffers"), dict) or state["buffers"].keys() != mine["buffers"].keys():
+            return "its stacked buffers have other names (another model)"
+        for key in ("params", "m", "v", "t", "active", "lr", "buffers"):
+            a, b = mine[key], state.get(key)
+            if isinstance(a, dict):
+                a, b = list(a.values()), [b[n] for n in a]
+            a, b = (a, b) if isinstance(a, list) else ([a], [b])
+            if not isinstance(b, list) or len(a) != len(b) or not all(
+                    isinstance(y, torch.Tensor) and x.shape == y.shape and x.dtype == y.dtype for x, y in zip(a, b)):
+                return f"its {key} tensors have other shapes or dtypes (another model)"
+        return None
+
+    @torch.no_grad()
+    def load_state_(self, state: dict[str, Any]) -> None:
+        """Copy ``state`` (a :meth:`state` that fits: :meth:`layout_problem`) into the group's tensors in place:
+        their storage does not move, so views (:attr:`params`), a :class:`harness.tasks.seeds.SeedStack` and a
+        captured graph (:class:`CapturedStep`) see the restored values."""
+        mine = self.state()
+        for key in ("params", "m", "v"):
+            for dst, src in zip(mine[key], state[key]):
+                dst.copy_(src)
+        for name, dst in mine["buffers"].items():
+            dst.copy_(state["buffers"][name])
+        for key in ("t", "active", "lr"):
+            mine[key].copy_(state[key])
+
     @torch.no_grad()
     def load(self, i: int, model: torch.nn.Module) -> torch.nn.Module:
         """Write seed ``i``'s parameters and buffers into ``model`` (same module tree); returns it."""
@@ -308,7 +351,9 @@ class CapturedStep:
     Inductor, are captured; its first warm-up call compiles).
 
     The first call with a new shape warms the step up on a side stream (:data:`WARMUP_REPLAYS`
-    steps with every seed masked, so nothing moves), then captures one step on static input
+    steps with every seed masked, so nothing moves, and the RNG forked, so the group's dropout stream
+    is where it was: a group continued from its checkpoint, which captures later, draws the same
+    masks as the uninterrupted one), then captures one step on static input
     buffers; every call copies the batch into them, replays the graph and returns copies of the
     static outputs. The state the graph updates (stacked parameters, Adam moments and step
     counts, the ``active`` mask, the learning rate tensor) lives outside the graph's pool and is
@@ -343,7 +388,8 @@ class CapturedStep:
         st.active.zero_()  # the warm-up steps compute everything and change nothing
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
+        index = st.device.index if st.device.index is not None else torch.cuda.current_device()
+        with torch.random.fork_rng(devices=[index]), torch.cuda.stream(side):  # no dropout masks drawn for them
             for _ in range(self.WARMUP_REPLAYS):
                 self.fn(*inputs)
         torch.cuda.current_stream().wait_stream(side)

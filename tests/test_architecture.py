@@ -173,7 +173,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("harness.train", "harness.group", "harness.vprobe", "harness.vstep", "harness.measure", "harness.perf",
      "harness.progress", "harness.saved",
      "harness.tboard", "harness.track", "harness.schedule",
-     "harness.checkpoint"),
+     "harness.checkpoint", "harness.vcheckpoint"),
     ("harness.report", "harness.stats", "harness.overview"),
     ("harness.checks", "harness.testing"),
     ("harness.store", "harness.runmeta", "harness.trial", "harness.lookup", "harness.verification",

@@ -9,7 +9,7 @@ checkpoint on ``--resume`` and ends bitwise equal to an uninterrupted one on the
 * A checkpoint of another config, of other threads, or a truncated file is not used (a note says
   why) and the trial equals a fresh one.
 * Worker processes (``--jobs 2``) write theirs under the run folder; ``--keep-checkpoints`` keeps them.
-* A vectorised group says in the log that it does not use its seeds' checkpoints.
+* Vectorised groups checkpoint as one unit: ``tests/test_group_checkpoints.py``.
 """
 from __future__ import annotations
 
@@ -29,7 +29,6 @@ import torch
 from harness.checkpoint import Checkpointer, checkpoint_path
 from harness.config import get_preset
 from harness.errors import ConfigError
-from harness.group import run_group
 from harness.train import run_trial
 from harness.trial import TrialSpec
 
@@ -240,18 +239,6 @@ def test_workers_write_checkpoints_under_the_run_and_keep_checkpoints_keeps_them
         state = torch.load(checkpoint_path(folder, f"baseline__s{seed}"), weights_only=True)
         assert state["step"] == 10 and state["identity"]["spec"]["seed"] == seed
     assert not list(folder.glob("*.tmp"))
-
-
-def test_a_vectorised_group_says_it_does_not_use_checkpoints(tmp_path):
-    cfg = get_preset("tiny").override({"train.steps": 8})
-    specs = [TrialSpec("baseline", s, cfg.to_dict(), device="cpu", threads=1, checkpoint_dir=str(tmp_path))
-             for s in (0, 1)]
-    checkpoint_path(tmp_path, specs[1].key).write_bytes(b"seed 1 was interrupted")
-    lines: list[str] = []
-    results = run_group(specs, log=lines.append)
-    assert [r.row["vectorized"] for r in results] == [2, 2]  # trained as a group, from step 0
-    assert not any("resumed_from_step" in r.row for r in results)
-    assert [line for line in lines if "checkpoints of seed(s) 1 are not used" in line]
 
 
 @pytest.mark.parametrize("value", [True, -1, 2.5, "soon", "-5s", "infs"])

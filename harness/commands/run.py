@@ -86,7 +86,8 @@ def add_kept(p) -> None:
                         "python -m harness decode")
     o.add_argument("--keep-checkpoints", action="store_true",
                    help="keep each trial's mid-trial checkpoint (RUN_DIR/checkpoints/<key>.pt, written every "
-                        "train.checkpoint_every, 60s by default) after the trial is stored; by default it is removed")
+                        "train.checkpoint_every, 60s by default; a vectorised group's: <variant>__group.pt) after "
+                        "the trial is stored; by default it is removed")
 
 
 def add_execution(p) -> None:
