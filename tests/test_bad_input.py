@@ -241,7 +241,9 @@ def _catalogue(tmp: Path) -> dict[str, tuple[list[str], str]]:
 CASE_IDS = [  # the fixture builds each case's paths; the ids are fixed here for parametrize
     "unknown_variant", "unknown_variant_glob", "unknown_slot", "unknown_component", "set_wrong_type",
     "set_out_of_range", "set_d_model_not_divisible_by_h", "set_vocab_too_small", "set_unknown_key",
-    "set_alias_learning_rate", "set_alias_bare_lr", "set_alias_heads", "set_alias_layers", "set_alias_d_ffn",
+    "set_alias_learning_rate", "set_alias_factor", "set_bare_lr", "set_lr_with_noam", "set_weight_decay_with_adam",
+    "set_unknown_schedule", "set_min_lr_with_noam", "set_warmup_past_the_end", "set_alias_heads", "set_alias_layers",
+    "set_alias_d_ffn",
     "set_key_in_other_section", "set_key_without_section", "check_set_alias",
     "set_malformed", "seeds_zero", "unknown_preset", "unknown_experiment", "malformed_experiment",
     "results_dir_is_a_file", "results_dir_unwritable", "resume_missing_run", "resume_not_a_run",
