@@ -609,10 +609,15 @@ def test_groups_in_worker_processes_equal_groups_in_this_process():
     assert all(got[ts.key].row["vectorized"] == 0 and got[ts.key].row["status"] == "ok" for ts in odd)
 
 
+#: The default recipe and AdamW with the cosine schedule (weight decay on a column mask, a decaying lr tensor).
+RECIPES = [{}, {"train.optimizer": "adamw", "train.weight_decay": 0.1, "train.schedule": "cosine", "train.lr": 3e-3}]
+
+
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_a_cuda_group_equals_its_sequential_trials():
-    cfg = get_preset("tiny").override({"train.steps": 20})
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_a_cuda_group_equals_its_sequential_trials(recipe):
+    cfg = get_preset("tiny").override({"train.steps": 20, **recipe})
     specs = [TrialSpec("baseline", s, cfg.to_dict(), device="cuda") for s in range(4)]
     grouped, alone = group_mod.run_group(specs), [train_mod.run_trial(s) for s in specs]
     for g, a in zip(grouped, alone):
@@ -623,10 +628,11 @@ def test_a_cuda_group_equals_its_sequential_trials():
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("k", [1, 4])
-def test_a_captured_group_equals_the_uncaptured_one(monkeypatch, k):
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_a_captured_group_equals_the_uncaptured_one(monkeypatch, k, recipe):
     """The CUDA-graph step (one graph for the copy task's fixed shapes) gives the eager group's rows;
     a captured group of one (no vmap: the main job's groups) gives its sequential trial's."""
-    cfg = get_preset("tiny").override({"train.steps": 30, "train.eval_every": 10, "train.log_every": 5})
+    cfg = get_preset("tiny").override({"train.steps": 30, "train.eval_every": 10, "train.log_every": 5, **recipe})
     specs = [TrialSpec("baseline", s, cfg.to_dict(), device="cuda") for s in range(k)]
     captured = group_mod.run_group(specs)
     monkeypatch.setenv(vprobe.CAPTURE_ENV, "off")
