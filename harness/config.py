@@ -287,9 +287,12 @@ class TrainConfig:
             raise ConfigError(f"lr must be > 0, got {self.lr}")
         if self.schedule == "noam" and self.lr is not None:
             raise ConfigError(noam_lr_message(self.lr, self.warmup, d_model))
-        if self.weight_decay is not None and (self.weight_decay < 0 or (self.optimizer == "adam" and self.weight_decay)):
-            raise ConfigError(f"weight_decay must be >= 0 and is adamw's (decoupled); adam takes none: set "
-                              f"train.optimizer=adamw, got weight_decay={self.weight_decay} with {self.optimizer}")
+        wd = self.weight_decay
+        if wd is not None and wd < 0:
+            raise ConfigError(f"weight_decay must be >= 0, got {wd}")
+        if wd and self.optimizer == "adam":
+            raise ConfigError(f"weight_decay is adamw's (decoupled); adam takes none: set train.optimizer=adamw, "
+                              f"got weight_decay={wd} with adam")
         if not 0.0 < self.decay_fraction <= 1.0:
             raise ConfigError(f"decay_fraction must be in (0, 1], got {self.decay_fraction}")
         if self.schedule not in DECAYING:

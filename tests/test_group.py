@@ -55,8 +55,9 @@ def adamw_cosine(tmp_path_factory):
     cosine schedule (warm-up 10 steps to lr 3e-3, down to 0 at step 20)."""
     tmp = tmp_path_factory.mktemp("vec_adamw")
     recipe = {"train.optimizer": "adamw", "train.weight_decay": 0.1, "train.schedule": "cosine", "train.lr": 3e-3}
-    return {mode: harness.run(variants=["baseline", "pre_norm"], seeds=4, preset="tiny", device="cpu", jobs=1, threads=1,
-                              vectorize_seeds=mode, results_dir=tmp, run_id=mode, check=False, overrides=recipe)
+    return {mode: harness.run(variants=["baseline", "pre_norm"], seeds=4, preset="tiny", device="cpu", jobs=1,
+                              threads=1, vectorize_seeds=mode, results_dir=tmp, run_id=mode, check=False,
+                              overrides=recipe)
             for mode in ("on", "off")}
 
 

@@ -118,7 +118,8 @@ def test_one_adamw_step_with_zero_gradients_shrinks_exactly_the_decayed_paramete
     for n, p in model.named_parameters():
         want = before[n] * (1 - 0.1 * 0.5) if n in decayed else before[n]
         torch.testing.assert_close(p.detach(), want, rtol=1e-6, atol=0, msg=n)
-    assert {id(p) for p in opt.param_groups[0]["params"]} == {id(p) for n, p in model.named_parameters() if n in decayed}
+    named = dict(model.named_parameters())
+    assert {id(p) for p in opt.param_groups[0]["params"]} == {id(named[n]) for n in decayed}
 
 
 def test_list_settings_has_every_field_with_its_type_default_and_meaning():

@@ -158,7 +158,8 @@ def test_train_step_phases_and_optimizer(registry):
     model = build_model(registry, registry.variants["baseline"], cfg.model, seed=0)
     opt, sched = make_optimizer(model, cfg)
     assert opt.defaults["fused"] is True and opt.defaults["betas"] == (0.9, 0.98) and opt.defaults["eps"] == 1e-9
-    assert opt.param_groups[0]["lr"] == pytest.approx(cfg.train.noam_factor * noam_lambda(cfg.model.d_model, cfg.train.warmup)(0))
+    assert opt.param_groups[0]["lr"] == pytest.approx(cfg.train.noam_factor
+                                                      * noam_lambda(cfg.model.d_model, cfg.train.warmup)(0))
     phases = []
     batch = make_batch(cfg.train.task, 4, cfg.train.seq_len, cfg.model.vocab, torch.Generator().manual_seed(0))
     w = model.embed.generator.weight.detach().clone()

@@ -304,7 +304,8 @@ def recipe_text(cfg: dict) -> str:
     if t.schedule == "noam":
         sched = f"warmup {t.warmup}, Noam factor {t.noam_factor:g} -> lr_max = {peak}"
     elif t.schedule == "constant":
-        sched = f"no warmup, lr = {peak}" + ("" if t.lr is not None else f" (Noam factor {t.noam_factor:g} * d_model^-0.5)")
+        old = "" if t.lr is not None else f" (Noam factor {t.noam_factor:g} * d_model^-0.5)"
+        sched = f"no warmup, lr = {peak}{old}"
     else:
         tail = "" if t.schedule != "wsd" else f", stable, then decay over the last {t.steps - decay_start(t)} steps"
         sched = f"warmup {t.warmup} to lr_max = {peak}{tail}, down to min_lr {t.min_lr:g} at step {t.steps}"
