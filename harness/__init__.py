@@ -40,13 +40,14 @@ _LAZY = {
     "ModelConfig": "config", "TrainConfig": "config", "RunConfig": "config",
     "run": "api", "check": "api", "load_run": "api", "build_model": "api", "LoadedRun": "api",
     "RunFailedError": "api", "compare": "api", "verify": "api", "list_variants": "api", "list_tasks": "api", "list_presets": "api",
+    "list_settings": "api",
     "load_model": "api", "decode": "api",
     "RunRequest": "request", "CheckRequest": "request",
 }
 
 __all__ = ["hookimpl", "Component", "Variant", "Slot", "BuildContext", "Task", "Batch", "ModelConfig", "TrainConfig", "RunConfig",
            "HarnessError", "__version__", "run", "check", "load_run", "build_model", "LoadedRun", "RunFailedError",
-           "compare", "verify", "list_variants", "list_tasks", "list_presets", "RunRequest", "CheckRequest",
+           "compare", "verify", "list_variants", "list_tasks", "list_presets", "list_settings", "RunRequest", "CheckRequest",
            "load_model", "decode"]
 
 

@@ -355,6 +355,18 @@ def list_presets() -> dict[str, str]:
     return dict(PRESET_NOTES)
 
 
+def list_settings():
+    """Every config key ``overrides=`` (``--set``) takes, as a pandas DataFrame: ``key`` (``model.*``,
+    ``train.*``), ``type``, ``default`` and ``meaning`` (``python -m harness list --settings``;
+    :func:`harness.settings.setting_rows`)."""
+    import pandas as pd
+
+    from .config import ModelConfig, TrainConfig
+    from .settings import setting_rows
+
+    return pd.DataFrame(setting_rows({"model": ModelConfig, "train": TrainConfig}))
+
+
 def build_model(variant, config=None, *, seed: int = 0, plugins: _Names = (), plugin_files: _Names = ()):
     """The model of ``variant`` alone, initialised from ``seed`` (as ``timm.create_model``).
 

@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .config import get_preset, parse_overrides, resolve_key
+from .config import get_preset, resolve_key
+from .settings import parse_overrides
 from .env import environment, resolve_device, threads_pinned
 from .errors import ConfigError, StoreError
 from .launch import load_registry, log_function

@@ -1,32 +1,34 @@
 """Configs for models and trials, with validation and the named presets.
 
 A trial is fully described by a :class:`ModelConfig` (the architecture's hyper-parameters,
-named with the paper's symbols) and a :class:`TrainConfig` (task, optimiser, schedule and
-evaluation). Both are plain dataclasses so that they cross process boundaries as dicts.
+named with the paper's symbols) and a :class:`TrainConfig` (task, the training recipe: optimiser,
+learning rate and schedule, and evaluation). Both are plain dataclasses so that they cross process
+boundaries as dicts. The names ``--set`` takes, their aliases and the settings table:
+:mod:`harness.settings`; the schedules' formulas: :mod:`harness.schedule`.
 
 Presets (``--preset``): :data:`PRESETS` with :data:`PRESET_NOTES` (``python -m harness list`` prints them);
 :data:`DEFAULT_PRESET` (``quick``) is the default.
 """
 from __future__ import annotations
 
-import ast
 import dataclasses
-import difflib
 import math
 import re
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 from .errors import ConfigError, UnknownNameError
+from .schedule import DECAYING, SCHEDULES, decay_start, peak_of
+from .settings import noam_lr_message, stored_train, unknown_key_message
 
-
-#: Keys read under an old name too: section -> {old name: name}; the config hash uses the old names (:func:`hash_view`).
-RENAMED: dict[str, dict[str, str]] = {"train": {"lr": "noam_factor"}}
-
-#: Config keys added after runs were stored, with their defaults: section -> {name: default}. A
-#: key at its default is left out of the hash (:func:`hash_view`), so stored runs stay resumable.
-ADDED: dict[str, dict[str, Any]] = {"train": {"beam": 1, "bucket": False, "log_every": 1, "checkpoint_every": "60s"},
-                                   "model": {"n_kv_heads": 0, "window": 0}}
+#: ``train.optimizer`` name -> what it is (``python -m harness list``; :func:`harness.recipe.make_optimizer`).
+OPTIMIZERS: dict[str, str] = {
+    "adam": "torch.optim.Adam(betas=(0.9, 0.98), eps=1e-9), no weight decay (Vaswani et al. 2017 §5.3)",
+    "adamw": "torch.optim.AdamW, the same betas and eps, decoupled weight decay train.weight_decay (default "
+             "0.1) on >= 2-D weights that are not embeddings (Loshchilov & Hutter 2019; minGPT's rule)",
+}
+#: ``train.weight_decay`` of ``adamw`` when unset (nanoGPT's and GPT-3's 0.1).
+ADAMW_WEIGHT_DECAY = 0.1
 
 #: The sliding-window window when ``model.window`` is 0, as every text states it (tests/test_model_inputs.py).
 WINDOW_DEFAULT = "max(2, max_len // 4)"
@@ -35,59 +37,14 @@ WINDOW_DEFAULT = "max(2, max_len // 4)"
 CHECKPOINT_EVERY = re.compile(r"(\d+)|(\d+(?:\.\d*)?)s|off")
 
 
-def renamed(data: Any, section: str, where: str) -> Any:
-    """``data`` (a section's table) with old key names replaced by the new ones.
-
-    Raises:
-        ConfigError: a key given under both names."""
-    if not isinstance(data, dict):
-        return data
-    out = dict(data)
-    for old, new in RENAMED.get(section, {}).items():
-        if old in out:
-            if new in out:
-                raise ConfigError(f"{where}: give {new} or its old name {old}, not both")
-            out[new] = out.pop(old)
-    return out
-
-
-#: Names that tutorials, other libraries and habit give to a config key, -> the key ``--set`` and
-#: experiment files take. Nothing reads an alias: :func:`resolve_key` names the key in its error,
-#: because ``train.noam_factor`` is not a learning rate (the step size is noam_factor *
-#: d_model^-0.5 * min(t^-0.5, t * warmup^-1.5)) and taking ``learning_rate=1e-3`` as one would
-#: silently train at a step size orders of magnitude off.
-ALIASES: dict[str, str] = {
-    **dict.fromkeys(("lr", "learning_rate", "base_lr", "factor"), "train.noam_factor"),
-    **dict.fromkeys(("heads", "n_heads", "num_heads", "nhead", "n_head", "num_attention_heads"), "model.h"),
-    **dict.fromkeys(("layers", "n_layers", "num_layers", "n_layer", "num_blocks", "num_encoder_layers",
-                     "num_decoder_layers", "depth"), "model.N"),
-    **dict.fromkeys(("d_ffn", "ffn_dim", "dim_ff", "dim_pffn", "dim_feedforward", "d_inner", "d_hidden",
-                     "ffn_num_hiddens", "hidden_dim", "intermediate_size"), "model.d_ff"),
-    **dict.fromkeys(("dim", "d_embed", "dim_embed", "n_embd", "hidden_size", "num_hiddens", "width"),
-                    "model.d_model"),
-    **dict.fromkeys(("vocab_size", "n_vocab", "ntoken"), "model.vocab"),
-    **dict.fromkeys(("max_seq_len", "max_position_embeddings", "max_length", "n_ctx"), "model.max_len"),
-    **dict.fromkeys(("pad_id", "pad_token_id", "padding_idx"), "model.pad"),
-    **dict.fromkeys(("batch_size", "bs"), "train.batch"),
-    **dict.fromkeys(("n_steps", "num_steps", "max_steps", "iterations", "iters"), "train.steps"),
-    **dict.fromkeys(("warmup_steps", "n_warmup", "warmup_iters"), "train.warmup"),
-    **dict.fromkeys(("smoothing", "label_smoothing_eps"), "train.label_smoothing"),
-    **dict.fromkeys(("clip", "clip_grad", "max_grad_norm"), "train.grad_clip"),
-    **dict.fromkeys(("length", "sequence_length"), "train.seq_len"),
-    **dict.fromkeys(("scheduler", "lr_schedule"), "train.schedule"),
-    **dict.fromkeys(("p_drop", "drop_prob", "dropout_rate", "hidden_dropout_prob"), "model.dropout"),
-}
-
-
 def config_keys() -> list[str]:
-    """Every dotted key ``--set`` takes (``model.N``, ..., ``train.task``, ...), old names left out."""
+    """Every dotted key ``--set`` takes (``model.N``, ..., ``train.task``, ...)."""
     return [f"{section}.{f.name}" for section, cls in (("model", ModelConfig), ("train", TrainConfig))
             for f in fields(cls)]
 
 
 def resolve_key(key: str, sections: tuple[str, ...] = ("model", "train")) -> tuple[str, str]:
-    """A dotted config key (``--set KEY=...``) -> ``(section, name)``, an old name (:data:`RENAMED`)
-    replaced by its new one.
+    """A dotted config key (``--set KEY=...``) -> ``(section, name)``.
 
     Args:
         key: ``section.name``; a bare ``name`` only when ``sections`` has one section.
@@ -95,70 +52,15 @@ def resolve_key(key: str, sections: tuple[str, ...] = ("model", "train")) -> tup
 
     Raises:
         ConfigError: an unknown key, in one line naming the key it is an alias of
-            (:data:`ALIASES`), the same name in another section, or the closest keys
-            (``difflib.get_close_matches``).
+            (:data:`harness.settings.ALIASES`), the same name in another section, or the closest keys.
     """
     section, _, name = key.rpartition(".")
     if not section and len(sections) == 1:
         section = sections[0]
-    known = {s: {f.name for f in fields(ModelConfig if s == "model" else TrainConfig)} | set(RENAMED.get(s, {}))
-             for s in ("model", "train")}
+    known = {s: {f.name for f in fields(ModelConfig if s == "model" else TrainConfig)} for s in ("model", "train")}
     if section in sections and name in known[section]:
-        return section, RENAMED.get(section, {}).get(name, name)
-    raise ConfigError(_unknown_key_message(key, section, name, sections, known))
-
-
-def _unknown_key_message(key: str, section: str, name: str, sections: tuple[str, ...],
-                         known: dict[str, set[str]]) -> str:
-    """The one-line error of :func:`resolve_key`."""
-    if section in known and section not in sections:
-        return f"{key!r}: only {' and '.join(s + '.<name>' for s in sections)} keys apply here"
-    if section and section not in known:
-        where = f"unknown config section {section!r} in {key!r}"
-    else:
-        where = f"unknown config key {key!r}" if section else f"config key {key!r} needs its section"
-    candidates = [k for k in config_keys() if k.partition(".")[0] in sections]
-    alias = ALIASES.get(name) or ALIASES.get(name.lower())
-    if alias and alias.partition(".")[0] in sections:
-        note = " (the Noam factor, not a learning rate: the step size is noam_factor * d_model^-0.5 * " \
-               "min(t^-0.5, t * warmup^-1.5))" if alias == "train.noam_factor" else ""
-        return f"{where}; {name!r} is called {alias!r} here{note}"
-    names = [c.partition(".")[2] for c in candidates]
-    close = set(difflib.get_close_matches(name, names, n=3, cutoff=0.6))
-    close |= set(difflib.get_close_matches(name.lower(), [n.lower() for n in names], n=3, cutoff=0.6))
-    guesses = [k for k in candidates if k.partition(".")[2] == name] + \
-        [k for k in candidates if k.partition(".")[2] in close or k.partition(".")[2].lower() in close]
-    guesses = list(dict.fromkeys(guesses))[:3]
-    hints = ["did you mean " + ", ".join(repr(g) for g in guesses) + "?"] if guesses else \
-        ["keys: " + ", ".join(candidates)]
-    return f"{where}; " + "; ".join(hints)
-
-
-def hash_view(config: dict) -> dict:
-    """A config dict (``RunConfig.to_dict()`` or a stored one) as its hash sees it: every renamed
-    key under its old name (:data:`RENAMED`), so runs stored before a rename keep their hash."""
-    out = {}
-    for section, table in config.items():
-        back = {new: old for old, new in RENAMED.get(section, {}).items()}
-        added = ADDED.get(section, {})
-        out[section] = {back.get(k, k): v for k, v in table.items() if k not in added or v != added[k]} \
-            if isinstance(table, dict) else table
-    return out
-
-
-def current_view(config: dict) -> dict:
-    """A stored config dict as this code reads it: old key names under their new ones
-    (:data:`RENAMED`) and a key added since the run was stored at its default (:data:`ADDED`, the
-    value that keeps the older code's behaviour). What ``compare`` lists as config differences.
-
-    Raises:
-        ConfigError: a key given under both its name and its old name."""
-    out = {}
-    for section, table in config.items():
-        if isinstance(table, dict):
-            table = {**ADDED.get(section, {}), **renamed(table, section, section)}
-        out[section] = table
-    return out
+        return section, name
+    raise ConfigError(unknown_key_message(key, sections, known, config_keys()))
 
 
 def _check_fields(cls, data: dict, where: str) -> dict:
@@ -172,6 +74,11 @@ def _check_fields(cls, data: dict, where: str) -> dict:
             raise UnknownNameError(f"{where} key", key, known)
         want = known[key].type
         want = want if isinstance(want, str) else want.__name__
+        if want.endswith(" | None"):  # optional: None means "not set"
+            if value is None:
+                out[key] = None
+                continue
+            want = want[:-len(" | None")]
         ok = {
             "int": isinstance(value, int) and not isinstance(value, bool),
             "float": isinstance(value, (int, float)) and not isinstance(value, bool),
@@ -269,7 +176,7 @@ class ModelConfig:
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """Task, optimiser, schedule and evaluation settings of one trial.
+    """Task, training recipe (optimiser, learning rate, schedule) and evaluation settings of one trial.
 
     Args:
         task: the name of a registered task (``python -m harness list``; built-ins ``copy``,
@@ -279,11 +186,27 @@ class TrainConfig:
             ``sort``, longest training length of ``copy_length``, row length of ``copy_fixed``.
         batch: sequences per optimiser step.
         steps: optimiser steps.
-        noam_factor: the Noam schedule's factor (Annotated ``rate(factor=...)``; read under its old
-            name ``lr`` too, in stored configs, experiment files and ``--set train.lr``).
-        warmup: Noam warm-up steps (>= 1); the Adam step size at step t is noam_factor *
-            d_model^-0.5 * min(t^-0.5, t * warmup^-1.5) (Vaswani et al. 2017, §5.3).
-        schedule: ``noam`` or ``constant`` (noam_factor * d_model^-0.5 from step 1, no warm-up).
+        optimizer: ``adam`` (default; Adam(0.9, 0.98), eps 1e-9, Vaswani et al. 2017 §5.3) or ``adamw``
+            (the same with decoupled weight decay, Loshchilov & Hutter 2019): :data:`OPTIMIZERS`.
+        weight_decay: ``adamw``'s decoupled weight decay lambda (>= 0; each step p <- p - lr * lambda * p
+            before the Adam update, as ``torch.optim.AdamW``); None (default): 0.1 for ``adamw``
+            (:data:`ADAMW_WEIGHT_DECAY`); ``adam`` takes none (0 or None).
+        decay_all: ``adamw`` decays every parameter; False (default): only >= 2-D weights that are not
+            embeddings (no decay on biases, norm gains, embedding and position tables; minGPT's rule).
+        lr: the peak learning rate (Adam's step size) of the ``constant``, ``cosine``, ``linear`` and
+            ``wsd`` schedules; None (default): 1e-3 for the decaying ones, noam_factor * d_model^-0.5
+            for ``constant``. The ``noam`` schedule refuses it (use noam_factor).
+        noam_factor: the ``noam`` schedule's factor (the Annotated Transformer's ``rate(factor=...)``), not
+            a learning rate: the peak step size is noam_factor * d_model^-0.5 * warmup^-0.5. Stored
+            records from before the rename hold it as ``lr`` (:func:`harness.settings.stored_train`).
+        warmup: warm-up steps (>= 1) of ``noam`` (the step size at step t is noam_factor * d_model^-0.5 *
+            min(t^-0.5, t * warmup^-1.5), Vaswani et al. 2017 §5.3) and of ``cosine``, ``linear`` and
+            ``wsd`` (lr * t / warmup up to step warmup); ``constant`` has none.
+        schedule: ``noam`` (default), ``constant``, ``cosine``, ``linear`` or ``wsd``
+            (:data:`harness.schedule.SCHEDULES` gives each formula).
+        min_lr: where ``cosine``, ``linear`` and ``wsd`` end at the last step (>= 0, <= the peak; default 0).
+        decay_fraction: the share of the steps over which ``wsd`` decays, at the end (0 < f <= 1;
+            default 0.2).
         label_smoothing: epsilon in [0, 1) for ``cross_entropy(label_smoothing=...)``.
         eval_every: steps between held-out evaluations (0 = only at the end).
         eval_sequences: sequences for the final greedy exact-match (from ``eval_seed``).
@@ -306,9 +229,15 @@ class TrainConfig:
     seq_len: int = 10
     batch: int = 64
     steps: int = 600
+    optimizer: str = "adam"
+    weight_decay: float | None = None
+    decay_all: bool = False
+    lr: float | None = None
     noam_factor: float = 1.0
     warmup: int = 100
     schedule: str = "noam"
+    min_lr: float = 0.0
+    decay_fraction: float = 0.2
     label_smoothing: float = 0.1
     eval_every: int = 100
     eval_sequences: int = 1000
@@ -320,33 +249,68 @@ class TrainConfig:
     log_every: int = 1
     checkpoint_every: int | str = "60s"
 
-    def validate(self) -> "TrainConfig":
+    def decay(self) -> float:
+        """The weight decay lambda the optimiser applies: ``weight_decay``, or 0.1 for ``adamw`` where unset."""
+        if self.weight_decay is not None:
+            return self.weight_decay
+        return ADAMW_WEIGHT_DECAY if self.optimizer == "adamw" else 0.0
+
+    def validate(self, d_model: int | None = None) -> "TrainConfig":
+        """Raises: ConfigError: a value out of range, or a recipe that does not hold together
+        (:meth:`_validate_recipe`; ``d_model`` only sharpens its messages)."""
         every = self.checkpoint_every
         if isinstance(every, (bool, float)) or not CHECKPOINT_EVERY.fullmatch(str(every).strip().lower()):
             raise ConfigError(f"checkpoint_every must be seconds of wall time ('60s'), a number of steps (500) "
                               f"or 'off', got {every!r}")
         if not self.task.strip() or self.task != self.task.strip():
             raise ConfigError(f"task must be a task name (python -m harness list), got {self.task!r}")
-        if self.schedule not in ("noam", "constant"):
-            raise ConfigError(f"schedule must be 'noam' or 'constant', got {self.schedule!r}")
         for name in ("seq_len", "batch", "steps", "warmup", "eval_sequences", "beam", "log_every"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.eval_every < 0:
             raise ConfigError(f"eval_every must be >= 0, got {self.eval_every}")
-        if not self.noam_factor > 0:
-            raise ConfigError(f"noam_factor must be > 0, got {self.noam_factor}")
         if not 0.0 <= self.label_smoothing < 1.0:
             raise ConfigError(f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
         if self.grad_clip < 0:
             raise ConfigError(f"grad_clip must be >= 0, got {self.grad_clip}")
+        self._validate_recipe(d_model)
         return self
 
+    def _validate_recipe(self, d_model: int | None) -> None:
+        """The optimiser, learning rate and schedule keys (see the class docstring)."""
+        for key, names in (("optimizer", OPTIMIZERS), ("schedule", SCHEDULES)):
+            if getattr(self, key) not in names:
+                raise ConfigError(f"{key} must be one of {', '.join(names)}, got {getattr(self, key)!r}")
+        if not self.noam_factor > 0:
+            raise ConfigError(f"noam_factor must be > 0, got {self.noam_factor}")
+        if self.lr is not None and not self.lr > 0:
+            raise ConfigError(f"lr must be > 0, got {self.lr}")
+        if self.schedule == "noam" and self.lr is not None:
+            raise ConfigError(noam_lr_message(self.lr, self.warmup, d_model))
+        wd = self.weight_decay
+        if wd is not None and wd < 0:
+            raise ConfigError(f"weight_decay must be >= 0, got {wd}")
+        if wd and self.optimizer == "adam":
+            raise ConfigError(f"weight_decay is adamw's (decoupled); adam takes none: set train.optimizer=adamw, "
+                              f"got weight_decay={wd} with adam")
+        if not 0.0 < self.decay_fraction <= 1.0:
+            raise ConfigError(f"decay_fraction must be in (0, 1], got {self.decay_fraction}")
+        if self.schedule not in DECAYING:
+            if self.min_lr:
+                raise ConfigError(f"min_lr is where cosine, linear and wsd end; the {self.schedule} schedule does "
+                                  f"not decay to it, got min_lr={self.min_lr}")
+            return
+        if not 0.0 <= self.min_lr <= peak_of(self):
+            raise ConfigError(f"min_lr must be in [0, lr = {peak_of(self):g}], got {self.min_lr}")
+        if self.warmup >= self.steps or decay_start(self) < self.warmup:
+            raise ConfigError(f"the {self.schedule} schedule's warm-up ({self.warmup} steps) must end before its "
+                              f"decay starts (step {decay_start(self)} of {self.steps}): lower train.warmup")
+
     @classmethod
-    def from_dict(cls, data: dict, where: str = "train") -> "TrainConfig":
-        """Raises: ConfigError / UnknownNameError: a bad key or value, or a key given under both
-        its name and its old name (:data:`RENAMED`)."""
-        return cls(**_check_fields(cls, renamed(data, "train", where), where)).validate()
+    def from_dict(cls, data: dict, where: str = "train", d_model: int | None = None) -> "TrainConfig":
+        """Raises: ConfigError / UnknownNameError: a bad key or value. A record stored before
+        ``noam_factor`` was renamed from ``lr`` is read as such (:func:`harness.settings.stored_train`)."""
+        return cls(**_check_fields(cls, stored_train(data), where)).validate(d_model)
 
 
 @dataclass(frozen=True)
@@ -355,8 +319,9 @@ class RunConfig:
 
     Raises:
         ConfigError: from :meth:`validate`: a value out of range, ``model.max_len`` shorter than
-            the task's sequences, ``model.vocab`` < 4, or ``model.pad`` other than 0 (the
-            tasks' pad id).
+            the task's sequences, ``model.vocab`` < 4, ``model.pad`` other than 0 (the
+            tasks' pad id), or a training recipe that does not hold together (``train.lr`` with the
+            ``noam`` schedule: :func:`noam_lr_message`).
     """
 
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -364,7 +329,7 @@ class RunConfig:
 
     def validate(self) -> "RunConfig":
         self.model.validate()
-        self.train.validate()
+        self.train.validate(self.model.d_model)
         need = self.train.seq_len + 2
         if self.model.max_len < need:
             raise ConfigError(f"model.max_len must be >= train.seq_len + 2 = {need}, got {self.model.max_len}")
@@ -383,12 +348,11 @@ class RunConfig:
         unknown = set(data) - {"model", "train"}
         if unknown:
             raise ConfigError(f"config has unknown section(s) {sorted(unknown)}; expected 'model' and 'train'")
-        return cls(ModelConfig.from_dict(data.get("model", {})),
-                   TrainConfig.from_dict(data.get("train", {}))).validate()
+        model = ModelConfig.from_dict(data.get("model", {}))
+        return cls(model, TrainConfig.from_dict(data.get("train", {}), d_model=model.d_model)).validate()
 
     def override(self, overrides: dict[str, Any]) -> "RunConfig":
-        """Return a copy with dotted keys replaced, e.g. ``{"train.noam_factor": 0.5, "model.N": 4}``
-        (old key names work too: :data:`RENAMED`).
+        """Return a copy with dotted keys replaced, e.g. ``{"train.noam_factor": 0.5, "model.N": 4}``.
 
         Raises:
             ConfigError: on an unknown key (naming the closest keys and known aliases,
@@ -478,23 +442,3 @@ def get_preset(name: str) -> RunConfig:
     if name not in PRESETS:
         raise UnknownNameError("preset", name, PRESETS)
     return PRESETS[name]
-
-
-def parse_overrides(items: list[str]) -> dict[str, Any]:
-    """``["train.steps=200", "model.d_model=128"]`` (``--set KEY=VALUE``) -> ``{"train.steps": 200, ...}``;
-    values are Python literals where they parse (``ast.literal_eval``), else the raw string.
-
-    Raises:
-        ConfigError: an item without ``=`` or without a key.
-    """
-    out: dict[str, Any] = {}
-    for item in items:
-        key, sep, raw = item.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"--set expects KEY=VALUE (e.g. train.steps=200), got {item!r}")
-        try:
-            value = ast.literal_eval(raw)
-        except (ValueError, SyntaxError):
-            value = raw
-        out[key.strip()] = value
-    return out

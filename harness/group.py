@@ -4,8 +4,9 @@
 (:func:`group_specs` finds them in a plan) and returns K results, each the
 :class:`harness.trial.TrialResult` of its own trial, with the same columns as
 :func:`harness.train.run_trial`'s plus ``vectorized`` (the group size K) and ``group_wall_s``.
-The training step is :class:`harness.vstep.GroupStep` (stacked parameters, per-seed Adam,
-gradient norm, clipping and masked non-finite skip). The periodic and final evaluations and the
+The training step is :class:`harness.vstep.GroupStep` (stacked parameters, per-seed Adam or AdamW
+with the sequential trial's recipe, :func:`harness.recipe.group_step`, gradient norm, clipping and masked
+non-finite skip). The periodic and final evaluations and the
 periodic future-leak checks run every seed still training in one batched pass over the stacked
 parameters (:mod:`harness.tasks.seeds`; seed by seed, logged once, for a task with its own
 ``evaluate`` or a model whose eval-mode forward does not run under vmap). The rest is the
@@ -56,15 +57,17 @@ from .env import deterministic_cuda, peak_mem_mb, pin_threads, reset_peak_mem, t
 from .errors import failure_reason
 from .model import build_model, unique_parameter_count
 from .progress import progress_bar
+from .recipe import group_step
 from .registry import Variant
 from .saved import keep_weights
+from .schedule import lr_at
 from .tasks.seeds import NotBatched, SeedStack, evaluate_seeds, future_leak_seeds
-from .train import INVALID, WARMUP_STEPS, PhaseClock, TrainingLoop, noam_lambda, run_trial
+from .train import INVALID, WARMUP_STEPS, PhaseClock, TrainingLoop, run_trial
 from .track import trial_tracking
 from .trial import TrialResult, TrialSpec, registry_for
 from .vcheckpoint import GroupCheckpointer
 from .vprobe import capture_wanted, first_sentence, vectorise_problem
-from .vstep import CapturedStep, GroupStep, bucket_widths, stack_batches
+from .vstep import CapturedStep, bucket_widths, stack_batches
 
 #: ``vectorized_note`` of a vectorised seed trained with dropout > 0.
 DROPOUT_NOTE = ("dropout masks drawn per seed from the group's one RNG stream (vmap randomness='different'), "
@@ -230,7 +233,7 @@ class _Group:
                                                       task=task_rows(self.task, cfg.train.seq_len, mc, spec.seed)))
             self.loops.append(TrainingLoop(model, cfg, self.task, device, dtype, self.clock))
         self.open_streams()
-        self.step = GroupStep(self.models, mc.pad, cfg.train.label_smoothing, cfg.train.grad_clip, device, dtype)
+        self.step = group_step(self.models, cfg, device, dtype)
         self.stack = SeedStack(self.models[0], {**self.step.params, **self.step.buffers}, mc.pad)  # live tensors
         torch.manual_seed(self.specs[0].seed)  # the group's one RNG stream (dropout)
         self.captured = None
@@ -403,7 +406,7 @@ class _Group:
         same as with a read every step), the periodic evaluations, a checkpoint when due; stops when every
         seed has stopped."""
         tc, clock, k = self.cfg.train, self.clock, len(self.specs)
-        lam = noam_lambda(self.cfg.model.d_model, tc.warmup, tc.schedule)
+        lr = lr_at(tc, self.cfg.model.d_model)  # the value LambdaLR gives the sequential trial
         start, done = self.saver.resume(self), self.done
         t0 = time.perf_counter()
         with self.saver.interrupts():
@@ -413,7 +416,7 @@ class _Group:
                     self.last = batches
                     stacked, ntokens = self._stacked(batches)
                 with clock("step"):
-                    self.step.set_lr(tc.noam_factor * lam(step - 1))
+                    self.step.set_lr(lr(step))
                     loss, gnorm = self._step(stacked, step)
                 self.pending.append((step, loss, gnorm, ntokens))
                 evaluates = bool(tc.eval_every and step % tc.eval_every == 0 and step < tc.steps)

@@ -20,7 +20,8 @@ import time
 
 from typing import Any
 
-from .config import DEFAULT_PRESET, get_preset, parse_overrides, resolve_key
+from .config import DEFAULT_PRESET, get_preset, resolve_key
+from .settings import parse_overrides
 from .errors import ConfigError
 from .experiments import plan_from_experiment, spec_from_meta
 from .experiments import run_table

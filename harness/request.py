@@ -34,7 +34,7 @@ DTYPES = ("fp32", "bf16")
 
 def override_items(overrides: Mapping[str, Any] | Iterable[str] | None) -> tuple[str, ...]:
     """``{"train.steps": 50}`` or ``["train.steps=50"]`` -> ``("train.steps=50",)``: the ``--set``
-    items a run records (values as Python literals, read back by :func:`harness.config.parse_overrides`).
+    items a run records (values as Python literals, read back by :func:`harness.settings.parse_overrides`).
 
     Raises:
         ConfigError: an item that is not a string.

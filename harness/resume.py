@@ -19,7 +19,8 @@ stored is touched. :func:`harness.launch.resume_run` turns the options into the 
 """
 from __future__ import annotations
 
-from .config import RunConfig, hash_view
+from .config import RunConfig
+from .settings import hash_view
 from .errors import HarnessError, StoreError
 from .provenance import code_changes, latest_code, write_sources
 from .registry import Variant

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from .config import hash_view
+from .settings import hash_view
 from .errors import HarnessWarning, StoreError
 from .runmeta import RunMeta
 from .trial import (GZ_SUFFIX, CorruptTrialError, TrialResult, canonical_json, key_of_file, read_trial_file,
@@ -132,7 +132,7 @@ def check_name(value: Any, what: str = "run id", error: type[Exception] = StoreE
 def config_hash(payload: Any) -> str:
     """Short stable hash of a JSON-able payload (the resolved config of a run). A run config
     (``{"model": ..., "train": ...}``) is hashed with renamed keys under their old names
-    (:func:`harness.config.hash_view`), so a rename keeps stored runs resumable."""
+    (:func:`harness.settings.hash_view`), so a rename keeps stored runs resumable."""
     if isinstance(payload, dict) and payload and set(payload) <= {"model", "train"}:
         payload = hash_view(payload)
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:12]

@@ -13,8 +13,8 @@ trial holds:
 * scalars, x = the training step: ``train/loss`` and ``train/grad_norm`` (the label-smoothed
   training loss and the gradient norm before clipping, as the curve stores them: per step, or
   ``log_every``-step means), ``train/learning_rate`` (the schedule's rate at
-  each logged step: ``noam_factor`` x :func:`harness.schedule.noam_lambda`, computed from the trial's
-  config, since the curve does not store it), ``heldout/ce`` (nats/token), ``heldout/exact_match``
+  each logged step: :func:`harness.schedule.lr_at`, computed from the trial's config, since the
+  curve does not store it), ``heldout/ce`` (nats/token), ``heldout/exact_match``
   and, where the task scores them, ``heldout/wer`` and ``heldout/per``; any other number a curve
   point carries (a plugin task's metric, a gradient norm) as ``train/<name>`` or ``heldout/<name>``;
 * hparams (the HParams tab): the variant, seed, sweep point, task, each slot's component and the
@@ -85,14 +85,13 @@ def learning_rate(config: dict) -> Callable[[int], float] | None:
     """lr at (1-based) training step t: the rate LambdaLR set before that step, or None (an
     unreadable config)."""
     from .config import RunConfig
-    from .schedule import noam_lambda
+    from .schedule import lr_at
 
     try:
         cfg = RunConfig.from_dict(config)
     except Exception:  # noqa: BLE001 - an old or foreign config: no learning-rate curve
         return None
-    rate = noam_lambda(cfg.model.d_model, cfg.train.warmup, cfg.train.schedule)
-    return lambda t: cfg.train.noam_factor * rate(t - 1)
+    return lr_at(cfg.train, cfg.model.d_model)
 
 
 def curve_scalars(point: dict, lr: Callable[[int], float] | None) -> dict[str, float]:

@@ -5,10 +5,11 @@ A *trial* is one variant x one seed x one config on one device. :func:`run_trial
 metrics row and its loss curve (the same function serves in-process, process-pool and Ray
 execution; a worker rebuilds the spec from its dict: :mod:`harness.executors`).
 
-Training (identical for every variant): Adam(beta = (0.9, 0.98), eps = 1e-9) (Vaswani et al.
-2017 §5.3; PyTorch's fused implementation where the device supports it, same update rule)
-with the Noam schedule through ``LambdaLR`` (the Annotated Transformer's ``rate``:
-noam_factor * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5), step counted from 1);
+Training (identical for every variant): the config's recipe (:mod:`harness.recipe`): Adam(beta =
+(0.9, 0.98), eps = 1e-9) (Vaswani et al. 2017 §5.3) or AdamW, PyTorch's fused implementation where
+the device supports it, with the config's schedule through ``LambdaLR`` (:mod:`harness.schedule`;
+by default the Annotated Transformer's ``rate``: noam_factor * d_model^-0.5 * min(step^-0.5, step *
+warmup^-1.5), step counted from 1);
 ``F.cross_entropy(..., ignore_index=pad, label_smoothing=eps)`` in float32 (note: PyTorch
 spreads eps over all V classes, the Annotated ``LabelSmoothing`` over V - 2); held-out
 scores from prefix-only forwards (exact match: the event that greedy decoding gets every label
@@ -41,9 +42,9 @@ from .errors import failure_reason
 from .measure import measure
 from .metrics import row_values
 from .model import build_model, unique_parameter_count
+from .recipe import make_optimizer
 from .registry import Variant
 from .saved import keep_weights
-from .schedule import noam_lambda
 from .tasks.base import Batch, Task, future_leak, loss_fn
 from .track import TrialTracking, trial_tracking
 from .trial import FAILED, TrialResult, TrialSpec, registry_for
@@ -104,24 +105,6 @@ LEAK_ROWS = 64  #: fresh held-out sequences of each evaluation's future-leak che
 #: process run slower -- allocator, lazily built kernels, cold caches); all steps count when a
 #: trial runs no more than this many.
 WARMUP_STEPS = 10
-
-def make_optimizer(model: torch.nn.Module, cfg: RunConfig):
-    """``(optimizer, scheduler)``: Adam(betas=(0.9, 0.98), eps=1e-9) and the LambdaLR schedule of
-    ``cfg`` (Vaswani §5.3).
-
-    Uses ``fused=True`` (one kernel per parameter; on CPU 2x faster than ``foreach``) and
-    falls back to ``foreach=True`` where the device or a parameter's dtype has no fused kernel.
-    """
-    tc = cfg.train
-    kwargs = dict(lr=tc.noam_factor, betas=(0.9, 0.98), eps=1e-9)  # LambdaLR multiplies it by the Noam rate
-    params = list(model.parameters())
-    try:
-        opt = torch.optim.Adam(params, fused=True, **kwargs)
-    except (RuntimeError, ValueError):  # no fused kernel for this device / dtype
-        opt = torch.optim.Adam(params, foreach=True, **kwargs)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, noam_lambda(cfg.model.d_model, tc.warmup, tc.schedule))
-    return opt, sched
-
 
 def train_step(model, batch: Batch, opt, sched, cfg: RunConfig, device: torch.device, dtype: str = "fp32",
                clock: Callable[[str], None] | None = None) -> tuple[float, float]:

@@ -11,8 +11,9 @@ trial:
 - gradient norm per seed (the 2-norm of the seed's gradients, as ``clip_grad_norm_`` computes it,
   up to float rounding: one reduction over the seed's row instead of a norm of per-tensor norms)
   and clipping to ``train.grad_clip`` per seed (``max_norm / (norm + 1e-6)``, clamped to 1);
-- Adam per seed (:class:`StackedAdam`: its moments and step count are rows of stacked tensors),
-  with the learning rate a tensor (the Noam multiplier of ``LambdaLR``), so the step holds no
+- Adam or AdamW per seed (:class:`StackedAdam`: its moments and step count are rows of stacked
+  tensors; AdamW's decoupled weight decay on the columns of the decayed parameters), with the
+  learning rate a tensor (the schedule's value, :func:`harness.schedule.lr_at`), so the step holds no
   Python number that changes between steps and can be captured as a CUDA graph;
 - all of it on flat storage (:class:`FlatRows`): the parameters are views into one (K, N) buffer
   per dtype, and the gradients are gathered into one, so the norm, the clipping and Adam are a
@@ -48,7 +49,7 @@ from torch.nn import functional as F
 
 from .tasks.base import Batch, loss_fn
 
-#: Adam's hyper-parameters of every trial (Vaswani et al. 2017 §5.3; :func:`harness.train.make_optimizer`).
+#: Adam's hyper-parameters of every trial (Vaswani et al. 2017 §5.3; :func:`harness.recipe.make_optimizer`).
 BETAS, EPS = (0.9, 0.98), 1e-9
 #: What ``torch.nn.utils.clip_grad_norm_`` adds to the norm before dividing.
 CLIP_EPS = 1e-6
@@ -95,35 +96,47 @@ class FlatRows:
 
 
 class StackedAdam:
-    """Adam (bias-corrected, ``betas`` = (0.9, 0.98), ``eps`` = 1e-9) on stacked parameters: row k
-    of every tensor is seed k's, with its own first and second moments and its own step count.
+    """Adam (bias-corrected, ``betas`` = (0.9, 0.98), ``eps`` = 1e-9) on stacked parameters, or AdamW
+    with ``weight_decay`` > 0: row k of every tensor is seed k's, with its own first and second moments
+    and its own step count.
 
     The update is PyTorch's (``torch.optim.Adam``'s single-tensor rule): m <- lerp(m, g, 1 - b1),
-    v <- b2 v + (1 - b2) g^2, p <- p - lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps), with
-    ``lr`` a 0-dim tensor and a (K,) bool ``mask``: a seed whose row is False keeps its parameters,
-    moments and step count (``torch.where``; no Python branch, no sync). It runs on the flat
-    buffers of a :class:`FlatRows` (about 15 ops per dtype, whatever the number of tensors) and
-    updates them in place, so the tensors' storage never changes (a captured graph replays on the
-    same memory).
+    v <- b2 v + (1 - b2) g^2, p <- p - lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps); with
+    ``weight_decay`` lambda > 0 (``torch.optim.AdamW``) p is first multiplied by 1 - lr * lambda in the
+    columns of the decayed parameters (a 0/1 column mask per buffer; 1 - lr * lambda * 0 = 1 elsewhere).
+    ``lr`` is a 0-dim tensor and ``mask`` a (K,) bool: a seed whose row is False keeps its parameters,
+    moments and step count (``torch.where``; no Python branch, no sync). It runs on the flat buffers
+    of a :class:`FlatRows` (about 15 ops per dtype, whatever the number of tensors; 3 more with weight
+    decay) and updates them in place, so the tensors' storage never changes (a captured graph replays
+    on the same memory).
 
     Args:
         params: the stacked parameters (updated in place by :meth:`step`).
+        weight_decay: AdamW's lambda (0: Adam).
+        decayed: the names (of ``params.views``) that weight decay applies to.
 
     Attributes:
         m, v: name -> (K, ...) views of the moments; t: (K,) float32 steps taken; moments: the
-        :class:`FlatRows` of m and v.
+        :class:`FlatRows` of m and v; decay: per buffer a (1, N_d) 0/1 mask of the decayed columns (None
+        without weight decay).
     """
 
-    def __init__(self, params: FlatRows):
+    def __init__(self, params: FlatRows, weight_decay: float = 0.0, decayed: set[str] | frozenset = frozenset()):
         self.params = params
         self._m, self._v = params.zeros_like(), params.zeros_like()
         self.m, self.v = self._m.views, self._v.views
         self.moments = (self._m, self._v)  # the flat storage of m and v (a checkpoint copies into it)
         first = params.buffers[0]
         self.t = torch.zeros(first.size(0), dtype=torch.float32, device=first.device)  # (K,) steps taken
+        self.weight_decay = float(weight_decay)
+        self.decay: list[torch.Tensor] | None = None
+        if self.weight_decay and set(decayed) & set(params.views):
+            self.decay = [torch.cat([torch.full((1, math.prod(params.shapes[n][1:])), float(n in decayed),
+                                                dtype=buf.dtype, device=buf.device) for n in names], dim=1)
+                          for names, buf in zip(params.groups, params.buffers)]  # (1, N_d) each
 
     def step(self, grads: list[torch.Tensor], lr: torch.Tensor, mask: torch.Tensor) -> None:
-        """One masked Adam step. Shape: grads: per buffer of :attr:`params` (K, N_d) (its
+        """One masked Adam (AdamW) step. Shape: grads: per buffer of :attr:`params` (K, N_d) (its
         :meth:`FlatRows.gather`); lr (); mask (K,) bool."""
         b1, b2 = BETAS
         t = self.t + mask.to(self.t.dtype)  # (K,)
@@ -131,14 +144,16 @@ class StackedAdam:
         step_size = (lr / (1.0 - torch.pow(b1, tc)))[:, None]  # (K, 1)
         bc2_sqrt = (1.0 - torch.pow(b2, tc)).sqrt()[:, None]  # (K, 1)
         keep = mask[:, None]  # (K, 1)
-        for p, g, m_old, v_old in zip(self.params.buffers, grads, self._m.buffers, self._v.buffers):
+        decay = self.decay or [None] * len(grads)
+        for p, g, m_old, v_old, d in zip(self.params.buffers, grads, self._m.buffers, self._v.buffers, decay):
             g = g.to(p.dtype)
             m = m_old.lerp(g, 1.0 - b1)  # (K, N) each; the in-place steps below reuse these temporaries
             v = v_old.mul(b2).addcmul_(g, g, value=1.0 - b2)
             step = m.div(v.sqrt().div_(bc2_sqrt).add_(EPS)).mul_(step_size)
             torch.where(keep, m, m_old, out=m_old)  # a masked row keeps its state (bitwise)
             torch.where(keep, v, v_old, out=v_old)
-            torch.where(keep, p - step, p, out=p)
+            moved = p - step if d is None else p.mul(1.0 - (lr * self.weight_decay) * d).sub_(step)
+            torch.where(keep, moved, p, out=p)
         self.t.copy_(t)
 
 
@@ -203,6 +218,8 @@ class GroupStep:
             copied (the models themselves are not trained: :meth:`load` writes a seed's row back).
         pad, smoothing, grad_clip: the loss's pad id and label smoothing; ``train.grad_clip``.
         device, dtype: where it runs; ``"fp32"`` or ``"bf16"`` (autocast around the forward).
+        weight_decay, decayed: AdamW's lambda and the parameter names it applies to (:class:`StackedAdam`;
+            :func:`harness.recipe.group_step` gives the config's).
 
     Attributes:
         params, buffers: name -> (K, ...) stacked tensors.
@@ -211,7 +228,8 @@ class GroupStep:
     """
 
     def __init__(self, models: list[torch.nn.Module], pad: int, smoothing: float, grad_clip: float,
-                 device: torch.device, dtype: str = "fp32"):
+                 device: torch.device, dtype: str = "fp32", weight_decay: float = 0.0,
+                 decayed: set[str] | frozenset = frozenset()):
         self.k, self.grad_clip, self.device = len(models), float(grad_clip), device
         params, buffers = stack_module_state(models)
         frozen = {n for n, p in models[0].named_parameters() if not p.requires_grad}  # Adam never sees them
@@ -221,7 +239,7 @@ class GroupStep:
         self.buffers.update({n: params[n].detach().clone() for n in frozen})
         self.base = copy.deepcopy(models[0]).to("meta")
         self.base.train()
-        self.adam = StackedAdam(self.flat)
+        self.adam = StackedAdam(self.flat, weight_decay, decayed)
         self.active = torch.ones(self.k, dtype=torch.bool, device=device)
         self.lr = torch.zeros((), dtype=torch.float32, device=device)
 

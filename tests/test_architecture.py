@@ -172,7 +172,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("harness.request", "harness.runner", "harness.executors", "harness.limits", "harness.resume", "harness.beside"),
     ("harness.train", "harness.group", "harness.vprobe", "harness.vstep", "harness.measure", "harness.perf",
      "harness.progress", "harness.saved",
-     "harness.tboard", "harness.track", "harness.schedule",
+     "harness.tboard", "harness.track", "harness.recipe",
      "harness.checkpoint", "harness.vcheckpoint"),
     ("harness.report", "harness.stats", "harness.overview"),
     ("harness.checks", "harness.testing"),
@@ -181,7 +181,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("harness.model",),
     ("harness.registry", "harness.slots", "harness.plugins", "harness.hookspecs"),
     ("harness.tasks",),
-    ("harness.config", "harness.errors", "harness.env", "harness.metrics", "harness.workers"),
+    ("harness.config", "harness.settings", "harness.schedule", "harness.errors", "harness.env", "harness.metrics",
+     "harness.workers"),
 ]
 
 #: Upward imports allowed, (importer, imported) by name prefix, each with its reason. Keep it short.

@@ -141,9 +141,23 @@ def _catalogue(tmp: Path) -> dict[str, tuple[list[str], str]]:
         "set_vocab_too_small": ([*base, "--set", "model.vocab=2"], "vocab must be >= 3"),
         "set_unknown_key": ([*base, "--set", "model.dmodel=32"], "did you mean 'model.d_model'"),
         "set_alias_learning_rate": ([*base, "--set", "train.learning_rate=1"],
-                                    "'learning_rate' is called 'train.noam_factor' here (the Noam factor, not a "
-                                    "learning rate"),
-        "set_alias_bare_lr": ([*base, "--set", "lr=0.5"], "'lr' is called 'train.noam_factor'"),
+                                    "'learning_rate' is called 'train.lr' here (the peak learning rate of every "
+                                    "schedule but noam, which takes train.noam_factor)"),
+        "set_alias_factor": ([*base, "--set", "train.factor=1"],
+                             "'factor' is called 'train.noam_factor' here (the Noam factor, not a learning rate"),
+        "set_bare_lr": ([*base, "--set", "lr=0.5"], "config key 'lr' needs its section; did you mean 'train.lr'"),
+        "set_lr_with_noam": ([*base, "--set", "train.lr=0.001"],
+                             "train.lr=0.001 is a peak learning rate, which the noam schedule does not take (train.lr "
+                             "once set the Noam factor: a peak step size of 0.001 * 16^-0.5 * 10^-0.5 = 7.91e-05); "
+                             "for a peak of 0.001 set train.noam_factor=0.01265, or keep train.lr and choose "
+                             "train.schedule=cosine, linear, wsd or constant"),
+        "set_weight_decay_with_adam": ([*base, "--set", "train.weight_decay=0.1"],
+                                       "adam takes none: set train.optimizer=adamw"),
+        "set_unknown_schedule": ([*base, "--set", "train.schedule=cosin"],
+                                 "schedule must be one of noam, constant, cosine, linear, wsd, got 'cosin'"),
+        "set_min_lr_with_noam": ([*base, "--set", "train.min_lr=0.0001"], "the noam schedule does not decay to it"),
+        "set_warmup_past_the_end": ([*base, "--set", "train.schedule=cosine", "--set", "train.warmup=20"],
+                                    "the cosine schedule's warm-up (20 steps) must end before its decay starts"),
         "set_alias_heads": ([*base, "--set", "model.heads=2"], "'heads' is called 'model.h' here"),
         "set_alias_layers": ([*base, "--set", "model.layers=2"], "'layers' is called 'model.N' here"),
         "set_alias_d_ffn": ([*base, "--set", "model.d_ffn=64"], "'d_ffn' is called 'model.d_ff' here"),
@@ -227,7 +241,9 @@ def _catalogue(tmp: Path) -> dict[str, tuple[list[str], str]]:
 CASE_IDS = [  # the fixture builds each case's paths; the ids are fixed here for parametrize
     "unknown_variant", "unknown_variant_glob", "unknown_slot", "unknown_component", "set_wrong_type",
     "set_out_of_range", "set_d_model_not_divisible_by_h", "set_vocab_too_small", "set_unknown_key",
-    "set_alias_learning_rate", "set_alias_bare_lr", "set_alias_heads", "set_alias_layers", "set_alias_d_ffn",
+    "set_alias_learning_rate", "set_alias_factor", "set_bare_lr", "set_lr_with_noam", "set_weight_decay_with_adam",
+    "set_unknown_schedule", "set_min_lr_with_noam", "set_warmup_past_the_end", "set_alias_heads", "set_alias_layers",
+    "set_alias_d_ffn",
     "set_key_in_other_section", "set_key_without_section", "check_set_alias",
     "set_malformed", "seeds_zero", "unknown_preset", "unknown_experiment", "malformed_experiment",
     "results_dir_is_a_file", "results_dir_unwritable", "resume_missing_run", "resume_not_a_run",
@@ -363,25 +379,23 @@ def test_broken_plugin_warns_with_its_name_unless_strict(tmp_path):
 def test_every_alias_names_a_real_key_and_shadows_none():
     """An alias that pointed at a key that does not exist would send the user to a second error; one
     that equals a real key name would make that key unreachable."""
-    from harness.config import ALIASES, RENAMED, config_keys, resolve_key
+    from harness.config import config_keys, resolve_key
+    from harness.settings import ALIASES
 
     keys = set(config_keys())
     assert set(ALIASES.values()) <= keys
     assert not set(ALIASES) & {k.partition(".")[2] for k in keys}
     for alias, target in ALIASES.items():
         section = target.partition(".")[0]
-        if alias in RENAMED.get(section, {}):  # train.lr: the old name, read as train.noam_factor
-            assert resolve_key(f"{section}.{alias}") == tuple(target.split("."))
-            continue
         with pytest.raises(ConfigError, match=f"is called '{target}' here"):
             resolve_key(f"{section}.{alias}")
 
 
 @pytest.mark.parametrize("key,want", [
-    ("train.lr", ("train", "noam_factor")),  # the old name is read, not refused
+    ("train.lr", ("train", "lr")),  # the peak learning rate, no longer an old name of noam_factor
     ("model.N", ("model", "N")), ("train.noam_factor", ("train", "noam_factor")),
 ])
-def test_known_keys_and_old_names_resolve(key, want):
+def test_known_keys_resolve(key, want):
     from harness.config import resolve_key
 
     assert resolve_key(key) == want
@@ -397,8 +411,12 @@ def test_unknown_key_without_any_close_key_lists_the_keys():
 
 
 def test_an_alias_is_never_applied_silently():
-    """``learning_rate=1e-3`` must not become a Noam factor of 1e-3 (a step size ~1000x too small)."""
+    """``learning_rate=1e-3`` must not become a Noam factor of 1e-3 (a step size ~1000x too small), and
+    ``train.lr`` is never read as one: with the noam schedule it is refused, elsewhere it is the peak."""
     cfg = get_preset("tiny")
     with pytest.raises(ConfigError):
         cfg.override({"train.learning_rate": 1e-3})
-    assert cfg.override({"train.lr": 0.5}).train.noam_factor == 0.5
+    with pytest.raises(ConfigError):
+        cfg.override({"train.lr": 0.5})
+    cosine = cfg.override({"train.lr": 0.5, "train.schedule": "cosine"})
+    assert cosine.train.lr == 0.5 and cosine.train.noam_factor == cfg.train.noam_factor

@@ -64,15 +64,29 @@ def test_a_report_says_when_the_run_changed_what_its_experiment_file_sets():
 
 
 def test_sweep_is_a_full_factorial_with_short_and_dotted_keys(tmp_path, registry):
-    p = write(tmp_path, "sw", TINY.format(extra='[config]\ntrain.steps = 7\n[sweep]\nlr = [0.5, 1.0]\n"model.N" = [1, 2, 3]'))
+    p = write(tmp_path, "sw", TINY.format(extra='[config]\ntrain.steps = 7\n[sweep]\nnoam_factor = [0.5, 1.0]\n'
+                                                '"model.N" = [1, 2, 3]'))
     exp = ex.load_experiment(p)
     points = exp.points()
-    assert [n for n, _ in points][:2] == ["lr=0.5,N=1", "lr=0.5,N=2"] and len(points) == 6
+    assert [n for n, _ in points][:2] == ["noam_factor=0.5,N=1", "noam_factor=0.5,N=2"] and len(points) == 6
     assert {(c.train.noam_factor, c.model.N, c.train.steps) for _, c in points} == \
         {(lr, n, 7) for lr in (0.5, 1.0) for n in (1, 2, 3)}
     plan = ex.plan_from_experiment(str(p), registry, args(overrides=["seeds=3", "train.steps=4"]))
     assert plan.seeds == [0, 1, 2]
     assert all(c.train.steps == 4 for _, c in plan.points)
+
+
+def test_a_learning_rate_sweep_is_the_peak_lr_of_a_decaying_schedule_and_refused_with_noam(tmp_path):
+    """``lr`` in a sweep is ``train.lr``: the peak of ``cosine``; with the preset's ``noam`` schedule every
+    point is refused, in one line naming the file and the key, before anything trains."""
+    p = write(tmp_path, "lr", TINY.format(extra='[config]\ntrain.schedule = "cosine"\n[sweep]\nlr = [3e-4, 3e-3]'))
+    points = ex.load_experiment(p).points()
+    assert [(n, c.train.lr, c.train.schedule) for n, c in points] == [("lr=0.0003", 3e-4, "cosine"),
+                                                                       ("lr=0.003", 3e-3, "cosine")]
+    p = write(tmp_path, "noam", TINY.format(extra="[sweep]\nlr = [3e-4, 3e-3]"))
+    with pytest.raises(ex.ExperimentError) as err:
+        ex.load_experiment(p)
+    assert "noam.toml" in str(err.value) and "sweep.train.lr" in str(err.value) and "noam_factor" in str(err.value)
 
 
 @pytest.mark.parametrize("body,needle", [
@@ -102,7 +116,7 @@ def test_malformed_files_give_one_line_naming_file_and_key(tmp_path, body, needl
 
 def test_experiments_command_lists_and_reports_a_broken_file(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    write(tmp_path, "good", TINY.format(extra="[sweep]\nlr = [0.5, 1.0]"))
+    write(tmp_path, "good", TINY.format(extra="[sweep]\nnoam_factor = [0.5, 1.0]"))
     write(tmp_path, "broken", TINY.format(extra="[sweep]\nlr = 0.5"))
     assert cli.main(["experiments"]) == 2
     out, err = capsys.readouterr()
@@ -112,7 +126,7 @@ def test_experiments_command_lists_and_reports_a_broken_file(tmp_path, monkeypat
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1 and "broken.toml" in lines[0] and "sweep.lr" in lines[0]
     assert cli.main(["experiments", "good"]) == 0
-    assert "lr=0.5" in capsys.readouterr().out
+    assert "noam_factor=0.5" in capsys.readouterr().out
 
 
 def test_lookup_prefers_the_current_directory_then_the_repository(tmp_path, monkeypatch):
@@ -188,7 +202,7 @@ def test_train_experiment_end_to_end_with_failure_analysis_and_claims(tmp_path, 
 [config]
 train.steps = 5
 [sweep]
-lr = [0.5, 1.0]
+noam_factor = [0.5, 1.0]
 [analysis]
 fail_if_below = { exact_match = 0.5 }
 [[claim]]
@@ -214,7 +228,7 @@ expected = "4*d_model"
     assert "## Where this miniature departs from the paper" in text and "No run diverged" in text
     # pre-norm adds the two final LayerNorms: 2 x (weight + bias) x d_model
     assert "**reproduced**: params" in text
-    assert "| lr=0.5 " in text and "## Sweep" in text
+    assert "| noam_factor=0.5 " in text and "## Sweep" in text
 
 
 def test_grad_norm_experiment_with_a_bad_parameter_is_refused_before_a_folder_exists(tmp_path, monkeypatch, capsys):

@@ -50,8 +50,9 @@ MAX_EXAMPLES = int(os.environ.get("HARNESS_FUZZ_EXAMPLES", "250"))
 MIN_EXAMPLES = min(MAX_EXAMPLES, 600)  # fewer means Hypothesis rejected too much: the strategies are wrong
 
 MODEL_KEYS = ["N", "d_model", "h", "d_ff", "dropout", "vocab", "pad", "max_len"]
-TRAIN_KEYS = ["task", "seq_len", "batch", "steps", "lr", "noam_factor", "warmup", "schedule", "label_smoothing", "eval_every",
-              "eval_sequences", "eval_seed", "grad_clip", "stop_at_solved"]
+TRAIN_KEYS = ["task", "seq_len", "batch", "steps", "optimizer", "weight_decay", "decay_all", "lr", "noam_factor", "warmup",
+              "schedule", "min_lr", "decay_fraction", "label_smoothing", "eval_every", "eval_sequences", "eval_seed",
+              "grad_clip", "stop_at_solved"]
 
 
 # ------------------------------------------------------------------------------------ fakes
@@ -497,7 +498,9 @@ REAL_SETS = st.lists(st.one_of(
                      "train.task=reverse", "train.task=sort", "train.task=copy_length", "train.seq_len=2",
                      "train.seq_len=1", "train.seq_len=3", "train.batch=1", "train.eval_every=0",
                      "train.eval_every=1", "train.eval_sequences=1", "train.label_smoothing=0.9",
-                     "train.grad_clip=0.5", "train.stop_at_solved=True", "train.lr=1000.0", "train.warmup=1"]),
+                     "train.grad_clip=0.5", "train.stop_at_solved=True", "train.noam_factor=1000.0", "train.warmup=1",
+                     "train.schedule=cosine", "train.schedule=wsd", "train.schedule=linear", "train.lr=0.01",
+                     "train.optimizer=adamw", "train.weight_decay=0.5", "train.decay_all=True", "train.min_lr=0.001"]),
     st.integers(1, 3).map(lambda n: f"train.steps={n}")), max_size=5)
 
 
@@ -511,7 +514,9 @@ def test_fuzzed_configs_train_for_real(tmp_path_factory, capsys):
               phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink])
     @given(sets=REAL_SETS, variant=st.sampled_from(["baseline", "pre_norm", "d2l_attention", "seed_001"]))
     @example(sets=["train.task=copy_fixed", "train.seq_len=1"], variant="baseline")  # was a ZeroDivisionError
-    @example(sets=["model.d_model=2", "model.h=2", "model.d_ff=1", "train.lr=1000.0"], variant="seed_001")
+    @example(sets=["model.d_model=2", "model.h=2", "model.d_ff=1", "train.noam_factor=1000.0"], variant="seed_001")
+    @example(sets=["train.schedule=cosine", "train.warmup=1", "train.optimizer=adamw", "train.lr=0.01"],
+             variant="pre_norm")
     def real(sets, variant):
         cases["n"] += 1
         results = tmp_path_factory.mktemp("real")

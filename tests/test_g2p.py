@@ -14,7 +14,8 @@ import pytest
 import torch
 
 import harness
-from harness.config import RunConfig, config_keys, get_preset, hash_view
+from harness.config import RunConfig, config_keys, get_preset
+from harness.settings import hash_view
 from harness.errors import ConfigError
 from harness.launch import resolve_config
 from harness.model import build_model

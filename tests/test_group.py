@@ -49,11 +49,25 @@ def on_off(tmp_path_factory):
     return out
 
 
+@pytest.fixture(scope="module")
+def adamw_cosine(tmp_path_factory):
+    """As :func:`on_off` with AdamW (weight decay 0.1, no decay on biases, norms and embeddings) and the
+    cosine schedule (warm-up 10 steps to lr 3e-3, down to 0 at step 20)."""
+    tmp = tmp_path_factory.mktemp("vec_adamw")
+    recipe = {"train.optimizer": "adamw", "train.weight_decay": 0.1, "train.schedule": "cosine", "train.lr": 3e-3}
+    return {mode: harness.run(variants=["baseline", "pre_norm"], seeds=4, preset="tiny", device="cpu", jobs=1,
+                              threads=1, vectorize_seeds=mode, results_dir=tmp, run_id=mode, check=False,
+                              overrides=recipe)
+            for mode in ("on", "off")}
+
+
 def _trials(folder) -> dict:
     return {(t.row["variant"], t.row["seed"]): t for t in RunStore.open(folder).load_trials()}
 
 
-def test_vectorised_seeds_equal_their_sequential_trials(on_off):
+@pytest.mark.parametrize("runs", ["on_off", "adamw_cosine"])
+def test_vectorised_seeds_equal_their_sequential_trials(runs, request):
+    on_off = request.getfixturevalue(runs)
     on, off = _trials(on_off["on"]), _trials(on_off["off"])
     assert on.keys() == off.keys() and len(on) == 8
     for key, v in on.items():
@@ -222,6 +236,35 @@ def test_stacked_adam_with_a_tensor_lr_equals_torch_adam():
     assert torch.equal(mine["w"][2], rows[2]) and not adam.m["w"][2].any()
     torch.testing.assert_close(mine["b"], mine["w"][:, 0], rtol=0, atol=0)  # the same update in another view
     assert mine["w"].untyped_storage().data_ptr() == flat.buffers[0].untyped_storage().data_ptr()
+
+
+def test_stacked_adamw_decays_only_the_decayed_columns_as_torch_adamw():
+    """With weight decay, row k of the stacked update is torch.optim.AdamW on seed k's decayed tensor
+    and torch.optim.Adam on the others (weight_decay 0: the same tensors bitwise as without decay)."""
+    g = torch.Generator().manual_seed(2)
+    w, b = torch.randn(2, 3, 5, generator=g), torch.randn(2, 5, generator=g)
+    flat, plain = FlatRows({"w": w, "b": b}), FlatRows({"w": w, "b": b})
+    adamw, adam = StackedAdam(flat, 0.1, {"w"}), StackedAdam(plain)
+    assert [d.tolist() for d in adamw.decay] == [[[1.0] * 15 + [0.0] * 5]] and adam.decay is None
+    ref_w = [torch.nn.Parameter(w[k].clone()) for k in range(2)]
+    ref_b = [torch.nn.Parameter(b[k].clone()) for k in range(2)]
+    opts = [torch.optim.AdamW([{"params": [pw], "weight_decay": 0.1}, {"params": [pb], "weight_decay": 0.0}], lr=1.0,
+                              betas=(0.9, 0.98), eps=1e-9, foreach=False) for pw, pb in zip(ref_w, ref_b)]
+    mask = torch.tensor([True, True])
+    for lr in (0.01, 0.03, 0.02):
+        gw, gb = torch.randn(2, 3, 5, generator=g), torch.randn(2, 5, generator=g)
+        for k, opt in enumerate(opts):
+            for group in opt.param_groups:
+                group["lr"] = lr
+            ref_w[k].grad, ref_b[k].grad = gw[k].clone(), gb[k].clone()
+            opt.step()
+        for st, fl in ((adamw, flat), (adam, plain)):
+            st.step(fl.gather({"w": gw, "b": gb}), torch.tensor(lr), mask)
+    for k in range(2):
+        torch.testing.assert_close(flat.views["w"][k], ref_w[k].detach(), rtol=1e-6, atol=1e-7)
+        torch.testing.assert_close(flat.views["b"][k], ref_b[k].detach(), rtol=1e-6, atol=1e-7)
+    assert torch.equal(flat.views["b"], plain.views["b"])  # an undecayed column: Adam's update, bitwise
+    assert not torch.allclose(flat.views["w"], plain.views["w"], rtol=1e-6, atol=1e-7)  # the decay moved w
 
 
 def test_flat_rows_keep_one_buffer_per_dtype_and_the_norm_spans_them():
@@ -567,10 +610,15 @@ def test_groups_in_worker_processes_equal_groups_in_this_process():
     assert all(got[ts.key].row["vectorized"] == 0 and got[ts.key].row["status"] == "ok" for ts in odd)
 
 
+#: The default recipe and AdamW with the cosine schedule (weight decay on a column mask, a decaying lr tensor).
+RECIPES = [{}, {"train.optimizer": "adamw", "train.weight_decay": 0.1, "train.schedule": "cosine", "train.lr": 3e-3}]
+
+
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_a_cuda_group_equals_its_sequential_trials():
-    cfg = get_preset("tiny").override({"train.steps": 20})
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_a_cuda_group_equals_its_sequential_trials(recipe):
+    cfg = get_preset("tiny").override({"train.steps": 20, **recipe})
     specs = [TrialSpec("baseline", s, cfg.to_dict(), device="cuda") for s in range(4)]
     grouped, alone = group_mod.run_group(specs), [train_mod.run_trial(s) for s in specs]
     for g, a in zip(grouped, alone):
@@ -581,10 +629,11 @@ def test_a_cuda_group_equals_its_sequential_trials():
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("k", [1, 4])
-def test_a_captured_group_equals_the_uncaptured_one(monkeypatch, k):
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_a_captured_group_equals_the_uncaptured_one(monkeypatch, k, recipe):
     """The CUDA-graph step (one graph for the copy task's fixed shapes) gives the eager group's rows;
     a captured group of one (no vmap: the main job's groups) gives its sequential trial's."""
-    cfg = get_preset("tiny").override({"train.steps": 30, "train.eval_every": 10, "train.log_every": 5})
+    cfg = get_preset("tiny").override({"train.steps": 30, "train.eval_every": 10, "train.log_every": 5, **recipe})
     specs = [TrialSpec("baseline", s, cfg.to_dict(), device="cuda") for s in range(k)]
     captured = group_mod.run_group(specs)
     monkeypatch.setenv(vprobe.CAPTURE_ENV, "off")

@@ -532,7 +532,8 @@ def test_compare_lists_real_config_differences_not_keys_added_or_renamed_since()
     differs, or an added key away from its default, is still listed."""
     from types import SimpleNamespace
 
-    from harness.config import ADDED, get_preset
+    from harness.config import get_preset
+    from harness.settings import ADDED
     from harness.report.compare import config_differences
 
     today = get_preset("quick").to_dict()

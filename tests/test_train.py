@@ -15,6 +15,8 @@ from harness.checks.probes import integrity_reasons
 from harness.config import get_preset
 from harness.env import autocast, environment, peak_mem_mb, reset_peak_mem, trial_settings
 from harness.model import build_model
+from harness.recipe import make_optimizer
+from harness.schedule import noam_lambda
 from harness.tasks.base import END, PAD, Task, evaluate, future_leak, greedy_exact_match, loss_fn
 from harness.tasks.copy import exact_match, greedy_decode
 
@@ -139,7 +141,7 @@ def test_a_leaky_decoder_is_invalid_and_scored_without_the_future(registry):
 def test_train_step_skips_the_update_when_the_loss_is_not_finite(registry):
     cfg = get_preset("tiny")
     model = build_model(registry, registry.variants["baseline"], cfg.model, seed=0)
-    opt, sched = T.make_optimizer(model, cfg)
+    opt, sched = make_optimizer(model, cfg)
     with torch.no_grad():
         model.embed.generator.bias[0] = float("nan")
     before = {k: v.clone() for k, v in model.state_dict().items()}
@@ -154,9 +156,10 @@ def test_train_step_skips_the_update_when_the_loss_is_not_finite(registry):
 def test_train_step_phases_and_optimizer(registry):
     cfg = get_preset("tiny")
     model = build_model(registry, registry.variants["baseline"], cfg.model, seed=0)
-    opt, sched = T.make_optimizer(model, cfg)
+    opt, sched = make_optimizer(model, cfg)
     assert opt.defaults["fused"] is True and opt.defaults["betas"] == (0.9, 0.98) and opt.defaults["eps"] == 1e-9
-    assert opt.param_groups[0]["lr"] == pytest.approx(cfg.train.noam_factor * T.noam_lambda(cfg.model.d_model, cfg.train.warmup)(0))
+    assert opt.param_groups[0]["lr"] == pytest.approx(cfg.train.noam_factor
+                                                      * noam_lambda(cfg.model.d_model, cfg.train.warmup)(0))
     phases = []
     batch = make_batch(cfg.train.task, 4, cfg.train.seq_len, cfg.model.vocab, torch.Generator().manual_seed(0))
     w = model.embed.generator.weight.detach().clone()
@@ -271,10 +274,11 @@ def test_a_leaky_decoder_is_scored_on_prefix_only_forwards(registry):
     assert gap > 100 * thr and state <= thr
 
 
-def test_the_noam_factor_is_read_under_its_old_name_lr_and_keeps_the_config_hash():
-    """``TrainConfig.lr`` was renamed ``noam_factor`` (it is the Noam schedule's factor, not a learning
-    rate): stored configs, experiment files and ``--set train.lr`` still work, and a run stored
-    before the rename keeps its config hash (so it can be resumed)."""
+def test_a_record_stored_with_the_old_name_lr_reads_it_as_the_noam_factor_and_keeps_its_hash():
+    """``TrainConfig.noam_factor`` was stored as ``lr`` before it was renamed (it is the Noam schedule's
+    factor, not a learning rate). A stored record of that time (every train key of then, ``lr`` among
+    them, no ``noam_factor``) still reads ``lr`` as the factor and keeps its config hash (so it can be
+    resumed); ``train.lr`` given today is the peak learning rate, refused with the noam schedule."""
     from harness.config import RunConfig
     from harness.errors import ConfigError
     from harness.store import config_hash
@@ -282,14 +286,18 @@ def test_the_noam_factor_is_read_under_its_old_name_lr_and_keeps_the_config_hash
     new = get_preset("quick")
     old = new.to_dict()
     old["train"]["lr"] = old["train"].pop("noam_factor")
-    assert RunConfig.from_dict(old) == new and new.train.noam_factor == 0.15
-    assert not hasattr(new.train, "lr")  # the old name is read from data only, not a second attribute
+    assert RunConfig.from_dict(old) == new and new.train.noam_factor == 0.15 and new.train.lr is None
     assert config_hash(old) == config_hash(new.to_dict()) == "df61d0adfdf1"  # results/reference/main-job
-    assert new.override({"train.lr": 0.3}).train.noam_factor == 0.3
     assert new.override({"train.noam_factor": 0.3}).train.noam_factor == 0.3
-    both = {**old, "train": {**old["train"], "noam_factor": 0.2}}
-    with pytest.raises(ConfigError, match="give noam_factor or its old name lr, not both"):
-        RunConfig.from_dict(both)
+    with pytest.raises(ConfigError, match="train.lr=0.3 is a peak learning rate, which the noam schedule"):
+        new.override({"train.lr": 0.3})
+    partial = {"train": {"lr": 0.3}}  # not a whole stored record: today's meaning, so refused with noam
+    with pytest.raises(ConfigError, match="noam schedule does not take"):
+        RunConfig.from_dict(partial)
+    cosine = new.override({"train.schedule": "cosine", "train.lr": 0.003})
+    assert cosine.train.lr == 0.003 and cosine.train.noam_factor == 0.15
+    assert RunConfig.from_dict(cosine.to_dict()) == cosine  # lr and noam_factor both stored: today's record
+    assert config_hash(cosine.to_dict()) != config_hash(new.override({"train.schedule": "cosine"}).to_dict())
 
 
 @pytest.mark.parametrize("steps", [25, 8])

@@ -270,7 +270,7 @@ def _settings_main(args, variant, cfg, reg, device, store, meta, log) -> int:
 
     from ..perf.bench import BenchError
     from ..perf.settings import run_settings_bench, settings_table
-    from ..config import parse_overrides
+    from ..settings import parse_overrides
     from ..store import atomic_write_text
 
     if args.dtype == "both":

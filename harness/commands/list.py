@@ -1,12 +1,16 @@
-"""``python -m harness list``: every component by slot, every variant, task and config preset, marked with its plugin
-where that is not a built-in; each table at most 120 characters wide (:func:`harness.report.terminal.wrapped_table`)."""
+"""``python -m harness list``: every component by slot, every variant, task, config preset and training-recipe
+choice (optimiser, schedule), marked with its plugin where that is not a built-in; ``list --settings``: every
+``--set`` key with its type, default and meaning (:func:`harness.settings.setting_rows`). Each table at most 120
+characters wide (:func:`harness.report.terminal.wrapped_table`)."""
 from __future__ import annotations
 
 import textwrap
 
-from ..config import PRESET_NOTES, PRESETS, TrainConfig
+from ..config import OPTIMIZERS, PRESET_NOTES, PRESETS, ModelConfig, TrainConfig
 from ..plugins import BUILTIN_MODULES
 from ..request import PLAN_DEFAULTS
+from ..schedule import SCHEDULES
+from ..settings import setting_rows
 from .common import load_registry
 
 
@@ -20,6 +24,8 @@ def register(sub, parents):
                                    "assignment, summary and source, every task and every config preset; what a "
                                    "plugin you loaded offers is marked with its name.")
     p.add_argument("--buggy", action="store_true", help="also show the faithful-bug variants")
+    p.add_argument("--settings", action="store_true",
+                   help="show every --set key (model.*, train.*) with its type, default and meaning instead")
     p.set_defaults(func=main)
 
 
@@ -31,6 +37,10 @@ def main(args) -> int:
     def say(text: str, indent: str = "") -> None:  # a note, wrapped to the tables' width
         print(textwrap.fill(text, WIDTH, initial_indent=indent, subsequent_indent=indent + "    "))
 
+    if args.settings:
+        print("Settings (--set KEY=VALUE; experiment files' [config] and [sweep] take the same keys)\n")
+        print(wrapped_table(pd.DataFrame(setting_rows({"model": ModelConfig, "train": TrainConfig})), keep=("key",)))
+        return 0
     reg = load_registry(args)
     print("Components (slot: what it decides)\n")
     for slot in reg.slots.values():
@@ -48,6 +58,8 @@ def main(args) -> int:
     print(wrapped_table(pd.DataFrame(trows, columns=["task", "summary", "source"])))
     print("\nPresets (--preset NAME; --set KEY=VALUE changes one value)\n")
     print(wrapped_table(pd.DataFrame(_preset_rows())))
+    print("\nTraining recipe (--set train.optimizer=NAME, train.schedule=NAME; every key: list --settings)\n")
+    print(wrapped_table(pd.DataFrame(_recipe_rows())))
     print()
     say(f"[plugin NAME]: offered by a plugin you installed or loaded; the rest are built in, from the modules "
         f"{', '.join(BUILTIN_MODULES)} (leave one out with -p no:NAME).")
@@ -88,6 +100,13 @@ def _preset_rows() -> list[dict]:
                      "model": f"N={m.N} d_model={m.d_model} h={m.h} d_ff={m.d_ff} dropout={m.dropout:g}",
                      "training": f"{t.task}, {t.steps} steps x batch {t.batch}"})
     return rows
+
+
+def _recipe_rows() -> list[dict]:
+    default = TrainConfig()
+    return [{"key": f"train.{key}", "choice": name + (" (default)" if getattr(default, key) == name else ""),
+             "what it does": text} for key, table in (("optimizer", OPTIMIZERS), ("schedule", SCHEDULES))
+            for name, text in table.items()]
 
 
 def _plugin(name: str) -> str:

@@ -21,8 +21,8 @@ experiments`` lists them, and the run's report gains the experiment's sections. 
     model.d_model = 32
     train.steps = 300
 
-    [sweep]                                  # full factorial; short names (lr, N) or dotted keys
-    lr = [0.5, 1.0]
+    [sweep]                                  # full factorial; short names (noam_factor, N) or dotted keys
+    noam_factor = [0.5, 1.0]
 
     [analysis]                               # optional failure definition
     fail_if_below = { exact_match = 0.5 }    # failed to converge: diverged, or exact_match < 0.5

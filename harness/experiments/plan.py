@@ -4,7 +4,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ..config import get_preset, parse_overrides
+from ..config import get_preset
+from ..settings import parse_overrides
 from ..errors import ConfigError, HarnessError, UnknownNameError
 from ..runner import Plan, check_plan_size
 from .grad_norm import check_parameter

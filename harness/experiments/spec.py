@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..config import RENAMED, ModelConfig, RunConfig, TrainConfig, get_preset
+from ..config import ModelConfig, RunConfig, TrainConfig, get_preset
 from ..errors import ConfigError, HarnessError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -27,7 +27,7 @@ CHECKS: dict[str, tuple[str, ...]] = {
     "ratio_greater": ("a", "b", "N", "min_fraction"),
 }
 MODEL_FIELDS = {f.name for f in dataclasses.fields(ModelConfig)}
-TRAIN_FIELDS = {f.name for f in dataclasses.fields(TrainConfig)} | set(RENAMED["train"])  # old names read too
+TRAIN_FIELDS = {f.name for f in dataclasses.fields(TrainConfig)}
 
 
 class ExperimentError(ConfigError):

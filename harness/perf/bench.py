@@ -52,7 +52,8 @@ from ..model import build_model, unique_parameter_count
 from ..registry import Registry, Variant
 from ..runmeta import RunMeta
 from ..tasks.base import Batch
-from ..train import make_optimizer, train_step
+from ..recipe import make_optimizer
+from ..train import train_step
 from ..trial import registry_for
 from .flops import DTYPES, count_flops, forget_operands, matmul_seconds, sync
 

@@ -31,7 +31,8 @@ import torch
 from ..config import RunConfig
 from ..registry import Registry, Variant
 from ..tasks.base import Batch
-from ..train import make_optimizer, train_step
+from ..recipe import make_optimizer
+from ..train import train_step
 
 #: (category, substrings of a lower-cased op or kernel name); the first category with a match wins.
 #: Fused attention kernels (cuDNN's ``..._sdpa_..._wgmma_...``, xformers' ``fmha_cutlass...``) come

@@ -39,8 +39,10 @@ from .flops import count_flops, matmul_seconds, sync
 from ..config import RunConfig
 from ..model import build_model, unique_parameter_count
 from ..registry import Registry, Variant
-from ..train import make_optimizer, noam_lambda, train_step
-from ..vstep import CapturedStep, GroupStep, stack_batches
+from ..recipe import group_step, make_optimizer
+from ..schedule import lr_at
+from ..train import train_step
+from ..vstep import CapturedStep, stack_batches
 
 
 def arms(group_sizes: list[int], device: torch.device, compile_mode: str | None = None) -> list[tuple[str, int]]:
@@ -65,14 +67,14 @@ class _Arm:
         self.kind, self.k, self.cfg, self.device, self.dtype = kind, k, cfg, device, dtype
         models = [build_model(registry, variant, cfg.model, seed=s).to(device) for s in range(k)]
         self.params = unique_parameter_count(models[0])
-        self.lam = noam_lambda(cfg.model.d_model, cfg.train.warmup, cfg.train.schedule)
+        self.lr = lr_at(cfg.train, cfg.model.d_model)
         self.times: list[float] = []
         self.steps = 0
         if kind == "sequential":
             self.model = models[0]
             self.opt, self.sched = make_optimizer(self.model, cfg)
             return
-        self.group = GroupStep(models, cfg.model.pad, cfg.train.label_smoothing, cfg.train.grad_clip, device, dtype)
+        self.group = group_step(models, cfg, device, dtype)
         fn = compile_model(self.group.step, compile_mode) if kind.startswith("compiled") else self.group.step
         self.run = CapturedStep(self.group, fn) if kind.endswith("captured") else fn
 
@@ -86,7 +88,7 @@ class _Arm:
         stacked = [x.to(self.device) for x in stack_batches(batches[:self.k], pad=self.cfg.model.pad)]
         if not timed:
             return lambda: self.group.step(*stacked)
-        lr = self.cfg.train.noam_factor * self.lam(self.steps - 1)
+        lr = self.lr(max(self.steps, 1))
         return lambda: (self.group.set_lr(lr), self.run(*stacked))
 
     def ops(self, batches: list) -> int | None:

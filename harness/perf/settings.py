@@ -24,7 +24,8 @@ from ..config import RunConfig
 from ..env import trial_settings
 from ..model import build_model
 from ..registry import Registry, Variant
-from ..train import make_optimizer, train_step
+from ..recipe import make_optimizer
+from ..train import train_step
 
 
 @dataclass

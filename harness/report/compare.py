@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from .. import stats
-from ..config import current_view
+from ..settings import current_view
 from ..errors import ConfigError, HarnessError
 from ..runmeta import RunMeta
 from ..store import RunStore
@@ -155,11 +155,8 @@ def compare_frames(a: pd.DataFrame, b: pd.DataFrame, metrics=DEFAULT_METRICS, to
 
 def config_differences(meta_a: RunMeta, meta_b: RunMeta) -> list[str]:
     """``section.key: A -> B`` for every config value that differs between the runs, each config read
-    as this code reads it (:func:`harness.config.current_view`): a run stored before ``model.window``
-    existed does not differ from one with ``window`` 0, nor ``train.lr`` from ``train.noam_factor``.
-
-    Raises:
-        ConfigError: a stored config names a key under both its name and its old name."""
+    as this code reads it (:func:`harness.settings.current_view`): a run stored before ``model.window``
+    existed does not differ from one with ``window`` 0, nor an old record's ``train.lr`` from ``train.noam_factor``."""
     out = []
     ca, cb = current_view(meta_a.config), current_view(meta_b.config)
     for section in sorted(set(ca) | set(cb)):

@@ -12,7 +12,10 @@ import numpy as np
 import pandas as pd
 
 from .. import stats
+from ..config import RunConfig
+from ..errors import HarnessError
 from ..runmeta import RunMeta
+from ..schedule import decay_start, peak_lr
 from ..trial import NO_RESULT
 from ..metrics import Metric, shown
 from .frames import SLOT_COLS, TRAINED, _num, baseline_note, invalid_variants, point_order, resolve_baseline, run_metrics, \
@@ -270,21 +273,43 @@ def environment_block(meta: RunMeta) -> str:
     return "\n".join(lines + code_note(meta))
 
 
-def lr_max(cfg: dict) -> float:
-    """Largest learning rate the schedule reaches in the run (Adam step size).
-
-    noam: noam_factor * d_model^-0.5 * min(s^-0.5, s * warmup^-1.5) maximised over s <= steps;
-    constant: noam_factor * d_model^-0.5 (stored configs from before the rename: ``lr``).
-    """
-    m, t = cfg.get("model", {}), cfg.get("train", {})
+def _read(cfg: dict) -> RunConfig | None:
+    """A stored config as this code reads it (an old record's ``lr`` as ``noam_factor``), or None."""
     try:
-        base = float(t.get("noam_factor", t.get("lr"))) * float(m["d_model"]) ** -0.5
-        if t.get("schedule", "noam") == "constant":
-            return base
-        s = min(int(t["steps"]), int(t["warmup"]))
-        return base * min(s ** -0.5, s * int(t["warmup"]) ** -1.5)
-    except (KeyError, TypeError, ValueError, ZeroDivisionError):
-        return float("nan")
+        return RunConfig.from_dict(cfg)
+    except (HarnessError, AttributeError, KeyError, TypeError, ValueError):
+        return None
+
+
+def lr_max(cfg: dict) -> float:
+    """Largest learning rate (Adam step size) the schedule reaches in the run
+    (:func:`harness.schedule.peak_lr`): for ``noam``, noam_factor * d_model^-0.5 * min(s^-0.5, s *
+    warmup^-1.5) at s = min(steps, warmup); for the others their peak. NaN for an unreadable config."""
+    run = _read(cfg)
+    return float("nan") if run is None else peak_lr(run.train, run.model.d_model)
+
+
+def recipe_text(cfg: dict) -> str:
+    """The training recipe of a config in words, for the report's setup line: optimiser (with its weight
+    decay and what it applies to), schedule, its warm-up, learning rate and where it decays to."""
+    run = _read(cfg)
+    if run is None:
+        t = cfg.get("train", {})
+        return f"schedule `{t.get('schedule')}`, Noam factor {t.get('noam_factor', t.get('lr'))}"
+    t, peak = run.train, f"{peak_lr(run.train, run.model.d_model):.3g}"
+    opt = f"optimiser `{t.optimizer}`"
+    if t.optimizer == "adamw":
+        opt += f" (decoupled weight decay {t.decay():g} on " + \
+            ("every parameter)" if t.decay_all else ">= 2-D weights that are not embeddings)")
+    if t.schedule == "noam":
+        sched = f"warmup {t.warmup}, Noam factor {t.noam_factor:g} -> lr_max = {peak}"
+    elif t.schedule == "constant":
+        old = "" if t.lr is not None else f" (Noam factor {t.noam_factor:g} * d_model^-0.5)"
+        sched = f"no warmup, lr = {peak}{old}"
+    else:
+        tail = "" if t.schedule != "wsd" else f", stable, then decay over the last {t.steps - decay_start(t)} steps"
+        sched = f"warmup {t.warmup} to lr_max = {peak}{tail}, down to min_lr {t.min_lr:g} at step {t.steps}"
+    return f"{opt}; schedule `{t.schedule}`, {sched}"
 
 
 def caption(meta: RunMeta, df: pd.DataFrame, baseline: str | None, metric: str | None,
@@ -302,9 +327,7 @@ def caption(meta: RunMeta, df: pd.DataFrame, baseline: str | None, metric: str |
         f"{len(seeds)} paired seed(s) per arm ({seeds}): seed i gives every variant the same data order and, "
         f"where the canonical layout is shared, the same initial weights.",
         f"Budget: {t.get('steps')} optimiser steps x {t.get('batch')} sequences (task `{t.get('task')}`, "
-        f"content length <= {t.get('seq_len')}); schedule `{t.get('schedule')}`, "
-        f"{'no warmup' if t.get('schedule') == 'constant' else 'warmup ' + str(t.get('warmup'))}, "
-        f"Noam factor {t.get('noam_factor', t.get('lr'))} -> lr_max = {lr_max(cfg):.3g}; label smoothing {t.get('label_smoothing')}; "
+        f"content length <= {t.get('seq_len')}); {recipe_text(cfg)}; label smoothing {t.get('label_smoothing')}; "
         f"grad clip {t.get('grad_clip') or 'off'}; model N={m.get('N')}, d_model={m.get('d_model')}, h={m.get('h')}, "
         f"d_ff={m.get('d_ff')}, dropout={m.get('dropout')}, V={m.get('vocab')}.",
     ]
