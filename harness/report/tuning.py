@@ -116,6 +116,22 @@ def sensitivity(df: pd.DataFrame, lrs: dict[str, float], variant: str, vocab: in
     return float(np.mean(losses) - min(losses))
 
 
+def seed_sensitivities(df: pd.DataFrame, lrs: dict[str, float], variant: str, vocab: int,
+                       column: str = DEV_CE) -> dict[int, float]:
+    """:func:`sensitivity` of each seed's own curve over the grid (``{seed: nats/token}``), for paired
+    comparisons of two variants' sensitivities seed by seed; seeds missing a point are left out."""
+    l0 = math.log(vocab)
+    g = df[(df["variant"] == variant) & df["point"].isin(list(lrs)) & (df["status"].isin(TRAINED) | (df["status"] == "diverged"))]
+    v = _num(g, column).where(g["status"].isin(TRAINED)).to_numpy(dtype=float)
+    g = g.assign(_loss=np.minimum(np.where(np.isfinite(v), v, l0), l0))
+    out = {}
+    for seed, s in g.groupby("seed"):
+        if set(s["point"]) >= set(lrs):
+            losses = s.groupby("point")["_loss"].first()
+            out[int(seed)] = float(losses.mean() - losses.min())
+    return out
+
+
 def plot_lr_sensitivity(df: pd.DataFrame, lrs: dict[str, float], column: str, higher_is_better: bool,
                         path: Path, chosen: dict[str, dict], label: str) -> Path | None:
     """The final dev metric against the learning rate (log axis): per variant the median over seeds
