@@ -114,3 +114,24 @@ def test_a_run_without_a_sweep_has_no_tuning_section(tmp_path):
 
     store = make_run(tmp_path, "plain", {"baseline": (0.5, 0.9, ()), "pre_norm": (0.4, 0.9, ())})
     assert "## Learning-rate tuning" not in write_report(store).read_text()
+
+
+def test_claims_on_a_sweep_read_sensitivity_per_seed_and_the_tuned_verdict(tmp_path):
+    from harness.experiments.claims import evaluate_claim
+    from harness.report import aggregate
+
+    store = sweep_run(tmp_path, ARMS)
+    df, meta = trials_frame(store), store.meta()
+    rows = aggregate(df, "baseline", "heldout_ce", meta)
+    status, evidence = evaluate_claim({"check": "sensitivity_lower", "a": "baseline", "b": "fragile"}, None, df, rows,
+                                      "baseline", "heldout_ce", meta)
+    assert status == "reproduced" and "6 of 6 pairs" in evidence
+    status, _ = evaluate_claim({"check": "sensitivity_lower", "a": "fragile", "b": "baseline"}, None, df, rows,
+                               "baseline", "heldout_ce", meta)
+    assert status == "not reproduced"
+    status, evidence = evaluate_claim({"check": "tuned_verdict", "variant": "late", "expected": "better"}, None, df,
+                                      rows, "baseline", "heldout_ce", meta)
+    assert status == "reproduced" and "late 0.01, baseline 0.003" in evidence
+    status, _ = evaluate_claim({"check": "verdict", "variant": "late", "expected": "better", "point": "lr=0.003"}, None,
+                               df, rows, "baseline", "heldout_ce", meta)
+    assert status == "not reproduced"  # at one shared learning rate the verdict is the opposite
