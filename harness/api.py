@@ -117,8 +117,7 @@ def run(variants: _Names = "all", seeds: int | None = None, preset: str | None =
         resume: ``--resume``: a stored run's folder; its missing trials run (``variants="all"``: the stored ones).
         allow_code_change: ``--allow-code-change``: with ``resume``, go on with other code (recorded; else StoreError).
         trial_timeout, time_budget: ``--trial-timeout`` / ``--time-budget``, seconds (:mod:`harness.limits`).
-        baseline: ``--baseline``: the variant the others are compared with (default ``"baseline"``, else required).
-        lr_grid: ``--lr-grid``: peak learning rates to sweep (e.g. ``[3e-4, 1e-3]``; :mod:`harness.report.tuning`).
+        baseline, lr_grid: ``--baseline`` (default ``"baseline"``, else required); ``--lr-grid`` (``[3e-4, 1e-3]``).
 
     Returns:
         Path | LoadedRun: the run folder (absolute; report.md, trials.csv, ...), or the loaded run. Trials

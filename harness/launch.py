@@ -21,6 +21,7 @@ import time
 from typing import Any
 
 from .config import DEFAULT_PRESET, get_preset, resolve_key
+from .schedule import peak_lr
 from .settings import parse_overrides
 from .errors import ConfigError
 from .experiments import plan_from_experiment, spec_from_meta
@@ -153,7 +154,8 @@ def plan_run(req: RunRequest, reg: Registry) -> Plan:
     points = lr_grid_points(cfg, req.lr_grid)
     seeds = req.seed_list(len(variants) * len(points))
     return Plan(variants, seeds, points, preset=preset, base=cfg,
-                meta={"lr_grid": {"default": cfg.train.lr, "values": [float(v) for v in req.lr_grid]}})
+                meta={"lr_grid": {"default": peak_lr(cfg.train, cfg.model.d_model),
+                                  "values": [float(v) for v in req.lr_grid]}})
 
 
 def device_name(name: str, options: Execution) -> str:
