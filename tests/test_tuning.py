@@ -135,3 +135,38 @@ def test_claims_on_a_sweep_read_sensitivity_per_seed_and_the_tuned_verdict(tmp_p
     status, _ = evaluate_claim({"check": "verdict", "variant": "late", "expected": "better", "point": "lr=0.003"}, None,
                                df, rows, "baseline", "heldout_ce", meta)
     assert status == "not reproduced"  # at one shared learning rate the verdict is the opposite
+
+
+def test_a_sweeps_points_train_as_one_group_each_member_at_its_own_rate(tmp_path):
+    """``--lr-grid`` with vectorised seeds: a variant's L x K members are one group (``vectorized`` = L x K),
+    each at its own learning rate: the same numbers as its ordinary trial (tests/test_group.py's tolerance)."""
+    import harness
+    from harness.store import RunStore
+
+    from .test_group import CE_RTOL, EARLY_RTOL
+
+    runs = {mode: harness.run(variants=["baseline"], seeds=2, preset="tiny", device="cpu", jobs=1, threads=1,
+                              vectorize_seeds=mode, results_dir=tmp_path, run_id=mode, check=False,
+                              overrides={"train.schedule": "cosine"}, lr_grid=[1e-3, 1e-2])
+            for mode in ("on", "off")}
+    on, off = ({(t.row["point"], t.row["seed"]): t for t in RunStore.open(runs[m]).load_trials()} for m in ("on", "off"))
+    assert on.keys() == off.keys() == {(p, s) for p in ("lr=0.001", "lr=0.01") for s in (0, 1)}
+    for key, v in on.items():
+        assert v.row["vectorized"] == 4 and v.row["lr"] == off[key].row["lr"] == float(key[0][3:])
+        assert math.isclose(v.row["heldout_ce"], off[key].row["heldout_ce"], rel_tol=CE_RTOL), key
+        for a, b in zip(v.curve, off[key].curve):
+            tol = EARLY_RTOL if a["split"] == "train" and a["step"] <= 10 else CE_RTOL
+            assert math.isclose(a["loss"], b["loss"], rel_tol=tol), (key, a, b)
+    # the rate matters: the same seed's training losses part at the first steps
+    assert on[("lr=0.001", 0)].curve[4]["loss"] != pytest.approx(on[("lr=0.01", 0)].curve[4]["loss"], rel=1e-3)
+
+
+def test_lr_grid_with_the_noam_schedule_is_one_line_exit_2(tmp_path):
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-m", "harness", "run", "--variants", "baseline", "--preset", "tiny",
+                        "--lr-grid", "1e-3,3e-3", "--results-dir", str(tmp_path)], capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "train.schedule=cosine" in p.stderr
+    assert not any(tmp_path.iterdir())  # refused before a run folder is made
