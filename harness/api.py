@@ -92,7 +92,7 @@ def run(variants: _Names = "all", seeds: int | None = None, preset: str | None =
         check: bool = True, tensorboard: str | Path | bool | None = None, save_models: bool = False,
         vectorize_seeds: str | None = None, capture: str | None = None, resume: str | Path | None = None,
         allow_code_change: bool = False, mlflow: str | bool | None = None, trial_timeout=None, time_budget=None,
-        baseline: str | None = None, keep_checkpoints: bool = False):
+        baseline: str | None = None, keep_checkpoints: bool = False, lr_grid=None):
     """Train ``variants`` x ``seeds`` on a task and write the run's report, as ``python -m harness run`` does (the
     same options and defaults, through the same :class:`harness.request.RunRequest` and :func:`harness.launch.start_run`).
 
@@ -117,7 +117,7 @@ def run(variants: _Names = "all", seeds: int | None = None, preset: str | None =
         resume: ``--resume``: a stored run's folder; its missing trials run (``variants="all"``: the stored ones).
         allow_code_change: ``--allow-code-change``: with ``resume``, go on with other code (recorded; else StoreError).
         trial_timeout, time_budget: ``--trial-timeout`` / ``--time-budget``, seconds (:mod:`harness.limits`).
-        baseline: ``--baseline``: the variant the others are compared with (default ``"baseline"``, else required).
+        baseline, lr_grid: ``--baseline`` (default ``"baseline"``, else required); ``--lr-grid`` (``[3e-4, 1e-3]``).
 
     Returns:
         Path | LoadedRun: the run folder (absolute; report.md, trials.csv, ...), or the loaded run. Trials
@@ -138,7 +138,7 @@ def run(variants: _Names = "all", seeds: int | None = None, preset: str | None =
         quiet=quiet, tensorboard=_place(tensorboard), mlflow=_place(mlflow), save_models=save_models,
         vectorize_seeds=vectorize_seeds, capture=capture, resume=None if resume is None else str(resume),
         allow_code_change=allow_code_change, trial_timeout=trial_timeout, time_budget=time_budget, baseline=baseline,
-        keep_checkpoints=keep_checkpoints)
+        keep_checkpoints=keep_checkpoints, lr_grid=None if lr_grid is None else tuple(lr_grid))
     outcome = start_run(request)
     if outcome.interrupted is not None:
         raise outcome.interrupted

@@ -46,7 +46,7 @@ from typing import Any
 import torch
 
 from .config import CHECKPOINT_EVERY, RunConfig
-from .trial import TrialSpec
+from .trial import TrialSpec, lr_point
 
 #: The folder of a run that holds its trials' checkpoints.
 CHECKPOINTS = "checkpoints"
@@ -65,7 +65,8 @@ def checkpoint_path(folder: str | os.PathLike, key: str) -> Path:
 def group_stem(spec: TrialSpec) -> str:
     """``<variant>[__<sweep point>]__group``: the key of the checkpoint of a vectorised group of ``spec``'s
     seeds (its file: ``checkpoint_path(folder, group_stem(spec))``); never a trial's key (those end ``__s<seed>``)."""
-    raw = f"{spec.variant}__{spec.point}__group" if spec.point else f"{spec.variant}__group"
+    point = "lr-grid" if lr_point(spec) else spec.point  # a learning-rate sweep's points share one group
+    raw = f"{spec.variant}__{point}__group" if point else f"{spec.variant}__group"
     return re.sub(r"[^A-Za-z0-9_.=+-]", "_", raw)
 
 

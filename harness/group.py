@@ -64,7 +64,7 @@ from .schedule import lr_at
 from .tasks.seeds import NotBatched, SeedStack, evaluate_seeds, future_leak_seeds
 from .train import INVALID, WARMUP_STEPS, PhaseClock, TrainingLoop, run_trial
 from .track import trial_tracking
-from .trial import TrialResult, TrialSpec, registry_for
+from .trial import TrialResult, TrialSpec, lr_point, registry_for
 from .vcheckpoint import GroupCheckpointer
 from .vprobe import capture_wanted, first_sentence, vectorise_problem
 from .vstep import CapturedStep, bucket_widths, stack_batches
@@ -83,8 +83,12 @@ FLUSH_STEPS = 50
 Progress = Callable[[int, float], None]
 
 def group_key(spec: TrialSpec) -> str:
-    """What a trial shares with the other seeds of its group: its spec without the seed."""
-    return json.dumps({k: v for k, v in spec.to_dict().items() if k != "seed"}, sort_keys=True, default=str)
+    """What a trial shares with the other members of its group: its spec without the seed (and, at a
+    learning-rate point, :func:`lr_point`, without the point and ``train.lr``)."""
+    d = {k: v for k, v in spec.to_dict().items() if k != "seed"}
+    if lr_point(spec):
+        d["point"], d["config"] = "lr=*", {**d["config"], "train": {**d["config"]["train"], "lr": None}}
+    return json.dumps(d, sort_keys=True, default=str)
 
 
 def group_specs(planned: list[TrialSpec], max_size: int = 64) -> list[list[TrialSpec]]:
@@ -406,7 +410,8 @@ class _Group:
         same as with a read every step), the periodic evaluations, a checkpoint when due; stops when every
         seed has stopped."""
         tc, clock, k = self.cfg.train, self.clock, len(self.specs)
-        lr = lr_at(tc, self.cfg.model.d_model)  # the value LambdaLR gives the sequential trial
+        rates = [lr_at(RunConfig.from_dict(s.config).train, self.cfg.model.d_model) for s in self.specs]
+        same = len({json.dumps(s.config["train"].get("lr")) for s in self.specs}) == 1  # one rate for every member
         start, done = self.saver.resume(self), self.done
         t0 = time.perf_counter()
         with self.saver.interrupts():
@@ -416,7 +421,7 @@ class _Group:
                     self.last = batches
                     stacked, ntokens = self._stacked(batches)
                 with clock("step"):
-                    self.step.set_lr(lr(step))
+                    self.step.set_lr(rates[0](step) if same else [lr(step) for lr in rates])  # as LambdaLR
                     loss, gnorm = self._step(stacked, step)
                 self.pending.append((step, loss, gnorm, ntokens))
                 evaluates = bool(tc.eval_every and step % tc.eval_every == 0 and step < tc.steps)

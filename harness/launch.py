@@ -21,6 +21,7 @@ import time
 from typing import Any
 
 from .config import DEFAULT_PRESET, get_preset, resolve_key
+from .schedule import peak_lr
 from .settings import parse_overrides
 from .errors import ConfigError
 from .experiments import plan_from_experiment, spec_from_meta
@@ -35,7 +36,7 @@ from .overview import check_configs, record_check
 from .provenance import current_code, write_sources
 from .resume import (check_code, check_code_config, check_components, check_plugins, check_points, check_setting,
                      check_trials, keep_baseline, record_code, stored_specs)
-from .runner import Plan, execute, make_specs, plan_baseline, with_threads
+from .runner import Plan, execute, lr_grid_points, make_specs, plan_baseline, with_threads
 from .runmeta import MAX_GROUP, Execution, Resume, RunMeta
 from .store import RunStore, config_hash
 from .tasks.base import heldout_note
@@ -132,6 +133,9 @@ def check_experiment_options(given: set[str]) -> None:
                               f"--seeds N)")
     if "seed_start" in given and "seeds" not in given:
         raise ConfigError("--seed-start with --experiment needs --seeds N (without it the file's seeds are used)")
+    if "lr_grid" in given:
+        raise ConfigError("--lr-grid cannot be combined with --experiment: sweep the learning rate in the file "
+                          "([sweep] \"train.lr\" = [...]); its report then chooses each variant's learning rate")
 
 
 def plan_run(req: RunRequest, reg: Registry) -> Plan:
@@ -145,8 +149,13 @@ def plan_run(req: RunRequest, reg: Registry) -> Plan:
     preset = req.preset or DEFAULT_PRESET
     cfg = resolve_config(preset, req.overrides, reg)
     variants = reg.grid() if req.grid else reg.select(req.patterns())
-    seeds = req.seed_list(len(variants))
-    return Plan(variants, seeds, [("", cfg)], preset=preset)
+    if req.lr_grid is None:
+        return Plan(variants, req.seed_list(len(variants)), [("", cfg)], preset=preset)
+    points = lr_grid_points(cfg, req.lr_grid)
+    seeds = req.seed_list(len(variants) * len(points))
+    return Plan(variants, seeds, points, preset=preset, base=cfg,
+                meta={"lr_grid": {"default": peak_lr(cfg.train, cfg.model.d_model),
+                                  "values": [float(v) for v in req.lr_grid]}})
 
 
 def device_name(name: str, options: Execution) -> str:
@@ -374,6 +383,9 @@ def requested_plan(req: RunRequest, given: set[str], meta: RunMeta, reg) -> tupl
         return [v.name for v in plan.variants], plan.seeds, plan.points
     preset = req.preset if "preset" in given else (meta.preset or DEFAULT_PRESET)
     points = [("", resolve_config(preset, req.overrides, reg))]
+    grid = req.lr_grid if "lr_grid" in given else (meta.lr_grid or {}).get("values")
+    if grid:
+        points = lr_grid_points(points[0][1], grid)
     if given & {"variants", "grid"}:
         variants = [v.name for v in (reg.grid() if req.grid else reg.select(req.patterns()))]
     else:

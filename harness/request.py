@@ -27,7 +27,7 @@ PLAN_DEFAULTS = {"variants": ("all",), "preset": DEFAULT_PRESET, "seeds": 1, "se
 DEVICE_DEFAULTS = {"device": "auto", "dtype": "fp32"}
 EXEC_DEFAULTS = {"executor": "local", "jobs": "auto", "vectorize_seeds": "auto", "capture": "auto"}
 #: Options that change the trained config, and options that change which trials a run holds.
-CONFIG_OPTIONS = frozenset({"preset", "overrides", "experiment"})
+CONFIG_OPTIONS = frozenset({"preset", "overrides", "experiment", "lr_grid"})
 TRIAL_OPTIONS = frozenset({"variants", "grid", "seeds", "seed_start", "experiment"})
 DTYPES = ("fp32", "bf16")
 
@@ -105,6 +105,9 @@ class RunRequest:
             ``baseline``, an experiment's own; :func:`harness.report.choose_baseline`).
         keep_checkpoints: keep each trial's mid-trial checkpoint (``checkpoints/<key>.pt``,
             :mod:`harness.checkpoint`) after the trial is stored, instead of removing it.
+        lr_grid: ``--lr-grid``: peak learning rates (``train.lr``) to sweep, every variant x learning rate x
+            seed; the report chooses each variant's on dev and gives the tuned verdict
+            (:mod:`harness.report.tuning`). None: no sweep.
     """
 
     variants: tuple[str, ...] | None = None
@@ -138,6 +141,7 @@ class RunRequest:
     time_budget: float | None = None
     baseline: str | None = None
     keep_checkpoints: bool = False
+    lr_grid: tuple[float, ...] | None = None
 
     def given(self) -> set[str]:
         """Names of the options given (not left to their defaults)."""
@@ -147,6 +151,8 @@ class RunRequest:
             out.add("grid")
         if self.overrides:
             out.add("overrides")
+        if self.lr_grid is not None:
+            out.add("lr_grid")
         if self.plugins.modules or self.plugins.files or self.plugins.strict:
             out.add("plugins")
         return out
@@ -227,6 +233,7 @@ class RunRequest:
             if getattr(self, name) is not None:
                 words += [_flag(name), str(getattr(self, name))]
         words += [w for item in self.overrides for w in ("--set", item)]
+        words += [] if self.lr_grid is None else ["--lr-grid", ",".join(f"{v:g}" for v in self.lr_grid)]
         if self.results_dir != "results":
             words += ["--results-dir", str(self.results_dir)]
         words += ["--no-check"] * (not self.check) + ["-q"] * self.quiet + ["--save-models"] * self.save_models

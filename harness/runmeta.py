@@ -386,7 +386,8 @@ class RunMeta(Record):
     :class:`harness.trial.TrialSpec` s, stored as ``[{"key", "spec": TrialSpec.to_dict()}]``), ``heldout`` (the evaluation set's note), ``check`` (check's classes,
     :func:`harness.overview.check_classes`), ``baseline`` (the variant the others are compared with;
     absent in runs stored before it was recorded), ``run_wall_s`` (seconds, summed over resumes),
-    ``resumes``, ``experiment_spec`` and ``cli_overrides`` (an experiment file's run).
+    ``resumes``, ``experiment_spec`` and ``cli_overrides`` (an experiment file's run), ``lr_grid``
+    (``run --lr-grid``: ``{"default": the config's train.lr, "values": [...]}``).
 
     ``bench``: ``dtypes``, ``steps``, ``warmup_steps``, ``reference``, ``peak_gflop_per_s``
     (``{dtype: GFLOP/s}``), ``bench_s``; ``bench --old``: ``old`` (the old arm's ``--set`` items),
@@ -420,6 +421,7 @@ class RunMeta(Record):
     baseline: str | None = _f((str,))
     run_wall_s: float | None = _f(_NUMBER)
     resumes: list[Resume] | None = _f((list,), record=Resume, many=True)
+    lr_grid: dict[str, Any] | None = _f((dict,))
     # a bench's
     dtypes: list[str] | None = _f((list,))
     steps: int | None = _f((int,))
@@ -442,7 +444,7 @@ class RunMeta(Record):
 
     ORDER = ("kind", "command", "preset", "config", "variants", "seeds", "device", "dtype", "plugins",
              "environment", "code", "experiment", "points", "config_hash", "execution", "status", "trials", "heldout",
-             "experiment_spec", "cli_overrides", "run_id", "check", "baseline", "run_wall_s", "resumes",
+             "experiment_spec", "cli_overrides", "run_id", "check", "baseline", "run_wall_s", "resumes", "lr_grid",
              "dtypes", "steps", "warmup_steps", "reference", "peak_gflop_per_s", "bench_s",
              "old", "old_dtype", "group_sizes", "compile_modes", "nondeterministic", "equivalent", "tf32", "check_wall_s", "ok")
 

@@ -45,6 +45,33 @@ def check_plan_size(n_variants: int, n_seeds: int, n_points: int = 1) -> None:
                           f"{total} trials; at most {MAX_TRIALS} per run (split it into several runs)")
 
 
+def lr_grid_points(cfg: RunConfig, grid: Iterable[float]) -> list[tuple[str, RunConfig]]:
+    """``run --lr-grid``: one sweep point per learning rate, named ``lr=VALUE``, each ``cfg`` with
+    ``train.lr`` = VALUE (the schedule's peak learning rate).
+
+    Raises:
+        ConfigError: an empty grid, a value that is not a positive finite number, a repeated value,
+            or the ``noam`` schedule (whose step size is set by ``train.noam_factor``, not ``train.lr``).
+    """
+    import math
+
+    from .errors import ConfigError
+
+    grid = list(grid)
+    if not grid:
+        raise ConfigError("--lr-grid needs at least one learning rate, e.g. --lr-grid 3e-4,1e-3,3e-3")
+    for lr in grid:
+        if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not math.isfinite(lr) or lr <= 0:
+            raise ConfigError(f"--lr-grid: every learning rate must be a positive number, got {lr!r}")
+    if len(set(grid)) != len(grid):
+        raise ConfigError(f"--lr-grid: a learning rate is repeated in {', '.join(f'{v:g}' for v in grid)}")
+    if cfg.train.schedule == "noam":
+        raise ConfigError("--lr-grid sweeps train.lr, the peak learning rate, which the noam schedule does not have "
+                          "(its step size is train.noam_factor * d_model^-0.5 * min(t^-0.5, t * warmup^-1.5)); add "
+                          "--set train.schedule=cosine (or linear, wsd, constant)")
+    return [(f"lr={lr:g}", cfg.override({"train.lr": float(lr)})) for lr in grid]
+
+
 @dataclass
 class Plan:
     """What a run trains (or measures): variants x seeds x sweep points (each point a name and a config).
@@ -67,9 +94,12 @@ class Plan:
     #: initialisation), what every trial measures (``TrialSpec.measure``: ``{"kind", ...}``)
     measure: dict[str, Any] | None = None
 
+    #: the run's own config when its points are derived from it (``run --lr-grid``), else None
+    base: RunConfig | None = None
+
     @property
     def config(self) -> RunConfig:
-        return self.points[0][1]
+        return self.base if self.base is not None else self.points[0][1]
 
 
 def make_specs(variants: Iterable[Variant], seeds: Iterable[int], cfg: RunConfig, device: str,
@@ -86,6 +116,19 @@ def make_specs(variants: Iterable[Variant], seeds: Iterable[int], cfg: RunConfig
                 out.append(TrialSpec(v.name, seed, pcfg.to_dict(), slots=dict(v.slots), device=device, dtype=dtype,
                                      plugins=plugins, threads=threads, point=point, measure=measure))
     return out
+
+
+def trial_lr(config: dict) -> float:
+    """A trial's peak learning rate (:func:`harness.schedule.peak_lr`), its row's ``lr``; NaN when the
+    config cannot be read (a measurement's)."""
+    from .errors import ConfigError
+    from .schedule import peak_lr
+
+    try:
+        cfg = RunConfig.from_dict(config)
+    except (ConfigError, KeyError, TypeError, ValueError):
+        return float("nan")
+    return peak_lr(cfg.train, cfg.model.d_model)
 
 
 def with_threads(specs: Iterable[TrialSpec], threads: int) -> list[TrialSpec]:
@@ -125,6 +168,7 @@ def execute(specs: list[TrialSpec], store: RunStore, options: Execution | None =
 
     def on_done(ts: TrialSpec, result: TrialResult) -> None:
         result.row.setdefault("point", ts.point)
+        result.row.setdefault("lr", trial_lr(ts.config))
         store_weights(store.root, ts.key, result)
         path = store.write_trial(ts.key, result)
         remove_checkpoint(store.root, ts.key, keep=keep_checkpoints)

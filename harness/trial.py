@@ -36,6 +36,13 @@ def trial_key(variant: str, seed: int, point: str = "") -> str:
     return re.sub(r"[^A-Za-z0-9_.=+-]", "_", raw)
 
 
+def lr_point(spec: "TrialSpec") -> bool:
+    """Whether ``spec``'s sweep point changes ``train.lr`` alone (``run --lr-grid``, an experiment's ``[sweep]
+    "train.lr"``: points named ``lr=VALUE``): such trials of one variant train as one vectorised group, each
+    member at its own learning rate (:func:`harness.group.group_key`), with one group checkpoint."""
+    return re.fullmatch(r"lr=[^,]+", spec.point or "") is not None
+
+
 #: Trial status of a trial that ran to its end (the others: ``diverged``, ``invalid``, ``failed``).
 OK = "ok"
 #: Trial status of a trial that raised, or whose worker died: its ``reason`` says why.

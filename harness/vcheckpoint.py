@@ -42,7 +42,8 @@ def group_identity(specs: list[TrialSpec]) -> dict[str, Any]:
     without the seed), the seeds in order, and the torch version."""
     ident = identity(specs[0])
     shared = {k: v for k, v in ident["spec"].items() if k != "seed"}
-    return {"spec": shared, "seeds": [s.seed for s in specs], "torch_version": ident["torch_version"]}
+    return {"spec": shared, "seeds": [s.seed for s in specs], "points": [s.point for s in specs],
+            "torch_version": ident["torch_version"]}
 
 
 class GroupCheckpointer(Checkpointer):

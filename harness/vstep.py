@@ -137,7 +137,7 @@ class StackedAdam:
 
     def step(self, grads: list[torch.Tensor], lr: torch.Tensor, mask: torch.Tensor) -> None:
         """One masked Adam (AdamW) step. Shape: grads: per buffer of :attr:`params` (K, N_d) (its
-        :meth:`FlatRows.gather`); lr (); mask (K,) bool."""
+        :meth:`FlatRows.gather`); lr (K,) (or (), one for all); mask (K,) bool."""
         b1, b2 = BETAS
         t = self.t + mask.to(self.t.dtype)  # (K,)
         tc = t.clamp(min=1.0)  # a seed that never stepped: no division by 0 (its row is masked)
@@ -152,7 +152,7 @@ class StackedAdam:
             step = m.div(v.sqrt().div_(bc2_sqrt).add_(EPS)).mul_(step_size)
             torch.where(keep, m, m_old, out=m_old)  # a masked row keeps its state (bitwise)
             torch.where(keep, v, v_old, out=v_old)
-            moved = p - step if d is None else p.mul(1.0 - (lr * self.weight_decay) * d).sub_(step)
+            moved = p - step if d is None else p.mul(1.0 - (lr.reshape(-1, 1) * self.weight_decay) * d).sub_(step)
             torch.where(keep, moved, p, out=p)
         self.t.copy_(t)
 
@@ -224,7 +224,8 @@ class GroupStep:
     Attributes:
         params, buffers: name -> (K, ...) stacked tensors.
         active: (K,) bool: the seeds that still step (cleared by a non-finite step or :meth:`stop`).
-        lr: () float32 tensor: the learning rate of the next step (set with :meth:`set_lr`).
+        lr: (K,) float32 tensor: each seed's learning rate of the next step (set with :meth:`set_lr`; the
+            members of a learning-rate sweep's group each have their own).
     """
 
     def __init__(self, models: list[torch.nn.Module], pad: int, smoothing: float, grad_clip: float,
@@ -241,7 +242,7 @@ class GroupStep:
         self.base.train()
         self.adam = StackedAdam(self.flat, weight_decay, decayed)
         self.active = torch.ones(self.k, dtype=torch.bool, device=device)
-        self.lr = torch.zeros((), dtype=torch.float32, device=device)
+        self.lr = torch.zeros(self.k, dtype=torch.float32, device=device)
 
         def loss_of(p, b, src, tgt, tgt_y):
             # autocast's weight-cast cache off: a captured graph must not keep casts from its capture
@@ -256,9 +257,13 @@ class GroupStep:
             self.grad_fn = vmap(grad_and_value(loss_of), randomness="different")
             self.loss_fn = vmap(loss_of, randomness="different")
 
-    def set_lr(self, lr: float) -> None:
-        """The next step's learning rate (written into :attr:`lr`, outside any captured graph)."""
-        self.lr.fill_(lr)
+    def set_lr(self, lr) -> None:
+        """The next step's learning rate, one for every seed (a float) or one per seed (K floats), written
+        into :attr:`lr` in place, outside any captured graph."""
+        if isinstance(lr, (int, float)):
+            self.lr.fill_(lr)
+        else:
+            self.lr.copy_(torch.tensor(lr, dtype=torch.float32))
 
     def step(self, src: torch.Tensor, tgt: torch.Tensor, tgt_y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """One step of every active seed; no sync. Shape: src (K, B, S), tgt/tgt_y (K, B, T) ->

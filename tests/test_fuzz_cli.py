@@ -238,7 +238,7 @@ RUN_OPTIONS = ["--variants", "--grid", "--preset", "--set", "--task", "--device"
                "--seed-start", "--results-dir", "--run-id", "--resume", "--jobs", "--executor", "--address",
                "--threads", "-p", "--plugin", "--strict-plugins", "--quiet", "--help", "--no-check", "--suite",
                "--retry-failed", "--allow-code-change", "--tensorboard", "--mlflow", "--save-models",
-               "--vectorize-seeds", "--capture", "--baseline", "--keep-checkpoints", "--trial-timeout", "--time-budget"]
+               "--vectorize-seeds", "--capture", "--baseline", "--keep-checkpoints", "--trial-timeout", "--time-budget", "--lr-grid"]
 
 
 @st.composite
@@ -277,6 +277,9 @@ def run_argv(draw):
                                   JUNK, SURROGATE))
             files["bad.toml"] = draw(st.sampled_from([b"seeds = 0", b"\xff\xfe", b"tasks = [", b""]))
             argv += ["--suite", name, "--seeds", "2"] if name in ("default", "") else ["--suite", name]
+        elif opt == "--lr-grid":  # good grids (refused with the default noam schedule: exit 2), bad values, junk
+            argv += ["--lr-grid", draw(st.one_of(st.sampled_from(["1e-3,3e-3", "1e-3", "0", "-1e-3", "1e-3,1e-3", "x",
+                                                                  "", "nan,1e-3"]), JUNK))]
         elif opt == "positional":
             argv.append(draw(JUNK))
         elif opt == "--variants":

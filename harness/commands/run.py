@@ -43,6 +43,14 @@ UNSET_OPTIONS = ("variants", "preset", "seeds", "seed_start", "device", "dtype",
                  "capture")
 
 
+def lr_grid_arg(text: str) -> tuple[float, ...]:
+    """``--lr-grid 3e-4,1e-3,3e-3`` -> (0.0003, 0.001, 0.003) (argparse turns the ValueError into exit 2)."""
+    try:
+        return tuple(float(v) for v in text.replace(" ", ",").split(",") if v)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected learning rates separated by commas, e.g. 3e-4,1e-3, got {text!r}")
+
+
 def register(sub, parents):
     p = sub.add_parser("run", parents=parents, help="train variants on a task (default copy) and write a report",
                        description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -61,6 +69,10 @@ def register(sub, parents):
                    help="the variant the others are compared with, recorded in config.json (default: the "
                         "variant named baseline; a run without one must choose)")
     p.add_argument("--seeds", type=int, metavar="N", help="seeds per variant: 0..N-1 (default 1)")
+    p.add_argument("--lr-grid", type=lr_grid_arg, metavar="LR[,LR...]", default=None,
+                   help="train every variant at each peak learning rate (train.lr; needs a schedule other than "
+                        "noam, e.g. --set train.schedule=cosine): each variant's learning rate is chosen on dev "
+                        "and the report adds the tuned verdict, the learning-rate sensitivity and its figure")
     p.add_argument("--seed-start", type=int, metavar="S", help="first seed (default 0)")
     add_output(p, "run", what="run", default_id="a timestamp",
                quiet_help="no progress bars or per-trial log lines (bars are off anyway when stderr is not a terminal)")
@@ -172,7 +184,7 @@ def request_from_args(args) -> RunRequest:
         retry_failed=args.retry_failed, command=command_line(args), tensorboard=args.tensorboard,
         save_models=args.save_models, allow_code_change=args.allow_code_change, mlflow=args.mlflow,
         trial_timeout=args.trial_timeout, time_budget=args.time_budget, baseline=args.baseline,
-        keep_checkpoints=args.keep_checkpoints)
+        keep_checkpoints=args.keep_checkpoints, lr_grid=args.lr_grid)
 
 
 def main(args) -> int:

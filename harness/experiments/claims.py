@@ -243,6 +243,47 @@ def _ratio_greater(c: dict, exp: Experiment, df, rows, baseline, metric, meta) -
                     f"{gb.median():.3g}.")
 
 
+def _sensitivity_lower(c: dict, exp: Experiment, df, rows, baseline, metric, meta) -> tuple[str, str]:
+    """``a`` is less sensitive to the learning rate than ``b`` (Wortsman et al. 2023 §2.2): each seed's
+    sensitivity over the swept learning rates, paired by seed, sign test (:func:`harness.stats.compare_paired`)."""
+    from ..report.tuning import DEV_CE, seed_sensitivities, sensitivity, swept_lrs
+
+    lrs = swept_lrs(meta)
+    if not lrs or DEV_CE not in df:
+        return "inconclusive", "the run does not sweep train.lr alone, or has no dev cross-entropy"
+    vocab = int(meta.config.get("model", {}).get("vocab", 0))
+    sa, sb = (seed_sensitivities(df, lrs, v, vocab) for v in (c["a"], c["b"]))
+    seeds = sorted(set(sa) & set(sb))
+    if not seeds:
+        return "inconclusive", f"no seed of {c['a']} and {c['b']} has every learning rate of the grid"
+    cmp_ = stats.compare_paired([sa[s] for s in seeds], [sb[s] for s in seeds], higher_is_better=False)
+    status = {"better": "reproduced", "no claim": "inconclusive"}.get(cmp_.verdict, "not reproduced")
+    return status, (f"learning-rate sensitivity (Wortsman et al. 2023 §2.2, dev cross-entropy, nats/token) over "
+                    f"{len(lrs)} learning rates {min(lrs.values()):g}-{max(lrs.values()):g}: of the median curves "
+                    f"{sensitivity(df, lrs, c['a'], vocab):.3f} ({c['a']}) vs {sensitivity(df, lrs, c['b'], vocab):.3f} "
+                    f"({c['b']}); per seed, {c['a']} lower in {cmp_.wins} of {cmp_.n_pairs} pairs -> {cmp_.label()} "
+                    f"(expected: lower).")
+
+
+def _tuned_verdict(c: dict, exp: Experiment, df, rows, baseline, metric, meta) -> tuple[str, str]:
+    """The verdict of ``variant`` against the baseline when each is at its own learning rate chosen on dev
+    (:mod:`harness.report.tuning`), compared with ``expected``."""
+    from ..report import aggregate
+    from ..report.tuning import TUNED, choose_lrs, dev_column, swept_lrs, tuned_frame
+
+    lrs, column = swept_lrs(meta), dev_column(metric, df)
+    if not lrs or column is None:
+        return "inconclusive", "the run does not sweep train.lr alone, or has no dev column for " + metric
+    from ..report.frames import run_metrics, verdict_metric
+
+    higher = verdict_metric(metric, run_metrics(meta)).higher_is_better
+    chosen = choose_lrs(df, lrs, column, higher)
+    tuned = aggregate(tuned_frame(df, chosen), baseline, metric, meta)
+    status, evidence = _verdict(dict(c, point=TUNED), exp, tuned_frame(df, chosen), tuned, baseline, metric, meta)
+    picks = ", ".join(f"{v} {chosen[v]['lr']:g}" for v in (c["variant"], baseline) if v in chosen)
+    return status, f"at the learning rates chosen on {column} ({picks}): {evidence}"
+
+
 #: claim ``check`` -> its evaluation (the keys each needs: :data:`harness.experiments.spec.CHECKS`)
 CLAIM_CHECKS = {
     "params_difference": _params_difference,
@@ -250,4 +291,6 @@ CLAIM_CHECKS = {
     "failure_rate_greater": _failure_rate_greater,
     "slope": _slope,
     "ratio_greater": _ratio_greater,
+    "sensitivity_lower": _sensitivity_lower,
+    "tuned_verdict": _tuned_verdict,
 }

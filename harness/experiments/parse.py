@@ -182,7 +182,7 @@ def _check_claim(c: dict, ctx: str, where: str) -> None:
         if req not in c:
             raise ExperimentError(f"{where}: key '{ctx}.{req}' is missing (check {c['check']!r} needs "
                                   f"{', '.join(CHECKS[c['check']])})")
-    if c["check"] == "verdict" and c["expected"] not in ("better", "worse", "equivalent"):
+    if c["check"] in ("verdict", "tuned_verdict") and c["expected"] not in ("better", "worse", "equivalent"):
         raise _bad(where, f"{ctx}.expected", "better, worse or equivalent", c["expected"])
     if c["check"] == "slope" and not (isinstance(c["within"], list) and len(c["within"]) == 2
                                       and all(isinstance(x, (int, float)) for x in c["within"])):

@@ -25,6 +25,8 @@ CHECKS: dict[str, tuple[str, ...]] = {
     "failure_rate_greater": ("a", "b"),
     "slope": ("variant", "within"),
     "ratio_greater": ("a", "b", "N", "min_fraction"),
+    "sensitivity_lower": ("a", "b"),
+    "tuned_verdict": ("variant", "expected"),
 }
 MODEL_FIELDS = {f.name for f in dataclasses.fields(ModelConfig)}
 TRAIN_FIELDS = {f.name for f in dataclasses.fields(TrainConfig)}

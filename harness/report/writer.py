@@ -7,7 +7,8 @@ position (:data:`POSITIONS`) and either fixed markdown lines or a renderer calle
 report's :class:`ReportContext`. Adding a section is one more item in ``sections=[...]``.
 
 Order of ``report.md``: title; the partial-run banner (:mod:`.partial`); "Invalid variants"; the command; ``top`` sections; Environment;
-Config; Sweep; Variants; Results; Failures; Paired seeds on every metric (:mod:`.paired`); Unreadable
+Config; Sweep; Variants; Results; Failures; Paired seeds on every metric (:mod:`.paired`); Learning-rate
+tuning (a ``train.lr`` sweep: :mod:`.tuning`); Unreadable
 trial files; ``after_results`` sections;
 Plots; the trial count and wall time; ``end`` sections.
 """
@@ -29,6 +30,7 @@ from .frames import TRAINED, _num, baseline_note, curves_frame, invalid_variants
     trials_frame, variant_order, verdict_metric
 from .paired import paired_lines
 from .partial import partial_banner
+from .tuning import tuning_lines
 from .tables import aggregate, caption, environment_block, summary_table, sweep_table, to_markdown, variants_table
 
 #: Where an extra section goes: after the command block (before Environment), after the
@@ -119,6 +121,7 @@ def write_report(store: RunStore, baseline: str | None = None, metric: str | Non
     parts += _setup_lines(meta, df, baseline)
     parts += _result_lines(ctx)
     parts += paired_lines(ctx)
+    parts += tuning_lines(ctx)
     parts += unreadable_section(store)
     parts += at("after_results")
     parts += _plot_lines(ctx)

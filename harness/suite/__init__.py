@@ -11,6 +11,8 @@ list of tasks, the variants, the number of paired seeds and the reference varian
     reference = "baseline"
     metric = "heldout_ce"        # the verdict metric: heldout_ce (lower is better) or exact_match
     set = ["train.steps=200"]    # optional --set overrides
+    lr_grid = [3e-4, 1e-3, 3e-3] # optional: every task sweeps train.lr (as run --lr-grid, needs a schedule
+                                 # other than noam); each variant's is chosen on dev, verdicts are the tuned ones
 
 Each task is an ordinary run stored in ``results/<suite-id>/<task>/`` (its own report.md, trials
 and checksums; ``run --suite NAME --resume results/<suite-id>`` runs only what is missing). Before

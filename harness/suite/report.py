@@ -201,6 +201,22 @@ def plot_verdicts(df: pd.DataFrame, spec: SuiteSpec, path: Path) -> Path | None:
     return path
 
 
+def tuning_note(df: pd.DataFrame, spec: SuiteSpec) -> list[str]:
+    """With ``lr_grid``: how the verdicts were tuned, and each variant's chosen learning rate per task."""
+    if not spec.lr_grid:
+        return []
+    lines = ["## Tuned learning rates", "",
+             f"Every task trains each variant at each peak learning rate of {', '.join(f'{v:g}' for v in spec.lr_grid)}; "
+             "each variant's is chosen per task on the dev split (best median over seeds, diverged = worst, ties to "
+             "the smaller) and every verdict below compares each variant at its own chosen learning rate with "
+             f"`{spec.reference}` at its own, on the test split (each task's report.md: \"Learning-rate tuning\").", ""]
+    if len(df) and "lr" in df:
+        table = df.pivot_table(index="variant", columns="task", values="lr", aggfunc="first")
+        table = table.reindex(columns=[t for t in spec.tasks if t in table.columns])
+        lines += [_md(table.map(lambda v: "" if pd.isna(v) else f"{v:g}").reset_index()), ""]
+    return lines
+
+
 def render(df: pd.DataFrame, spec: SuiteSpec, info: dict, env_meta: RunMeta | None) -> str:
     """The whole ``suite.md``. ``info``: command, wall_s, codes, check (see :mod:`harness.suite`)."""
     from ..report import environment_block
@@ -220,7 +236,7 @@ def render(df: pd.DataFrame, spec: SuiteSpec, info: dict, env_meta: RunMeta | No
             f"rate per comparison of two equal variants is {null_verdict_rate(spec.seeds):.4f} at {spec.seeds} "
             "pairs, with no correction for the number of comparisons: read a single verdict as evidence, a pattern "
             "across tasks as stronger evidence, and the negative control as the check on both.", ""]
-    body = classes_section(info.get("check", {}))
+    body = classes_section(info.get("check", {})) + tuning_note(df, spec)
     if len(df):
         body += verdict_sections(df, spec) + negative_control(df, spec) + findings(df, spec)
     else:

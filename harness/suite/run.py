@@ -18,7 +18,7 @@ from ..request import RunOutcome, RunRequest
 from ..runmeta import RunMeta
 from ..store import RunStore, atomic_write_text
 from . import report as suite_report
-from .spec import SuiteSpec
+from .spec import SUITE_METRICS, SuiteSpec
 
 SUITE_FILE = "suite.json"
 
@@ -35,7 +35,8 @@ def task_request(spec: SuiteSpec, task: str, suite_dir: Path, base: RunRequest, 
         return RunRequest(resume=str(suite_dir / task), **common)
     return RunRequest(variants=tuple(spec.variants), preset=spec.preset, seeds=spec.seeds,
                       overrides=(*spec.overrides, f"train.task={task!r}"), results_dir=str(suite_dir), run_id=task,
-                      check=False, baseline=spec.reference, **common)  # the suite checked once
+                      check=False, baseline=spec.reference, lr_grid=tuple(spec.lr_grid) or None,
+                      **common)  # the suite checked once
 
 
 def suite_configs(spec: SuiteSpec, registry) -> list:
@@ -131,10 +132,24 @@ def collect(spec: SuiteSpec, suite_dir: Path, classes: list[list[str]]) -> pd.Da
         folder = suite_dir / task
         if not (folder / "trials.csv").is_file():
             continue
-        df = task_frame(folder)
-        for r in aggregate(df, spec.reference, spec.metric, _read_meta(folder), classes=classes):
-            rows.append(_row(spec, task, df, r))
+        df, meta = task_frame(folder), _read_meta(folder)
+        df, chosen = tuned_trials(df, meta, spec)
+        for r in aggregate(df, spec.reference, spec.metric, meta, classes=classes):
+            rows.append({**_row(spec, task, df, r), "lr": chosen.get(r.variant, math.nan)})
     return pd.DataFrame(rows)
+
+
+def tuned_trials(df: pd.DataFrame, meta, spec: SuiteSpec) -> tuple[pd.DataFrame, dict[str, float]]:
+    """A task run's trials as its verdicts read them: for a learning-rate sweep each variant's trials at
+    its chosen learning rate (:mod:`harness.report.tuning`), with ``{variant: chosen lr}``; else as stored."""
+    from ..report.tuning import choose_lrs, dev_column, swept_lrs, tuned_frame
+
+    lrs = swept_lrs(meta)
+    column = dev_column(spec.metric, df) if lrs else None
+    if column is None:
+        return df, {}
+    chosen = choose_lrs(df, lrs, column, SUITE_METRICS[spec.metric])
+    return tuned_frame(df, chosen), {v: c["lr"] for v, c in chosen.items()}
 
 
 def _row(spec: SuiteSpec, task: str, df: pd.DataFrame, r) -> dict:

@@ -28,6 +28,8 @@ class SuiteSpec:
     overrides: list[str] = field(default_factory=list)
     description: str = ""
     path: str = ""
+    #: peak learning rates every task sweeps (``run --lr-grid``); verdicts are then the tuned ones
+    lr_grid: list[float] = field(default_factory=list)
 
 
 def _bad(path: Path, key: str, expected: str, got) -> ConfigError:
@@ -67,7 +69,7 @@ def load_suite(name: str = "default") -> SuiteSpec:
         d = tomllib.loads(path.read_bytes().decode("utf-8"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"suite file {path} is not valid UTF-8 TOML: {str(exc) or type(exc).__name__}") from None
-    known = {"description", "preset", "tasks", "variants", "seeds", "reference", "metric", "set"}
+    known = {"description", "preset", "tasks", "variants", "seeds", "reference", "metric", "set", "lr_grid"}
     unknown = sorted(set(d) - known)
     if unknown:
         raise ConfigError(f"suite file {path}: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
@@ -77,10 +79,14 @@ def load_suite(name: str = "default") -> SuiteSpec:
     metric = d.get("metric", "heldout_ce")
     if metric not in SUITE_METRICS:
         raise _bad(path, "metric", f"one of {', '.join(SUITE_METRICS)}", metric)
+    grid = d.get("lr_grid", [])
+    if not isinstance(grid, list) or not all(isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0
+                                             for x in grid):
+        raise _bad(path, "lr_grid", "a list of positive learning rates", grid)
     for key in ("preset", "reference"):
         if not isinstance(d.get(key), str) or not d[key]:
             raise _bad(path, key, "a non-empty string", d.get(key))
     return SuiteSpec(name=path.stem, preset=d["preset"], tasks=_str_list(path, d, "tasks"),
                      variants=_str_list(path, d, "variants"), seeds=seeds, reference=d["reference"],
                      metric=metric, overrides=_str_list(path, d, "set", []),
-                     description=str(d.get("description", "")), path=str(path))
+                     description=str(d.get("description", "")), path=str(path), lr_grid=[float(x) for x in grid])
