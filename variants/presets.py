@@ -82,6 +82,16 @@ MODERN = [
 ]
 
 
+#: Learning-rate stability (group ``stability``, out of ``all``): pre-norm with QK-norm, the block whose
+#: learning-rate curve Wortsman et al. 2023 find flat where plain pre-norm's attention logits grow
+#: (experiments/wortsman_qk_norm_lr.toml, against ``pre_norm``).
+STABILITY = [
+    Variant("pre_norm_qk_norm", {"norm": "pre", "attention": "qk_norm"},
+            summary="pre_norm with QK-norm (RMSNorm on each head's q and k)",
+            source="Wortsman et al. 2023 §3.1.1; Dehghani et al. 2023", group="stability"),
+]
+
+
 #: The notes' open question "why multiply the embeddings by sqrt(d_model)?" (seeds 000, 001) as
 #: controlled changes, in the group ``questions`` (out of ``all``): the scale dropped with separate
 #: embeddings (experiments/sqrt_d_model_scale.toml) and with the paper's tied ones, where the same
@@ -133,4 +143,5 @@ def harness_add_variants():
         *SEED_PRESETS,
         *MODERN,
         *QUESTIONS,
+        *STABILITY,
     ]
