@@ -4,6 +4,7 @@ a start of their own, a DeepNet written as a plugin from the docs, and ``check``
 as the same function at equal weights."""
 from __future__ import annotations
 
+import json
 import math
 import zlib
 
@@ -11,6 +12,7 @@ import pytest
 import torch
 from torch import nn
 
+import harness
 from harness.checks import CHECK_MODEL
 from harness.checks.contracts import check_component, check_components
 from harness.checks.runs import CheckSession
@@ -21,6 +23,7 @@ from harness.init_schemes import tensor_generator
 from harness.model import build_model, canonical_state_dict, load_canonical_state_dict
 from harness.plugins import PluginSpec
 from harness.registry import Component, Registry, Variant
+from harness.report import training_classes
 
 from .conftest import ROOT
 
@@ -273,3 +276,23 @@ def test_list_shows_the_init_slot_its_schemes_and_the_group(capsys):
     after = out.split("| init         | xavier")[1].splitlines()
     assert "(default)" in after[1][:30]  # the default, marked on the cell's second line
     assert "gpt2_init" in out and "[group:init]" in out and "norm=deepnorm, init=deepnet" in out
+
+
+def test_the_training_classes_split_a_check_class_by_the_init_scheme():
+    check = {"classes": [["baseline", "gpt2_init", "d2l_attention"], ["pre_norm"]],
+             "starts": {"baseline": "xavier", "gpt2_init": "gpt2", "d2l_attention": "xavier", "pre_norm": "xavier"}}
+    assert training_classes(check) == [["baseline", "d2l_attention"], ["gpt2_init"], ["pre_norm"]]
+    assert training_classes({"classes": check["classes"]}) == check["classes"]  # recorded before starts: unsplit
+    assert training_classes(None) == []
+
+
+def test_a_run_compares_a_change_of_init_instead_of_calling_it_the_same_function(tmp_path):
+    folder = harness.run(variants=["baseline", "gpt2_init", "d2l_attention"], seeds=2, preset="tiny",
+                         overrides={"train.steps": 4}, results_dir=tmp_path)
+    check = json.loads((folder / "config.json").read_text())["check"]
+    assert sorted(map(sorted, check["classes"])) == [["baseline", "d2l_attention", "gpt2_init"]]
+    assert check["starts"] == {"baseline": "xavier", "d2l_attention": "xavier", "gpt2_init": "gpt2"}
+    summary = harness.load_run(folder).summary.set_index("variant")
+    assert bool(summary.loc["d2l_attention", "same_function"]) and not bool(summary.loc["gpt2_init", "same_function"])
+    assert summary.loc["gpt2_init", "verdict"] != "same function"
+    assert "start from other weights" in (folder / "report.md").read_text()
