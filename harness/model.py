@@ -6,19 +6,22 @@ H = h heads, d_k = D / H, V vocabulary.
 Slot protocols (what a component's ``factory(ctx)`` must return, with shapes and canonical
 parameters) are declared once, with each slot, in :mod:`harness.slots` (``Slot.protocol``:
 ``NormBlock``, ``Embedding``, ``Attention``, ``MaskStyle``, ``LayerNormModule``, ``Positional``,
-``Projections``, ``FeedForward``). The assembler builds the built-in slots; a plugin's slot is made
-by the components that ask for it (``ctx.make(name)``, :class:`BuildContext`).
+``Projections``, ``FeedForward``, ``InitScheme``). The assembler builds the built-in slots; a plugin's slot is
+made by the components that ask for it (``ctx.make(name)``, :class:`BuildContext`). A component learns where it
+sits from the context (``ctx.stack``, ``ctx.layer``, ``ctx.N``).
 
 Canonical parameters: a module that stores parameters in its own layout defines
 ``canonical_state() -> dict`` and ``load_canonical_state(dict) -> list[str]`` (notes on
 anything it could not represent); every other module's own parameters are canonical as
 they are. :func:`canonical_state_dict` and :func:`load_canonical_state_dict` walk the
 model with these, so two variants that share a layout can exchange weights exactly.
+
+Initialisation (:func:`canonical_init`): the ``init`` slot's scheme draws every canonical tensor from
+(seed, canonical name) alone (:mod:`harness.init_schemes`); a module that defines ``init_weights(init)``
+initialises its own canonical tensors instead, and the harness keeps what it sets.
 """
 from __future__ import annotations
 
-import math
-import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +30,7 @@ from torch import nn
 
 from .config import ModelConfig
 from .errors import UnknownNameError
+from .init_schemes import DEFAULT_SCHEME, OwnInit, draw, tensor_generator, tensor_sites
 from .registry import Component, Registry, Variant
 
 
@@ -103,6 +107,11 @@ class BuildContext:
         attention(cross=False): a new attention module; ``cross=True`` for cross-attention (no positions).
         make(slot): a new product of ``slot``'s component, e.g. ``ctx.make("feed_forward")`` or a plugin
             slot's ``ctx.make("activation")``.
+        stack: where the module being built sits: ``"encoder"`` or ``"decoder"`` inside a stack (its layers and
+            its final LayerNorm), ``""`` outside (embeddings, positions, the ``init`` scheme). A component checked
+            on its own is built as the encoder's layer 0.
+        layer: the index (0 .. N - 1) of the layer being built in its stack; None outside a layer.
+        N: the number of layers in each stack (``cfg.N``; the encoder and the decoder have N each).
 
     Example::
 
@@ -117,6 +126,13 @@ class BuildContext:
     #: the positions the self-attention modules being built get (set by the assembler per stack)
     self_positions: PositionHooks | None = None
     _cross: bool = False
+    stack: str = ""
+    layer: int | None = None
+
+    @property
+    def N(self) -> int:  # noqa: N802 - the paper's symbol
+        """Layers per stack (``cfg.N``): the encoder's N and the decoder's M are equal here."""
+        return self.cfg.N
 
     def make(self, slot: str) -> Any:
         """Call the slot's component factory and return a new product.
@@ -214,13 +230,20 @@ class DecoderLayer(nn.Module):
 
 
 class Stack(nn.Module):
-    """N layers and, for pre-norm, a final LayerNorm (Identity otherwise)."""
+    """N layers and, for pre-norm, a final LayerNorm (Identity otherwise). ``stack`` (``"encoder"`` /
+    ``"decoder"``) and each layer's index reach the components through ``ctx.stack`` and ``ctx.layer``."""
 
-    def __init__(self, ctx: BuildContext, layer_cls):
+    def __init__(self, ctx: BuildContext, layer_cls, stack: str):
         super().__init__()
-        self.layers = nn.ModuleList([layer_cls(ctx) for _ in range(ctx.cfg.N)])
+        ctx.stack, layers = stack, []
+        for i in range(ctx.cfg.N):
+            ctx.layer = i
+            layers.append(layer_cls(ctx))
+        ctx.layer = None
+        self.layers = nn.ModuleList(layers)
         final = getattr(type(self.layers[0].sublayer[0]), "final_norm", False)
         self.norm = ctx.layer_norm() if final else nn.Identity()
+        ctx.stack = ""
 
     def forward(self, x, *args) -> torch.Tensor:
         for layer in self.layers:
@@ -246,9 +269,9 @@ class EncoderDecoder(nn.Module):
         #: the positions each stack's self-attention gets (not modules: src_pos / tgt_pos are registered above)
         self.position_hooks = (PositionHooks(self.src_pos, ctx.cfg.h), PositionHooks(self.tgt_pos, ctx.cfg.h))
         ctx.self_positions = self.position_hooks[0]
-        self.encoder = Stack(ctx, EncoderLayer)
+        self.encoder = Stack(ctx, EncoderLayer, "encoder")
         ctx.self_positions = self.position_hooks[1]
-        self.decoder = Stack(ctx, DecoderLayer)
+        self.decoder = Stack(ctx, DecoderLayer, "decoder")
         ctx.self_positions = None
 
     def make_masks(self, src: torch.Tensor, tgt: torch.Tensor):
@@ -346,30 +369,54 @@ def load_canonical_state_dict(model: nn.Module, state: dict[str, torch.Tensor]) 
     return notes
 
 
-def canonical_init(model: nn.Module, seed: int) -> None:
-    """Initialise every canonical parameter from (seed, canonical name) alone.
+def self_initialised(model: nn.Module) -> dict[str, nn.Module]:
+    """canonical prefix -> module, for every module of ``model`` that defines ``init_weights`` (found on the
+    canonical walk: the highest such module of each branch, at or above a ``canonical_state`` module)."""
+    out: dict[str, nn.Module] = {}
 
-    Matrices get Xavier-uniform (as the Annotated Transformer's ``make_model``), the bias of
-    a projection gets U(-1/sqrt(fan_in), 1/sqrt(fan_in)) (``nn.Linear``'s default), LayerNorm
-    weights and biases keep 1 and 0. Because each tensor's values depend only on the seed and
-    its name, two variants with the same canonical layout start from identical weights
-    (paired seeds), whatever their internal layout or parameter registration order.
+    def walk(module: nn.Module, prefix: str) -> None:
+        if callable(getattr(module, "init_weights", None)):
+            out[prefix] = module
+            return
+        if hasattr(module, "canonical_state"):
+            return
+        for name, child in module.named_children():
+            walk(child, f"{prefix}{name}.")
+
+    for name, child in model.named_children():
+        walk(child, f"{name}.")
+    return out
+
+
+def canonical_init(model: nn.Module, seed: int, scheme=None) -> None:
+    """Initialise every canonical parameter of ``model`` from ``seed`` with ``scheme`` (the ``init`` slot's
+    product, :class:`harness.slots.InitScheme`; default the Annotated Transformer's xavier rule,
+    :class:`harness.init_schemes.AnnotatedXavier`).
+
+    Each canonical tensor is drawn with a generator seeded from (seed, canonical name) alone
+    (:func:`harness.init_schemes.tensor_generator`), so two variants with the same canonical layout and the same
+    scheme start from identical weights (paired seeds), whatever their internal layout or parameter
+    registration order. A module that defines ``init_weights(init)`` (:func:`self_initialised`) is skipped by
+    the scheme and then called, under ``torch.no_grad()``, with a :class:`harness.init_schemes.OwnInit` (its
+    prefix, per-tensor generators from the same rule, the scheme's own draw): what it sets is kept.
+
+    Raises:
+        PluginError: the scheme returned a tensor of another shape, or no tensor.
     """
+    scheme = DEFAULT_SCHEME if scheme is None else scheme
     state = canonical_state_dict(model)
+    own = self_initialised(model)
+    sites = tensor_sites({name: tuple(t.shape) for name, t in state.items()})
     fresh = {}
     for name in sorted(state):
-        t = state[name]
-        g = torch.Generator().manual_seed((seed * 1_000_003 + zlib.crc32(name.encode())) % (2**63))
-        new = t.detach().to("cpu", torch.float32).clone()
-        if t.dim() > 1:
-            nn.init.xavier_uniform_(new, generator=g)
-        elif name.endswith("bias"):
-            w = state.get(name[:-4] + "weight")
-            if w is not None and w.dim() == 2:
-                bound = 1.0 / math.sqrt(w.shape[1])
-                new.uniform_(-bound, bound, generator=g)
+        new = state[name].detach().to("cpu", torch.float32).clone()
+        if not any(name.startswith(prefix) for prefix in own):
+            new = draw(scheme, sites[name], new, tensor_generator(seed, name))
         fresh[name] = new
     load_canonical_state_dict(model, fresh)
+    with torch.no_grad():
+        for prefix, module in own.items():
+            module.init_weights(OwnInit(prefix, seed, scheme, sites))
 
 
 def unique_parameter_count(model: nn.Module) -> int:
@@ -383,14 +430,17 @@ def unique_parameter_count(model: nn.Module) -> int:
 
 
 def build_model(registry: Registry, variant: Variant, cfg: ModelConfig, seed: int = 0) -> EncoderDecoder:
-    """Assemble ``variant`` with ``cfg`` and initialise it from ``seed`` (:func:`canonical_init`).
+    """Assemble ``variant`` with ``cfg`` and initialise it from ``seed`` with its ``init`` scheme
+    (:func:`canonical_init`).
 
     Raises:
         ConfigError: invalid ``cfg``.  UnknownNameError: a slot's component is not registered.
+        PluginError: the ``init`` scheme returned a tensor of the wrong shape.
     """
     cfg.validate()
     comps = {slot: registry.component(slot, name) for slot, name in variant.resolved().items()}
     torch.manual_seed(seed)
-    model = EncoderDecoder(BuildContext(cfg, comps), variant)
-    canonical_init(model, seed)
+    ctx = BuildContext(cfg, comps)
+    model = EncoderDecoder(ctx, variant)
+    canonical_init(model, seed, ctx.make("init"))
     return model

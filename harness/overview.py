@@ -29,10 +29,14 @@ def check_classes(registry, variants, full: bool = False, configs=None) -> dict:
     attention). A check that cannot run (a plugin's variant that does not build, say) is recorded, never
     raised: the classes are context for the training numbers, not a gate (the run's own integrity gate is).
 
+    Two variants of one class with different ``init`` schemes compute the same function but start from other
+    weights, so their training differs by more than rounding: ``starts`` records each variant's ``init``
+    component, and the reports compare such variants (:func:`harness.report.rows.training_classes`).
+
     Returns:
         ``{"classes": [[names]], "failures": [lines], "scope": "full"|"pairs", "wall_s": seconds,
-        "models": [{N, d_model, h, ...}]}``; on an error ``{"classes": [], "failures": [], "error": "one
-        line", "wall_s": 0.0}``.
+        "models": [{N, d_model, h, ...}], "starts": {variant: init component}}``; on an error ``{"classes": [],
+        "failures": [], "error": "one line", "wall_s": 0.0}``.
     """
     import torch
 
@@ -50,7 +54,12 @@ def check_classes(registry, variants, full: bool = False, configs=None) -> dict:
     failures = list(dict.fromkeys(f for _, fs in found for f in fs))
     models = [model_summary(cfg) for cfg, _ in configs] if configs else []
     return {"classes": classes, "failures": failures, "scope": "full" if full else "pairs",
-            "wall_s": round(time.perf_counter() - t0, 2), "models": models}
+            "wall_s": round(time.perf_counter() - t0, 2), "models": models, "starts": starts_of(variants)}
+
+
+def starts_of(variants) -> dict[str, str]:
+    """variant -> its ``init`` component (the scheme its weights start from; "" when it names none)."""
+    return {v.name: str(v.slots.get("init", "")) for v in variants}
 
 
 #: The model keys a report names when it says at which model config check grouped the variants.
@@ -150,11 +159,19 @@ def classes_section(check: dict, heading: str = "## Which variants compute the s
     single = [c[0] for c in classes if len(c) == 1]
     what = "check's pair comparisons" if check.get("scope") == "pairs" else "`python -m harness check`"
     out += [f"{what} on these variants (CPU, fp32, {at_models(check.get('models'))}{check.get('wall_s', 0):.1f} s): variants in "
-            "one class give the same outputs and gradients from the same weights, so their training differs only "
-            "by floating-point rounding; every other pair computes a different function.", ""]
+            "one class give the same outputs and gradients from the same weights, so, started by the same `init` "
+            "scheme, their training differs only by floating-point rounding; every other pair computes a different "
+            "function.", ""]
     out += [f"- class {i}: {', '.join(c)}" for i, c in enumerate(multi, 1)]
     if single:
         out.append(f"- each in a class of its own: {', '.join(single)}")
+    starts = check.get("starts") or {}
+    moved = [c for c in multi if len({starts.get(n, "") for n in c}) > 1]
+    if moved:
+        named = "; ".join(", ".join(f"{n} (init={starts.get(n, '?')})" for n in c) for c in moved)
+        out += ["", f"Within a class, variants with another `init` scheme start from other weights: the same "
+                    f"function, trained from another start, so the run compares them like different functions "
+                    f"({named})."]
     if check.get("failures"):
         out += ["", f"check reported {len(check['failures'])} problem(s) (see `python -m harness check`); first: "
                     f"{check['failures'][0]}"]

@@ -63,6 +63,7 @@ BUILTIN_MODULES = (
     "variants.attention_modern",
     "variants.mask",
     "variants.feed_forward",
+    "variants.init",
     "variants.presets",
     "variants.bugs",
     "variants.tasks",

@@ -129,6 +129,24 @@ class MaskStyle(Protocol):
         """scores (..., Tq, Tk) -> masked scores of the same shape."""
 
 
+class InitScheme(Protocol):
+    """``init``: one object per model (``factory(ctx)``, ``ctx.cfg`` giving N, D, d_ff ...) that draws the
+    initial value of every canonical tensor, after the model is built.
+
+    ``init(site, current, generator) -> Tensor``: ``site`` a :class:`harness.init_schemes.TensorSite` (canonical
+    name, shape, role such as ``attn_out`` or ``embedding``, stack ``encoder`` / ``decoder``, layer index);
+    ``current`` the value the module made, a float32 CPU copy of shape ``site.shape`` (fill it in place, or
+    return a new tensor; return it unchanged to keep the module's value: only for values a module makes
+    the same way every time, such as LayerNorm's 1 and 0, never a matrix or bias it drew); ``generator`` a
+    ``torch.Generator`` seeded from (seed, canonical name) alone. Returns a tensor of ``site.shape``. Draw
+    with ``generator`` only, never the global RNG and never state kept between calls: then variants that
+    share the scheme and a canonical layout start equal (paired seeds). The canonical tensors of a module that defines
+    ``init_weights(init)`` are not offered: that module initialises itself (docs/plugins.md).
+    """
+
+    def init(self, site: Any, current: Tensor, generator: Any) -> Tensor: ...
+
+
 @dataclass(frozen=True)
 class Slot:
     """One axis of choice, declared once.
@@ -214,6 +232,15 @@ BUILTIN: tuple[Slot, ...] = (
          "FFN(x) = w_2(relu(w_1 x + b_1)) + b_2 with ctx.linear projections, inner width d_ff, dropout "
          "after the activation (Vaswani et al. 2017 §3.3)",
          check="check_feed_forward"),
+    Slot("init", "how the weights start: the scheme drawing every canonical tensor (the Annotated Transformer's "
+                 "xavier_uniform, PyTorch's defaults, nn.Transformer's reset, GPT-2's scaled residual projections, "
+                 "small init, T-Fixup, DeepNet)",
+         InitScheme,
+         "each canonical tensor drawn from (seed, canonical name) alone: the same values in any order and whatever "
+         "the global RNG holds, a finite tensor of the tensor's shape, and a start that changes with the seed, so "
+         "variants sharing a scheme and a canonical layout start equal (paired seeds); the default is the "
+         "Annotated Transformer's xavier_uniform on every matrix with nn.Linear's bias rule",
+         check="check_init"),
 )
 
 

@@ -34,6 +34,7 @@ PLUGINS = ROOT / "tests" / "plugins"
 #: plugin -> words the first failure line must contain: the fault named, not only "something differs"
 FAULTS = {
     "adv_scale_d_model": "divided by d_model instead of sqrt(d_k)",
+    "adv_init_global_rng": "the scheme draws from the global RNG",
     "adv_causal_shift": "shifted by +1: position i attends to position i+1",
     "adv_causal_shift_minus": "shifted by -1: position i cannot attend to itself",
     "adv_src_pad_ignored": "padding mask blocks nothing",

@@ -127,11 +127,11 @@ def test_select_all_names_globs_and_unknown(registry):
     with pytest.raises(UnknownNameError, match="baseline"):
         registry.select(["baselin"])
     sizes = [len(registry.slot_components(s)) for s in ("norm", "embedding", "attention", "mask")]
-    assert sizes == [3, 2, 8, 4]  # norm: + parallel; attention: + gqa, mqa, qk_norm; mask: + sliding_window
+    assert sizes == [4, 2, 8, 4]  # norm: + parallel, deepnorm; attention: + gqa, mqa, qk_norm; mask: + sliding_window
     # the grid crosses the choices of `all`: group:modern's components (parallel, sdpa_packed, gqa, mqa,
-    # qk_norm, sliding_window) stay in their group, as their variants stay out of `all`
+    # qk_norm, sliding_window) and group:init's deepnorm stay in their group, as their variants stay out of `all`
     assert len(registry.grid()) == 2 * 2 * 4 * 3
-    assert not any(v.slots["attention"] in ("gqa", "sdpa_packed") or v.slots["norm"] == "parallel"
+    assert not any(v.slots["attention"] in ("gqa", "sdpa_packed") or v.slots["norm"] in ("parallel", "deepnorm")
                    for v in registry.grid())
 
 

@@ -5,12 +5,19 @@
 * ``pre``: x + dropout(sublayer(LayerNorm(x))) plus a final LayerNorm after the encoder and
   after the decoder -- the Annotated Transformer's ``SublayerConnection`` (seeds 000, 002,
   004); Xiong et al. 2020's Pre-LN Transformer.
+* ``parallel``: one LayerNorm for all of a layer's sub-layers, their outputs summed (GPT-J; PaLM §2).
+* ``deepnorm``: LayerNorm(alpha x + dropout(sublayer(x))), post-norm with DeepNet's up-scaled residual
+  (Wang et al. 2022 §3, Figure 2): alpha = 0.81 (N^4 M)^(1/16) in the encoder, (3M)^(1/4) in the
+  decoder (N = M = ``model.N``), read from where the block sits (``ctx.stack``, ``ctx.N``). Its other half,
+  the beta-scaled initialisation, is ``init=deepnet``; variant ``deepnet`` takes both.
 """
 from __future__ import annotations
 
 from torch import nn
 
 from harness import Component, hookimpl
+
+from .init import deepnet_alpha
 
 
 class PostNormResidual(nn.Module):
@@ -75,6 +82,26 @@ class ParallelResidual(nn.Module):
         return x + sum(self.dropout(sublayer(y)) for sublayer in sublayers)
 
 
+class DeepNormResidual(nn.Module):
+    """DeepNorm (Wang et al. 2022 §3): ``norm(alpha * x + dropout(sublayer(x)))``, post-norm, no final LayerNorm.
+
+    ``alpha`` (a float, not a parameter) is DeepNet's for the block's stack: 0.81 (N^4 M)^(1/16) in the
+    encoder, (3M)^(1/4) in the decoder, N = M = ``ctx.N`` (:func:`variants.init.deepnet_alpha`); a block
+    built outside a stack takes the encoder's. Shape: x (B, L, D) -> (B, L, D).
+    """
+
+    final_norm = False
+
+    def __init__(self, ctx):
+        super().__init__()
+        self.norm = ctx.layer_norm()
+        self.dropout = nn.Dropout(ctx.cfg.dropout)
+        self.alpha = deepnet_alpha(ctx.stack, ctx.N, ctx.N)
+
+    def forward(self, x, sublayer):
+        return self.norm(self.alpha * x + self.dropout(sublayer(x)))
+
+
 @hookimpl
 def harness_add_components():
     return [
@@ -91,4 +118,10 @@ def harness_add_components():
                           "are summed into the residual (decoder: self-attention, cross-attention and FFN all from "
                           "one LN(x)), not chained one after another",
                   reference="parallel_block"),
+        Component("deepnorm", "norm", DeepNormResidual,
+                  "LayerNorm(alpha x + dropout(sublayer(x))), alpha 0.81 (N^4 M)^(1/16) (encoder), (3M)^(1/4) "
+                  "(decoder)",
+                  "Wang et al. 2022 (DeepNet) §3, Figure 2, Table 1",
+                  differs="DeepNorm: the residual x scaled by DeepNet's alpha > 1 inside post-norm, "
+                          "LayerNorm(alpha x + sublayer(x)) (Wang et al. 2022)"),
     ]

@@ -10,7 +10,9 @@ The choices of today's implementations (nanoGPT, LLaMA-style code, x-transformer
 group ``modern`` (``--variants group:modern``), kept out of ``all`` so the main job does not grow:
 one change from the baseline each, and ``modern``, the LLaMA-style preset with all of them. The
 group ``questions`` holds controlled changes that answer the notes' open questions (the
-sqrt(d_model) scale; BatchNorm instead of LayerNorm).
+sqrt(d_model) scale; BatchNorm instead of LayerNorm). The group ``init`` holds one change of the
+``init`` slot each (``deepnet`` also takes DeepNorm's residual, the other half of DeepNet), also out of
+``all``.
 """
 from __future__ import annotations
 
@@ -125,6 +127,35 @@ QUESTIONS = [
 ]
 
 
+def _init(name: str, slots: dict, summary: str, source: str) -> Variant:
+    return Variant(name, slots, summary=summary, source=source, group="init")
+
+
+#: How the weights start, one change each from the baseline (``--variants group:init``): the schemes of the
+#: seed tutorials and of the papers (variants/init.py). Pairs with the baseline are the same function at
+#: equal weights (``check`` puts them in its class); only training shows what the start changes.
+INIT = [
+    _init("torch_default_init", {"init": "torch_default"},
+          "baseline started from PyTorch's module defaults (nn.Linear U(+-1/sqrt(fan_in)), nn.Embedding N(0, 1))",
+          "nn.Linear / nn.Embedding reset_parameters"),
+    _init("d2l_init", {"init": "d2l"}, "baseline started as d2l's train_seq2seq does (xavier Linears, N(0, 1) "
+          "embeddings)", "d2l train_seq2seq (seed 003)"),
+    _init("nn_transformer_init", {"init": "nn_transformer"},
+          "baseline started as nn.Transformer resets itself (q, k, v from one packed matrix's bound, attention "
+          "biases 0)", "torch nn.Transformer._reset_parameters"),
+    _init("gpt2_init", {"init": "gpt2"},
+          "baseline started from N(0, 0.02) with residual output projections scaled by 1/sqrt(residual layers)",
+          "Radford et al. 2019 §2.3; nanoGPT"),
+    _init("small_init", {"init": "small"}, "baseline with SmallInit (attention std sqrt(2 / 5D))",
+          "Nguyen & Salazar 2019 §2.2"),
+    _init("t_fixup_init", {"init": "t_fixup"},
+          "baseline (post-norm, LayerNorm kept) with T-Fixup's initialisation only", "Huang et al. 2020"),
+    _init("deepnet", {"norm": "deepnorm", "init": "deepnet"},
+          "baseline with DeepNet: DeepNorm's residual alpha in post-norm and its beta-scaled initialisation",
+          "Wang et al. 2022 (DeepNet)"),
+]
+
+
 @hookimpl
 def harness_add_variants():
     return [
@@ -144,4 +175,5 @@ def harness_add_variants():
         *MODERN,
         *QUESTIONS,
         *STABILITY,
+        *INIT,
     ]

@@ -166,8 +166,9 @@ def reference_components(**overrides: Component) -> dict[str, Component]:
 
 
 def sibling_context(cfg: ModelConfig, comps: dict[str, Component]) -> BuildContext:
-    """The build context of a component checked on its own among ``comps`` (:func:`reference_components`)."""
-    return BuildContext(cfg, comps)
+    """The build context of a component checked on its own among ``comps`` (:func:`reference_components`), built
+    as the encoder's layer 0 (``ctx.stack``, ``ctx.layer``)."""
+    return BuildContext(cfg, comps, stack="encoder", layer=0)
 
 
 class OutsideCanonicalLayout(Exception):

@@ -36,7 +36,7 @@ verdicts, reference siblings, :data:`~harness.checks.contract_base.ATOL`,
 :data:`~harness.checks.contract_base.SLOT_REFERENCES`), :mod:`harness.checks.contract_attention`
 (attention, mask, :data:`~harness.checks.contract_attention.ATTENTION_FAULTS`) and
 :mod:`harness.checks.contract_layers` (layer_norm, norm, embedding, projections) and
-:mod:`harness.checks.contract_positions` (positional, feed_forward).
+:mod:`harness.checks.contract_positions` (positional, feed_forward) and :mod:`harness.checks.contract_init` (init).
 """
 from __future__ import annotations
 
@@ -49,6 +49,7 @@ from ..errors import PluginError
 from ..registry import Component, Registry
 from ..slots import Slot, builtin_slot
 from .contract_attention import check_attention
+from .contract_init import check_init
 from .contract_mask import check_mask
 from .contract_base import PLUGIN_SIBLINGS, ComponentResult, reference_components, sibling_context
 from .contract_layers import check_embedding, check_layer_norm, check_norm, check_projections
@@ -59,7 +60,7 @@ from .inputs import CHECK_MODEL
 #: The contract checks a slot can name (``Slot.check``), by function name.
 CHECKS: dict[str, Callable[..., list[ComponentResult]]] = {fn.__name__: fn for fn in (
     check_attention, check_mask, check_layer_norm, check_norm, check_positional, check_embedding,
-    check_projections, check_feed_forward)}
+    check_projections, check_feed_forward, check_init)}
 
 
 def slot_check(slot: Slot) -> Callable[..., list[ComponentResult]] | None:

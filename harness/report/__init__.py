@@ -31,7 +31,7 @@ from .plots import (MAX_OVERLAID, log_axis, min_span_limits, plot_curves,
                     plot_curves_grid, plot_final_metrics, plot_steps_to_solve)
 from .partial import partial_banner, partial_counts
 from .rows import (SAME_FUNCTION, SAME_FUNCTION_TEXT, Count, Interval, MeanStd, MedianIQR, SummaryRow,
-                   recorded_classes, same_class)
+                   recorded_classes, same_class, training_classes)
 from .tables import (aggregate, caption, comparison_cells, environment_block, lr_max, paired_values,
                      same_function_variants, summary_table, sweep_table, to_markdown, variants_table)
 from .terminal import terminal_table
@@ -42,7 +42,7 @@ __all__ = [
     "TRAINED", "Count", "Interval", "MeanStd", "MedianIQR", "ReportContext", "Section", "SummaryRow",
     "aggregate", "baseline_note", "caption", "choose_baseline", "comparison_cells", "curves_frame", "environment_block", "invalid_section",
     "invalid_variants", "log_axis", "lr_max", "min_span_limits", "paired_values", "partial_banner", "partial_counts",
-    "recorded_classes", "same_class",
+    "recorded_classes", "same_class", "training_classes",
     "same_function_variants", "plot_curves", "plot_curves_grid", "plot_final_metrics",
     "plot_steps_to_solve", "point_order", "resolve_baseline", "run_metrics", "run_primary", "summary_table", "sweep_table", "terminal_table",
     "to_markdown",

@@ -11,7 +11,8 @@ outputs and gradients from the same canonical weights, CPU fp32); ``run`` record
 ``config.json`` under ``check`` (:func:`harness.overview.check_classes`). A variant in the
 baseline's class computes the same function as the baseline, so its training differs from the
 baseline's only by floating-point rounding: the report shows it as "same function", never as a
-probability or a verdict (:attr:`SummaryRow.same_function`).
+probability or a verdict (:attr:`SummaryRow.same_function`). That needs the same start too: a variant
+with another ``init`` scheme is compared like any other (:func:`training_classes`).
 """
 from __future__ import annotations
 
@@ -170,9 +171,27 @@ def same_class(classes: list[list[str]] | None, a: str, b: str | None) -> bool:
     return any(a in c and b in c for c in classes)
 
 
+def training_classes(check: dict | None) -> list[list[str]]:
+    """Check's classes (``check["classes"]``, as :func:`harness.overview.check_classes` records them) split by each
+    variant's ``init`` scheme (``check["starts"]``; a record without it is not split): two variants whose trainings
+    differ only by rounding compute the same function *and* start from the same weights. A change of ``init``
+    alone is the same function at equal weights, yet trains from another start: it is compared, never called
+    "same function". [] when nothing was recorded."""
+    check = check or {}
+    classes, starts = check.get("classes"), check.get("starts") or {}
+    if not isinstance(classes, list):
+        return []
+    out: list[list[str]] = []
+    for c in (c for c in classes if isinstance(c, (list, tuple))):
+        split: dict[str, list[str]] = {}
+        for name in c:
+            split.setdefault(str(starts.get(name, "")), []).append(name)
+        out += list(split.values())
+    return out
+
+
 def recorded_classes(meta: RunMeta | None) -> list[list[str]]:
-    """The check classes a run recorded in ``config.json`` (key ``check``); [] when none (``--no-check``,
-    a check that could not run, a run from before check was recorded)."""
-    check = (meta.check if meta else None) or {}
-    classes = check.get("classes")
-    return [list(c) for c in classes if isinstance(c, (list, tuple))] if isinstance(classes, list) else []
+    """The classes whose trainings differ only by rounding, from the check a run recorded in ``config.json`` (key
+    ``check``): :func:`training_classes`; [] when none (``--no-check``, a check that could not run, a run from
+    before check was recorded)."""
+    return training_classes(meta.check if meta else None)

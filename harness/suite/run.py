@@ -14,6 +14,7 @@ import pandas as pd
 
 from ..errors import ConfigError, StoreError
 from ..overview import check_classes
+from ..report import training_classes
 from ..request import RunOutcome, RunRequest
 from ..runmeta import RunMeta
 from ..store import RunStore, atomic_write_text
@@ -241,7 +242,7 @@ def _write_json(path: Path, data: dict) -> None:
 
 def write_suite_report(folder: Path, spec: SuiteSpec, info: dict) -> Path:
     """Write ``suite.md``, ``suite.csv`` and ``suite_verdicts.png`` into ``folder``; returns suite.md."""
-    df = collect(spec, folder, info.get("check", {}).get("classes", []))
+    df = collect(spec, folder, training_classes(info.get("check")))
     env_meta = next((m for t in spec.tasks if (m := _read_meta(folder / t)) is not None), None)
     if len(df):
         atomic_write_text(folder / "suite.csv", df.to_csv(index=False))
