@@ -331,7 +331,7 @@ class TrainingLoop:
     def leak_set(self, step: int, final: bool = False) -> Batch:
         """The :data:`LEAK_ROWS` dev sequences of the future-leak check at ``step``, drawn afresh
         (never scored): the same for every seed at that step (:func:`harness.tasks.splits.leak_set`)."""
-        return leak_set(self.task, self.cfg, self.test.src, LEAK_ROWS, step, final)
+        return leak_set(self.task, self.cfg, self.test.src, self.dev, LEAK_ROWS, step, final)
 
     def check_future(self, step: int, final: bool = False, gaps: tuple | None = None) -> None:
         """:func:`future_leak` (future and state) on :meth:`leak_set`, or its ``gaps`` ``(future,

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Iterator
 
 import torch
 
+from ..errors import ConfigError
 from .base import Batch, Task, row_keys
 
 if TYPE_CHECKING:
@@ -56,9 +57,14 @@ def dev_set(task: Task, cfg: "RunConfig", test_src: torch.Tensor, n: int = DEV_S
     return task.dev_set(n, tc.seq_len, cfg.model.vocab, seed, test_src)
 
 
-def leak_set(task: Task, cfg: "RunConfig", test_src: torch.Tensor, rows: int, step: int, final: bool = False) -> Batch:
-    """Fresh dev rows for the future-leak check at ``step`` (never scored), the same for every seed."""
-    return dev_set(task, cfg, test_src, rows, cfg.train.eval_seed + LEAK_SEED_OFFSET + step + int(final))
+def leak_set(task: Task, cfg: "RunConfig", test_src: torch.Tensor, dev: Batch, rows: int, step: int,
+             final: bool = False) -> Batch:
+    """``rows`` fresh dev rows for the future-leak check at ``step`` (never scored), the same for every seed;
+    the dev set's first ``rows`` where the task has no fresh ones (an ``eval_set`` that ignores its seed)."""
+    try:
+        return dev_set(task, cfg, test_src, rows, cfg.train.eval_seed + LEAK_SEED_OFFSET + step + int(final))
+    except ConfigError:
+        return Batch(dev.src[:rows], dev.tgt[:rows], dev.tgt_y[:rows])
 
 
 def training_sources(task: Task, cfg: "RunConfig", seed: int) -> Iterator[torch.Tensor]:
