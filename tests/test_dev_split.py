@@ -89,6 +89,8 @@ def test_g2p_dev_words_are_a_recorded_slice_of_the_training_words(registry):
     dev, test = {w for w, _ in lex.dev_words}, {w for w, _ in lex.test_words}
     assert not dev & train and not dev & test and not train & test
     assert len(train) == lex.n_train_words
+    # the counts docs/tasks.md gives: 105,605 non-test words before the dev split, 11,886 test words as before
+    assert (lex.n_train_words, len(dev), len(test), len(lex.train_pairs)) == (100298, 5307, 11886, 107211)
     letters = "abcdefghijklmnopqrstuvwxyz"
     assert all(split_of("".join(letters[i - 3] for i in w)) == "dev" for w in list(dev)[:500])
     share = len(dev) / (len(dev) + len(train))  # 1 in DEV_MOD of the words that are not test words
