@@ -30,6 +30,8 @@ from .conftest import ROOT, cli_in_process
 POISON = ROOT / "tests" / "plugins" / "poisoned_test_split.py"
 SHIFT = ROOT / "examples" / "harness-example-task" / "harness_example_task.py"
 SYNTHETIC = ["copy", "copy_fixed", "reverse", "sort", "copy_length"]
+#: split_overlaps at the tiny preset (64 test sequences): no overlap anywhere.
+ZERO = {"test": (0, 64), "dev": (0, DEV_SEQUENCES), "dev_test": (0, DEV_SEQUENCES)}
 
 
 def digest(b) -> str:
@@ -65,7 +67,7 @@ def test_a_synthetic_dev_set_is_disjoint_from_training_and_test_and_fixed_by_its
     test = splits.test_set(t, cfg)
     dev = dev_set(t, cfg, test.src)
     assert dev.src.size(0) == DEV_SEQUENCES
-    assert split_overlaps(t, cfg, seed=0) == {"test": (0, 64), "dev": (0, DEV_SEQUENCES), "dev_test": (0, DEV_SEQUENCES)}
+    assert split_overlaps(t, cfg, seed=0) == ZERO
     tests = {tuple(r) for r in test.src.tolist()}
     assert not any(tuple(r) in tests for r in dev.src.tolist())  # an independent check of dev_test
     if task not in ("copy_length", "copy_fixed"):
@@ -97,7 +99,7 @@ def test_g2p_dev_words_are_a_recorded_slice_of_the_training_words(registry):
     assert abs(share - 1 / DEV_MOD) < 0.005
     t = registry.task("g2p")
     cfg = t.fit(get_preset("tiny").override({"train.task": "g2p", "train.steps": 50}), set())
-    assert split_overlaps(t, cfg, seed=0) == {"test": (0, 64), "dev": (0, DEV_SEQUENCES), "dev_test": (0, DEV_SEQUENCES)}
+    assert split_overlaps(t, cfg, seed=0) == ZERO
     rows = t.dev_set(DEV_SEQUENCES, cfg.train.seq_len, cfg.model.vocab, 1235, torch.zeros(0, 1, dtype=torch.long))
     got = {tuple(r[r != PAD].tolist()) for r in rows.src}
     assert len(got) == DEV_SEQUENCES and got <= dev  # dev words, no repeats
@@ -226,9 +228,9 @@ def test_a_plugin_task_written_before_dev_sets_gets_one(tmp_path):
     good.write_text("EVAL = lambda task, n, seed: task._rows(n, torch.Generator().manual_seed(seed), 1)\n" + src)
     every = "[[1] + [(i >> b) & 1 for b in range(7)] for i in range(128)]"  # every held-out row, whatever n and seed
     fixed.write_text(f"EVAL = lambda task, n, seed: task.rows_of(torch.tensor({every}))\n" + src
-                     + "Parity.rows_of = lambda self, bits: Batch(bits + 3, torch.cat([torch.ones(128, 1, dtype=torch.long), "
-                       "3 + bits[:, 1:].sum(1, keepdim=True) % 2], 1), torch.stack([3 + bits[:, 1:].sum(1) % 2, "
-                       "torch.full((128,), 2)], 1))\n")
+                     + "Parity.rows_of = lambda self, bits: Batch(bits + 3, torch.cat([torch.ones(128, 1, "
+                       "dtype=torch.long), 3 + bits[:, 1:].sum(1, keepdim=True) % 2], 1), "
+                       "torch.stack([3 + bits[:, 1:].sum(1) % 2, torch.full((128,), 2)], 1))\n")
     args = ("run", "--task", "parity", "--variants", "baseline", "--preset", "tiny", "-q", "--device", "cpu",
             "--set", "train.steps=4", "--set", "train.eval_every=2", "--results-dir", tmp_path)
     r = cli_in_process("--plugin", good, *args, "--run-id", "good")

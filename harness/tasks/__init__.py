@@ -2,9 +2,9 @@
 
 Built-in tasks live in :mod:`harness.tasks.copy`, :mod:`harness.tasks.algorithmic` and
 :mod:`harness.tasks.g2p` (a trial's train / dev / test splits: :mod:`harness.tasks.splits`) and are
-registered by ``variants/tasks.py`` through the ``harness_add_tasks`` hook, like any plugin's. ``harness/tasks/`` is a leaf under the registry: it
-never imports it; a task is found by name through the registry (``Registry.task(name)``; a worker's
-registry: :func:`harness.trial.registry_for`).
+registered by ``variants/tasks.py`` through the ``harness_add_tasks`` hook, like any plugin's.
+``harness/tasks/`` is a leaf under the registry: it never imports it; a task is found by name through
+the registry (``Registry.task(name)``; a worker's registry: :func:`harness.trial.registry_for`).
 """
 from __future__ import annotations
 

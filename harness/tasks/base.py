@@ -165,10 +165,11 @@ class Task:
             if have == n:
                 break
         if not have:
-            raise ConfigError(f"the {self.name} task has no dev sequences: {DEV_ROUNDS} draws of its evaluation set "
-                              f"(seeds {seed}, {seed + DEV_STRIDE}, ...) held only test sequences; at "
-                              f"seq_len={seq_len}, vocab={vocab} the test set covers its held-out sequences (a larger seq_len or vocab "
-                              "leaves room), or its eval_set ignores its seed (give it a dev_set: docs/plugins.md)")
+            raise ConfigError(f"the {self.name} task has no dev sequences: {DEV_ROUNDS} draws of its evaluation "
+                              f"set (seeds {seed}, {seed + DEV_STRIDE}, ...) held only test sequences; at "
+                              f"seq_len={seq_len}, vocab={vocab} the test set covers its held-out sequences (a larger "
+                              "seq_len or vocab leaves room), or its eval_set ignores its seed (give it a dev_set: "
+                              "docs/plugins.md)")
         return cat_batches(kept)
 
     def dev_note(self, seq_len: int, vocab: int) -> str:

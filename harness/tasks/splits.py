@@ -119,5 +119,6 @@ def heldout_note(task: Task, cfg: "RunConfig", seed: int) -> str:
     tc, vocab = cfg.train, cfg.model.vocab
     (test, n), (dev, m), (both, _) = o["test"], o["dev"], o["dev_test"]
     return (f"test set: {n} {task.split_note(tc.seq_len, vocab)}; measured overlap with seed {seed}'s training "
-            f"stream: {test}/{n}. dev set: {m} {task.dev_note(tc.seq_len, vocab)} (seed {tc.eval_seed + DEV_SEED_OFFSET}); "
+            f"stream: {test}/{n}. dev set: {m} {task.dev_note(tc.seq_len, vocab)} "
+            f"(seed {tc.eval_seed + DEV_SEED_OFFSET}); "
             f"measured overlap with seed {seed}'s training stream: {dev}/{m}, with the test set: {both}/{m}")
