@@ -62,7 +62,7 @@ from .registry import Variant
 from .saved import keep_weights
 from .schedule import lr_at
 from .tasks.seeds import NotBatched, SeedStack, evaluate_seeds, future_leak_seeds
-from .train import INVALID, WARMUP_STEPS, PhaseClock, TrainingLoop, run_trial
+from .train import INVALID, WARMUP_STEPS, PhaseClock, TrainingLoop, draw_splits, run_trial
 from .track import trial_tracking
 from .trial import TrialResult, TrialSpec, lr_point, registry_for
 from .vcheckpoint import GroupCheckpointer
@@ -204,7 +204,6 @@ class _Group:
         self.task = self.registry.task(self.cfg.train.task)
         self.clock = PhaseClock()
         self.results = [TrialResult(row=s.identity_row(self.device.type, torch.get_num_threads())) for s in specs]
-        self.final_set = None  # the final evaluation's held-out set, built once for the group (_finish)
         # why the seeds are evaluated one after another (None: batched); a group of one has nothing to batch, and
         # its own model's pass is the cheaper one (bench --eval: batched K=1 at 0.75x on the CPU, docs/benchmarks.md)
         self.eval_why: str | None = SOLO if len(specs) == 1 else None
@@ -221,6 +220,7 @@ class _Group:
         cfg, mc, device, dtype = self.cfg, self.cfg.model, self.device, self.specs[0].dtype
         variant = Variant(self.specs[0].variant, dict(self.specs[0].slots))
         self.task.validate(cfg)
+        self.splits = draw_splits(self.task, cfg)  # (test, dev): one pair for the group's seeds
         self.models, self.broken, self.invalid, self.loops = [], [], [], []
         with self.clock("build"):
             for spec, result in zip(self.specs, self.results):
@@ -235,7 +235,7 @@ class _Group:
             with self.clock("evaluate"):
                 self.invalid.append(integrity_reasons(model, mc, device, seed=spec.seed, when="at initialisation",
                                                       task=task_rows(self.task, cfg.train.seq_len, mc, spec.seed)))
-            self.loops.append(TrainingLoop(model, cfg, self.task, device, dtype, self.clock))
+            self.loops.append(TrainingLoop(model, cfg, self.task, device, dtype, self.clock, splits=self.splits))
         self.open_streams()
         self.step = group_step(self.models, cfg, device, dtype)
         self.stack = SeedStack(self.models[0], {**self.step.params, **self.step.buffers}, mc.pad)  # live tensors
@@ -304,7 +304,7 @@ class _Group:
         finals = self._final_evaluations()
         out = []
         for i, (spec, result) in enumerate(zip(self.specs, self.results)):
-            self._finish(i, spec, result, finals[i])
+            self._finish(i, spec, result, *finals[i])
         wall = time.perf_counter() - t_start
         for result in self.results:
             row = result.row
@@ -320,17 +320,13 @@ class _Group:
             out.append(result)
         return out
 
-    def _final_evaluations(self) -> list[dict[str, float] | None]:
-        """Every seed's final evaluation in one batched pass (:meth:`_evaluate_seeds`) with a progress
-        bar over the rows, or Nones (each seed is then evaluated by :meth:`_finish`)."""
-        cfg = self.cfg
+    def _final_evaluations(self) -> list[tuple[dict[str, float] | None, dict[str, float] | None]]:
+        """Every seed's final (test, dev) evaluations, each in one batched pass (:meth:`_evaluate_seeds`),
+        the test one with a progress bar over the rows; Nones where a seed is evaluated by :meth:`_finish`."""
+        seeds = list(range(len(self.specs)))
         with self.clock("final_eval"):
-            try:
-                self.final_set = self.task.eval_set(cfg.train.eval_sequences, cfg.train.seq_len, cfg.model.vocab,
-                                                    cfg.train.eval_seed)
-            except Exception:  # noqa: BLE001 - each seed's _finish meets it again and fails as its sequential trial
-                return [None] * len(self.specs)
-            return self._evaluate_seeds(list(range(len(self.specs))), self.final_set, bar=self.show_progress)
+            dev = self._evaluate_seeds(seeds, self.splits[1])
+            return list(zip(self._evaluate_seeds(seeds, self.splits[0], bar=self.show_progress), dev))
 
     def _leak_gaps(self, seeds: list[int], step: int) -> list[tuple | None]:
         """The seeds' future-leak gaps at ``step`` in one pass (:func:`harness.tasks.seeds.future_leak_seeds`);
@@ -368,25 +364,24 @@ class _Group:
                          f"not batched: {self.eval_why}")
         return [None] * len(seeds)
 
-    def _finish(self, i: int, spec: TrialSpec, result: TrialResult, final: dict[str, float] | None = None) -> None:
-        """Seed ``i``'s final evaluation (``final``: its metrics from the group's batched pass, else
-        evaluated here on its own model), integrity gate after training and metrics row (as
+    def _finish(self, i: int, spec: TrialSpec, result: TrialResult, final: dict[str, float] | None = None,
+                dev: dict[str, float] | None = None) -> None:
+        """Seed ``i``'s final test and dev evaluations (``final``, ``dev``: its metrics from the group's batched
+        passes, else evaluated here on its own model), integrity gate after training and metrics row (as
         :func:`harness.train.train` and ``_run`` do them)."""
         cfg, mc, loop = self.cfg, self.cfg.model, self.loops[i]
         model = self.step.load(i, self.models[i])
         invalid = self.invalid[i]
         try:
             with self.clock("final_eval"):
-                if self.final_set is None:  # one held-out set for the group's seeds
-                    self.final_set = self.task.eval_set(cfg.train.eval_sequences, cfg.train.seq_len, mc.vocab,
-                                                        cfg.train.eval_seed)
-                final = final or self.task.evaluate(model, self.final_set, cfg, self.device, spec.dtype)
+                dev = dev or self.task.evaluate(model, self.splits[1], cfg, self.device, spec.dtype)
+                final = final or self.task.evaluate(model, self.splits[0], cfg, self.device, spec.dtype)
                 if loop.status == "ok":
                     loop.check_future(loop.step, final=True)
                     invalid = invalid + integrity_reasons(
                         model, mc, self.device, seed=spec.seed + 1, when="after training",
                         task=task_rows(self.task, cfg.train.seq_len, mc, spec.seed + 1))
-            metrics = loop.metrics(final, invalid + loop.leaks)
+            metrics = loop.metrics(final, invalid + loop.leaks, dev)
         except Exception as exc:  # noqa: BLE001 - as run_trial: a failing trial, not a failing run
             result.row.update({"status": "failed", "reason": failure_reason(exc),
                                "traceback": traceback.format_exc(limit=5)})
@@ -466,7 +461,7 @@ class _Group:
         ``train.stop_at_solved`` a solved seed stops."""
         live = [i for i in range(len(self.specs)) if not done[i]]
         with self.clock("evaluate"):  # one block: each seed's own (nested) block is not counted again
-            scores = self._evaluate_seeds(live, self.loops[0].probe)  # the probe set is the same for every seed
+            scores = self._evaluate_seeds(live, self.loops[0].dev)  # the dev set is the same for every seed
             gaps = self._leak_gaps(live, step)
             for i, m, g in zip(live, scores, gaps):
                 loop = self.loops[i]

@@ -39,7 +39,7 @@ from .resume import (check_code, check_code_config, check_components, check_plug
 from .runner import Plan, execute, lr_grid_points, make_specs, plan_baseline, with_threads
 from .runmeta import MAX_GROUP, Execution, Resume, RunMeta
 from .store import RunStore, config_hash
-from .tasks.base import heldout_note
+from .tasks.splits import heldout_note
 from .env import environment, resolve_device
 from .saved import with_save_model
 from .tboard import check_available, run_logdir, trial_writer

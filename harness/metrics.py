@@ -9,6 +9,11 @@ plot (:mod:`harness.report`), ``compare``'s default gate, the suite's metrics, T
 value is a column of the trial row (``trials.csv``) with the metric's name, filled from the dict
 that :meth:`harness.tasks.base.Task.evaluate` returns.
 
+Splits: the metric columns are the test set's numbers, scored once after training; the dev set's
+numbers sit beside them under :func:`dev_column` names (``dev_ce``, ``dev_exact_match``, ``dev_wer``),
+and the curve's evaluation rows, the "solved" step and every selection read the dev set only
+(:mod:`harness.tasks.splits`, ``docs/tasks.md``).
+
 This module is at the bottom of the layers (no torch, no registry): tasks import it.
 """
 from __future__ import annotations
@@ -90,21 +95,21 @@ def _m(name, higher, unit, text, **kw) -> Metric:
 
 #: The metrics every task's training loop records (:func:`harness.train.train` and the shared
 #: evaluation of :func:`harness.tasks.base.evaluate`), in the report's column order.
-TIME_TO_SOLVE = _m("time_to_solve_s", False, "s", "training seconds until held-out exact-match >= 0.99",
+TIME_TO_SOLVE = _m("time_to_solve_s", False, "s", "training seconds until dev exact-match >= 0.99",
                    column="time to EM≥0.99 s (median)", show=("table",), verdict=False, stat="median")
 EARLY_LOSS = _m("early_loss", False, "nats/token", "early training loss (mean of the first 10 steps)",
                 column="early loss (mean ± std)", show=("table",), stat="mean_std")
-HELDOUT_AUC = _m("heldout_auc", False, "nats/token", "mean held-out cross-entropy over training",
+HELDOUT_AUC = _m("heldout_auc", False, "nats/token", "mean dev cross-entropy over training",
                  column="mean held-out CE over training IQM [95% CI]", show=("table", "tensorboard"), verdict=False)
-HELDOUT_CE = _m("heldout_ce", False, "nats/token", "held-out cross-entropy, unsmoothed",
+HELDOUT_CE = _m("heldout_ce", False, "nats/token", "test-set cross-entropy, unsmoothed",
                 column="held-out CE IQM [95% CI]")
-EXACT_MATCH = _m("exact_match", True, "fraction of sequences", "held-out exact-match",
+EXACT_MATCH = _m("exact_match", True, "fraction of sequences", "test-set exact-match",
                  column="exact-match IQM [95% CI]")
-TOKEN_ACC = _m("heldout_token_acc", True, "fraction of tokens", "held-out token accuracy (teacher forcing)",
+TOKEN_ACC = _m("heldout_token_acc", True, "fraction of tokens", "test-set token accuracy (teacher forcing)",
                show=("tensorboard",))
 FINAL_TRAIN_LOSS = _m("final_train_loss", False, "nats/token", "final training loss, label-smoothed",
                       show=("tensorboard",))
-STEPS_TO_SOLVE = _m("steps_to_solve", False, "steps", "steps to held-out exact-match >= 0.99",
+STEPS_TO_SOLVE = _m("steps_to_solve", False, "steps", "steps to dev exact-match >= 0.99",
                     column="steps to EM≥0.99 median [IQR]", show=("table", "tensorboard"), stat="median_iqr")
 
 #: The base task's metrics (copy, reverse, sort, ...), in the report's column order.
@@ -154,3 +159,28 @@ def row_values(metrics: Iterable[Metric], evaluation: Mapping) -> dict:
     """The task-specific metrics (not :attr:`Metric.is_core`) present in an evaluation's dict, for the
     trial row: ``{"wer": 0.31, "per": 0.07}`` for ``g2p``, ``{}`` for the copy task."""
     return {m.name: evaluation[m.name] for m in metrics if not m.is_core and m.name in evaluation}
+
+
+#: Metrics read off the dev set's evaluations during and after training (the curve, "solved"); the other metrics
+#: of a task are the test set's, but for the training losses :data:`FROM_TRAINING`.
+FROM_DEV = ("heldout_auc", "steps_to_solve", "time_to_solve_s")
+FROM_TRAINING = ("early_loss", "final_train_loss")
+#: The keys every :meth:`harness.tasks.base.Task.evaluate` returns (its task's own metrics come beside them).
+EVAL_KEYS = ("heldout_ce", "heldout_token_acc", "exact_match")
+#: The ``split`` of a curve's evaluation rows: ``dev`` (periodic and final dev evaluations); ``heldout`` in runs
+#: stored before the dev split (periodic probes drawn like the test set, then the final test evaluation).
+DEV_SPLIT = "dev"
+EVAL_SPLITS = (DEV_SPLIT, "heldout")
+
+
+def dev_column(name: str) -> str:
+    """The trial-row column of a metric's dev value: ``dev_`` + the name without its ``heldout_`` prefix
+    (``heldout_ce`` -> ``dev_ce``, ``exact_match`` -> ``dev_exact_match``, ``wer`` -> ``dev_wer``)."""
+    return "dev_" + name.removeprefix("heldout_")
+
+
+def dev_values(metrics: Iterable[Metric], evaluation: Mapping) -> dict:
+    """The dev evaluation's numbers for the trial row, under :func:`dev_column` names: the shared
+    :data:`EVAL_KEYS` and the task's own metrics present in ``evaluation`` (as :func:`row_values` copies them)."""
+    names = list(EVAL_KEYS) + [m.name for m in metrics if not m.is_core]
+    return {dev_column(k): evaluation[k] for k in names if k in evaluation}

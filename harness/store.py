@@ -12,7 +12,7 @@
     trials/quarantine/  trial files that could not be read (corrupt or foreign), moved
                    aside with a ``<name>.reason`` file each; never deleted by the harness
     trials.csv     one row per trial (rendered from trials/)
-    curves.csv     loss per step (train) and per evaluation (heldout), all trials
+    curves.csv     loss per step (train) and per dev evaluation (dev; heldout before the dev split), all trials
     report.md      the rendered report
 
 Because every trial is its own atomically renamed file, a run killed at any moment (even

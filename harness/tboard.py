@@ -14,11 +14,12 @@ trial holds:
   training loss and the gradient norm before clipping, as the curve stores them: per step, or
   ``log_every``-step means), ``train/learning_rate`` (the schedule's rate at
   each logged step: :func:`harness.schedule.lr_at`, computed from the trial's config, since the
-  curve does not store it), ``heldout/ce`` (nats/token), ``heldout/exact_match``
-  and, where the task scores them, ``heldout/wer`` and ``heldout/per``; any other number a curve
-  point carries (a plugin task's metric, a gradient norm) as ``train/<name>`` or ``heldout/<name>``;
+  curve does not store it), ``dev/ce`` (nats/token), ``dev/exact_match``
+  and, where the task scores them, ``dev/wer`` and ``dev/per`` (the dev set's periodic evaluations;
+  ``heldout/...`` in a run stored before the dev split); any other number a curve point carries (a
+  plugin task's metric, a gradient norm) as ``train/<name>`` or ``dev/<name>``;
 * hparams (the HParams tab): the variant, seed, sweep point, task, each slot's component and the
-  config's scalar fields (``model.d_model``, ``train.steps``, ...), with the final metrics of the
+  config's scalar fields (``model.d_model``, ``train.steps``, ...), with the final test metrics of the
   row (``final/heldout_ce``, ``final/exact_match``, ``final/wer``, ``final/per``, ..., a plugin task's
   own metric: :func:`final_names`);
 * a text note ``notes`` naming what the trial's record does not hold (the gradient norm, in a
@@ -33,7 +34,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .errors import ConfigError
-from .metrics import BUILTIN
+from .metrics import BUILTIN, EVAL_SPLITS
 from .trial import TrialResult
 
 #: Curve keys that are not metrics.
@@ -96,14 +97,14 @@ def learning_rate(config: dict) -> Callable[[int], float] | None:
 
 def curve_scalars(point: dict, lr: Callable[[int], float] | None) -> dict[str, float]:
     """The TensorBoard (and MLflow) scalars of one curve row: ``<split>/<name>`` for each finite
-    number (``heldout/ce`` for a held-out row's ``loss``), and for a training row
-    ``train/learning_rate`` = ``lr(step)`` (:func:`learning_rate`; None: left out)."""
-    split = "heldout" if point.get("split") == "heldout" else "train"
+    number (``dev/ce`` for a dev row's ``loss``; ``heldout/...`` for a run stored before the dev split),
+    and for a training row ``train/learning_rate`` = ``lr(step)`` (:func:`learning_rate`; None: left out)."""
+    split = point.get("split") if point.get("split") in EVAL_SPLITS else "train"
     out: dict[str, float] = {}
     for name, value in point.items():
         v = _number(value)
         if name not in NOT_METRICS and v is not None:
-            out[f"{split}/{'ce' if (split, name) == ('heldout', 'loss') else name}"] = v
+            out[f"{split}/{'ce' if split != 'train' and name == 'loss' else name}"] = v
     if split == "train" and lr is not None:
         out["train/learning_rate"] = lr(int(point.get("step", 0)))
     return out
@@ -111,10 +112,10 @@ def curve_scalars(point: dict, lr: Callable[[int], float] | None) -> dict[str, f
 
 def final_names(result: TrialResult) -> tuple[str, ...]:
     """The row columns written as ``final/<name>``: :data:`FINAL`, then the task's own metrics (a plugin
-    task's), found as the numbers of the trial's last held-out curve row that its row holds too
-    (:func:`harness.metrics.row_values` puts them in both)."""
+    task's), found as the numbers of the trial's last dev curve row that its row holds too
+    (:func:`harness.metrics.row_values` puts them in both; the row's are the test set's)."""
     row = result.row
-    held = [p for p in result.curve if p.get("split") == "heldout"]
+    held = [p for p in result.curve if p.get("split") in EVAL_SPLITS]
     own = [k for k in (held[-1] if held else {}) if k in row and k not in NOT_METRICS and k not in FINAL
            and _number(row[k]) is not None]
     return FINAL + tuple(own)

@@ -3,9 +3,9 @@ runs (``run --mlflow [URI]``), written by the process that trains the trial.
 
 The training loop (:class:`harness.train.TrainingLoop`, so a vectorised group's seeds too, one loop each)
 hands every curve row it makes to its :class:`TrialTracking` (:meth:`TrialTracking.point`: a
-training row every ``train.log_every`` steps, a held-out row at every evaluation and the final one);
+training row every ``train.log_every`` steps, a dev row at every evaluation and the final one);
 the row becomes the scalars :func:`harness.tboard.curve_scalars` names (``train/loss``,
-``train/grad_norm``, ``train/learning_rate``, ``heldout/ce``, ``heldout/exact_match``, ...), stamped
+``train/grad_norm``, ``train/learning_rate``, ``dev/ce``, ``dev/exact_match``, ...), stamped
 with the wall time of the moment it was logged (``time.time()``, seconds since the epoch), and every
 :class:`Tracker` logs them at once. When the trial's row is complete (:func:`harness.train.run_trial`,
 a group's ``train_all``) :meth:`TrialTracking.finish` writes its final metrics and hparams.

@@ -40,12 +40,13 @@ from .config import RunConfig
 from .env import autocast, deterministic_cuda, peak_mem_mb, pin_threads, reset_peak_mem, trial_device, trial_settings
 from .errors import failure_reason
 from .measure import measure
-from .metrics import row_values
+from .metrics import DEV_SPLIT, EVAL_SPLITS, dev_values, row_values
 from .model import build_model, unique_parameter_count
 from .recipe import make_optimizer
 from .registry import Variant
 from .saved import keep_weights
 from .tasks.base import Batch, Task, future_leak, loss_fn
+from .tasks.splits import DEV_SEQUENCES, dev_set, leak_set, test_set
 from .track import TrialTracking, trial_tracking
 from .trial import FAILED, TrialResult, TrialSpec, registry_for
 
@@ -98,9 +99,9 @@ class PhaseClock:
         """``{phase: {"s": seconds, "calls": n}}``."""
         return {k: {"s": self.seconds[k], "calls": self.calls[k]} for k in PHASES}
 
-SOLVED = 0.99  #: exact-match threshold for "solved" (time/steps to solve)
-PROBE_SEQUENCES = 200  #: held-out sequences scored at each periodic evaluation
-LEAK_ROWS = 64  #: fresh held-out sequences of each evaluation's future-leak check (:func:`future_leak`)
+SOLVED = 0.99  #: dev exact-match threshold for "solved" (time/steps to solve)
+PROBE_SEQUENCES = DEV_SEQUENCES  #: dev sequences scored at each periodic evaluation (and the final dev one)
+LEAK_ROWS = 64  #: fresh dev sequences of each evaluation's future-leak check (:func:`future_leak`)
 #: Training steps left out of ``step_ms`` and ``tokens_per_s`` (warm-up: the first steps of a
 #: process run slower -- allocator, lazily built kernels, cold caches); all steps count when a
 #: trial runs no more than this many.
@@ -170,27 +171,29 @@ def train(model, cfg: RunConfig, seed: int, device: torch.device, dtype: str = "
           clock: PhaseClock | None = None, task: Task | None = None,
           tracking: TrialTracking | None = None, saver: Checkpointer | None = None) -> tuple[dict[str, Any], list[dict]]:
     """Train ``model`` on ``task`` (default: the registered task named ``cfg.train.task``) and
-    score it on the task's held-out set (:meth:`harness.tasks.base.Task.evaluate`); returns
-    (metrics, curve).
+    score it on the task's dev and test sets (:meth:`harness.tasks.base.Task.evaluate`,
+    :mod:`harness.tasks.splits`); returns (metrics, curve).
 
     The curve holds one ``{"step", "split": "train", "loss", "grad_norm"}`` row per ``train.log_every``
     steps and before each evaluation (the means of the steps since the previous row, the gradient
     norm before clipping; the last step always closes one) and one
-    ``{"step", "split": "heldout", "loss", "exact_match", "wall_s"}`` row per evaluation.
+    ``{"step", "split": "dev", "loss", "exact_match", "wall_s"}`` row per evaluation, each on the
+    :data:`PROBE_SEQUENCES` dev sequences, the last one after training. The test set is scored once,
+    after training: the row's ``heldout_ce``, ``exact_match``, ... (the dev numbers beside them as
+    ``dev_ce``, ``dev_exact_match``, ...); nothing before that reads it, so no selection can.
     Stops early with status ``diverged`` when the loss or the gradient norm is not finite.
 
     Timing: ``train_s`` (and a curve row's ``wall_s``) is the wall time of the training steps
     -- batch generation, forward, backward, optimizer, the ``progress`` callback -- with every
-    held-out evaluation excluded. ``time_to_solve_s`` is ``train_s`` at the first evaluation
-    with exact-match >= :data:`SOLVED` (a periodic one on :data:`PROBE_SEQUENCES` sequences,
-    else the final one on ``eval_sequences``). ``step_ms`` (ms per step) and ``tokens_per_s``
+    evaluation excluded. ``time_to_solve_s`` is ``train_s`` at the first dev evaluation
+    with exact-match >= :data:`SOLVED` (periodic or after training). ``step_ms`` (ms per step) and ``tokens_per_s``
     (label tokens per second) leave out the first :data:`WARMUP_STEPS` steps: they time steps
     ``WARMUP_STEPS + 1`` to the last (all steps when the trial ran no more than that).
 
     Integrity gate: before the first step and after the last, the model must pass the probes
     (:func:`harness.checks.probes.integrity_reasons`: causal with the target redrawn, shortened and
     extended; source padding; finite gradients), and at every evaluation its logits with the whole
-    target in the input must equal its prefix-only logits on :data:`LEAK_ROWS` fresh held-out
+    target in the input must equal its prefix-only logits on :data:`LEAK_ROWS` fresh dev
     sequences (:func:`harness.tasks.base.future_leak`, real data at the task's lengths). A model
     that fails is trained all the same (its numbers are visible) but gets status :data:`INVALID`
     with the reasons, so that no report ranks it.
@@ -215,26 +218,27 @@ def train(model, cfg: RunConfig, seed: int, device: torch.device, dtype: str = "
     loop = TrainingLoop(model, cfg, task, device, dtype, clock, tracking)
     loop.run(torch.Generator().manual_seed(seed), progress, saver)
     with clock("final_eval"):
-        final = task.evaluate(model, task.eval_set(tc.eval_sequences, tc.seq_len, mc.vocab, tc.eval_seed),
-                              cfg, device, dtype)
+        dev = task.evaluate(model, loop.dev, cfg, device, dtype)
+        final = task.evaluate(model, loop.test, cfg, device, dtype)
         if loop.status == "ok":
             loop.check_future(loop.step, final=True)
             invalid += integrity_reasons(model, mc, device, seed=seed + 1, when="after training",
                                          task=task_rows(task, tc.seq_len, mc, seed + 1))
-    return loop.metrics(final, invalid + loop.leaks), loop.curve
+    return loop.metrics(final, invalid + loop.leaks, dev), loop.curve
 
 
 class TrainingLoop:
-    """The state of one :func:`train` call: the step loop with its periodic evaluations
-    (:meth:`run`), then the metrics row (:meth:`metrics`)."""
+    """The state of one :func:`train` call: the step loop with its periodic dev evaluations
+    (:meth:`run`), then the metrics row (:meth:`metrics`). ``splits``: the (test, dev) sets when the
+    caller drew them (a trial group shares one pair; default :func:`harness.tasks.splits.test_set`
+    and :func:`~harness.tasks.splits.dev_set`); the test set is only read by the final evaluation."""
 
     def __init__(self, model, cfg: RunConfig, task: Task, device: torch.device, dtype: str, clock: PhaseClock,
-                 tracking: TrialTracking | None = None):
+                 tracking: TrialTracking | None = None, splits: tuple[Batch, Batch] | None = None):
         self.model, self.cfg, self.task, self.device, self.dtype, self.clock = model, cfg, task, device, dtype, clock
         self.tracking = tracking or TrialTracking()  # live TensorBoard / MLflow: each curve row as it is made
         self.leaks: list[str] = []  # the first failed future-leak check (:meth:`check_future`)
-        tc = cfg.train
-        self.probe = task.eval_set(PROBE_SEQUENCES, tc.seq_len, cfg.model.vocab, tc.eval_seed + 1)
+        self.test, self.dev = splits or draw_splits(task, cfg)
         self.opt, self.sched = make_optimizer(model, cfg)
         self.curve: list[dict] = []
         self.status, self.reason = "ok", ""
@@ -310,12 +314,12 @@ class TrainingLoop:
         return finite
 
     def evaluate(self, step: int, m: dict[str, float] | None = None, gaps: tuple | None = None) -> bool:
-        """A periodic evaluation on the probe set (``m``, ``gaps``: its metrics and future-leak gaps
+        """A periodic evaluation on the dev set (``m``, ``gaps``: its metrics and future-leak gaps
         when a trial group computed them); True when it is the first with exact match >= :data:`SOLVED`."""
         with self.clock("evaluate"):
-            m = m or self.task.evaluate(self.model, self.probe, self.cfg, self.device, self.dtype)
+            m = m or self.task.evaluate(self.model, self.dev, self.cfg, self.device, self.dtype)
             self.check_future(step, gaps=gaps)
-        self.curve.append({"step": step, "split": "heldout", "loss": m["heldout_ce"],
+        self.curve.append({"step": step, "split": DEV_SPLIT, "loss": m["heldout_ce"],
                            "exact_match": m["exact_match"], **row_values(self.task.metrics, m),
                            "wall_s": self.train_s})
         self.tracking.point(self.curve[-1])
@@ -325,10 +329,9 @@ class TrainingLoop:
         return False
 
     def leak_set(self, step: int, final: bool = False) -> Batch:
-        """The :data:`LEAK_ROWS` held-out sequences of the future-leak check at ``step``, drawn afresh
-        (never scored): the same for every seed at that step."""
-        tc, mc = self.cfg.train, self.cfg.model
-        return self.task.eval_set(LEAK_ROWS, tc.seq_len, mc.vocab, tc.eval_seed + 1000 + step + int(final))
+        """The :data:`LEAK_ROWS` dev sequences of the future-leak check at ``step``, drawn afresh
+        (never scored): the same for every seed at that step (:func:`harness.tasks.splits.leak_set`)."""
+        return leak_set(self.task, self.cfg, self.test.src, self.dev, LEAK_ROWS, step, final)
 
     def check_future(self, step: int, final: bool = False, gaps: tuple | None = None) -> None:
         """:func:`future_leak` (future and state) on :meth:`leak_set`, or its ``gaps`` ``(future,
@@ -340,39 +343,40 @@ class TrainingLoop:
                                                  self.device)
         when = "after training" if final else f"at step {step}"
         if state > thr:  # checked first: a stateful model can fail the future check through its memory
-            self.leaks.append(f"{when}: the prefix-only logits of {LEAK_ROWS} held-out sequences moved by {state:.3g} "
+            self.leaks.append(f"{when}: the prefix-only logits of {LEAK_ROWS} dev sequences moved by {state:.3g} "
                               f"(threshold {thr:.2g}) when repeated after the whole targets were shown: the model keeps "
                               "state between forwards (it can memorise the held-out answers)")
         elif future > thr:
-            self.leaks.append(f"{when}: on {LEAK_ROWS} held-out sequences the logits with the whole target in the "
+            self.leaks.append(f"{when}: on {LEAK_ROWS} dev sequences the logits with the whole target in the "
                               f"decoder input differ from the prefix-only logits by {future:.3g} (threshold {thr:.2g}): "
                               "an output depends on a later target token (it sees the future)")
 
-    def metrics(self, final: dict[str, float], invalid: list[str]) -> dict[str, Any]:
-        """The metrics of the trial after the final evaluation ``final`` (also the curve's last
-        row); status ``diverged`` for non-finite held-out metrics, :data:`INVALID` with the
-        probes' ``invalid`` reasons (the divergence's reason appended)."""
+    def metrics(self, final: dict[str, float], invalid: list[str], dev: dict[str, float]) -> dict[str, Any]:
+        """The metrics of the trial after the final test evaluation ``final`` (the row's metric columns)
+        and dev evaluation ``dev`` (the curve's last row, "solved" after training, the ``dev_`` columns);
+        status ``diverged`` for non-finite dev or test metrics, :data:`INVALID` with the probes'
+        ``invalid`` reasons (the divergence's reason appended)."""
         status, reason, step, train_s = self.status, self.reason, self.step, self.train_s
-        if status == "ok" and not all(math.isfinite(v) for v in final.values()):
+        if status == "ok" and not all(math.isfinite(v) for v in [*final.values(), *dev.values()]):
             status, reason = "diverged", "non-finite held-out metrics"
         if invalid:
             status, reason = INVALID, "; ".join(list(dict.fromkeys(invalid)) + ([reason] if reason else []))
-        self.curve.append({"step": step, "split": "heldout", "loss": final["heldout_ce"],
-                           "exact_match": final["exact_match"], **row_values(self.task.metrics, final),
-                           "wall_s": train_s})
+        self.curve.append({"step": step, "split": DEV_SPLIT, "loss": dev["heldout_ce"],
+                           "exact_match": dev["exact_match"], **row_values(self.task.metrics, dev), "wall_s": train_s})
         self.tracking.point(self.curve[-1])
-        if self.solved_step is None and final["exact_match"] >= SOLVED:
+        if self.solved_step is None and dev["exact_match"] >= SOLVED:
             self.solved_step, self.solved_s = step, train_s
         timed_steps, timed_s, timed_tokens = step, train_s, self.tokens
         if step > WARMUP_STEPS and train_s > self.warm_s:
             timed_steps, timed_s, timed_tokens = step - WARMUP_STEPS, train_s - self.warm_s, self.tokens - self.warm_tokens
-        held = [(r["step"], r["loss"]) for r in self.curve if r["split"] == "heldout"]
+        held = [(r["step"], r["loss"]) for r in self.curve if r["split"] in EVAL_SPLITS]
         nan = float("nan")
         return {
             "steps": step,
             "early_loss": sum(self.first_losses) / len(self.first_losses) if self.first_losses else nan,
             "final_train_loss": sum(self.last_losses) / max(1, len(self.last_losses)),
             **final,
+            **dev_values(self.task.metrics, dev),
             "steps_to_solve": self.solved_step if self.solved_step is not None else nan,
             "time_to_solve_s": self.solved_s if self.solved_s is not None else nan,
             "heldout_auc": stats.curve_mean([h[0] for h in held], [h[1] for h in held]),
@@ -384,6 +388,13 @@ class TrainingLoop:
             "status": status,
             "reason": reason,
         }
+
+
+def draw_splits(task: Task, cfg: RunConfig) -> tuple[Batch, Batch]:
+    """``(test set, dev set)`` of a trial (:mod:`harness.tasks.splits`): the dev set avoids the test
+    set's sources, and only the final evaluation scores the test set."""
+    test = test_set(task, cfg)
+    return test, dev_set(task, cfg, test.src)
 
 
 def run_trial(spec: TrialSpec, progress: Callable[[int, float], None] | None = None,

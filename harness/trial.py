@@ -139,10 +139,11 @@ class TrialResult:
 
     Attributes:
         row: the metrics row (one row of ``trials.csv``): the spec's identity
-            (:meth:`TrialSpec.identity_row`), ``params``, the training and held-out metrics of
+            (:meth:`TrialSpec.identity_row`), ``params``, the training, test and dev metrics of
             :func:`harness.train.train`, ``peak_mem_mb`` (MiB), ``wall_s`` and
             ``overhead_share``, ``status`` and ``reason`` (and ``traceback`` when it raised).
-        curve: loss per step (``split: train``) and per evaluation (``split: heldout``).
+        curve: loss per step (``split: train``) and per dev evaluation (``split: dev``; ``heldout`` in
+            runs stored before the dev split).
         phases: ``{phase: {"s": seconds, "calls": n}}`` of the trial's phase clock, or None
             (a trial that produced nothing: its worker died).
         extra: any other top-level keys of a stored result, kept as they were.

@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING
 import torch
 
 from harness.tasks.base import Batch, Task
-from harness.tasks.base import heldout_note as _heldout_note
-from harness.tasks.base import heldout_overlap as _heldout_overlap
-from harness.tasks.base import training_sources as _training_sources
+from harness.tasks.splits import heldout_note as _heldout_note
+from harness.tasks.splits import heldout_overlap as _heldout_overlap
+from harness.tasks.splits import training_sources as _training_sources
 from harness.trial import registry_for
 
 if TYPE_CHECKING:

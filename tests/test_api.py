@@ -49,7 +49,7 @@ def test_readme_example_runs_and_load_run_matches_report_md(tmp_path, monkeypatc
     result = ns["result"]
     assert result.path == ns["run_dir"] and result.path.parent == tmp_path / "results"
     assert sorted(zip(result.trials.variant, result.trials.seed)) == [("baseline", 0), ("pre_norm", 0)]
-    assert set(result.curves.split) == {"train", "heldout"}
+    assert set(result.curves.split) == {"train", "dev"}
     assert isinstance(ns["model"], torch.nn.Module) and ns["outcome"].ok
     report_md = (result.path / "report.md").read_text()
     assert "python -m harness run --variants baseline pre_norm" in report_md  # the equivalent command line

@@ -36,7 +36,7 @@ def test_run_tiny_writes_every_file(tmp_path):
     assert trials.exact_match.between(0, 1).all()
     assert set(trials.slot_norm) == {"post", "pre"}
     curves = pd.read_csv(run / "curves.csv")
-    assert set(curves.split) == {"train", "heldout"}
+    assert set(curves.split) == {"train", "dev"}
     assert len(curves[(curves.split == "train") & (curves.variant == "baseline") & (curves.seed == 0)]) == 20
     report = (run / "report.md").read_text()
     assert "pre_norm" in report and "| variant" in report and "python -m harness run" in report

@@ -77,6 +77,10 @@ def test_vectorised_seeds_equal_their_sequential_trials(runs, request):
         assert rv["status"] == rs["status"] == "ok", key
         assert math.isclose(rv["heldout_ce"], rs["heldout_ce"], rel_tol=CE_RTOL), key
         assert abs(rv["exact_match"] - rs["exact_match"]) <= EM_ATOL, key
+        # the dev set's final numbers beside the test set's, equal as the test ones are, and the curve's last row
+        assert math.isclose(rv["dev_ce"], rs["dev_ce"], rel_tol=CE_RTOL), key
+        assert abs(rv["dev_exact_match"] - rs["dev_exact_match"]) <= EM_ATOL, key
+        assert v.curve[-1]["split"] == "dev" and v.curve[-1]["loss"] == rv["dev_ce"] != rv["heldout_ce"], key
         assert [(r["step"], r["split"]) for r in v.curve] == [(r["step"], r["split"]) for r in s.curve]
         for a, b in zip(v.curve, s.curve):
             tol = EARLY_RTOL if a["split"] == "train" and a["step"] <= 10 else CE_RTOL
@@ -88,6 +92,7 @@ def test_vectorised_seeds_equal_their_sequential_trials(runs, request):
     cols_on = set(pd.read_csv(on_off["on"] / "trials.csv").columns)
     cols_off = set(pd.read_csv(on_off["off"] / "trials.csv").columns)
     assert cols_on - cols_off == {"vectorized", "group_wall_s", "captured"} and cols_off <= cols_on
+    assert {"dev_ce", "dev_exact_match", "dev_token_acc"} <= cols_off
 
 
 def test_a_groups_phase_clock_counts_each_evaluation_once(on_off):

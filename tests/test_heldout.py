@@ -12,6 +12,7 @@ import torch
 from harness.config import get_preset
 from harness.errors import ConfigError, UnknownNameError
 from harness.tasks.base import END, PAD, START, count_overlap
+from harness.tasks.splits import DEV_SEQUENCES
 from harness.tasks.copy import HELDOUT_K, eval_lengths, heldout_classes, is_heldout, split_class
 
 from .tasks_by_name import eval_set, heldout_note, heldout_overlap, make_batch, training_sources
@@ -34,8 +35,9 @@ def test_evaluation_set_never_occurs_in_the_training_stream(preset):
     assert (overlap, n) == (0, cfg.train.eval_sequences)
     note = heldout_note(cfg, seed=0)
     assert f"0/{n}" in note and "disjoint from training by construction" in note
+    assert f"dev set: {DEV_SEQUENCES} " in note and f"0/{DEV_SEQUENCES}, with the test set: 0/{DEV_SEQUENCES}" in note
     if preset == "quick":
-        assert note.startswith("evaluation set: 1000 sequences of content length 2-10, disjoint")
+        assert note.startswith("test set: 1000 sequences of content length 2-10, disjoint")
 
 
 def test_the_overlap_measure_finds_sequences_drawn_like_training():
@@ -181,7 +183,7 @@ def test_the_overlap_measure_runs_on_one_thread_and_restores_the_callers(monkeyp
     """heldout_overlap's batches are small ops (a second intra-op thread made them 24x slower on a
     busy 2-core machine): it draws them on one thread and gives the caller its thread count back."""
     from .tasks_by_name import task_named
-    from harness.tasks.base import heldout_overlap
+    from harness.tasks.splits import heldout_overlap
 
     task, seen = task_named("copy"), []
     draw = task.make_batch

@@ -69,7 +69,7 @@ def paused(tmp_path_factory):
             folder = root / "tb" / spec.key
             during = read(folder)
             seen = {"tags": set(during.Tags()["scalars"]), "loss": during.Scalars("train/loss"),
-                    "ce": during.Scalars("heldout/ce"), "mark": (folder / LIVE_MARK).exists()}
+                    "ce": during.Scalars("dev/ce"), "mark": (folder / LIVE_MARK).exists()}
             released_at = time.time()
         finally:
             release.set()
@@ -201,4 +201,4 @@ def test_mlflow_logs_params_tags_and_every_curve_row(registry, tmp_path):
     history = client.get_metric_history(run.info.run_id, "train/loss")
     train_rows = [p for p in result.curve if p["split"] == "train"]
     assert sorted((m.step, m.value) for m in history) == [(p["step"], pytest.approx(p["loss"])) for p in train_rows]
-    assert {"train/learning_rate", "heldout/ce", "final/exact_match"} <= set(run.data.metrics)
+    assert {"train/learning_rate", "dev/ce", "final/exact_match"} <= set(run.data.metrics)

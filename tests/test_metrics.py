@@ -40,8 +40,10 @@ def test_a_plugin_metric_reaches_the_trials_table_report_and_compare(bits_run, c
     trials = pd.read_csv(bits_run / "trials.csv")
     assert len(trials) == 2 and set(trials.status) == {"ok"}
     assert all(math.isclose(b, ce / math.log(2), rel_tol=1e-9) for b, ce in zip(trials.heldout_bits, trials.heldout_ce))
+    # its dev value beside it, named as the shared ones are (heldout_ce -> dev_ce, heldout_bits -> dev_bits)
+    assert all(math.isclose(b, ce / math.log(2), rel_tol=1e-9) for b, ce in zip(trials.dev_bits, trials.dev_ce))
     curves = pd.read_csv(bits_run / "curves.csv")
-    held = curves[curves.split == "heldout"]
+    held = curves[curves.split == "dev"]
     assert held.heldout_bits.notna().all()  # every evaluation's curve row
     for seed, g in held.groupby("seed"):  # heldout_auc: the trapezoid mean of the held-out CE curve
         x, y = g.step.to_numpy(float), g.loss.to_numpy(float)

@@ -38,15 +38,15 @@ def test_tensorboard_events_hold_the_curves_and_hparams(g2p_run):
     ea = EventAccumulator(str(g2p_run / "tb" / "g" / "baseline__s0"))
     ea.Reload()
     scalars = set(ea.Tags()["scalars"])
-    assert {"train/loss", "train/learning_rate", "heldout/ce", "heldout/exact_match", "heldout/wer",
-            "heldout/per", "final/heldout_ce", "final/wer"} <= scalars
+    assert {"train/loss", "train/learning_rate", "dev/ce", "dev/exact_match", "dev/wer",
+            "dev/per", "final/heldout_ce", "final/wer"} <= scalars
     curve = json.loads((g2p_run / "g" / "trials" / "baseline__s0.json").read_text())["curve"]
     train = [p for p in curve if p["split"] == "train"]
     loss = ea.Scalars("train/loss")
     assert [e.step for e in loss] == [p["step"] for p in train]
     assert [e.value for e in loss] == pytest.approx([p["loss"] for p in train], rel=1e-6)
-    heldout = [p for p in curve if p["split"] == "heldout"]
-    assert [e.value for e in ea.Scalars("heldout/wer")] == pytest.approx([p["wer"] for p in heldout], rel=1e-6)
+    heldout = [p for p in curve if p["split"] == "dev"]
+    assert [e.value for e in ea.Scalars("dev/wer")] == pytest.approx([p["wer"] for p in heldout], rel=1e-6)
     lr = ea.Scalars("train/learning_rate")
     assert lr[0].value < lr[-1].value  # the Noam warm-up: the rate rises over the first steps
     norms = ea.Scalars("train/grad_norm")  # the mean gradient norm (before clipping) of each curve row

@@ -251,8 +251,8 @@ def test_time_to_solve_counts_training_time_only(registry, monkeypatch):
     model = build_model(registry, registry.variants["baseline"], cfg.model, seed=0)
     metrics, curve = T.train(model, cfg, seed=0, device=torch.device("cpu"))
     assert metrics["steps_to_solve"] == 6 and metrics["time_to_solve_s"] == 6.0
-    assert metrics["train_s"] == 12.0 and len(evals) == 4  # 3 periodic + final
-    assert [c["wall_s"] for c in curve if c["split"] == "heldout"] == [3.0, 6.0, 9.0, 12.0]
+    assert metrics["train_s"] == 12.0 and len(evals) == 5  # 3 periodic + the final dev and test evaluations
+    assert [c["wall_s"] for c in curve if c["split"] == "dev"] == [3.0, 6.0, 9.0, 12.0]
 
 
 def test_a_leaky_decoder_is_scored_on_prefix_only_forwards(registry):
@@ -355,7 +355,7 @@ def test_log_every_averages_the_training_loss_into_fewer_rows_and_changes_no_met
     assert len(every) == 12 and [s for s, _ in rows] == [5, 10, 12]
     for (step, loss), lo in zip(rows, (0, 5, 10)):
         assert loss == pytest.approx(sum(every[lo:step]) / (step - lo), rel=1e-6)
-    held = [[(r["step"], r["loss"], r["exact_match"]) for r in runs[k][1] if r["split"] == "heldout"] for k in (1, 5)]
+    held = [[(r["step"], r["loss"], r["exact_match"]) for r in runs[k][1] if r["split"] == "dev"] for k in (1, 5)]
     assert held[0] == held[1] and len(held[0]) == 3  # evaluations at 5, 10 and the final one
     timing = {"train_s", "step_ms", "tokens_per_s", "time_to_solve_s"}
     a, b = ({k: v for k, v in runs[n][0].items() if k not in timing} for n in (1, 5))
@@ -371,4 +371,4 @@ def test_log_every_averages_the_training_loss_into_fewer_rows_and_changes_no_met
     model = build_model(registry, registry.variants["baseline"], cfg.model, seed=0)
     metrics, curve = T.train(model, solved, seed=0, device=torch.device("cpu"))
     assert metrics["steps"] == 6
-    assert [(r["step"], r["split"]) for r in curve] == [(4, "train"), (6, "train"), (6, "heldout"), (6, "heldout")]
+    assert [(r["step"], r["split"]) for r in curve] == [(4, "train"), (6, "train"), (6, "dev"), (6, "dev")]

@@ -14,7 +14,7 @@ from ..runmeta import RunMeta
 
 from ..store import atomic_write_bytes
 from ..trial import NO_RESULT
-from ..metrics import COPY_METRICS, shown
+from ..metrics import COPY_METRICS, DEV_SPLIT, EVAL_SPLITS, shown
 from .frames import _num, point_order, variant_order
 
 
@@ -79,8 +79,8 @@ def _series(df: pd.DataFrame, meta: RunMeta | None, baseline: str | None) -> lis
 
 
 def plot_curves(curves: pd.DataFrame, path: Path, series: list[tuple[str, str]] | None = None) -> Path | None:
-    """Training loss per step, held-out CE and held-out exact-match per evaluation, per
-    variant (x sweep point): median over seeds with an interquartile band. Returns the path."""
+    """Training loss per step, dev CE and dev exact-match per evaluation (``held-out`` in runs stored before
+    the dev split), per variant (x sweep point): median over seeds with an interquartile band. Returns the path."""
     if curves.empty or "split" not in curves:
         return None
     plt = pyplot()
@@ -131,7 +131,7 @@ def _plot_one_series(axes, g: pd.DataFrame, label: str, color, ls: str) -> None:
         if many:
             axes[0].fill_between(med.index, _smooth(tr.quantile(0.25)), _smooth(tr.quantile(0.75)),
                                  color=color, alpha=0.15, lw=0)
-    ho = g[g["split"] == "heldout"]
+    ho = g[g["split"].isin(EVAL_SPLITS)]
     for ax, col in ((axes[1], "loss"), (axes[2], "exact_match")):
         if col not in ho or ho[col].isna().all():
             continue
@@ -148,15 +148,22 @@ def _label_curve_axes(axes, curves: pd.DataFrame) -> None:
     sc = _scale(axes[0], curves.loc[curves["split"] == "train", "loss"])
     axes[0].set(xlabel="optimiser step", ylabel=f"training loss, nats/token ({sc} scale)",
                 title="Training loss (label-smoothed)\nmedian over seeds, IQR band, mean over >= 10 steps")
-    sc = _scale(axes[1], curves.loc[curves["split"] == "heldout", "loss"])
-    axes[1].set(xlabel="optimiser step", ylabel=f"held-out cross-entropy, nats/token ({sc} scale)",
-                title="Held-out cross-entropy (unsmoothed)\nmedian over seeds, IQR band")
-    axes[2].set(xlabel="optimiser step", ylabel="held-out exact-match (fraction)", ylim=(-0.02, 1.02),
-                title="Held-out exact-match (run's decoding)\nmedian over seeds, IQR band")
+    sc = _scale(axes[1], curves.loc[curves["split"].isin(EVAL_SPLITS), "loss"])
+    name = eval_name(curves)
+    axes[1].set(xlabel="optimiser step", ylabel=f"{name} cross-entropy, nats/token ({sc} scale)",
+                title=f"{name.capitalize()} cross-entropy (unsmoothed)\nmedian over seeds, IQR band")
+    axes[2].set(xlabel="optimiser step", ylabel=f"{name} exact-match (fraction)", ylim=(-0.02, 1.02),
+                title=f"{name.capitalize()} exact-match (run's decoding)\nmedian over seeds, IQR band")
     axes[2].axhline(0.99, color="grey", lw=0.8, ls="--")
     for ax in axes:
         ax.grid(alpha=0.3)
         ax.xaxis.set_major_locator(ticker.MaxNLocator(integer=True, nbins=6))  # 5-digit steps must not collide
+
+
+def eval_name(curves: pd.DataFrame) -> str:
+    """What a curve's evaluation rows score: ``dev`` (split ``dev``), or ``held-out`` in a run stored before the
+    dev split (its periodic probes were drawn like the test set and its last point is the test set's)."""
+    return "dev" if (curves["split"] == DEV_SPLIT).any() else "held-out"
 
 
 MAX_OVERLAID = 6  #: more series than this: one small panel per series instead of overlaid lines
@@ -184,7 +191,7 @@ def plot_curves_grid(curves: pd.DataFrame, path: Path, series: list[tuple[str, s
 
     def medians(g):
         tr = g[g["split"] == "train"].groupby("step")["loss"]
-        ho = g[g["split"] == "heldout"].groupby("step")["loss"]
+        ho = g[g["split"].isin(EVAL_SPLITS)].groupby("step")["loss"]
         return tr, ho
 
     ref_v, ref_p = series[0]
@@ -200,7 +207,8 @@ def plot_curves_grid(curves: pd.DataFrame, path: Path, series: list[tuple[str, s
             ax.plot(med.index, med, color=color, lw=1.6, label="training loss")
             ax.fill_between(med.index, _smooth(tr.quantile(0.25)), _smooth(tr.quantile(0.75)), color=color, alpha=0.2, lw=0)
         if len(ho):
-            ax.plot(ho.median().index, ho.median(), color=color, lw=1.6, ls="--", marker="o", ms=3, label="held-out CE")
+            ax.plot(ho.median().index, ho.median(), color=color, lw=1.6, ls="--", marker="o", ms=3,
+                    label=f"{eval_name(curves)} CE")
             ax.fill_between(ho.median().index, ho.quantile(0.25), ho.quantile(0.75), color=color, alpha=0.12, lw=0)
         ax.set_title(_series_label(variant, point), fontsize=10)
         ax.grid(alpha=0.3)
@@ -213,7 +221,8 @@ def plot_curves_grid(curves: pd.DataFrame, path: Path, series: list[tuple[str, s
         ax.set_xlabel("optimiser step")
     handles, labels = axes.ravel()[min(1, len(series) - 1)].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=9, frameon=False)
-    fig.suptitle("Training loss (solid, mean over >= 10 steps) and held-out cross-entropy (dashed): median over seeds, "
+    fig.suptitle(f"Training loss (solid, mean over >= 10 steps) and {eval_name(curves)} cross-entropy (dashed): "
+                 "median over seeds, "
                  "IQR bands; grey: the baseline", fontsize=11)
     fig.tight_layout(rect=(0, 0.04, 1, 0.97))
     atomic_savefig(fig, path, dpi=100)

@@ -367,17 +367,18 @@ def own_text(own: list[Metric], df: pd.DataFrame) -> str:
 
 #: The caption's definition of each shared column, by metric (shown when the task's table shows the metric).
 DEFINITIONS = {
-    "time_to_solve_s": "**time to EM≥0.99 s**: training seconds (evaluation excluded) until the first evaluation "
-                       "with exact-match >= 0.99, median over seeds (∞ when at least half never got there); timings "
-                       "depend on the machine and on `--jobs` (see the Environment's execution line).",
+    "time_to_solve_s": "**time to EM≥0.99 s**: training seconds (evaluation excluded) until the first dev-set "
+                       "evaluation with exact-match >= 0.99, median over seeds (∞ when at least half never got "
+                       "there); timings depend on the machine and on `--jobs` (see the Environment's execution "
+                       "line).",
     "early_loss": "**early loss**: mean ± std over seeds of the mean training loss of the first 10 steps "
                   "(Narang et al. 2021).",
     "heldout_ce": "**held-out CE** (unsmoothed, nats/token) and **exact-match** (greedy decoding, fraction of "
-                  "held-out sequences reproduced exactly), both from prefix-only forwards (no logit comes from an "
-                  "input holding a later target token, so a leak cannot score; for a causal decoder they equal the "
-                  "teacher-forced CE and greedy decoding): IQM over the seeds that finished, with a 95 % "
-                  "stratified-bootstrap CI (Agarwal et al. 2021).",
-    "steps_to_solve": "**steps to EM≥0.99**: first evaluation with held-out exact-match >= 0.99, median [IQR] over "
+                  "test sequences reproduced exactly) on the test set, both from prefix-only forwards (no logit "
+                  "comes from an input holding a later target token, so a leak cannot score; for a causal decoder "
+                  "they equal the teacher-forced CE and greedy decoding): IQM over the seeds that finished, with a "
+                  "95 % stratified-bootstrap CI (Agarwal et al. 2021).",
+    "steps_to_solve": "**steps to EM≥0.99**: first evaluation with dev exact-match >= 0.99, median [IQR] over "
                       "seeds; unsolved and diverged runs count as ∞.",
 }
 

