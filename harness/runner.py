@@ -118,19 +118,6 @@ def make_specs(variants: Iterable[Variant], seeds: Iterable[int], cfg: RunConfig
     return out
 
 
-def trial_lr(config: dict) -> float:
-    """A trial's peak learning rate (:func:`harness.schedule.peak_lr`), its row's ``lr``; NaN when the
-    config cannot be read (a measurement's)."""
-    from .errors import ConfigError
-    from .schedule import peak_lr
-
-    try:
-        cfg = RunConfig.from_dict(config)
-    except (ConfigError, KeyError, TypeError, ValueError):
-        return float("nan")
-    return peak_lr(cfg.train, cfg.model.d_model)
-
-
 def with_threads(specs: Iterable[TrialSpec], threads: int) -> list[TrialSpec]:
     """Copies of ``specs`` whose ``threads`` is ``threads``."""
     return [dataclasses.replace(ts, threads=threads) for ts in specs]
@@ -168,7 +155,6 @@ def execute(specs: list[TrialSpec], store: RunStore, options: Execution | None =
 
     def on_done(ts: TrialSpec, result: TrialResult) -> None:
         result.row.setdefault("point", ts.point)
-        result.row.setdefault("lr", trial_lr(ts.config))
         store_weights(store.root, ts.key, result)
         path = store.write_trial(ts.key, result)
         remove_checkpoint(store.root, ts.key, keep=keep_checkpoints)

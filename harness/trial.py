@@ -36,6 +36,20 @@ def trial_key(variant: str, seed: int, point: str = "") -> str:
     return re.sub(r"[^A-Za-z0-9_.=+-]", "_", raw)
 
 
+def trial_lr(config: dict) -> float:
+    """A trial's peak learning rate (:func:`harness.schedule.peak_lr`), its row's ``lr``; NaN when the
+    config cannot be read (a measurement's)."""
+    from .config import RunConfig
+    from .errors import ConfigError
+    from .schedule import peak_lr
+
+    try:
+        cfg = RunConfig.from_dict(config)
+    except (ConfigError, KeyError, TypeError, ValueError):
+        return float("nan")
+    return peak_lr(cfg.train, cfg.model.d_model)
+
+
 def lr_point(spec: "TrialSpec") -> bool:
     """Whether ``spec``'s sweep point changes ``train.lr`` alone (``run --lr-grid``, an experiment's ``[sweep]
     "train.lr"``: points named ``lr=VALUE``): such trials of one variant train as one vectorised group, each
@@ -128,9 +142,10 @@ class TrialSpec:
 
     def identity_row(self, device: str, threads: int | None) -> dict[str, Any]:
         """The first columns of the trial's row: variant, its planned slots (``slot_<name>``,
-        sorted), seed, ``device``, dtype, ``threads`` and point."""
+        sorted), seed, ``device``, dtype, ``threads``, point and ``lr`` (:func:`trial_lr`)."""
         return {"variant": self.variant, **{f"slot_{k}": v for k, v in sorted(self.slots.items())},
-                "seed": self.seed, "device": device, "dtype": self.dtype, "threads": threads, "point": self.point}
+                "seed": self.seed, "device": device, "dtype": self.dtype, "threads": threads, "point": self.point,
+                "lr": trial_lr(self.config)}
 
 
 @dataclass

@@ -32,7 +32,7 @@ from typing import Any, Callable
 
 import torch
 
-from .checkpoint import LOOP_FIELDS, Checkpointer, checkpoint_path, group_stem, identity, restore_loop
+from .checkpoint import LOOP_FIELDS, Checkpointer, checkpoint_path, group_stem, restore_loop
 from .config import RunConfig
 from .trial import TrialSpec
 
@@ -40,10 +40,9 @@ from .trial import TrialSpec
 def group_identity(specs: list[TrialSpec]) -> dict[str, Any]:
     """What a group checkpoint must have been written for: the seeds' shared spec (:func:`harness.checkpoint.identity`
     without the seed), the seeds in order, and the torch version."""
-    ident = identity(specs[0])
-    shared = {k: v for k, v in ident["spec"].items() if k != "seed"}
-    return {"spec": shared, "seeds": [s.seed for s in specs], "points": [s.point for s in specs],
-            "torch_version": ident["torch_version"]}
+    shared = {k: v for k, v in specs[0].to_dict().items() if k not in ("seed", "checkpoint_dir", "save_model")}
+    points = {"points": [s.point for s in specs]} if any(s.point for s in specs) else {}  # a sweep's group
+    return {"spec": shared, "seeds": [s.seed for s in specs], **points, "torch_version": str(torch.__version__)}
 
 
 class GroupCheckpointer(Checkpointer):

@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .. import metrics
 from ..runmeta import RunMeta
 from .frames import TRAINED, _num
 
@@ -38,12 +39,10 @@ DEV_CE, TEST_CE = "dev_ce", "heldout_ce"
 
 
 def dev_column(metric: str, df: pd.DataFrame) -> str | None:
-    """The dev-split column of the test metric ``metric`` (``heldout_ce`` -> ``dev_ce``, ``wer`` ->
-    ``dev_wer``, ``exact_match`` -> ``dev_exact_match``), or None when the run has none."""
-    for name in (f"dev_{metric}", f"dev_{metric.removeprefix('heldout_')}"):
-        if name in df.columns:
-            return name
-    return None
+    """The dev-split column of the test metric ``metric`` (:func:`harness.metrics.dev_column`:
+    ``heldout_ce`` -> ``dev_ce``, ``wer`` -> ``dev_wer``), or None when the run has none."""
+    name = metrics.dev_column(metric)
+    return name if name in df.columns else None
 
 
 def swept_lrs(meta: RunMeta | None) -> dict[str, float] | None:
