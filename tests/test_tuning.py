@@ -170,3 +170,23 @@ def test_lr_grid_with_the_noam_schedule_is_one_line_exit_2(tmp_path):
                        text=True, timeout=120)
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "train.schedule=cosine" in p.stderr
     assert not any(tmp_path.iterdir())  # refused before a run folder is made
+
+
+def test_a_suite_of_sweeps_reports_tuned_verdicts_and_skips_a_task_interrupted_before_its_first_trial(tmp_path):
+    """The GPU run of suite ``tuned`` was ended during its last task, whose trials.csv then held nothing:
+    the suite report must still be written from the tasks that ran, each with its tuned verdicts."""
+    from harness.suite.run import write_suite_report
+    from harness.suite.spec import SuiteSpec
+
+    store = sweep_run(tmp_path, ARMS, run_id="copy")
+    write_report(store)  # writes trials.csv
+    (tmp_path / "sort").mkdir()
+    (tmp_path / "sort" / "trials.csv").write_text("\n")
+    spec = SuiteSpec(name="t", preset="tiny", tasks=["copy", "sort"], variants=list(ARMS), seeds=6,
+                     reference="baseline", lr_grid=list(LRS.values()))
+    text = write_suite_report(tmp_path, spec, {"command": "x", "check": {"classes": []}}).read_text()
+    table = text.split("## Tuned learning rates", 1)[1].split("\n## ", 1)[0]
+    late = [c.strip() for c in next(ln for ln in table.splitlines() if ln.startswith("| late")).strip("|").split("|")]
+    assert late == ["late", "0.01"]  # its chosen learning rate on copy; sort ran nothing
+    row = next(ln for ln in text.split("## Verdicts", 1)[1].splitlines() if ln.startswith("| late"))
+    assert "better" in row and "6-0" in row  # the tuned verdict, not the verdict at one shared learning rate

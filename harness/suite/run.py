@@ -102,7 +102,10 @@ def _read_json(path: Path) -> dict:
 
 def task_frame(folder: Path) -> pd.DataFrame:
     """The stored trials of one task run (``trials.csv``), ``point`` as "" when absent."""
-    df = pd.read_csv(folder / "trials.csv", keep_default_na=True, dtype={"point": object})  # "" reads as NaN
+    try:
+        df = pd.read_csv(folder / "trials.csv", keep_default_na=True, dtype={"point": object})  # "" reads as NaN
+    except pd.errors.EmptyDataError:  # a task interrupted before its first trial was stored
+        return pd.DataFrame()
     df["point"] = df["point"].fillna("") if "point" in df else ""
     return df
 
@@ -134,6 +137,8 @@ def collect(spec: SuiteSpec, suite_dir: Path, classes: list[list[str]]) -> pd.Da
         if not (folder / "trials.csv").is_file():
             continue
         df, meta = task_frame(folder), _read_meta(folder)
+        if df.empty:
+            continue
         df, chosen = tuned_trials(df, meta, spec)
         for r in aggregate(df, spec.reference, spec.metric, meta, classes=classes):
             rows.append({**_row(spec, task, df, r), "lr": chosen.get(r.variant, math.nan)})
