@@ -86,7 +86,7 @@ def test_the_tuned_verdict_pairs_each_variant_at_its_own_lr(tmp_path):
            if ln.startswith("| ") and not ln.startswith("| variant")}
     header = [c.strip() for c in next(ln for ln in section.splitlines() if ln.startswith("| variant")).strip("|").split("|")]
     late = dict(zip(header, row["late"]))
-    assert late["chosen lr"] == "0.01"
+    assert late["chosen lr"] == "0.01 (edge)" and dict(zip(header, row["baseline"]))["chosen lr"] == "0.003"
     assert late["verdict at lr 0.003"].startswith("worse (sign test 0-6")  # 0.35 vs 0.20 at the config's lr
     assert late["tuned verdict (test)"].startswith("better (sign test 6-0")  # 0.15 at 1e-2 vs 0.20 at 3e-3
     assert (tmp_path / "sweep" / "lr_sensitivity.png").stat().st_size > 10_000
@@ -187,6 +187,6 @@ def test_a_suite_of_sweeps_reports_tuned_verdicts_and_skips_a_task_interrupted_b
     text = write_suite_report(tmp_path, spec, {"command": "x", "check": {"classes": []}}).read_text()
     table = text.split("## Tuned learning rates", 1)[1].split("\n## ", 1)[0]
     late = [c.strip() for c in next(ln for ln in table.splitlines() if ln.startswith("| late")).strip("|").split("|")]
-    assert late == ["late", "0.01"]  # its chosen learning rate on copy; sort ran nothing
+    assert late == ["late", "0.01 (edge)"]  # its chosen learning rate on copy, the grid's largest; sort ran nothing
     row = next(ln for ln in text.split("## Verdicts", 1)[1].splitlines() if ln.startswith("| late"))
     assert "better" in row and "6-0" in row  # the tuned verdict, not the verdict at one shared learning rate

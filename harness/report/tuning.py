@@ -179,6 +179,13 @@ def plot_lr_sensitivity(df: pd.DataFrame, lrs: dict[str, float], column: str, hi
     return path
 
 
+def lr_cell(lr: float, lrs: dict[str, float]) -> str:
+    """A chosen learning rate, marked ``(edge)`` at the grid's smallest or largest value: the variant's best
+    may lie outside the grid, so its tuned verdict may understate it."""
+    edge = len(lrs) > 1 and lr in (min(lrs.values()), max(lrs.values()))
+    return f"{lr:g} (edge)" if edge else f"{lr:g}"
+
+
 def _cell(rows, variant: str, point: str = TUNED) -> str:
     """The verdict cell of ``variant`` at ``point`` among :func:`harness.report.aggregate` rows ("" for the
     baseline and where there is no comparison)."""
@@ -212,7 +219,7 @@ def tuning_lines(ctx) -> list[str]:
     rows = []
     for variant in dict.fromkeys(df["variant"]):
         c = chosen.get(variant)
-        rows.append({"variant": variant, "chosen lr": f"{c['lr']:g}" if c else "none (every trial failed)",
+        rows.append({"variant": variant, "chosen lr": lr_cell(c["lr"], lrs) if c else "none (every trial failed)",
                      f"{column} (median)": f"{c['median']:.4g}" if c else "",
                      "sensitivity (nats)": f"{sensitivity(df, lrs, variant, vocab, ce):.3f}" if ce and vocab > 1 else "",
                      f"verdict at lr {default:g}" if at_default else "verdict at the config's lr":
@@ -227,7 +234,9 @@ def tuning_lines(ctx) -> list[str]:
              f"seed, on the test metric `{ctx.metric}`, with the same sign-test rule as every verdict "
              "(docs/statistics.md). Sensitivity: Wortsman et al. 2023 §2.2, the mean over the grid of the gap in "
              "median dev cross-entropy to the variant's best learning rate, each loss capped at ln V (the loss of a "
-             "uniform prediction, which also stands for a diverged trial); 0 = every learning rate as good as the best.",
+             "uniform prediction, which also stands for a diverged trial); 0 = every learning rate as good as the best. "
+             "`(edge)`: chosen at the grid's smallest or largest learning rate, so the variant's best may lie outside "
+             "the grid and its tuned verdict may understate it: widen the grid.",
              "", to_markdown(pd.DataFrame(rows)), ""]
     if png:
         lines += ["![Dev metric against the learning rate](lr_sensitivity.png)", ""]

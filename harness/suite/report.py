@@ -15,6 +15,7 @@ from scipy.stats import binom
 from .. import stats
 from ..overview import classes_section
 from ..report.plots import atomic_savefig
+from ..report.tuning import lr_cell
 from ..runmeta import RunMeta
 from ..metrics import BUILTIN
 from .spec import SUITE_METRICS, SuiteSpec
@@ -213,7 +214,10 @@ def tuning_note(df: pd.DataFrame, spec: SuiteSpec) -> list[str]:
     if len(df) and "lr" in df:
         table = df.pivot_table(index="variant", columns="task", values="lr", aggfunc="first")
         table = table.reindex(columns=[t for t in spec.tasks if t in table.columns])
-        lines += [_md(table.map(lambda v: "" if pd.isna(v) else f"{v:g}").reset_index()), ""]
+        lrs = {str(v): v for v in spec.lr_grid}
+        lines += [_md(table.map(lambda v: "" if pd.isna(v) else lr_cell(v, lrs)).reset_index()),
+                  "", "`(edge)`: chosen at the grid's smallest or largest learning rate: that variant's best may lie "
+                  "outside the grid, so its verdict may understate it.", ""]
     return lines
 
 
