@@ -208,7 +208,8 @@ def alibi_slope_fault(bias: torch.Tensor) -> str:
         return ""
     dist = (torch.arange(length, dtype=torch.float64)[:, None] - torch.arange(length, dtype=torch.float64)).abs()
     m = -bias[:, 1, 0].double()  # (H,)
-    if not torch.allclose(bias.double(), -m[:, None, None] * dist, rtol=ALIBI_RTOL, atol=ALIBI_ATOL) or not (m > 0).all():
+    if (not torch.allclose(bias.double(), -m[:, None, None] * dist, rtol=ALIBI_RTOL, atol=ALIBI_ATOL)
+            or not (m > 0).all()):
         return ""
     paper = alibi_slopes_reference(h)
     shown = ", ".join(f"{v:.3g}" for v in m.tolist()[:4]) + (", ..." if h > 4 else "")

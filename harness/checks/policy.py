@@ -43,9 +43,9 @@ COMPONENT_ATOL, COMPONENT_RTOL = 1e-5, 1e-4
 #: (``tests/test_policy.py``).
 GATE_ATOL, GATE_RTOL = 1e-5, 1e-4
 #: The run gate's bf16 item: the logits' autocast-vs-float32 gap must stay within this many times the gap that
-#: rounding the float32 weights to bf16 makes (plus :data:`GATE_ATOL`). Measured on the CPU over the 33 built-in variants of
-#: ``all``, ``group:modern`` and ``group:questions`` at the tiny, quick and g2p presets' model configs: at most
-#: 2.7x; an attention that divides by d_model under autocast only: 94-96x (tests/plugins/adv_scale_in_bf16.py).
+#: rounding the float32 weights to bf16 makes (plus :data:`GATE_ATOL`). Measured on the CPU over the 33 built-in
+#: variants of ``all``, ``group:modern`` and ``group:questions`` at the tiny, quick and g2p presets' model configs:
+#: at most 2.7x; an attention that divides by d_model under autocast only: 94-96x (tests/plugins/adv_scale_in_bf16.py).
 #: The gradients have no such limit: the same yardstick put honest built-ins at up to 12x (tiny preset) and
 #: BatchNorm's far beyond, so only a gradient that vanishes under autocast is caught
 #: (tests/plugins/adv_keys_detached_in_bf16.py, :data:`GRADIENT_PRESENT`). Not yet measured on CUDA.
