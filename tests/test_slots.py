@@ -10,7 +10,7 @@ import pytest
 import harness
 from harness.checks.contract_base import SLOT_REFERENCES
 from harness.checks.contracts import CHECKS, check_component, check_components, slot_check
-from harness.checks.policy import registry_groups
+from harness.checks.expectations import registry_groups
 from harness.cli import main as cli_main
 from harness.config import ModelConfig
 from harness.errors import DuplicateNameError, PluginError, UnknownNameError

@@ -57,7 +57,8 @@ The package, one module per seam (each imports only the ones above it):
 * :mod:`~harness.checks.contracts` (with ``contract_base``, ``contract_attention``, ``contract_layers``) --
   every component against its slot's reference; :mod:`~harness.checks.contract_variant` -- a variant's model
   contract (logits, gradients, canonical round trip, same seed); :mod:`~harness.checks.probes` -- the model-level probes
-* :mod:`~harness.checks.policy` -- tolerances and expectations (declared groups)
+* :mod:`~harness.checks.policy` -- every tolerance and the longest row the checks feed;
+  :mod:`~harness.checks.expectations` -- what each pair is expected to show (declared groups)
 * :mod:`~harness.checks.runs` -- running variants and :class:`CheckSession`, the set-up made once
 * :mod:`~harness.checks.pairs` -- comparing tensors, pairs and verdicts
 * :mod:`~harness.checks.masks`, :mod:`~harness.checks.mha`, :mod:`~harness.checks.transformer`,
@@ -75,8 +76,9 @@ from .masks import MaskComponentResult, mask_result, probe_mask_component
 from .mha import compare_attention_with_mha
 from .pairs import (CRASHES, DECLARED, EQUIVALENT, IDENTICAL, NOT_COMPARABLE, UNEXPECTED, UNEXPECTED_SAME, PairResult,
                     ReferenceResult, TensorDiff, compare_runs, compare_variants, layout_relation, tensor_diff)
-from .policy import (TOLERANCES, Tolerance, expected_relation, get_tolerance, held_to_reference, merge_groups,
-                     parse_equivalent, registry_groups, same_function, slot_default)
+from .expectations import (expected_relation, held_to_reference, merge_groups, parse_equivalent, registry_groups,
+                           same_function, slot_default)
+from .policy import TOLERANCES, Tolerance, get_tolerance
 from .probes import ProbeResult, probe_causal, probe_extra_padding, probe_finite, probe_masked_keys
 from .render import LEGEND, class_summary, matrix_frame, render_markdown, render_text, results_frame
 from .runs import (CheckSession, VariantRun, canonical_grads, forward_backward, load_variant, reference_state,

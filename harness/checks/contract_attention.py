@@ -246,7 +246,7 @@ def check_attention(comp: Component, cfg: ModelConfig, seed: int = 0) -> list[Co
     if bad:
         return bad
     inputs = _attention_inputs(cfg, seed)
-    longest = rows_length(cfg, 10)  # the long case: max_len up to LONGEST_ROWS, beside the batch's 9 and 10 tokens
+    longest = rows_length(cfg, 10)  # long case: max_len up to policy.LONGEST_ROW, beside the batch's 9 and 10 tokens
     positions = {"": None, "rotary": PositionHooks(_ReferenceRoPE(), cfg.h), "linear_biases": PositionHooks(_ReferenceALiBi(cfg.h), cfg.h)}
     out = []
     odd_d_k = (cfg.d_model // cfg.h) % 2 == 1  # RoPE rotates feature pairs: undefined for an odd d_k

@@ -21,6 +21,7 @@ from ..registry import Component
 from ..slots import BUILTIN
 from .formulas import FORMULAS
 from .inputs import describe_exception, draw_reference_state, fmt_size
+from .policy import COMPONENT_ATOL, COMPONENT_RTOL, LONGEST_ROW
 
 #: slot -> what every component of the slot must compute (unless it declares otherwise), derived from
 #: the built-in slots' declarations (:data:`harness.slots.BUILTIN`, ``Slot.reference``).
@@ -31,9 +32,6 @@ SLOT_REFERENCES: dict[str, str] = {s.name: s.reference for s in BUILTIN}
 #: :func:`harness.checks.contracts.check_components`), so a component that asks ``ctx.make`` for one is
 #: checked on its own like any other.
 PLUGIN_SIBLINGS: ContextVar[dict[str, Component]] = ContextVar("plugin_siblings", default={})
-
-ATOL = 1e-5  #: absolute floor of every component check (output units)
-RTOL = 1e-4  #: relative part, times max |reference|
 
 # verdicts of a component check
 CONFORMS = "conforms"
@@ -79,11 +77,11 @@ class ComponentResult:
 def output_gap(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
     """(max |out - ref|, threshold) in float64; inf when shapes differ or NaN/inf appear."""
     if out.shape != ref.shape:
-        return math.inf, ATOL
+        return math.inf, COMPONENT_ATOL
     d = (out.double() - ref.double()).abs()
     d = torch.nan_to_num(d, nan=math.inf)
     scale = float(ref.double().abs().max()) if ref.numel() else 0.0
-    return (float(d.max()) if d.numel() else 0.0), ATOL + RTOL * scale
+    return (float(d.max()) if d.numel() else 0.0), COMPONENT_ATOL + COMPONENT_RTOL * scale
 
 
 # --------------------------------------------------------------------------- reference siblings
@@ -107,17 +105,12 @@ class ReferenceMask:
         return scores.masked_fill(~mask, float("-inf"))
 
 
-#: The longest rows the attention, feed-forward and layer-norm contracts feed: the config's ``model.max_len`` up
-#: to this many positions (every preset's is at most 64), besides their short cases. A component that is
-#: right on short rows and not on long ones (a position-wise layer that mixes positions after 16, an attention
-#: that goes block-local above 16 keys) fails there.
-LONGEST_ROWS = 128
-
-
 def rows_length(cfg: ModelConfig, short: int) -> int:
-    """The positions a per-position contract feeds: ``short``, or ``cfg.max_len`` (at most
-    :data:`LONGEST_ROWS`) where that is longer: the longest row the model is built for."""
-    return max(short, min(cfg.max_len, LONGEST_ROWS))
+    """The positions a per-position contract (attention, feed-forward, layer norm) feeds: ``short``, or
+    ``cfg.max_len`` (at most :data:`harness.checks.policy.LONGEST_ROW`) where that is longer: the longest row the
+    model is built for, so a component that is right on short rows and not on long ones (a position-wise layer
+    that mixes positions after 16, an attention that goes block-local above 16 keys) fails there."""
+    return max(short, min(cfg.max_len, LONGEST_ROW))
 
 
 def first_wrong_position(got: torch.Tensor, want: torch.Tensor, threshold: float) -> str:

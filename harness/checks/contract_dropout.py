@@ -13,7 +13,8 @@ Test: built at p = :data:`DROPOUT_P` (whatever the config's dropout), float64, r
 :data:`DRAWS` training-mode forwards against the training-mode output of the same component built with dropout 0
 (which the training = evaluation item holds to the evaluation output), summarised as the relative bias
 b = sum((mean - want) * want) / sum(want^2): 0 up to sampling noise for unbiased dropout, -p without the rescale,
-1 / (1 - p) - 1 = +1 with the rescale applied twice. Fails when |b| > :data:`MAX_BIAS`.
+1 / (1 - p) - 1 = +1 with the rescale applied twice. Fails when |b| >
+:data:`harness.checks.policy.DROPOUT_MAX_BIAS`.
 
 Shape letters: B batch, T length, D = d_model.
 """
@@ -29,15 +30,11 @@ from ..registry import Component
 from .contract_base import CONFORMS, VIOLATES, ComponentResult, component_result, crash_result, load_random_state, \
     reference_components, sibling_context
 from .inputs import padded_batch
+from .policy import DROPOUT_MAX_BIAS
 
 #: The dropout probability the test builds every component with, and the number of training-mode draws.
 DROPOUT_P = 0.5
 DRAWS = 128
-#: The largest relative bias of the mean training output that passes. Measured over the 12 built-in attention and
-#: feed-forward components at the check config and the tiny, quick, paper, g2p and gpu presets' model configs: at
-#: most 0.025 (sampling noise at 128 draws; GEGLU at d_model 16); a mask without the rescale: 0.49
-#: (tests/plugins/adv_dropout_no_rescale.py).
-MAX_BIAS = 0.1
 
 def check_dropout(comp: Component, cfg: ModelConfig, seed: int, kind: str) -> list[ComponentResult]:
     """One result: the dropout of ``comp``, checked as a component of ``kind`` (``"attention"`` or
@@ -50,13 +47,13 @@ def check_dropout(comp: Component, cfg: ModelConfig, seed: int, kind: str) -> li
         bias = _relative_bias(comp, cfg, seed, kind)
     except Exception as exc:  # noqa: BLE001 - a crash is a result
         return [crash_result(comp, label, exc)]
-    if abs(bias) <= MAX_BIAS:
-        return [component_result(comp, label, CONFORMS, True, abs(bias), MAX_BIAS)]
+    if abs(bias) <= DROPOUT_MAX_BIAS:
+        return [component_result(comp, label, CONFORMS, True, abs(bias), DROPOUT_MAX_BIAS)]
     if not math.isfinite(bias):
-        return [component_result(comp, label, VIOLATES, False, math.inf, MAX_BIAS, diagnosis=(
+        return [component_result(comp, label, VIOLATES, False, math.inf, DROPOUT_MAX_BIAS, diagnosis=(
             f"non-finite output in training mode: the {kind} component's training-mode output (dropout p = "
             f"{DROPOUT_P} or 0) holds NaN or inf, while every check in evaluation mode saw finite outputs"))]
-    return [component_result(comp, label, VIOLATES, False, abs(bias), MAX_BIAS, diagnosis=(
+    return [component_result(comp, label, VIOLATES, False, abs(bias), DROPOUT_MAX_BIAS, diagnosis=(
         f"with dropout on, the mean training output is {1 + bias:.2f} x the output without dropout (unbiased dropout: "
         f"1.00; {1 - DROPOUT_P:.2f} when the 1 / (1 - p) rescale is missing, {1 / (1 - DROPOUT_P):.2f} when it is "
         f"applied twice): the component trains as another function than every check (dropout off) saw"))]

@@ -18,12 +18,13 @@ from torch.nn import functional as F
 from ..config import ModelConfig
 from ..model import canonical_init
 from ..registry import Component
-from .contract_base import (ATOL, CONFORMS, VIOLATES, ComponentResult, component_result, crash_result,
+from .contract_base import (CONFORMS, VIOLATES, ComponentResult, component_result, crash_result,
                             first_wrong_position, formula_result, judge, load_random_state, output_gap,
                             reference_components, rows_length, sibling_context, unknown_formula)
 from .formulas import (FORMULAS, batchnorm_faults, batchnorm_reference, parallel_faults, parallel_reference,
                        rmsnorm_faults, rmsnorm_reference)
 from .inputs import padded_batch
+from .policy import COMPONENT_ATOL, FAULT_MATCH_RTOL, ZERO_GAIN
 
 # --------------------------------------------------------------------------- layer_norm, norm
 
@@ -82,7 +83,7 @@ def check_layer_norm(comp: Component, cfg: ModelConfig, seed: int = 0) -> list[C
                 "weight and bias not applied": F.layer_norm(x, (cfg.d_model,))}
         for text, alt in hyps.items():
             g2, t2 = output_gap(got, alt)
-            if g2 <= max(t2, 1e-3 * float(alt.abs().max())):
+            if g2 <= max(t2, FAULT_MATCH_RTOL * float(alt.abs().max())):
                 diagnosis = text
                 break
         diagnosis = diagnosis or first_wrong_position(got, want, thr)
@@ -320,7 +321,7 @@ def _residual_fault(mod: nn.Module, x: torch.Tensor, sub) -> tuple[str, float, f
         return ("with a zero sub-layer the output is not x: the residual path changes x (the contract is "
                 "x + a * sublayer(x))"), gap0, thr0
     if not seen:
-        return "never calls the sub-layer", math.inf, ATOL
+        return "never calls the sub-layer", math.inf, COMPONENT_ATOL
     gi, ti = max((output_gap(y, x) for y in seen), key=lambda gt: gt[0] / gt[1])
     if gi > ti:
         return ("the sub-layer is applied to a transformation of x, not to x (a LayerNorm or a scale before "
@@ -331,7 +332,7 @@ def _residual_fault(mod: nn.Module, x: torch.Tensor, sub) -> tuple[str, float, f
     if gap > thr:
         return ("output - x is not a fixed gain times sublayer(x): the block is not x + a * sublayer(x)",
                 gap, thr)
-    if float(a.abs().max()) <= 1e-12:
+    if float(a.abs().max()) <= ZERO_GAIN:
         return ("the sub-layer's output never reaches the block's output (a = 0 holding random parameters): "
                 "the block is the identity"), gap, thr
     return "", gap, thr
@@ -412,7 +413,7 @@ def check_embedding(comp: Component, cfg: ModelConfig, seed: int = 0) -> list[Co
             f"generator.bias) from canonical_state()")))]
     except Exception as exc:  # noqa: BLE001
         return [crash_result(comp, label, exc)]
-    worst, diagnosis = (0.0, ATOL), ""
+    worst, diagnosis = (0.0, COMPONENT_ATOL), ""
     for part, (got, want) in parts.items():
         gap, thr = output_gap(got, want)
         if gap / thr > worst[0] / worst[1]:

@@ -18,6 +18,7 @@ from .contract_base import (CONFORMS, CRASHES, VIOLATES, ComponentResult, compon
                             sibling_context, unknown_formula)
 from .formulas import WINDOW_FAULTS, window_keep
 from .inputs import describe_exception, fmt_size, padded_batch
+from .policy import MASK_PROB_ATOL
 
 # --------------------------------------------------------------------------- mask
 
@@ -46,10 +47,10 @@ def check_mask(comp: Component, cfg: ModelConfig, seed: int = 0) -> list[Compone
         label = f"{kind} semantics (softmax at real query rows)"
         msgs = list(dict.fromkeys(problems[kind]))
         if msgs:
-            out.append(component_result(comp, label, VIOLATES, False, worst[kind], 1e-6, diagnosis=msgs[0],
+            out.append(component_result(comp, label, VIOLATES, False, worst[kind], MASK_PROB_ATOL, diagnosis=msgs[0],
                                         detail="; ".join(msgs[1:])))
         else:
-            out.append(component_result(comp, label, CONFORMS, True, worst[kind], 1e-6))
+            out.append(component_result(comp, label, CONFORMS, True, worst[kind], MASK_PROB_ATOL))
     msgs = list(dict.fromkeys(problems["finite"]))
     out.append(component_result(comp, "finite rows of a real batch", VIOLATES if msgs else CONFORMS, not msgs,
                                 diagnosis=msgs[0] if msgs else "", detail="; ".join(msgs[1:])))
@@ -92,7 +93,7 @@ def _mask_batch(style, cfg: ModelConfig, g: torch.Generator, batch, problems: di
         d = torch.nan_to_num((p - ref).abs(), nan=math.inf)[rows]
         err = float(d.max()) if d.numel() else 0.0
         worst[kind] = max(worst[kind], err)
-        if err > 1e-6:
+        if err > MASK_PROB_ATOL:
             problems[kind].append(_window_fault(p, tgt, cfg.pad, window, rows) if window and kind == "causal" else
                                   diagnose_mask(kind, p, keep, rows, cfg, src, tgt))
 
@@ -115,7 +116,7 @@ def _classify_row(p: torch.Tensor) -> str:
         return "partly nan"
     if (p == 0).all():
         return "zeros"
-    if torch.allclose(p, torch.full_like(p, 1.0 / p.size(-1)), atol=1e-6):
+    if torch.allclose(p, torch.full_like(p, 1.0 / p.size(-1)), atol=MASK_PROB_ATOL):
         return "uniform"
     return "finite"
 
@@ -140,7 +141,7 @@ def diagnose_mask(kind: str, p: torch.Tensor, keep: torch.Tensor, rows: torch.Te
                   src: torch.Tensor, tgt: torch.Tensor) -> str:
     """Name what a mask does wrong from the attention weights ``p`` (B, H, Tq, Tk) at real query
     ``rows`` (B, H, Tq) against the intended ``keep`` (B, H, Tq, Tk)."""
-    seen = (p > 1e-6) & rows[..., None]  # attended keys at real rows
+    seen = (p > MASK_PROB_ATOL) & rows[..., None]  # attended keys at real rows
     want = keep & rows[..., None]
     keys = (src if kind == "padding" else tgt) != cfg.pad  # (B, K) real keys
     real_keys = keys[:, None, None, :].expand_as(seen)
@@ -162,7 +163,7 @@ def diagnose_mask(kind: str, p: torch.Tensor, keep: torch.Tensor, rows: torch.Te
         if torch.equal(seen, real_keys & rows[..., None]):
             return "causal mask not applied: every position attends to every later real position"
     uniform = torch.full_like(p, 1.0 / p.size(-1))
-    if torch.allclose(p[rows], uniform[rows], atol=1e-6):
+    if torch.allclose(p[rows], uniform[rows], atol=MASK_PROB_ATOL):
         return f"the {kind} mask blocks every key: attention is uniform (mask inverted or all-blocked)"
     if torch.equal(seen, rows[..., None].expand_as(seen)) and not torch.equal(want, seen):
         return (f"the {kind} mask blocks nothing: padded{' and future' if kind == 'causal' else ''} keys get "

@@ -25,12 +25,7 @@ from .contract_base import (CONFORMS, VIOLATES, ComponentResult, component_resul
 from .contract_dropout import check_dropout
 from .formulas import (FORMULAS, GATED, alibi_faults, alibi_reference, alibi_slope_fault, ffn_faults, ffn_reference,
                        rope_faults, rope_reference)
-
-
-#: The longest sequences the positional contract feeds: the embeddings (B=2, L, D) and the attention scores
-#: (2, H, L, L), each at ``model.max_len`` up to these (every preset's max_len is at most 64).
-LONGEST_EMBEDDINGS = 1024
-LONGEST_SCORES = 256
+from .policy import LONGEST_ROW
 
 
 def _first_match(got: torch.Tensor, faults: dict[str, torch.Tensor]) -> str:
@@ -80,11 +75,11 @@ def check_positional(comp: Component, cfg: ModelConfig, seed: int = 0) -> list[C
 
 def _embedding_side(mod, cfg: ModelConfig, seed: int, formula: str, state):
     """((gap, threshold, diagnosis) vs the formula, (gap, threshold) vs the slot's reference), worst length.
-    Lengths 5, 11 and ``cfg.max_len`` (at most :data:`LONGEST_EMBEDDINGS`; the longest sequence the model is
-    built for: a table that is right only for short sequences is caught at the config the run trains with)."""
+    Lengths 5, 11 and ``cfg.max_len`` (at most :data:`~harness.checks.policy.LONGEST_ROW`; the longest sequence the
+    model is built for: a table that is right only for short sequences is caught at the config the run trains with)."""
     g = torch.Generator().manual_seed(seed + 97)
     worst, worst_ref, diagnosis = (0.0, 1.0), (0.0, 1.0), ""
-    for length in sorted({5, min(cfg.max_len, 11), min(cfg.max_len, LONGEST_EMBEDDINGS)}):
+    for length in sorted({5, min(cfg.max_len, 11), min(cfg.max_len, LONGEST_ROW)}):
         x = torch.randn(2, length, cfg.d_model, generator=g).double()
         with torch.no_grad():
             got = mod(x)
@@ -122,9 +117,9 @@ def _embedding_faults(x, pe, length: int, d: int, want, formula: str) -> dict:
 
 def _attention_side(hooks: PositionHooks, cfg: ModelConfig, seed: int, formula: str):
     """[(what, (gap, threshold, diagnosis))] for the rotated scores and the score bias, at the longest length the
-    model is built for (``cfg.max_len``, at most :data:`LONGEST_SCORES`)."""
+    model is built for (``cfg.max_len``, at most :data:`~harness.checks.policy.LONGEST_ROW`)."""
     g = torch.Generator().manual_seed(seed + 107)
-    h, d_k, length = cfg.h, cfg.d_model // cfg.h, min(cfg.max_len, LONGEST_SCORES)
+    h, d_k, length = cfg.h, cfg.d_model // cfg.h, min(cfg.max_len, LONGEST_ROW)
     q = torch.randn(2, h, length, d_k, generator=g, dtype=torch.float64)
     k = torch.randn(2, h, length, d_k, generator=g, dtype=torch.float64)
     with torch.no_grad():

@@ -23,8 +23,8 @@ names the one that reproduces the measured output ("scores divided by d_model in
 sqrt(d_k)", "causal mask shifted by +1: position i attends to position i+1").
 
 The reference computations run in float64; a component passes when max |component - reference|
-<= atol + rtol * max |reference| with :data:`~harness.checks.contract_base.ATOL`,
-:data:`~harness.checks.contract_base.RTOL` (float32 rounding inside a component, such as a float32
+<= atol + rtol * max |reference| with :data:`~harness.checks.policy.COMPONENT_ATOL`,
+:data:`~harness.checks.policy.COMPONENT_RTOL` (float32 rounding inside a component, such as a float32
 softmax, stays far below; every fault this module knows is above).
 
 Sources: Vaswani et al. 2017 §3.2-3.5; Ba et al. 2016 (LayerNorm); Xiong et al. 2020 (pre-/post-norm);
@@ -32,7 +32,7 @@ PyTorch ``nn.MultiheadAttention`` / ``nn.LayerNorm`` / ``nn.Linear``; the seed n
 
 This module holds the registry-level part (:data:`CHECKS`, :func:`slot_check`, :func:`check_components`, the
 declared relations); the slot checks live in :mod:`harness.checks.contract_base` (results,
-verdicts, reference siblings, :data:`~harness.checks.contract_base.ATOL`,
+verdicts, reference siblings,
 :data:`~harness.checks.contract_base.SLOT_REFERENCES`), :mod:`harness.checks.contract_attention`
 (attention, mask, :data:`~harness.checks.contract_attention.ATTENTION_FAULTS`) and
 :mod:`harness.checks.contract_layers` (layer_norm, norm, embedding, projections) and

@@ -14,6 +14,8 @@ import math
 
 import torch
 
+from .policy import ALIBI_ATOL, ALIBI_RTOL, ALIBI_SLOPE_ATOL, ALIBI_SLOPE_RTOL
+
 #: slot -> formula name -> what it computes (the names a ``Component(reference=...)`` may give).
 FORMULAS: dict[str, dict[str, str]] = {
     "positional": {
@@ -206,16 +208,17 @@ def alibi_slope_fault(bias: torch.Tensor) -> str:
         return ""
     dist = (torch.arange(length, dtype=torch.float64)[:, None] - torch.arange(length, dtype=torch.float64)).abs()
     m = -bias[:, 1, 0].double()  # (H,)
-    if not torch.allclose(bias.double(), -m[:, None, None] * dist, rtol=1e-4, atol=1e-6) or not (m > 0).all():
+    if (not torch.allclose(bias.double(), -m[:, None, None] * dist, rtol=ALIBI_RTOL, atol=ALIBI_ATOL)
+            or not (m > 0).all()):
         return ""
     paper = alibi_slopes_reference(h)
     shown = ", ".join(f"{v:.3g}" for v in m.tolist()[:4]) + (", ..." if h > 4 else "")
     want = f"the paper's geometric {', '.join(f'{v:.3g}' for v in paper.tolist()[:4])}{', ...' if h > 4 else ''}"
-    if h > 1 and torch.allclose(m, m[0].expand(h), rtol=1e-6):
-        named = " = 1/H" if abs(float(m[0]) - 1.0 / h) < 1e-9 else ""
+    if h > 1 and torch.allclose(m, m[0].expand(h), rtol=ALIBI_SLOPE_RTOL):
+        named = " = 1/H" if abs(float(m[0]) - 1.0 / h) < ALIBI_SLOPE_ATOL else ""
         return f"ALiBi: one slope m = {float(m[0]):.3g}{named} for every head where the slopes are {want} (one per head)"
     ratios = m[1:] / m[:-1]
-    if h > 2 and torch.allclose(ratios, ratios[0].expand(h - 1), rtol=1e-6):
+    if h > 2 and torch.allclose(ratios, ratios[0].expand(h - 1), rtol=ALIBI_SLOPE_RTOL):
         return (f"ALiBi slopes geometric from {float(m[0]):.3g} with ratio {float(ratios[0]):.3g} where the paper's "
                 f"start and ratio are 2^(-8/H) = {float(paper[0]):.3g} (H = {h})")
     return f"ALiBi slopes {shown} (measured at distance 1) where the slopes are {want}"

@@ -141,8 +141,8 @@ def _max_gap(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Equal within the run gate's threshold (:data:`~harness.checks.probes.GATE_ATOL`, ``GATE_RTOL``)."""
-    from .probes import GATE_ATOL, GATE_RTOL
+    """Equal within the run gate's threshold (:data:`~harness.checks.policy.GATE_ATOL`, ``GATE_RTOL``)."""
+    from .policy import GATE_ATOL, GATE_RTOL
 
     return torch.allclose(a, b, rtol=GATE_RTOL, atol=GATE_ATOL, equal_nan=True)
 
@@ -197,7 +197,7 @@ def _modes_differ(evaluated: torch.Tensor, eval_grads: dict, trained: torch.Tens
     """:func:`modes_reasons`' verdict from the logits at real target positions (n, V) and the gradients by
     parameter name of both modes, and the evaluation-mode logits under ``torch.inference_mode`` (``inferred``):
     padded positions are never scored, and PyTorch's inference fast paths may fill them differently."""
-    from .probes import GATE_ATOL, GATE_RTOL
+    from .policy import GATE_ATOL, GATE_RTOL
 
     for mode, logits in (("training", trained), ("evaluation", evaluated)):
         if not bool(torch.isfinite(logits).all()):
@@ -231,22 +231,12 @@ def _modes_differ(evaluated: torch.Tensor, eval_grads: dict, trained: torch.Tens
             f"in training than every check (all in evaluation mode) saw"]
 
 
-#: :func:`precision_reasons`' limit: under bf16 autocast the logits may move from the float32 ones by at most
-#: this many times as much as rounding the weights to bf16 moves them. Measured on the CPU over the 33 built-in
-#: variants of ``all``, ``group:modern`` and ``group:questions`` at the tiny, quick and g2p presets' model
-#: configs: at most 2.7x; an attention that divides by d_model under autocast only: 94-96x
-#: (tests/plugins/adv_scale_in_bf16.py). The gradients have no such limit: the same yardstick put honest
-#: built-ins at up to 12x (tiny preset) and BatchNorm's far beyond, so only a gradient that vanishes under
-#: autocast is caught (tests/plugins/adv_keys_detached_in_bf16.py). Not yet measured on CUDA.
-PRECISION_LOGIT_FACTOR = 10.0
-
-
 def precision_reasons(registry, variant: Variant, model_cfg, seed: int, device, state=None) -> list[str]:
     """For a trial in bf16: the variant must compute under ``torch.autocast(bfloat16)`` the function it computes
     in float32 (every check, the run's recorded classes included, compares float32 models). Dropout 0,
     evaluation mode, the run gate's batch, logits at real target positions and the cross-entropy's gradients:
-    the logits' autocast-vs-float32 gap must stay within :data:`PRECISION_LOGIT_FACTOR` times the gap that
-    rounding the float32 weights to bf16 makes, the variant's own yardstick of how sensitive it is to
+    the logits' autocast-vs-float32 gap must stay within :data:`~harness.checks.policy.PRECISION_LOGIT_FACTOR` times
+    the gap that rounding the float32 weights to bf16 makes, the variant's own yardstick of how sensitive it is to
     bf16-sized changes; and a parameter with a gradient in float32 must have one under autocast. A component
     that changes its scale or cuts a gradient when autocast is on would otherwise be trained in bf16 as another
     function than the one classed "same function".
@@ -274,7 +264,7 @@ def precision_reasons(registry, variant: Variant, model_cfg, seed: int, device, 
 def _precision_differ(full, full_g: dict, cast, cast_g: dict, rounded) -> list[str]:
     """:func:`precision_reasons`' verdict: float32 (``full``), autocast (``cast``) and bf16-rounded-weights
     (``rounded``) logits (n, V), and the float32 and autocast gradients by canonical parameter name."""
-    from .probes import GATE_ATOL
+    from .policy import GATE_ATOL, GRADIENT_PRESENT, PRECISION_LOGIT_FACTOR
 
     logit_gap, logit_yard = _max_gap(cast, full), _max_gap(rounded, full)
     if logit_gap > PRECISION_LOGIT_FACTOR * logit_yard + GATE_ATOL:
@@ -284,7 +274,7 @@ def _precision_differ(full, full_g: dict, cast, cast_g: dict, rounded) -> list[s
                 f"autocast than every check (all in float32) saw"]
     present = {n: g for n, g in full_g.items() if g is not None}
     top = max((float(g.abs().max()) for g in present.values()), default=0.0)
-    cut = [n for n, g in present.items() if float(g.abs().max()) > 1e-3 * top
+    cut = [n for n, g in present.items() if float(g.abs().max()) > GRADIENT_PRESENT * top
            and (cast_g.get(n) is None or not cast_g[n].any())]
     if cut:
         return [f"precision: under bf16 autocast {len(cut)} parameter(s) get no gradient that they get in float32 "

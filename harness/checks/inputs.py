@@ -1,9 +1,9 @@
 """What every check starts from: the check config, the padded batch, the reference canonical state,
 and the small helpers the checks, the probes and the component contracts share.
 
-A leaf module: it imports nothing else of :mod:`harness.checks`, so every other module of the
-package (and :mod:`harness.checks.probes`, :mod:`harness.checks.contracts`) imports it at module
-level without a cycle.
+A leaf module: of :mod:`harness.checks` it imports only :mod:`harness.checks.policy`'s constants (itself a leaf
+that imports nothing of the package), so every other module of the package (and
+:mod:`harness.checks.probes`, :mod:`harness.checks.contracts`) imports it at module level without a cycle.
 
 Shape letters: B batch, S source length, T target length.
 """
@@ -20,6 +20,7 @@ from torch import nn
 
 from ..config import ModelConfig
 from ..errors import ConfigError
+from .policy import LONGEST_ROW
 
 
 #: The model the checks build by default: small enough that ``check --variants all`` takes
@@ -51,12 +52,6 @@ def non_pad(shape, cfg: ModelConfig, g: torch.Generator) -> torch.Tensor:
     return ids + (ids >= cfg.pad).long()
 
 
-#: The long rows the checks' batches add (:func:`padded_batch` ``long_rows``): as long as ``model.max_len``, up to
-#: this many positions (every preset's max_len is at most 64), so a component that is right only on short rows
-#: (a table indexed ``pos % 16``, a layer position-wise only up to 16) shows in every whole-model comparison.
-LONGEST_CHECK_ROW = 64
-
-
 def padded_batch(cfg: ModelConfig, batch: int = 4, src_len: int = 9, tgt_len: int = 10,
                  seed: int = 0, long_rows: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """A batch with real right padding: row i ends with min(i, L - 2) pad tokens in both source and target.
@@ -64,8 +59,10 @@ def padded_batch(cfg: ModelConfig, batch: int = 4, src_len: int = 9, tgt_len: in
     Tokens are drawn uniformly from the non-pad ids. ``src_len != tgt_len`` on purpose, so a
     component that confuses the two lengths fails. With ``long_rows`` > 0 and ``cfg.max_len`` beyond both
     lengths, ``long_rows`` more rows (drawn after the others, which keep their tokens) as long as the model
-    takes: target width T' = min(max_len, :data:`LONGEST_CHECK_ROW`), source width T' - 3, the last long row
-    with 3 pad tokens at the end of each; the short rows are padded to those widths.
+    takes: target width T' = min(max_len, :data:`harness.checks.policy.LONGEST_ROW`), source width T' - 3, the last
+    long row with 3 pad tokens at the end of each; the short rows are padded to those widths. A component that is
+    right only on short rows (a table indexed ``pos % 16``, a layer position-wise only up to 16) thus shows in
+    every whole-model comparison.
 
     Returns:
         ``(src (B, S), tgt (B, T), labels (B, T))`` int64 on the CPU; labels are random non-pad ids.
@@ -82,7 +79,7 @@ def padded_batch(cfg: ModelConfig, batch: int = 4, src_len: int = 9, tgt_len: in
     for i in range(batch):
         src[i, src_len - min(i, src_len - 2):] = cfg.pad
         tgt[i, tgt_len - min(i, tgt_len - 2):] = cfg.pad
-    t_long = min(cfg.max_len, LONGEST_CHECK_ROW)
+    t_long = min(cfg.max_len, LONGEST_ROW)
     if long_rows <= 0 or t_long - 3 <= max(src_len, tgt_len):
         return src, tgt, labels
     s_long = t_long - 3  # != T; room for the extra-padding probe's 3 source pads
@@ -141,8 +138,9 @@ def draw_reference_state(shapes: dict[str, tuple[int, ...]], seed: int = 0) -> d
 #: Frames in these files are the check machinery, not the code under check: a crash description
 #: skips them (the component contracts and the probes stay named: they call into components).
 _MACHINERY = frozenset(os.path.join(os.path.dirname(os.path.abspath(__file__)), f) for f in (
-    "__init__.py", "inputs.py", "policy.py", "runs.py", "pairs.py", "masks.py", "mha.py", "transformer.py",
-    "ties.py", "whole.py", "render.py", "report.py", "sections.py", "stages.py", "formulas.py", "gate.py"))
+    "__init__.py", "inputs.py", "policy.py", "expectations.py", "runs.py", "pairs.py", "masks.py", "mha.py",
+    "transformer.py", "ties.py", "whole.py", "render.py", "report.py", "sections.py", "stages.py", "formulas.py",
+    "gate.py"))
 
 
 def describe_exception(exc: BaseException) -> str:

@@ -18,7 +18,8 @@ from ..registry import Registry, Variant
 from .contract_attention import ATTENTION_LAYOUT
 from .inputs import CHECK_MODEL, autocast, describe_exception, draw_reference_state, padded_batch
 from .pairs import CRASHES, UNEXPECTED, ReferenceResult, max_abs_diff, reference_verdict, tensor_diff
-from .policy import get_tolerance, held_to_reference, registry_groups, slot_default
+from .expectations import held_to_reference, registry_groups, slot_default
+from .policy import get_tolerance
 from .runs import canonical_grads
 
 def _resolved_components(registry: Registry, slots: dict[str, str]):

@@ -16,7 +16,8 @@ import torch
 from ..config import ModelConfig
 from ..registry import Registry, Variant
 from .inputs import fmt_size
-from .policy import Tolerance, expected_relation
+from .expectations import expected_relation
+from .policy import Tolerance
 from .runs import CheckSession, VariantRun, layout_conflict
 
 

@@ -1,23 +1,82 @@
-"""Check policy: the one tolerance table, and what each pair of variants is expected to show.
+"""Check policy: every tolerance the checker holds a gap to, and the longest row it feeds.
 
-Tolerances: ``threshold = max(atol, fudge * ref_error)`` (PyTorch ``test_transformers``'
-``check_out_and_grad``), keyed by (dtype, device type) in :data:`TOLERANCES`.
+Tolerances between variants: ``threshold = max(atol, fudge * ref_error)`` (PyTorch ``test_transformers``'
+``check_out_and_grad``), keyed by (dtype, device type) in :data:`TOLERANCES`. The other thresholds, each by
+name below: a component against its slot's reference (:data:`COMPONENT_ATOL`, :data:`COMPONENT_RTOL`), the run
+gate (:data:`GATE_ATOL`, :data:`GATE_RTOL`, :data:`PRECISION_LOGIT_FACTOR`), and the narrower tests of the
+component contracts (mask probabilities, dropout bias, ALiBi slopes, fault matching). No other module of
+:mod:`harness.checks` writes a tolerance literal or a ``LONGEST_*`` constant (``tests/test_policy.py`` holds it).
 
-Expectations: two components of a slot compute the same function when the registrations say so
-(:func:`harness.checks.contracts.declared_groups`: components that declare nothing are held to their
-slot's reference and so to each other); ``--equivalent SLOT=A,B`` adds groups. The core names no
-component: every group comes from the registry or the command line.
+A leaf: it imports nothing of :mod:`harness.checks` (and of the harness only its errors), so every checker
+module, :mod:`harness.checks.inputs` and the component contracts included, imports it without a cycle. What each
+pair of variants is expected to show is in :mod:`harness.checks.expectations`.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Iterable
 
-from ..config import ModelConfig
 from ..errors import ConfigError
-from ..registry import SLOT_DOCS, Registry, Variant
-from .contracts import declared_groups, reference_key
+
+# --------------------------------------------------------------------------- the longest row
+
+#: The longest row the checks feed: the check batch's long rows (:func:`harness.checks.inputs.padded_batch`),
+#: the per-position contracts (attention, feed-forward, layer norm, residual: ``contract_base.rows_length``), the
+#: positional encoding's embeddings and its rotated scores (``contract_positions``) all run at
+#: ``min(cfg.max_len, LONGEST_ROW)``. 64 is the longest row any preset builds (``model.max_len`` is 64 by default
+#: and at most 64 at every preset in :data:`harness.config.PRESETS`; g2p 24, tiny 16), so at every preset each
+#: check sees the whole row the run trains on (a table indexed ``pos % 16`` or a layer that mixes positions after
+#: 16 shows). Beyond it a row's cost grows quadratically (the (L, L) scores of every attention, in float64, for
+#: every variant and component checked) while the faults the checks look for (position-dependent ones from 16
+#: on) already show; a ``--set model.max_len`` above 64 is checked on its first 64 positions.
+LONGEST_ROW = 64
+
+# --------------------------------------------------------------------------- absolute + relative bounds
+
+#: A component against its slot's reference (float64 on both sides, outputs in the compared output's unit):
+#: ``|component - reference| <= COMPONENT_ATOL + COMPONENT_RTOL * max |reference|`` (float32 rounding inside a
+#: component, such as a float32 table, stays within it; :mod:`harness.checks.contracts`).
+COMPONENT_ATOL, COMPONENT_RTOL = 1e-5, 1e-4
+#: The run gate (:mod:`harness.checks.probes`, :mod:`harness.checks.gate`), float32 logits:
+#: ``|a - b| <= GATE_ATOL + GATE_RTOL * max |logit|`` of the probe batch. ``harness.tasks.base.LEAK_ATOL`` and
+#: ``LEAK_RTOL`` (the held-out leak test; the tasks layer cannot import this one) hold the same pair
+#: (``tests/test_policy.py``).
+GATE_ATOL, GATE_RTOL = 1e-5, 1e-4
+#: The run gate's bf16 item: the logits' autocast-vs-float32 gap must stay within this many times the gap that
+#: rounding the float32 weights to bf16 makes (plus :data:`GATE_ATOL`). Measured on the CPU over the 33 built-in
+#: variants of ``all``, ``group:modern`` and ``group:questions`` at the tiny, quick and g2p presets' model configs:
+#: at most 2.7x; an attention that divides by d_model under autocast only: 94-96x (tests/plugins/adv_scale_in_bf16.py).
+#: The gradients have no such limit: the same yardstick put honest built-ins at up to 12x (tiny preset) and
+#: BatchNorm's far beyond, so only a gradient that vanishes under autocast is caught
+#: (tests/plugins/adv_keys_detached_in_bf16.py, :data:`GRADIENT_PRESENT`). Not yet measured on CUDA.
+PRECISION_LOGIT_FACTOR = 10.0
+#: A parameter "has a gradient" in float32 when its largest |gradient| exceeds this fraction of the largest over
+#: all parameters (the bf16 gate item asks such a parameter to have one under autocast too).
+GRADIENT_PRESENT = 1e-3
+
+# --------------------------------------------------------------------------- the component contracts' own tests
+
+#: Attention probabilities (float64): a blocked key's weight above this counts as attended, and a row this close
+#: to uniform counts as uniform (the mask contract, ``contract_mask``); also the threshold its results report.
+MASK_PROB_ATOL = 1e-6
+#: The largest relative bias of the mean training output that passes the dropout contract
+#: (``contract_dropout``). Measured over the 12 built-in attention and feed-forward components at the check config
+#: and the tiny, quick, paper, g2p and gpu presets' model configs: at most 0.025 (sampling noise at 128 draws;
+#: GEGLU at d_model 16); a mask without the rescale: 0.49 (tests/plugins/adv_dropout_no_rescale.py).
+DROPOUT_MAX_BIAS = 0.1
+#: A score bias (float64) is ALiBi's ``-m_h * |i - j|`` when it matches within this pair (``formulas``).
+ALIBI_ATOL, ALIBI_RTOL = 1e-6, 1e-4
+#: ALiBi's slopes are "all equal" or "geometric" when they (or their ratios) agree to this relative tolerance,
+#: and equal to 1/H within :data:`ALIBI_SLOPE_ATOL` (``formulas.alibi_slope_fault``).
+ALIBI_SLOPE_RTOL = 1e-6
+ALIBI_SLOPE_ATOL = 1e-9
+#: A layer norm's known fault names its output when the output is within ``max(threshold, FAULT_MATCH_RTOL *
+#: max |fault's output|)`` of it (``contract_layers``): the faults are float64 formulas, the component may
+#: round in float32.
+FAULT_MATCH_RTOL = 1e-3
+#: A residual block whose least-squares gain on its sub-layer is at most this (in |a|) is the identity
+#: (``contract_layers``): float64 zero, not a small gain.
+ZERO_GAIN = 1e-12
 
 
 @dataclass(frozen=True)
@@ -72,89 +131,3 @@ def get_tolerance(dtype: str, device: str) -> Tolerance:
         known = ", ".join(f"{d}/{dev}" for d, dev in TOLERANCES)
         raise ConfigError(f"no check tolerance for dtype {dtype!r} on {device!r}; known: {known}")
     return TOLERANCES[key]
-
-
-# --------------------------------------------------------------------------- expectations
-
-def slot_default(slot: str) -> str:
-    """The component a variant gets in ``slot`` when it names none (the registry's default).
-
-    Raises:
-        KeyError: no such slot.
-    """
-    return Variant("_default", {}).resolved()[slot]
-
-
-def registry_groups(registry: Registry, extra: dict[str, Iterable[Iterable[str]]] | None = None,
-                    cfg: ModelConfig | None = None) -> dict[str, tuple[frozenset[str], ...]]:
-    """The components' declared equivalence groups (:func:`harness.checks.contracts.declared_groups`) plus
-    ``extra`` (e.g. from ``--equivalent``)."""
-    return merge_groups(extra, declared_groups(registry, cfg), registry.slots)
-
-
-def held_to_reference(registry: Registry, slot: str, name: str, groups) -> bool:
-    """Whether component ``name`` is expected to compute its slot's reference: it declares nothing
-    (or is ``equivalent_to`` such a component), or ``groups`` put it with one that does."""
-    if reference_key(registry, slot, name).startswith("reference"):
-        return True
-    return any(same_function(slot, name, other, groups) and reference_key(registry, slot, other) == "reference"
-               for (s, other) in registry.components if s == slot and other != name)
-
-
-def merge_groups(extra: dict[str, Iterable[Iterable[str]]] | None,
-                 base: dict[str, tuple[frozenset[str], ...]] | None = None,
-                 slots: Iterable[str] = tuple(SLOT_DOCS)) -> dict[str, tuple[frozenset[str], ...]]:
-    """``base`` (default: no groups) plus ``extra`` groups; groups sharing a component are merged.
-    Raises ConfigError on a slot not among ``slots`` (default: the built-in slots; a registry's own,
-    plugins' included, through :func:`registry_groups`)."""
-    slots = list(slots)
-    out = {slot: [set(g) for g in groups] for slot, groups in (base or {}).items()}
-    for slot, groups in (extra or {}).items():
-        if slot not in slots:
-            raise ConfigError(f"--equivalent: unknown slot {slot!r}; slots: {', '.join(slots)}")
-        for g in groups:
-            new = set(g)
-            keep = []
-            for old in out.get(slot, []):
-                if old & new:
-                    new |= old
-                else:
-                    keep.append(old)
-            out[slot] = keep + [new]
-    return {slot: tuple(frozenset(g) for g in groups) for slot, groups in out.items()}
-
-
-def parse_equivalent(items: Iterable[str]) -> dict[str, list[set[str]]]:
-    """``["attention=theirs,my_attn"]`` -> ``{"attention": [{"theirs", "my_attn"}]}``.
-
-    Raises:
-        ConfigError: an item that is not ``SLOT=A,B[,...]`` with at least two components.
-    """
-    out: dict[str, list[set[str]]] = {}
-    for item in items:
-        slot, sep, comps = item.partition("=")
-        names = {c.strip() for c in comps.split(",") if c.strip()}
-        if not sep or len(names) < 2:
-            raise ConfigError(f"--equivalent expects SLOT=A,B (e.g. attention={slot_default('attention')},my_attn), "
-                              f"got {item!r}")
-        out.setdefault(slot.strip(), []).append(names)
-    return out
-
-
-def same_function(slot: str, x: str, y: str, groups=None) -> bool:
-    """True when components ``x`` and ``y`` of ``slot`` are equal or declared equivalent."""
-    return x == y or any(x in g and y in g for g in (groups or {}).get(slot, ()))
-
-
-def expected_relation(a: Variant, b: Variant, groups=None) -> tuple[str, list[str]]:
-    """What a pair should show, from the slots alone.
-
-    Returns:
-        ``("equivalent", [])`` when every slot holds the same or a declared-equivalent component,
-        else ``("differs", ["norm: post vs pre", ...])`` listing the slots that differ.
-    """
-    ra, rb = a.resolved(), b.resolved()
-    diffs = [f"{slot}: {ra.get(slot)} vs {rb.get(slot)}" for slot in dict.fromkeys([*ra, *rb])  # a plugin's slots too
-             if not same_function(slot, ra.get(slot), rb.get(slot), groups)]
-    return ("differs" if diffs else "equivalent"), diffs
-

@@ -38,6 +38,7 @@ from torch.nn import functional as F
 from ..config import DEFAULT_PRESET, ModelConfig, get_preset
 from ..errors import HarnessError
 from .inputs import autocast, describe_exception, fmt_size, long_rows_of, non_pad, padded_batch, starting
+from .policy import GATE_ATOL, GATE_RTOL
 
 
 @dataclass
@@ -434,15 +435,12 @@ LONG_ROWS_PROBE = "causal leak (long rows)"
 
 # --------------------------------------------------------------------------- the run gate
 
-GATE_ATOL = 1e-5  #: absolute part of the run gate's threshold (logit units)
-GATE_RTOL = 1e-4  #: relative part, times max |logit| of the probe batch
-
-
 def gate_batch(cfg: ModelConfig, rows: int = 6, src_len: int = 9, tgt_len: int = 10, seed: int = 0,
                long_rows: int = 2):
     """The run gate's padded batch: ``(src (B, S), tgt (B, T), labels (B, T))``; target rows start
     with the start symbol 1 when the vocabulary has one, row i < ``rows`` ends with min(i, L - 2) pad tokens,
-    and ``long_rows`` more as long as ``max_len`` (up to 64; :func:`~harness.checks.inputs.padded_batch`), so
+    and ``long_rows`` more as long as ``max_len`` (up to :data:`~harness.checks.policy.LONGEST_ROW`;
+    :func:`~harness.checks.inputs.padded_batch`), so
     every gate item also sees the positions a long training row reaches."""
     s, t = min(src_len, cfg.max_len - 3), min(tgt_len, cfg.max_len)
     return starting(padded_batch(cfg, rows, s, t, seed=seed, long_rows=long_rows), cfg)
@@ -453,7 +451,8 @@ def integrity_reasons(model: nn.Module, cfg: ModelConfig, device, *, seed: int =
     """The run gate: every probe of :func:`run_probes` on :func:`gate_batch`, in float32, but prefix = whole
     target (a trial compares prefix-only and whole-target logits on held-out rows at every evaluation:
     :func:`harness.tasks.base.future_leak`); with ``task`` (:func:`task_rows`) also the task-row probes.
-    Returns one line per failed probe (empty: the model passes). Threshold: ``GATE_ATOL + GATE_RTOL * max |logit|``.
+    Returns one line per failed probe (empty: the model passes). Threshold: ``GATE_ATOL + GATE_RTOL * max |logit|``
+    (:mod:`harness.checks.policy`).
     The model's training mode is restored, its gradients cleared, its weights, its buffers (a BatchNorm's
     running statistics, which the train-mode probes' forwards would update) and the global RNG state
     left unchanged."""

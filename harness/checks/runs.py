@@ -18,7 +18,8 @@ from ..errors import HarnessError
 from ..model import build_model, canonical_grad, canonical_state_dict, load_canonical_state_dict
 from ..registry import Registry, Variant
 from .inputs import CHECK_MODEL, autocast, describe_exception, draw_reference_state, padded_batch, starting
-from .policy import Tolerance, get_tolerance, registry_groups
+from .expectations import registry_groups
+from .policy import Tolerance, get_tolerance
 
 
 def reference_state(registry: Registry, variants: Iterable[Variant], cfg: ModelConfig,

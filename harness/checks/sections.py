@@ -19,7 +19,8 @@ from .masks import MaskComponentResult, mask_result
 from .mha import compare_attention_with_mha
 from .pairs import CRASHES, NOT_COMPARABLE, UNEXPECTED, PairResult, ReferenceResult, compare_runs, kink_note, \
     layout_relation, max_abs_diff, not_comparable
-from .policy import Tolerance, expected_relation, get_tolerance
+from .expectations import expected_relation
+from .policy import Tolerance, get_tolerance
 from .probes import ProbeResult, run_probes
 from .report import BugResult, CheckContext, CheckReport
 from .runs import CheckSession, VariantRun, layout_conflict, load_variant, run_variant

@@ -20,7 +20,8 @@ from .contract_base import reference_components, sibling_context
 from .contracts import reference_key
 from .inputs import CHECK_MODEL, autocast, describe_exception, draw_reference_state, padded_batch
 from .pairs import CRASHES, NOT_COMPARABLE, ReferenceResult, kink_note, reference_verdict, tensor_diff
-from .policy import get_tolerance, held_to_reference, registry_groups
+from .expectations import held_to_reference, registry_groups
+from .policy import get_tolerance
 from .runs import canonical_grads, load_variant
 
 _TORCH_NAME_PATTERNS = [

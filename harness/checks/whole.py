@@ -63,7 +63,7 @@ def run_checks(registry: Registry, variants: list[Variant], cfg: ModelConfig | N
         device: where the comparisons run; the CPU-vs-CUDA comparison runs whenever CUDA exists.
         dtype: ``fp32`` or ``bf16`` (autocast).
         groups: declared-equivalent components (default: the registrations' declarations,
-            :func:`~harness.checks.policy.registry_groups`).
+            :func:`~harness.checks.expectations.registry_groups`).
         log: optional progress callback (one line per stage).
         stages: the kinds of check to run, in order (default: every registered one,
             :data:`harness.checks.stages.STAGES`).

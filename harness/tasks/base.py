@@ -453,7 +453,8 @@ def prefix_logits(model, src: torch.Tensor, tgt: torch.Tensor, keep: torch.Tenso
 
 
 #: Tolerance of :func:`future_leak`: absolute part (logit units) and relative part (x max |logit|);
-#: the run gate's values (:data:`harness.checks.probes.GATE_ATOL`), float32 on both sides.
+#: the run gate's values (:data:`harness.checks.policy.GATE_ATOL`, ``GATE_RTOL``; this layer cannot import the
+#: checks, so tests/test_policy.py holds the two pairs equal), float32 on both sides.
 LEAK_ATOL, LEAK_RTOL = 1e-5, 1e-4
 
 

@@ -17,7 +17,8 @@ import torch
 from torch import nn
 
 from harness import BuildContext, Component, Slot, Variant, hookimpl
-from harness.checks.contract_base import ATOL, CONFORMS, RTOL, VIOLATES, ComponentResult
+from harness.checks.contract_base import CONFORMS, VIOLATES, ComponentResult
+from harness.checks.policy import COMPONENT_ATOL, COMPONENT_RTOL
 
 NAME = "primer_ffn"
 
@@ -56,7 +57,7 @@ def check_activation(comp: Component, cfg, seed: int = 0) -> list[ComponentResul
     got = comp.factory(None).double()(x)
     ref = torch.relu(x).square()
     gap = float((got - ref).abs().max())
-    threshold = ATOL + RTOL * float(ref.abs().max())
+    threshold = COMPONENT_ATOL + COMPONENT_RTOL * float(ref.abs().max())
     return [ComponentResult(comp.slot, comp.name, comp.plugin, comp.declaration(), "relu(x)^2",
                             CONFORMS if gap <= threshold else VIOLATES, gap <= threshold, gap, threshold)]
 
