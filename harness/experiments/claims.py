@@ -278,8 +278,9 @@ def _tuned_verdict(c: dict, exp: Experiment, df, rows, baseline, metric, meta) -
 
     higher = verdict_metric(metric, run_metrics(meta)).higher_is_better
     chosen = choose_lrs(df, lrs, column, higher)
-    tuned = aggregate(tuned_frame(df, chosen), baseline, metric, meta)
-    status, evidence = _verdict(dict(c, point=TUNED), exp, tuned_frame(df, chosen), tuned, baseline, metric, meta)
+    frame = tuned_frame(df, chosen)
+    status, evidence = _verdict(dict(c, point=TUNED), exp, frame, aggregate(frame, baseline, metric, meta), baseline,
+                                metric, meta)
     picks = ", ".join(f"{v} {chosen[v]['lr']:g}" for v in (c["variant"], baseline) if v in chosen)
     return status, f"at the learning rates chosen on {column} ({picks}): {evidence}"
 
