@@ -90,7 +90,7 @@ def run(variants: _Names = "all", seeds: int | None = None, preset: str | None =
         dtype: str | None = None, jobs: int | str | None = None, threads: int | None = None,
         plugins: _Names = (), plugin_files: _Names = (), quiet: bool = True, load: bool = False,
         check: bool = True, tensorboard: str | Path | bool | None = None, save_models: bool = False,
-        vectorize_seeds: str | None = None, capture: str | None = None, resume: str | Path | None = None,
+        vectorise_seeds: str | None = None, capture: str | None = None, resume: str | Path | None = None,
         allow_code_change: bool = False, mlflow: str | bool | None = None, trial_timeout=None, time_budget=None,
         baseline: str | None = None, keep_checkpoints: bool = False, lr_grid=None):
     """Train ``variants`` x ``seeds`` on a task and write the run's report, as ``python -m harness run`` does (the
@@ -112,7 +112,7 @@ def run(variants: _Names = "all", seeds: int | None = None, preset: str | None =
             as TensorBoard events in ``<run folder>/tensorboard/``, a folder ``DIR`` in ``DIR/<run id>/``.
         mlflow: ``--mlflow``: True logs each trial as it trains to MLflow in ``<run folder>/mlruns``, a str to that URI.
         save_models, keep_checkpoints: ``--save-models`` (``models/<key>.pt``; :func:`load_model`), ``--keep-checkpoints``.
-        vectorize_seeds, capture: ``--vectorize-seeds``, ``--capture``: ``"auto"`` (default: on with CUDA), ``"on"``
+        vectorise_seeds, capture: ``--vectorise-seeds``, ``--capture``: ``"auto"`` (default: on with CUDA), ``"on"``
             (``capture``: CUDA only), ``"off"``.
         resume: ``--resume``: a stored run's folder; its missing trials run (``variants="all"``: the stored ones).
         allow_code_change: ``--allow-code-change``: with ``resume``, go on with other code (recorded; else StoreError).
@@ -136,7 +136,7 @@ def run(variants: _Names = "all", seeds: int | None = None, preset: str | None =
         overrides=override_items(overrides), seed_start=seed_start, check=check, device=device, dtype=dtype, jobs=jobs,
         threads=threads, plugins=_plugin_spec(plugins, plugin_files), results_dir=str(results_dir), run_id=run_id,
         quiet=quiet, tensorboard=_place(tensorboard), mlflow=_place(mlflow), save_models=save_models,
-        vectorize_seeds=vectorize_seeds, capture=capture, resume=None if resume is None else str(resume),
+        vectorise_seeds=vectorise_seeds, capture=capture, resume=None if resume is None else str(resume),
         allow_code_change=allow_code_change, trial_timeout=trial_timeout, time_budget=time_budget, baseline=baseline,
         keep_checkpoints=keep_checkpoints, lr_grid=None if lr_grid is None else tuple(lr_grid))
     outcome = start_run(request)

@@ -295,7 +295,7 @@ def run_process_pool(specs: Iterable[TrialSpec], jobs: int, on_done: OnDone, thr
         bars: per-trial progress bars fed from the workers through a queue.
         start_method: :data:`START_METHOD` (``forkserver`` where available) or ``spawn``.
         capture: None: one trial per task; else ``run --capture``, each task a vectorised trial group
-            (``--vectorize-seeds on --jobs N``); ``log`` gets a group's line when it falls back.
+            (``--vectorise-seeds on --jobs N``); ``log`` gets a group's line when it falls back.
 
     Raises:
         KeyboardInterrupt: passed on after the workers have been terminated.

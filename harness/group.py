@@ -3,7 +3,7 @@
 :func:`run_group` takes the specs of K trials that differ only in their seed
 (:func:`group_specs` finds them in a plan) and returns K results, each the
 :class:`harness.trial.TrialResult` of its own trial, with the same columns as
-:func:`harness.train.run_trial`'s plus ``vectorized`` (the group size K) and ``group_wall_s``.
+:func:`harness.train.run_trial`'s plus ``vectorised`` (the group size K) and ``group_wall_s``.
 The training step is :class:`harness.vstep.GroupStep` (stacked parameters, per-seed Adam or AdamW
 with the sequential trial's recipe, :func:`harness.recipe.group_step`, gradient norm, clipping and masked
 non-finite skip). The periodic and final evaluations and the
@@ -21,7 +21,7 @@ or gradient norm goes non-finite is frozen (parameters and moments unchanged; th
 and ends ``diverged`` with the sequential reason text; with ``train.stop_at_solved`` a solved seed
 stops updating and logging. Where ``model.dropout`` > 0 the seeds' dropout masks come from one RNG
 stream (``vmap(randomness="different")``, seeded with the group's first seed): such a seed is a
-trial of the same distribution, not its sequential trial (the row's ``vectorized_note`` says so).
+trial of the same distribution, not its sequential trial (the row's ``vectorised_note`` says so).
 
 Timing (honest, per seed): ``train_s``, ``step_ms``, ``tokens_per_s`` and ``time_to_solve_s`` are
 the group's clock (K seeds stepped together: ``step_ms`` is the time of one group step, for all K
@@ -34,7 +34,7 @@ does not vectorise (``.item()`` or a data-dependent Python branch in its forward
 ``autograd.Function`` without a batching rule, a buffer updated in place, a forward whose losses
 disagree with the per-seed ones) makes the group run its trials one after another
 (:func:`harness.train.run_trial`), with one log line saying why; the rows then carry
-``vectorized`` = 0 and the reason in ``vectorized_note``. A group that raises while training falls
+``vectorised`` = 0 and the reason in ``vectorised_note``. A group that raises while training falls
 back the same way, so vectorisation never fails a run nor changes a verdict.
 
 Checkpoints: a group checkpoints as one unit every ``train.checkpoint_every`` and at the step boundary
@@ -69,7 +69,7 @@ from .vcheckpoint import GroupCheckpointer
 from .vprobe import capture_wanted, first_sentence, vectorise_problem
 from .vstep import CapturedStep, bucket_widths, stack_batches
 
-#: ``vectorized_note`` of a vectorised seed trained with dropout > 0.
+#: ``vectorised_note`` of a vectorised seed trained with dropout > 0.
 DROPOUT_NOTE = ("dropout masks drawn per seed from the group's one RNG stream (vmap randomness='different'), "
                 "not the sequential trial's stream")
 #: ``_Group.eval_why`` of a group of one seed: evaluated and gated on its own model, as its sequential trial.
@@ -106,7 +106,7 @@ def group_specs(planned: list[TrialSpec], max_size: int = 64) -> list[list[Trial
 
 def run_groups(planned: list[TrialSpec], on_done: Callable[[TrialSpec, TrialResult], None], bars=None,
                log: Callable[[str], None] | None = None, max_size: int = 64, capture: str = "auto") -> None:
-    """The executor of ``--vectorize-seeds on``: ``planned`` as trial groups of up to ``max_size``
+    """The executor of ``--vectorise-seeds on``: ``planned`` as trial groups of up to ``max_size``
     seeds (:func:`group_specs`), one group after another in this process; ``on_done(spec, result)``
     (a :class:`harness.trial.TrialResult`) for each trial as its group ends (the caller stores it).
     ``bars``: a :class:`harness.progress.TrialBars` (per-seed bars); ``capture``: ``run --capture``
@@ -125,7 +125,7 @@ def run_groups(planned: list[TrialSpec], on_done: Callable[[TrialSpec, TrialResu
 
 
 def pool_group(specs: list[dict], progress: list[Progress | None], capture: str = "auto") -> dict:
-    """The process-pool boundary of a trial group (``run --vectorize-seeds on --jobs N``, one group per
+    """The process-pool boundary of a trial group (``run --vectorise-seeds on --jobs N``, one group per
     worker at a time): :func:`run_group` on ``TrialSpec.from_dict`` of each spec. Returns
     ``{"results": [TrialResult.to_dict(), ...], "log": [line, ...], "started": time.time() at the call}``
     (its fallback line, if any; when the worker began it, for the run's log)."""
@@ -178,7 +178,7 @@ def run_group(specs: list[TrialSpec], progress: list[Progress | None] | None = N
 def sequential_fallback(specs: list[TrialSpec], progress: list[Progress | None], why: str,
                         log: Callable[[str], None] | None) -> list[TrialResult]:
     """The group's trials one after another (:func:`harness.train.run_trial`), each row marked
-    ``vectorized`` = 0 with ``why`` in ``vectorized_note``; one log line."""
+    ``vectorised`` = 0 with ``why`` in ``vectorised_note``; one log line."""
     s = specs[0]
     if log:
         log(f"{s.variant}{' [' + s.point + ']' if s.point else ''}: {len(specs)} seeds run one after another, "
@@ -186,7 +186,7 @@ def sequential_fallback(specs: list[TrialSpec], progress: list[Progress | None],
     out = []
     for spec, p in zip(specs, progress):
         result = run_trial(spec, progress=p)
-        result.row.update({"vectorized": 0, "vectorized_note": why})
+        result.row.update({"vectorised": 0, "vectorised_note": why})
         out.append(result)
     return out
 
@@ -309,10 +309,10 @@ class _Group:
         for result in self.results:
             row = result.row
             row.update({k: v for k, v in self.saver.notes.items() if k == "resumed_from_step"})
-            row.update({"wall_s": wall / len(self.specs), "group_wall_s": wall, "vectorized": len(self.specs),
+            row.update({"wall_s": wall / len(self.specs), "group_wall_s": wall, "vectorised": len(self.specs),
                         "captured": len(self.captured.graphs) if self.captured is not None else 0})
             if self.cfg.model.dropout > 0:
-                row["vectorized_note"] = DROPOUT_NOTE
+                row["vectorised_note"] = DROPOUT_NOTE
             row["overhead_share"] = 1.0 - self.clock.seconds["step"] / wall if wall > 0 else math.nan
             result.phases = self.clock.to_dict()
         for loop, result in zip(self.loops, self.results):  # each seed's own live record ends

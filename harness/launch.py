@@ -308,11 +308,11 @@ def resume_run(req: RunRequest) -> RunOutcome:
     changes = check_code(meta, code.record, where, req.allow_code_change)
     check_requested(req, given, meta, reg, specs, where)
     keep_baseline(req.baseline, meta, where)
-    execution_given = given & {"executor", "jobs", "threads", "address", "vectorize_seeds", "capture"}
+    execution_given = given & {"executor", "jobs", "threads", "address", "vectorise_seeds", "capture"}
     if not execution_given and meta.execution is not None:
         stored = meta.execution
         options = Execution(stored.executor, stored.jobs, stored.threads, stored.address,
-                            stored.vectorize_seeds, stored.capture, req.trial_timeout, req.time_budget).validate()
+                            stored.vectorise_seeds, stored.capture, req.trial_timeout, req.time_budget).validate()
     retried = retire_failed(store, specs) if req.retry_failed else []
     todo = [ts for ts in specs if ts.key in set(store.missing(ts.key for ts in specs))]
     todo = with_save_model(todo) if req.save_models else todo

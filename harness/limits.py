@@ -1,7 +1,7 @@
 """Time limits of trials: ``run --trial-timeout SECONDS`` and ``run --time-budget SECONDS``.
 
 A trial that hangs in the run's own process cannot be stopped, so with a limit every unit of work
-(a trial, or with ``--vectorize-seeds on`` a vectorised trial group) runs in a worker process of
+(a trial, or with ``--vectorise-seeds on`` a vectorised trial group) runs in a worker process of
 its own, started from the fork server (:data:`harness.workers.START_METHOD`), at most ``jobs`` at a
 time. Each worker sends its progress and, at the end, its results (``TrialResult.to_dict()``) through
 a one-way pipe of its own (``multiprocessing.Pipe``), so ending one worker never corrupts another's
@@ -233,7 +233,7 @@ def _death(exitcode: int | None) -> str:
 
 
 def run_limited(specs: list[TrialSpec], jobs: int, on_done: OnDone, limits: Limits, threads: int | None = None,
-                bars: TrialBars | None = None, vectorize: bool = False, capture: str = "auto",
+                bars: TrialBars | None = None, vectorise: bool = False, capture: str = "auto",
                 log: Callable[[str], None] | None = None) -> list[TrialSpec]:
     """Run ``specs`` under ``limits``, each unit in a worker process of its own (see the module docstring).
 
@@ -241,7 +241,7 @@ def run_limited(specs: list[TrialSpec], jobs: int, on_done: OnDone, limits: Limi
         specs: the trials. jobs: units at a time (>= 1). threads: intra-op threads per worker.
         on_done: called in this process with ``(trial_spec, result)`` as each trial ends or is ended.
         limits: :class:`Limits` (from :meth:`Limits.start`).
-        vectorize: units are vectorised trial groups (:func:`harness.group.group_specs`) with ``capture``.
+        vectorise: units are vectorised trial groups (:func:`harness.group.group_specs`) with ``capture``.
         log: a group's fallback lines.
 
     Returns:
@@ -254,9 +254,9 @@ def run_limited(specs: list[TrialSpec], jobs: int, on_done: OnDone, limits: Limi
     from .group import group_specs
     from .runmeta import MAX_GROUP
 
-    units = group_specs(list(specs), MAX_GROUP) if vectorize else [[ts] for ts in specs]
+    units = group_specs(list(specs), MAX_GROUP) if vectorise else [[ts] for ts in specs]
     sched = _Scheduler(units, max(1, jobs), threads_per_trial(jobs, threads), on_done, bars or TrialBars(False),
-                       limits, capture if vectorize else None, log)
+                       limits, capture if vectorise else None, log)
     return sched.run()
 
 

@@ -188,10 +188,10 @@ def dispatch(specs: list[TrialSpec], options: Execution, on_done, bars: TrialBar
         executors.run_ray(specs, on_done, address=options.address, cpus_per_trial=options.trial_threads(),
                           gpus_per_trial=1 if any(ts.device.startswith("cuda") for ts in specs) else 0,
                           log=log)
-    elif options.vectorize_seeds == "on" and options.jobs > 1 and len(specs) > 1:
+    elif options.vectorise_seeds == "on" and options.jobs > 1 and len(specs) > 1:
         executors.run_process_pool(specs, options.jobs, on_done, threads=options.trial_threads(), bars=bars,
                                    capture=options.capture, log=log)
-    elif options.vectorize_seeds == "on":
+    elif options.vectorise_seeds == "on":
         from .group import run_groups
 
         run_groups(specs, on_done, bars, log, max_size=MAX_GROUP, capture=options.capture)
@@ -209,7 +209,7 @@ def run_with_limits(specs: list[TrialSpec], options: Execution, on_done, bars: T
     limits = limits or Limits.start(options.trial_timeout, options.time_budget)
     jobs = options.jobs if isinstance(options.jobs, int) else 1
     run_limited(specs, jobs, on_done, limits, threads=options.trial_threads(), bars=bars,
-                vectorize=options.vectorize_seeds == "on", capture=options.capture, log=log)
+                vectorise=options.vectorise_seeds == "on", capture=options.capture, log=log)
 
 
 def _terminal_width() -> int:

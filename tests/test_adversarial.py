@@ -392,11 +392,11 @@ def test_a_component_that_changes_with_use_is_caught_in_a_trial_group_too(tmp_pa
     drifts: the drift gate runs each seed through it (GroupStep.seed_forward), so both seeds are invalid."""
     proc = cli_in_process("--plugin", str(PLUGINS / "evade_scale_after_calls.py"), "run", "--variants",
                           "evade_scale_after_calls", "--preset", "tiny", "--set", "train.steps=150", "--seeds", "2",
-                          "--vectorize-seeds", "on", "-q", "--results-dir", str(tmp_path), "--run-id", "g",
+                          "--vectorise-seeds", "on", "-q", "--results-dir", str(tmp_path), "--run-id", "g",
                           "--no-check", cwd=ROOT)
     assert proc.returncode == 1, proc.stderr[-2000:]
     trials = pd.read_csv(tmp_path / "g" / "trials.csv")
-    assert set(trials["status"]) == {"invalid"} and trials["vectorized"].all()
+    assert set(trials["status"]) == {"invalid"} and trials["vectorised"].all()
     assert trials["reason"].str.startswith("drift: after training").all(), list(trials["reason"])
 
 

@@ -19,6 +19,7 @@ The test prints the number of generated cases and its wall time; CI gets a fixed
 """
 from __future__ import annotations
 
+import argparse
 import contextlib
 import copy
 import io
@@ -39,6 +40,7 @@ from hypothesis import strategies as st  # noqa: E402
 from harness import cli  # noqa: E402
 from harness.verification import verify_run  # noqa: E402
 from harness.config import RunConfig  # noqa: E402
+from harness.runmeta import OLD_VECTORISE_FLAG  # noqa: E402
 from harness.store import RunStore  # noqa: E402
 from harness.trial import TrialResult  # noqa: E402
 
@@ -238,7 +240,8 @@ RUN_OPTIONS = ["--variants", "--grid", "--preset", "--set", "--task", "--device"
                "--seed-start", "--results-dir", "--run-id", "--resume", "--jobs", "--executor", "--address",
                "--threads", "-p", "--plugin", "--strict-plugins", "--quiet", "--help", "--no-check", "--suite",
                "--retry-failed", "--allow-code-change", "--tensorboard", "--mlflow", "--save-models",
-               "--vectorize-seeds", "--capture", "--baseline", "--keep-checkpoints", "--trial-timeout", "--time-budget", "--lr-grid"]
+               "--vectorise-seeds", "--capture", "--baseline", "--keep-checkpoints", "--trial-timeout", "--time-budget", "--lr-grid",
+               OLD_VECTORISE_FLAG]  # the hidden alias of --vectorise-seeds
 
 
 @st.composite
@@ -260,8 +263,8 @@ def run_argv(draw):
             argv += ["--tensorboard", draw(st.sampled_from(["-q", "results/tb"]))]
         elif opt == "--mlflow":  # its URI is optional too; without the mlflow package: exit 2, one line
             argv += ["--mlflow", draw(st.sampled_from(["-q", "file:results/mlruns"]))]
-        elif opt == "--vectorize-seeds":  # on the CPU 'on' trains the seeds as one group; bad values exit 2
-            argv += ["--vectorize-seeds", draw(st.one_of(st.sampled_from(["auto", "on", "off", "yes"]), JUNK))]
+        elif opt in ("--vectorise-seeds", OLD_VECTORISE_FLAG):  # on the CPU 'on' trains the seeds as one group
+            argv += [opt, draw(st.one_of(st.sampled_from(["auto", "on", "off", "yes"]), JUNK))]
         elif opt == "--capture":  # on the CPU 'on' is refused (CUDA graphs) with exit 2, as are bad values
             argv += ["--capture", draw(st.one_of(st.sampled_from(["auto", "on", "off", "yes"]), JUNK))]
         elif opt == "--baseline":  # a variant of the run, one it does not hold, or junk: exit 0 or one line, exit 2
@@ -439,9 +442,14 @@ def check_outcome(argv: list[str], work: Path, before: dict[str, bytes], code: i
 
 
 def test_the_fuzz_draws_every_documented_run_option():
+    """Every option ``run --help`` shows is in RUN_OPTIONS; the hidden ones are exactly the old
+    spellings kept as aliases (:data:`harness.runmeta.OLD_VECTORISE_FLAG`), which the fuzz draws too."""
     sub = next(a for a in cli.build_parser()._actions if a.__class__.__name__ == "_SubParsersAction")
-    documented = {a.option_strings[0] for a in sub.choices["run"]._actions if a.option_strings}
-    assert documented == (set(RUN_OPTIONS) - {"--help"}) | {"-h"}
+    actions = [a for a in sub.choices["run"]._actions if a.option_strings]
+    documented = {a.option_strings[0] for a in actions if a.help != argparse.SUPPRESS}
+    hidden = {a.option_strings[0] for a in actions if a.help == argparse.SUPPRESS}
+    assert documented == (set(RUN_OPTIONS) - {"--help", OLD_VECTORISE_FLAG}) | {"-h"}
+    assert hidden == {OLD_VECTORISE_FLAG} and OLD_VECTORISE_FLAG in RUN_OPTIONS
 
 
 def test_fuzzed_command_lines_exit_0_or_one_line_exit_2(faked, tmp_path_factory, capsys):

@@ -62,7 +62,7 @@ def register(sub, parents):
                    help="dtype of the --old arm (default fp32)")
     p.add_argument("--group-sizes", type=group_sizes_arg, default=None, metavar="K[,K...]",
                    help="seeds per second instead of variants: the first selected variant's step run sequentially, "
-                        "as vectorised trial groups of each K (run --vectorize-seeds on) and, on CUDA, captured as "
+                        "as vectorised trial groups of each K (run --vectorise-seeds on) and, on CUDA, captured as "
                         "CUDA graphs, side by side with MFU and trials/h, e.g. --group-sizes 1,4,16,64; with --compile also "
                         "the group's whole step compiled (and on CUDA compiled and captured)")
     p.add_argument("--eval", action="store_true",

@@ -18,6 +18,7 @@ from ..report import training_classes
 from ..request import RunOutcome, RunRequest
 from ..runmeta import RunMeta
 from ..store import RunStore, atomic_write_text
+from ..trial import OLD_COLUMNS
 from . import report as suite_report
 from .spec import SUITE_METRICS, SuiteSpec
 
@@ -31,7 +32,7 @@ def task_request(spec: SuiteSpec, task: str, suite_dir: Path, base: RunRequest, 
     plugins, device, dtype and execution with the suite file's variants, preset, seeds and overrides."""
     common = dict(plugins=base.plugins, device=base.device, dtype=base.dtype, executor=base.executor,
                   jobs=base.jobs, threads=base.threads, address=base.address, quiet=base.quiet,
-                  vectorize_seeds=base.vectorize_seeds, capture=base.capture)
+                  vectorise_seeds=base.vectorise_seeds, capture=base.capture)
     if resume:
         return RunRequest(resume=str(suite_dir / task), **common)
     return RunRequest(variants=tuple(spec.variants), preset=spec.preset, seeds=spec.seeds,
@@ -107,7 +108,7 @@ def task_frame(folder: Path) -> pd.DataFrame:
     except pd.errors.EmptyDataError:  # a task interrupted before its first trial was stored
         return pd.DataFrame()
     df["point"] = df["point"].fillna("") if "point" in df else ""
-    return df
+    return df.rename(columns=OLD_COLUMNS)
 
 
 def _slots(df: pd.DataFrame, variant: str) -> dict[str, str]:
