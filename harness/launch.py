@@ -34,8 +34,8 @@ from .registry import Registry
 from .request import CONFIG_OPTIONS, TRIAL_OPTIONS, RunOutcome, RunRequest, Terminated
 from .overview import check_configs, record_check
 from .provenance import current_code, write_sources
-from .resume import (check_code, check_code_config, check_components, check_plugins, check_points, check_setting,
-                     check_trials, keep_baseline, record_code, stored_specs)
+from .resume import (check_code, check_code_config, check_plugins, check_points, check_registered_components,
+                     check_setting, check_trials, keep_baseline, record_code, stored_specs)
 from .runner import Plan, execute, lr_grid_points, make_specs, plan_baseline, with_threads
 from .runmeta import MAX_GROUP, Execution, Resume, RunMeta
 from .store import RunStore, config_hash
@@ -303,7 +303,7 @@ def resume_run(req: RunRequest) -> RunOutcome:
     where = str(store.root)
     check_code_config(store, meta, specs)
     reg = load_registry(PluginSpec.from_dict(meta.plugins))
-    check_components(reg, specs, where)
+    check_registered_components(reg, specs, where)
     code = current_code(PluginSpec.from_dict(meta.plugins))
     changes = check_code(meta, code.record, where, req.allow_code_change)
     check_requested(req, given, meta, reg, specs, where)

@@ -6,7 +6,7 @@ anything runs, the stored ``config.json`` is checked here, in this order:
 1. :func:`stored_specs`: it holds a trial list and a config hash (written by ``run``);
 2. :func:`check_code_config`: this code reads the stored configs as they were written (same
    config hash, every trial's config round-trips);
-3. :func:`check_components`: every stored trial's components are registered (the same plugins);
+3. :func:`check_registered_components`: every stored trial's components are registered (the same plugins);
    :func:`check_code`: the project's code and every plugin file are those that trained the run's
    latest trials (:mod:`harness.provenance`), unless ``--allow-code-change``;
 4. the options given with ``--resume`` ask for nothing else than the stored run:
@@ -96,7 +96,7 @@ def check_code_config(store: RunStore, meta: RunMeta, specs: list[TrialSpec]) ->
                              f"({first_difference(ts.config, again)}); start a new run")
 
 
-def check_components(reg, specs: list[TrialSpec], where: str) -> None:
+def check_registered_components(reg, specs: list[TrialSpec], where: str) -> None:
     """Every stored trial's components must be registered in ``reg`` (same plugins loaded).
 
     Raises:

@@ -75,7 +75,7 @@ from .inputs import CHECK_MODEL, describe_exception, draw_reference_state, padde
 from .masks import MaskComponentResult, mask_result, probe_mask_component
 from .mha import compare_attention_with_mha
 from .pairs import (CRASHES, DECLARED, EQUIVALENT, IDENTICAL, NOT_COMPARABLE, UNEXPECTED, UNEXPECTED_SAME, PairResult,
-                    ReferenceResult, TensorDiff, compare_runs, compare_variants, layout_relation, tensor_diff)
+                    ReferenceResult, TensorDiff, compare_outputs, compare_variants, layout_relation, tensor_diff)
 from .expectations import (expected_relation, held_to_reference, merge_groups, parse_equivalent, registry_groups,
                            same_function, slot_default)
 from .policy import TOLERANCES, Tolerance, get_tolerance
@@ -94,7 +94,7 @@ __all__ = [
     "EQUIVALENT", "IDENTICAL", "LEGEND", "MaskComponentResult", "NOT_COMPARABLE", "PairResult", "ProbeResult",
     "ReferenceResult", "STAGES", "TOLERANCES", "TensorDiff", "TieResult", "Tolerance", "UNEXPECTED",
     "UNEXPECTED_SAME", "VariantRun", "bug_reasons", "canonical_grads", "check_ties", "class_summary",
-    "compare_attention_with_mha", "compare_runs", "compare_variants", "compare_with_nn_transformer",
+    "compare_attention_with_mha", "compare_outputs", "compare_variants", "compare_with_nn_transformer",
     "describe_exception", "draw_reference_state", "expected_relation", "forward_backward", "get_tolerance",
     "held_to_reference", "layout_relation", "load_variant", "make_nn_transformer", "mask_result", "matrix_frame",
     "merge_groups", "nn_transformer_name", "nn_transformer_structure", "padded_batch", "parse_equivalent",

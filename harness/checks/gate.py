@@ -33,7 +33,7 @@ def contract_reasons(registry, variant: Variant, model_cfg) -> list[str]:
     """One line per component of ``variant`` that breaks its slot's contract (an undeclared
     difference from the slot's reference, see :mod:`harness.checks.contracts`), checked with the trial's
     model config; cached per process. Declared differences pass; declared bugs are reported."""
-    from .contracts import check_components
+    from .contracts import check_contracts
 
     out = []
     for slot, name in sorted(variant.resolved().items()):
@@ -41,7 +41,7 @@ def contract_reasons(registry, variant: Variant, model_cfg) -> list[str]:
         held = _CONTRACTS.get(key)
         if held is None or held[0] is not registry:  # an id is reused once its registry is freed
             held = _CONTRACTS[key] = (registry, [r.reason() for r in
-                                                 check_components(registry, [(slot, name)], model_cfg) if not r.ok])
+                                                 check_contracts(registry, [(slot, name)], model_cfg) if not r.ok])
         out += [f"contract: {line}" for line in held[1]]
     return out
 

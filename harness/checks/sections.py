@@ -13,11 +13,11 @@ import torch
 
 from ..registry import Variant
 from .contract_variant import variant_contract
-from .contracts import check_components
+from .contracts import check_contracts
 from .inputs import describe_exception, fmt_size, long_rows_of
 from .masks import MaskComponentResult, mask_result
 from .mha import compare_attention_with_mha
-from .pairs import CRASHES, NOT_COMPARABLE, UNEXPECTED, PairResult, ReferenceResult, compare_runs, kink_note, \
+from .pairs import CRASHES, NOT_COMPARABLE, UNEXPECTED, PairResult, ReferenceResult, compare_outputs, kink_note, \
     layout_relation, max_abs_diff, not_comparable
 from .expectations import expected_relation
 from .policy import Tolerance, get_tolerance
@@ -32,7 +32,7 @@ from .transformer import compare_with_nn_transformer
 
 def run_components(ctx: CheckContext):
     """Each component in scope against its slot's reference (:mod:`harness.checks.contracts`)."""
-    return check_components(ctx.registry, ctx.keys, ctx.session.cfg, ctx.seed)
+    return check_contracts(ctx.registry, ctx.keys, ctx.session.cfg, ctx.seed)
 
 
 def run_variants(ctx: CheckContext) -> dict[str, VariantRun]:
@@ -57,7 +57,7 @@ def pairs_of(s: CheckSession, clean: list[Variant]) -> list[PairResult]:
             pairs.append(not_comparable(a.name, b.name, *expected_relation(a, b, s.declared()), conflict))
             continue
         rel, declared = layout_relation(ra, rb, *expected_relation(a, b, s.declared()))
-        res = compare_runs(ra, rb, rel, declared, s.tol, s.keep)
+        res = compare_outputs(ra, rb, rel, declared, s.tol, s.keep)
         if not res.ok and res.logits is not None and res.logits.within:  # only a gradient is off
             res = _drawn_again(s, a, b, res)
         pairs.append(_on_task_rows(s, a, b, res) if res.ok and rel == "equivalent" else res)
@@ -74,7 +74,7 @@ def _drawn_again(s: CheckSession, a: Variant, b: Variant, res: PairResult) -> Pa
     ra, rb = other.run(a), other.run(b)
     if ra.error or rb.error:
         return res
-    again = compare_runs(ra, rb, res.expected, res.declared, s.tol, other.keep)
+    again = compare_outputs(ra, rb, res.expected, res.declared, s.tol, other.keep)
     if not again.ok:
         return res
     return dataclasses.replace(again, notes=[kink_note(res.grad_worst, f"{b.name}'s")] + again.notes)
@@ -86,7 +86,7 @@ def _on_task_rows(s: CheckSession, a: Variant, b: Variant, res: PairResult) -> P
     ta, tb = s.run_task(a), s.run_task(b)
     if ta is None or tb is None or ta.error or tb.error:
         return res
-    again = compare_runs(ta, tb, res.expected, res.declared, s.tol, s.task_rows[1] != s.cfg.pad)
+    again = compare_outputs(ta, tb, res.expected, res.declared, s.tol, s.task_rows[1] != s.cfg.pad)
     return res if again.ok else dataclasses.replace(
         again, notes=["on rows the task drew (their own forward; the drawn batch: within)"] + again.notes)
 
@@ -177,7 +177,7 @@ def run_devices(ctx: CheckContext) -> list[ReferenceResult]:
     out = []
     for v in clean:
         theirs = run_variant(s.registry, v, s.cfg, s.state_for(v.name), s.batch, other, s.dtype)
-        res = compare_runs(s.runs[v.name], theirs, "equivalent", [], tol, s.keep)
+        res = compare_outputs(s.runs[v.name], theirs, "equivalent", [], tol, s.keep)
         out.append(ReferenceResult(v.name, f"{s.device.type} vs {other.type}", "equivalent", res.verdict, res.ok,
                                    res.logits, res.grad_max, res.grad_worst, detail="; ".join(res.notes)))
     return out
