@@ -201,11 +201,11 @@ def check(variants: _Names = "all", *, preset: str | None = None, overrides: dic
 def compare(run_a: str | Path, run_b: str | Path, *, metrics: _Names | None = None, tolerance: float = 0.0,
             results_dir: str | Path = "results"):
     """Compare the reference run ``run_a`` with the candidate ``run_b`` per variant (x sweep point), as
-    ``python -m harness compare`` does (its gate rules: docs/statistics.md).
+    ``python -m harness compare`` does (its rules: docs/statistics.md).
 
     Args:
         run_a, run_b: a run folder, a run id under ``results_dir``, or ``"latest"``.
-        metrics: the metrics to gate (names or a comma-separated string); None: ``heldout_ce`` and
+        metrics: the metrics to compare (names or a comma-separated string); None: ``heldout_ce`` and
             ``exact_match``, plus ``wer`` and ``per`` for g2p: the metrics both runs' tasks show in ``compare``.
         tolerance: a difference must exceed it (absolute, in the metric's unit) beyond its 95 % CI.
 

@@ -11,7 +11,7 @@ periodic future-leak checks run every seed still training in one batched pass ov
 parameters (:mod:`harness.tasks.seeds`; seed by seed, logged once, for a task with its own
 ``evaluate`` or a model whose eval-mode forward does not run under vmap). The rest is the
 sequential trial's own code, per seed on its unstacked model: the build, twin and contract checks
-(:mod:`harness.checks.gate`), the integrity gate at initialisation and after training
+(:mod:`harness.checks.gate`), the run gate at initialisation and after training
 (:func:`harness.checks.probes.integrity_reasons`), the final future-leak check, the curve rows and
 the metrics row (:class:`harness.train.TrainingLoop`).
 
@@ -28,7 +28,7 @@ the group's clock (K seeds stepped together: ``step_ms`` is the time of one grou
 seeds); ``wall_s`` is the seed's share of the group's wall time (``group_wall_s`` / K), so that
 summing ``wall_s`` over a run still gives its trial time; ``group_wall_s`` is the whole group's.
 
-Fallback: before training, :func:`harness.vprobe.vectorise_problem` tries one vmapped forward and backward on the
+Fallback: before training, :func:`harness.vectorisable.vectorise_problem` tries one vmapped forward and backward on the
 first stacked batch and compares its per-seed losses with each seed's own forward. A module that
 does not vectorise (``.item()`` or a data-dependent Python branch in its forward, an op or
 ``autograd.Function`` without a batching rule, a buffer updated in place, a forward whose losses
@@ -66,7 +66,7 @@ from .train import INVALID, WARMUP_STEPS, PhaseClock, TrainingLoop, draw_splits,
 from .track import trial_tracking
 from .trial import TrialResult, TrialSpec, lr_point, registry_for
 from .vcheckpoint import GroupCheckpointer
-from .vprobe import capture_wanted, first_sentence, vectorise_problem
+from .vectorisable import capture_wanted, first_sentence, vectorise_problem
 from .vstep import CapturedStep, bucket_widths, stack_batches
 
 #: ``vectorised_note`` of a vectorised seed trained with dropout > 0.
@@ -110,7 +110,7 @@ def run_groups(planned: list[TrialSpec], on_done: Callable[[TrialSpec, TrialResu
     seeds (:func:`group_specs`), one group after another in this process; ``on_done(spec, result)``
     (a :class:`harness.trial.TrialResult`) for each trial as its group ends (the caller stores it).
     ``bars``: a :class:`harness.progress.TrialBars` (per-seed bars); ``capture``: ``run --capture``
-    (:func:`harness.vprobe.capture_wanted`)."""
+    (:func:`harness.vectorisable.capture_wanted`)."""
     for chunk in group_specs(list(planned), max_size):
         enabled = bars is not None and bars.enabled
         progress = [(lambda step, loss, ts=ts: bars.update(ts, step, loss)) if enabled else None for ts in chunk]
@@ -146,7 +146,7 @@ def run_group(specs: list[TrialSpec], progress: list[Progress | None] | None = N
         log: receives one line when the group falls back to sequential trials (or its evaluation to
             one seed after another).
         show_progress: a progress bar over the final evaluation's rows (stderr, only on a terminal).
-        capture: ``run --capture``: ``auto``, ``on``, ``off`` (:func:`harness.vprobe.capture_wanted`).
+        capture: ``run --capture``: ``auto``, ``on``, ``off`` (:func:`harness.vectorisable.capture_wanted`).
 
     Returns:
         K :class:`harness.trial.TrialResult` s, in the order of ``specs``.
@@ -214,9 +214,9 @@ class _Group:
         self.saver = GroupCheckpointer(specs, self.cfg, self.device, log)
 
     def prepare(self) -> str | None:
-        """Build every seed's model (with the twin and contract checks), run the integrity gate at
+        """Build every seed's model (with the twin and contract checks), apply the run gate at
         initialisation, draw each seed's first batch and try the group on it
-        (:func:`harness.vprobe.vectorise_problem`). Returns why the group cannot be vectorised, or None."""
+        (:func:`harness.vectorisable.vectorise_problem`). Returns why the group cannot be vectorised, or None."""
         cfg, mc, device, dtype = self.cfg, self.cfg.model, self.device, self.specs[0].dtype
         variant = Variant(self.specs[0].variant, dict(self.specs[0].slots))
         self.task.validate(cfg)
@@ -367,7 +367,7 @@ class _Group:
     def _finish(self, i: int, spec: TrialSpec, result: TrialResult, final: dict[str, float] | None = None,
                 dev: dict[str, float] | None = None) -> None:
         """Seed ``i``'s final test and dev evaluations (``final``, ``dev``: its metrics from the group's batched
-        passes, else evaluated here on its own model), integrity gate after training and metrics row (as
+        passes, else evaluated here on its own model), run gate after training and metrics row (as
         :func:`harness.train.train` and ``_run`` do them)."""
         cfg, mc, loop = self.cfg, self.cfg.model, self.loops[i]
         model = self.step.load(i, self.models[i])

@@ -192,14 +192,14 @@ def execution_options(req: RunRequest) -> Execution:
 
 def check_switches() -> None:
     """The environment switches a run's trials read (``HARNESS_PREFIX_PASS``,
-    ``harness.tasks.prefix``; ``HARNESS_CAPTURE``, :func:`harness.vprobe.capture_env`), checked
+    ``harness.tasks.prefix``; ``HARNESS_CAPTURE``, :func:`harness.vectorisable.capture_env`), checked
     before anything is stored: a bad value is bad input, not a failed trial.
 
     Raises:
         ConfigError: a value the switch does not take (the message names the variable and its values).
     """
     from .env import prefix_pass
-    from .vprobe import capture_env
+    from .vectorisable import capture_env
 
     try:
         prefix_pass()

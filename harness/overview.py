@@ -27,7 +27,7 @@ def check_classes(registry, variants, full: bool = False, configs=None) -> dict:
     given (a sweep over ``model.*`` keys gives several): whether two components compute the same function
     can depend on the model config (at h = 2 grouped-query attention with h/2 K/V heads is multi-query
     attention). A check that cannot run (a plugin's variant that does not build, say) is recorded, never
-    raised: the classes are context for the training numbers, not a gate (the run's own integrity gate is).
+    raised: the classes are context for the training numbers, not a gate (the run gate is).
 
     Two variants of one class with different ``init`` schemes compute the same function but start from other
     weights, so their training differs by more than rounding: ``starts`` records each variant's ``init``

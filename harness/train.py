@@ -100,7 +100,6 @@ class PhaseClock:
         return {k: {"s": self.seconds[k], "calls": self.calls[k]} for k in PHASES}
 
 SOLVED = 0.99  #: dev exact-match threshold for "solved" (time/steps to solve)
-PROBE_SEQUENCES = DEV_SEQUENCES  #: dev sequences scored at each periodic evaluation (and the final dev one)
 LEAK_ROWS = 64  #: fresh dev sequences of each evaluation's future-leak check (:func:`future_leak`)
 #: Training steps left out of ``step_ms`` and ``tokens_per_s`` (warm-up: the first steps of a
 #: process run slower -- allocator, lazily built kernels, cold caches); all steps count when a
@@ -178,7 +177,7 @@ def train(model, cfg: RunConfig, seed: int, device: torch.device, dtype: str = "
     steps and before each evaluation (the means of the steps since the previous row, the gradient
     norm before clipping; the last step always closes one) and one
     ``{"step", "split": "dev", "loss", "exact_match", "wall_s"}`` row per evaluation, each on the
-    :data:`PROBE_SEQUENCES` dev sequences, the last one after training. The test set is scored once,
+    :data:`~harness.tasks.splits.DEV_SEQUENCES` dev sequences, the last one after training. The test set is scored once,
     after training: the row's ``heldout_ce``, ``exact_match``, ... (the dev numbers beside them as
     ``dev_ce``, ``dev_exact_match``, ...); nothing before that reads it, so no selection can.
     Stops early with status ``diverged`` when the loss or the gradient norm is not finite.

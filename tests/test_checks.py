@@ -283,7 +283,7 @@ def test_shared_embeddings_stay_tied(harness_registry, harness_config):
     assert_ties_hold(harness_registry, "baseline", expect_tied=False)
 
 
-# --------------------------------------------------------------------------- the seed notes' bugs
+# --------------------------------------------------------------------------- the study notes' bugs
 
 @pytest.mark.parametrize("name,reason", [
     ("bug_001_discarded_mask", "causal mask not applied"),

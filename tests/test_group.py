@@ -14,7 +14,7 @@ import torch
 
 import harness
 from harness import group as group_mod
-from harness import vprobe
+from harness import vectorisable
 from harness import train as train_mod
 from harness.config import get_preset
 from harness.errors import ConfigError
@@ -104,7 +104,7 @@ def test_a_groups_phase_clock_counts_each_evaluation_once(on_off):
     probes = cfg.train.steps // cfg.train.eval_every - 1
     for folder, group in ((on_off["on"], 4), (on_off["off"], 1)):
         for t in RunStore.open(folder).load_trials():
-            # the integrity gate at initialisation once per seed of the clock's trial(s), then the probes
+            # the run gate at initialisation once per seed of the clock's trial(s), then the probes
             assert t.phases["evaluate"]["calls"] == group + probes, (folder.name, t.phases)
             # the group's batched final evaluation, then each seed's gate and row
             assert t.phases["final_eval"]["calls"] == (group + 1 if group > 1 else 1), (folder.name, t.phases)
@@ -405,16 +405,16 @@ def test_a_group_steps_through_its_capture_object(monkeypatch):
 
 def test_capture_is_cuda_only_and_switchable(monkeypatch):
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
-    assert not vprobe.capture_wanted(cpu) and vprobe.capture_wanted(cuda)
-    monkeypatch.setenv(vprobe.CAPTURE_ENV, "off")
-    assert not vprobe.capture_wanted(cuda)
-    assert vprobe.capture_wanted(cuda, "on")  # an explicit run --capture wins over the variable
-    monkeypatch.setenv(vprobe.CAPTURE_ENV, "sometimes")
+    assert not vectorisable.capture_wanted(cpu) and vectorisable.capture_wanted(cuda)
+    monkeypatch.setenv(vectorisable.CAPTURE_ENV, "off")
+    assert not vectorisable.capture_wanted(cuda)
+    assert vectorisable.capture_wanted(cuda, "on")  # an explicit run --capture wins over the variable
+    monkeypatch.setenv(vectorisable.CAPTURE_ENV, "sometimes")
     with pytest.raises(ConfigError, match="auto, on or off"):
-        vprobe.capture_wanted(cuda)
-    assert not vprobe.capture_wanted(cuda, "off") and not vprobe.capture_wanted(cpu, "on")
+        vectorisable.capture_wanted(cuda)
+    assert not vectorisable.capture_wanted(cuda, "off") and not vectorisable.capture_wanted(cpu, "on")
     with pytest.raises(ConfigError, match="--capture must be"):
-        vprobe.capture_wanted(cuda, "yes")
+        vectorisable.capture_wanted(cuda, "yes")
 
 
 def test_run_capture_reaches_the_group_and_the_run_record(monkeypatch, tmp_path):
@@ -641,7 +641,7 @@ def test_a_captured_group_equals_the_uncaptured_one(monkeypatch, k, recipe):
     cfg = get_preset("tiny").override({"train.steps": 30, "train.eval_every": 10, "train.log_every": 5, **recipe})
     specs = [TrialSpec("baseline", s, cfg.to_dict(), device="cuda") for s in range(k)]
     captured = group_mod.run_group(specs)
-    monkeypatch.setenv(vprobe.CAPTURE_ENV, "off")
+    monkeypatch.setenv(vectorisable.CAPTURE_ENV, "off")
     eager = group_mod.run_group(specs)  # a group of one without capture: its sequential trial
     for c, e in zip(captured, eager):
         assert c.row["captured"] == 1 and c.row["vectorised"] == k and e.row.get("captured", 0) == 0

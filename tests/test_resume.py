@@ -304,7 +304,7 @@ def test_nan_raise_and_oom_trials_are_isolated(tmp_path):
     assert f"--resume {tmp_path / 'faulty'} --retry-failed" in res.stderr  # two crashed: a retry may help
     run = tmp_path / "faulty"
     rows = read_rows(run / "trials.csv")
-    # NaN from the first forward: the integrity gate's finite probe fails at initialisation (invalid, never
+    # NaN from the first forward: the run gate's finite probe fails at initialisation (invalid, never
     # ranked), and the training loop's own stop is kept in the reason
     assert rows["goes_nan"]["status"] == "invalid" and "non-finite loss at step 1" in rows["goes_nan"]["reason"]
     assert "at initialisation: " in rows["goes_nan"]["reason"]

@@ -36,7 +36,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("harness/trial.py", "*"): "the records' own to_dict/from_dict and the trial-file reader",
     ("harness/runmeta.py", "_decode_planned"): "config.json's trial list ({key, spec}) read into TrialSpecs",
     ("harness/perf/overhead.py", "*"): "the profile dict of profile_trial ({'phases': ...}), not a trial record",
-    ("harness/perf/bench.py", "_probe_main"): "the memory probe's own JSON on stdin, not a trial spec",
+    ("harness/perf/bench.py", "_memory_main"): "the peak-memory measurement's own JSON on stdin, not a trial spec",
     ("harness/suite/run.py", "suite_folder"): "suite.json's 'spec' (the suite file's), not a trial's",
 }
 

@@ -49,7 +49,7 @@ differ; this exercises the mask together with attention dropout, which dropout 0
 not.
 
 Sources: Vaswani et al. 2017 §3.2; PyTorch ``test_transformers.py`` (golden float64 reference,
-fudge factor 5) and ``torch.testing`` default tolerances; seed notes 001 and 002 for the bugs.
+fudge factor 5) and ``torch.testing`` default tolerances; study notes 001 and 002 for the bugs.
 
 The package, one module per seam (each imports only the ones above it):
 

@@ -28,7 +28,7 @@ The reference computations run in float64; a component passes when max |componen
 softmax, stays far below; every fault this module knows is above).
 
 Sources: Vaswani et al. 2017 §3.2-3.5; Ba et al. 2016 (LayerNorm); Xiong et al. 2020 (pre-/post-norm);
-PyTorch ``nn.MultiheadAttention`` / ``nn.LayerNorm`` / ``nn.Linear``; the seed notes' bugs.
+PyTorch ``nn.MultiheadAttention`` / ``nn.LayerNorm`` / ``nn.Linear``; the study notes' bugs.
 
 This module holds the registry-level part (:data:`CHECKS`, :func:`slot_check`, :func:`check_contracts`, the
 declared relations); the slot checks live in :mod:`harness.checks.contract_base` (results,

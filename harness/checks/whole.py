@@ -28,7 +28,7 @@ def equivalence_classes(registry: Registry, variants: list[Variant], cfg: ModelC
                         task_rows="default") -> list[list[str]]:
     """Only the pair comparisons of :func:`run_checks` (same session, tolerances and verdicts), so
     the same classes as ``run_checks(...).classes()`` without the contracts, probes and PyTorch
-    references: what ``run`` records before training (its integrity gate holds each trial to the
+    references: what ``run`` records before training (its run gate holds each trial to the
     contracts and probes anyway). Buggy variants are left out. ``task_rows``: as :func:`run_checks`'s.
 
     Raises:
