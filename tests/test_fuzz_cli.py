@@ -234,8 +234,8 @@ EXPERIMENT_FILE = st.one_of(
     st.text(max_size=40).map(lambda t: t.encode("utf-8", "surrogatepass")))
 
 
-#: every option ``run --help`` documents, drawn by :func:`run_argv` (checked against the parser
-#: by :func:`test_the_fuzz_draws_every_documented_run_option`)
+#: every option ``run --help`` documents and the one it hides (the old spelling of ``--vectorise-seeds``),
+#: drawn by :func:`run_argv` (checked against the parser by :func:`test_the_fuzz_draws_every_documented_run_option`)
 RUN_OPTIONS = ["--variants", "--grid", "--preset", "--set", "--task", "--device", "--dtype", "--experiment", "--seeds",
                "--seed-start", "--results-dir", "--run-id", "--resume", "--jobs", "--executor", "--address",
                "--threads", "-p", "--plugin", "--strict-plugins", "--quiet", "--help", "--no-check", "--suite",

@@ -107,6 +107,15 @@ def test_the_old_flag_trains_a_trial_group_and_a_resume_keeps_the_stored_spellin
     assert "vectorised" not in {t.row["seed"]: t.row for t in load_run(run).trials}[1]  # trained alone: "off"
 
 
+def test_harness_run_reads_the_old_keyword(tmp_path):
+    import harness
+
+    folder = harness.run("baseline", seeds=2, preset="tiny", overrides={"train.steps": 3, "train.eval_sequences": 16},
+                         device="cpu", threads=1, check=False, vectorize_seeds="on", results_dir=tmp_path, run_id="api")
+    assert json.loads((folder / "config.json").read_text())["execution"]["vectorise_seeds"] == "on"
+    assert [t.row["vectorised"] for t in load_run(folder).trials] == [2, 2]
+
+
 def test_a_bad_value_for_the_old_flag_is_one_line_exit_2(tmp_path):
     r = cli_in_process("run", *TINY, OLD_VECTORISE_FLAG, "yes", "--results-dir", tmp_path)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
@@ -120,6 +129,7 @@ def test_a_bad_value_for_the_old_flag_is_one_line_exit_2(tmp_path):
 ALLOWED = {
     "harness/runmeta.py": {"--vectorize-seeds", "vectorize_seeds"},  # OLD_VECTORISE_FLAG; Execution's old key
     "harness/trial.py": {"vectorized", "vectorized_note"},  # OLD_COLUMNS
+    "harness/api.py": {"vectorize_seeds"},  # harness.run's old keyword
     "harness/stats.py": {"vectorized"},  # scipy.stats.bootstrap(vectorized=True)
     "harness/perf/kernels.py": {"vectorized"},  # a fragment of CUDA kernel names (vectorized_elementwise_kernel)
     "tests/test_bench.py": {"vectorized_elementwise_kernel"},  # CUDA kernel names the profiler reports
