@@ -72,7 +72,7 @@ def start_check(req: CheckRequest, reg: Registry | None = None) -> CheckOutcome:
         ``run_id``, a run folder where the records go (all before the checks run).
     """
     from .checks import parse_equivalent, registry_groups, run_checks
-    from .checks.probes import preset_task_rows
+    from .checks.properties.rows import preset_task_rows
 
     check_dtype(req.dtype)
     if req.threads is not None and (not isinstance(req.threads, int) or req.threads < 1):

@@ -12,7 +12,7 @@ parameters (:mod:`harness.tasks.seeds`; seed by seed, logged once, for a task wi
 ``evaluate`` or a model whose eval-mode forward does not run under vmap). The rest is the
 sequential trial's own code, per seed on its unstacked model: the build, twin and contract checks
 (:mod:`harness.checks.gate`), the run gate at initialisation and after training
-(:func:`harness.checks.probes.integrity_reasons`), the final future-leak check, the curve rows and
+(:func:`harness.checks.properties.trial_rows.integrity_reasons`), the final future-leak check, the curve rows and
 the metrics row (:class:`harness.train.TrainingLoop`).
 
 Per seed, as in its sequential trial: batches from its own generator (``Generator().manual_seed
@@ -50,8 +50,7 @@ from typing import Callable
 
 import torch
 
-from .checks.gate import contract_reasons, drift_reasons, twin_reasons
-from .checks.probes import integrity_reasons, task_rows
+from .trialgate import TrialGate
 from .config import RunConfig
 from .env import deterministic_cuda, peak_mem_mb, pin_threads, reset_peak_mem, trial_device, trial_settings
 from .errors import failure_reason
@@ -62,7 +61,7 @@ from .registry import Variant
 from .saved import keep_weights
 from .schedule import lr_at
 from .tasks.seeds import NotBatched, SeedStack, evaluate_seeds, future_leak_seeds
-from .train import INVALID, WARMUP_STEPS, PhaseClock, TrainingLoop, draw_splits, run_trial
+from .train import WARMUP_STEPS, PhaseClock, TrainingLoop, draw_splits, run_trial
 from .track import trial_tracking
 from .trial import TrialResult, TrialSpec, lr_point, registry_for
 from .vcheckpoint import GroupCheckpointer
@@ -221,20 +220,19 @@ class _Group:
         variant = Variant(self.specs[0].variant, dict(self.specs[0].slots))
         self.task.validate(cfg)
         self.splits = draw_splits(self.task, cfg)  # (test, dev): one pair for the group's seeds
-        self.models, self.broken, self.invalid, self.loops = [], [], [], []
+        self.models, self.loops = [], []
+        self.gates = [TrialGate(mc, self.task, cfg.train.seq_len, spec.seed, device, dtype, self.registry, variant,
+                                self.clock) for spec in self.specs]
         with self.clock("build"):
-            for spec, result in zip(self.specs, self.results):
+            for spec, result, gate in zip(self.specs, self.results, self.gates):
                 model = build_model(self.registry, variant, mc, seed=spec.seed).to(device)
-                self.broken.append(twin_reasons(self.registry, variant, mc, spec.seed, model, device, dtype)
-                                   + contract_reasons(self.registry, variant, mc))
+                gate.built(model)
                 result.row.update({f"slot_{k}": v for k, v in variant.resolved().items()})
                 result.row["params"] = unique_parameter_count(model)
                 self.models.append(model)
         reset_peak_mem(device)
-        for spec, model in zip(self.specs, self.models):
-            with self.clock("evaluate"):
-                self.invalid.append(integrity_reasons(model, mc, device, seed=spec.seed, when="at initialisation",
-                                                      task=task_rows(self.task, cfg.train.seq_len, mc, spec.seed)))
+        for gate, model in zip(self.gates, self.models):
+            gate.before(model)
             self.loops.append(TrainingLoop(model, cfg, self.task, device, dtype, self.clock, splits=self.splits))
         self.open_streams()
         self.step = group_step(self.models, cfg, device, dtype)
@@ -369,31 +367,19 @@ class _Group:
         """Seed ``i``'s final test and dev evaluations (``final``, ``dev``: its metrics from the group's batched
         passes, else evaluated here on its own model), run gate after training and metrics row (as
         :func:`harness.train.train` and ``_run`` do them)."""
-        cfg, mc, loop = self.cfg, self.cfg.model, self.loops[i]
+        cfg, loop, gate = self.cfg, self.loops[i], self.gates[i]
         model = self.step.load(i, self.models[i])
-        invalid = self.invalid[i]
         try:
             with self.clock("final_eval"):
                 dev = dev or self.task.evaluate(model, self.splits[1], cfg, self.device, spec.dtype)
                 final = final or self.task.evaluate(model, self.splits[0], cfg, self.device, spec.dtype)
-                if loop.status == "ok":
-                    loop.check_future(loop.step, final=True)
-                    invalid = invalid + integrity_reasons(
-                        model, mc, self.device, seed=spec.seed + 1, when="after training",
-                        task=task_rows(self.task, cfg.train.seq_len, mc, spec.seed + 1))
-            metrics = loop.metrics(final, invalid + loop.leaks, dev)
+                invalid = gate.after(model, loop)
+            metrics = loop.metrics(final, invalid, dev)
         except Exception as exc:  # noqa: BLE001 - as run_trial: a failing trial, not a failing run
             result.row.update({"status": "failed", "reason": failure_reason(exc),
                                "traceback": traceback.format_exc(limit=5)})
             return
-        broken = self.broken[i]
-        if metrics["status"] != "diverged":
-            broken = broken + drift_reasons(self.registry, Variant(spec.variant, dict(spec.slots)), mc, spec.seed, model,
-                                            self.device, forward=self.step.seed_forward(i))
-        if broken and metrics["status"] != "diverged":
-            metrics["reason"] = "; ".join(broken + ([metrics["reason"]] if metrics["reason"] else []))
-            metrics["status"] = INVALID
-        result.row.update(metrics)
+        result.row.update(gate.verdict(metrics, model, forward=self.step.seed_forward(i)))
         result.row["peak_mem_mb"] = peak_mem_mb(self.device)
         result.curve = loop.curve
         keep_weights(spec, result, model)  # run --save-models: this seed's own (unstacked) weights

@@ -79,7 +79,10 @@ from .pairs import (CRASHES, DECLARED, EQUIVALENT, IDENTICAL, NOT_COMPARABLE, UN
 from .expectations import (expected_relation, held_to_reference, merge_groups, parse_equivalent, registry_groups,
                            same_function, slot_default)
 from .policy import TOLERANCES, Tolerance, get_tolerance
-from .probes import ProbeResult, probe_causal, probe_extra_padding, probe_finite, probe_masked_keys
+from .properties.causal import probe_causal
+from .properties.measure import ProbeResult
+from .properties.outputs import probe_finite
+from .properties.padding import probe_extra_padding, probe_masked_keys
 from .render import LEGEND, class_summary, matrix_frame, render_markdown, render_text, results_frame
 from .runs import (CheckSession, VariantRun, canonical_grads, forward_backward, load_variant, reference_state,
                    run_variant, tf32_disabled)

@@ -21,7 +21,8 @@ from .pairs import CRASHES, NOT_COMPARABLE, UNEXPECTED, PairResult, ReferenceRes
     layout_relation, max_abs_diff, not_comparable
 from .expectations import expected_relation
 from .policy import Tolerance, get_tolerance
-from .probes import ProbeResult, run_probes
+from .properties.measure import ProbeResult
+from .properties.table import ProbeInputs, run_properties
 from .report import BugResult, CheckContext, CheckReport
 from .runs import CheckSession, VariantRun, layout_conflict, load_variant, run_variant
 from .ties import TieResult, check_ties
@@ -109,12 +110,13 @@ def _threshold_for(run: VariantRun, tol: Tolerance, keep) -> float:
 
 
 def probe_model(s: CheckSession, v: Variant) -> list[ProbeResult]:
-    """The probes of :func:`harness.checks.probes.run_probes` on ``v`` holding the session's state."""
+    """The probes of ``probe`` rows of :data:`harness.checks.properties.catalogue.PROPERTIES` that run in ``check`` on ``v`` holding the session's state."""
     thr = _threshold_for(s.runs[v.name], s.tol, s.keep)
     try:
         model, _ = load_variant(s.registry, v, s.cfg, s.state_for(v.name))
-        return run_probes(model.to(s.device), s.short, s.cfg, thr, device=s.device, dtype=s.dtype, seed=s.seed,
-                          name=v.name, long=long_rows_of(s.batch, s.short[0].size(0)), task=s.task_rows)
+        return run_properties(ProbeInputs(model.to(s.device), s.short, s.cfg, thr, device=s.device, dtype=s.dtype,
+                                          seed=s.seed, name=v.name, long=long_rows_of(s.batch, s.short[0].size(0)),
+                                          task=s.task_rows))
     except Exception as exc:  # noqa: BLE001
         return [ProbeResult(v.name, "probes", "-", False, math.inf, thr, f"crashes: {describe_exception(exc)}")]
 
