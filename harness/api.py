@@ -116,7 +116,7 @@ def run(variants: _Names = "all", seeds: int | None = None, preset: str | None =
             (``capture``: CUDA only), ``"off"``; ``vectorize_seeds``: the old spelling, still read.
         resume: ``--resume``: a stored run's folder; its missing trials run (``variants="all"``: the stored ones).
         allow_code_change: ``--allow-code-change``: with ``resume``, go on with other code (recorded; else StoreError).
-        trial_timeout, time_budget: ``--trial-timeout`` / ``--time-budget``, seconds (:mod:`harness.limits`).
+        trial_timeout, time_budget: ``--trial-timeout`` / ``--time-budget``, seconds (:mod:`harness.executors.limits`).
         baseline, lr_grid: ``--baseline`` (default ``"baseline"``, else required); ``--lr-grid`` (``[3e-4, 1e-3]``).
 
     Returns:

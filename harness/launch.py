@@ -28,7 +28,7 @@ from .experiments import plan_from_experiment, spec_from_meta
 from .experiments import run_table
 from .beside import idle_beside, preload_report_modules, pretraining_check, warm_workers
 from .experiments import write_run_report as write_report  # a run's report with its experiment's sections
-from .limits import TIMED_OUT, Limits, out_of_time, stopped
+from .executors.limits import TIMED_OUT, Limits, out_of_time, stopped
 from .plugins import PluginSpec
 from .registry import Registry
 from .request import CONFIG_OPTIONS, TRIAL_OPTIONS, RunOutcome, RunRequest, Terminated
@@ -171,7 +171,7 @@ def executor_session(options: Execution, plugins: dict, quiet: bool):
     cluster is one line and exit 2 with no run folder left behind."""
     if options.executor != "ray":
         return contextlib.nullcontext()
-    from .executors import ray_session
+    from .executors.ray_cluster import ray_session
 
     modules = PluginSpec.from_dict(plugins).module_names()  # the -p modules to ship, not -p no:NAME
     return ray_session(options.address, modules, log_function(quiet))
@@ -182,7 +182,7 @@ def execution_options(req: RunRequest) -> Execution:
     Ray is reported before anything is stored."""
     opts = req.execution()
     if opts.executor == "ray":
-        from .executors import import_ray
+        from .executors.ray_cluster import import_ray
 
         import_ray()
     return opts

@@ -100,7 +100,7 @@ class RunRequest:
         save_models: keep each trial's final weights as ``models/<key>.pt`` (:mod:`harness.saved`).
         trial_timeout: ``--trial-timeout`` seconds per trial (or vectorised group), time_budget:
             ``--time-budget`` seconds for this invocation; None: no limit. Each invocation sets its own
-            (a resume does not inherit them): see :mod:`harness.limits`.
+            (a resume does not inherit them): see :mod:`harness.executors.limits`.
         baseline: the variant the others are compared with (``--baseline``; None: the variant named
             ``baseline``, an experiment's own; :func:`harness.report.choose_baseline`).
         keep_checkpoints: keep each trial's mid-trial checkpoint (``checkpoints/<key>.pt``,

@@ -310,7 +310,7 @@ class Execution(Record):
 
     def limited(self) -> bool:
         """Whether a time limit is set (``--trial-timeout`` or ``--time-budget``): every trial then runs in a
-        worker process of its own that can be ended (:mod:`harness.limits`)."""
+        worker process of its own that can be ended (:mod:`harness.executors.limits`)."""
         return bool(self.trial_timeout or self.time_budget)
 
 

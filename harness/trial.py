@@ -62,7 +62,7 @@ OK = "ok"
 #: Trial status of a trial that raised, or whose worker died: its ``reason`` says why.
 FAILED = "failed"
 #: Statuses of trials that produced no metrics: ``failed`` and ``timed_out`` (ended by ``run
-#: --trial-timeout`` or ``--time-budget``, :mod:`harness.limits`); tables and plots leave them out.
+#: --trial-timeout`` or ``--time-budget``, :mod:`harness.executors.limits`); tables and plots leave them out.
 NO_RESULT = (FAILED, "timed_out")
 
 

@@ -169,7 +169,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("harness", "harness.__main__", "harness.cli", "harness.commands"),
     ("harness.api",),
     ("harness.experiments", "harness.suite", "harness.launch", "harness.checking"),
-    ("harness.request", "harness.runner", "harness.executors", "harness.limits", "harness.resume", "harness.beside"),
+    ("harness.request", "harness.runner", "harness.executors", "harness.resume", "harness.beside"),
     ("harness.train", "harness.trialgate", "harness.group", "harness.vectorisable", "harness.vstep", "harness.measure", "harness.perf",
      "harness.progress", "harness.saved",
      "harness.tboard", "harness.track", "harness.recipe",

@@ -97,7 +97,8 @@ def faked(template):
     module being imported before any test (tests/conftest.py, ``import_every_harness_module``): one
     imported for the first time under the patch would keep the fakes it binds with ``from .model
     import build_model`` after the undo, for every later test in this process."""
-    from harness import executors, model
+    from harness import model
+    from harness.executors import pool, ray_cluster, sequential
     from harness.experiments import figures
 
     real_build = model.build_model
@@ -120,10 +121,10 @@ def faked(template):
 
 
     mp = pytest.MonkeyPatch()
-    mp.setattr(executors, "run_sequential", fake_sequential)
-    mp.setattr(executors, "run_ray", fake_sequential)
-    mp.setattr(executors, "run_process_pool", fake_pool)
-    mp.setattr(executors, "ray_session", fake_ray_session)
+    mp.setattr(sequential, "run_sequential", fake_sequential)
+    mp.setattr(ray_cluster, "run_ray", fake_sequential)
+    mp.setattr(pool, "run_process_pool", fake_pool)
+    mp.setattr(ray_cluster, "ray_session", fake_ray_session)
     mp.setattr(model, "build_model", fake_build)
     from harness.report import plots
 

@@ -592,7 +592,7 @@ def test_groups_in_worker_processes_equal_groups_in_this_process():
     """``--vectorise-seeds on --jobs 2``: each group trains in a worker (one group per worker at a time),
     bitwise as in this process; a group that falls back to sequential trials there says why in one line,
     which reaches the run's log."""
-    from harness import executors
+    from harness.executors import pool as executors
 
     path, mod = _plugin("vec_item_forward")
     plugins = {"modules": [], "files": [str(path)], "strict": False}
@@ -602,7 +602,7 @@ def test_groups_in_worker_processes_equal_groups_in_this_process():
                      plugins=plugins, threads=1) for s in range(2)]
     got, lines = {}, []
     executors.run_process_pool(base + odd, 2, lambda ts, r: got.__setitem__(ts.key, r), threads=1,
-                               capture="auto", log=lines.append)
+                               vectorise=True, capture="auto", log=lines.append)
     fallback = [ln for ln in lines if not ln.startswith("pool: ")]  # the pool's own line: when its first group began
     assert len(got) == 4 and len(fallback) == 1 and mod.EXPECT_FALLBACK in fallback[0], lines
     assert len(lines) == 2 and lines[-1].startswith("pool: 2 worker process(es); the first trial group began"), lines

@@ -1,4 +1,4 @@
-"""Time limits and resource errors of a run (``harness.limits``, ``launch.drive``'s handling, docs/running.md).
+"""Time limits and resource errors of a run (``harness.executors.limits``, ``launch.drive``'s handling, docs/running.md).
 
 * ``--trial-timeout``: a trial whose forward hangs after a few training steps (:data:`HANG_PLUGIN`) is
   ended in its worker process and stored ``timed_out`` with the step it reached, beside a normal

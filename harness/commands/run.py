@@ -150,7 +150,7 @@ def jobs_arg(text: str) -> int | str:
 
 
 def add_limits(g) -> None:
-    """``--trial-timeout`` and ``--time-budget`` (:mod:`harness.limits`)."""
+    """``--trial-timeout`` and ``--time-budget`` (:mod:`harness.executors.limits`)."""
     g.add_argument("--trial-timeout", type=seconds_arg, metavar="SECONDS", default=None,
                    help="end a trial (with vectorised seeds: its group) still running SECONDS after its worker "
                         "process started: stored as timed_out with the step it reached, the run goes on (exit 1); "
