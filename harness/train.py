@@ -45,7 +45,7 @@ from .recipe import make_optimizer
 from .registry import Variant
 from .saved import keep_weights
 from .tasks.base import Batch, Task, future_leak, loss_fn
-from .tasks.splits import DEV_SEQUENCES, dev_set, leak_set, test_set
+from .tasks.splits import dev_set, leak_set, test_set
 from .track import TrialTracking, trial_tracking
 from .trial import FAILED, TrialResult, TrialSpec, registry_for
 
