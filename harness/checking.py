@@ -14,7 +14,8 @@ from .config import get_preset, resolve_key
 from .settings import parse_overrides
 from .env import environment, resolve_device, threads_pinned
 from .errors import ConfigError, StoreError
-from .launch import load_registry, log_function
+from .launch import log_function
+from .planning import load_registry
 from .registry import Registry
 from .request import CheckOutcome, CheckRequest, check_dtype
 from .runmeta import RunMeta

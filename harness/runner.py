@@ -76,7 +76,7 @@ def lr_grid_points(cfg: RunConfig, grid: Iterable[float]) -> list[tuple[str, Run
 class Plan:
     """What a run trains (or measures): variants x seeds x sweep points (each point a name and a config).
 
-    Built from a request's variants, preset and seeds by :func:`harness.launch.plan_run` or from an
+    Built from a request's variants, preset and seeds by :func:`harness.planning.plan_run` or from an
     experiment file by :func:`harness.experiments.plan_from_experiment`; ``points`` holds
     ``("", cfg)`` when nothing is swept.
     """

@@ -168,7 +168,7 @@ def test_no_import_cycle_between_harness_modules():
 LAYERS: list[tuple[str, ...]] = [
     ("harness", "harness.__main__", "harness.cli", "harness.commands"),
     ("harness.api",),
-    ("harness.experiments", "harness.suite", "harness.launch", "harness.checking"),
+    ("harness.experiments", "harness.suite", "harness.launch", "harness.planning", "harness.checking"),
     ("harness.request", "harness.runner", "harness.executors", "harness.resume", "harness.beside"),
     ("harness.train", "harness.trialgate", "harness.group", "harness.vectorisable", "harness.vstep", "harness.measure", "harness.perf",
      "harness.progress", "harness.saved",

@@ -17,7 +17,7 @@ import harness
 from harness.config import RunConfig, config_keys, get_preset
 from harness.settings import hash_view
 from harness.errors import ConfigError
-from harness.launch import resolve_config
+from harness.planning import resolve_config
 from harness.model import build_model
 from harness.tasks import heldout_overlap
 from harness.tasks.base import END, PAD, START

@@ -44,7 +44,7 @@ def task_request(spec: SuiteSpec, task: str, suite_dir: Path, base: RunRequest, 
 def suite_configs(spec: SuiteSpec, registry) -> list:
     """``(model config, task rows)`` at each distinct model config the suite's tasks train
     (:func:`harness.launch.check_configs` over one plan per task), for the suite's one check."""
-    from ..launch import resolve_config
+    from ..planning import resolve_config
     from ..overview import check_configs
     from ..runner import Plan
 
@@ -210,7 +210,7 @@ def run_suite(spec: SuiteSpec, folder: Path, registry, variants, base: RunReques
     Raises:
         ConfigError: the reference variant is not among ``variants``; a task that does not declare the
             suite's metric for verdicts (``Task.metrics``); a bad environment switch
-            (:func:`harness.launch.check_switches`), found before anything trains.
+            (:func:`harness.planning.check_switches`), found before anything trains.
     """
     names = [v.name for v in variants]
     if spec.reference not in names:
@@ -220,7 +220,7 @@ def run_suite(spec: SuiteSpec, folder: Path, registry, variants, base: RunReques
         if spec.metric not in [m.name for m in registry.task(task).metrics if m.verdict]:
             raise ConfigError(f"suite {spec.name}: task {task!r} does not declare the metric {spec.metric!r} "
                               f"(its metrics: {', '.join(m.name for m in registry.task(task).metrics if m.verdict)})")
-    from ..launch import check_switches
+    from ..planning import check_switches
 
     check_switches()  # a mistyped HARNESS_* switch: bad input before the suite's folder and check
     folder.mkdir(parents=True, exist_ok=True)
