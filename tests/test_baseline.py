@@ -32,7 +32,8 @@ def test_choose_baseline_takes_the_request_then_the_preferred_then_baseline_else
 
 
 def test_the_grid_compares_with_its_variant_that_holds_the_baselines_components():
-    from harness.launch import load_registry, plan_baseline, plan_run
+    from harness.planning import load_registry, plan_run
+    from harness.runner import plan_baseline
     from harness.plugins import PluginSpec
     from harness.request import RunRequest
 
