@@ -116,7 +116,7 @@ def resolve_config(preset: str, overrides, registry: Registry | None = None) -> 
     if registry is None:
         return cfg
     given = {".".join(resolve_key(k)) for k in values}
-    return registry.task(cfg.train.task).fit(cfg, given)
+    return registry.task(cfg.train.task).for_config(cfg).fit(cfg, given)
 
 
 def check_experiment_options(given: set[str]) -> None:
@@ -228,7 +228,7 @@ def start_run(req: RunRequest) -> RunOutcome:
     reg = load_registry(req.plugins)
     plan = plan_run(req, reg)
     for _, point in plan.points:
-        reg.task(point.train.task).validate(point)
+        reg.task(point.train.task).for_config(point).validate(point)
     device, dtype = device_name(req.device or "auto", options), req.dtype or "fp32"
     plugins = req.plugins.to_dict()
     specs = make_specs(plan.variants, plan.seeds, plan.config, device, dtype, plugins, points=plan.points,
@@ -273,7 +273,7 @@ def run_meta(req: RunRequest, reg, plan: Plan, specs: list[TrialSpec], device: s
         experiment=plan.name, points={name: c.to_dict() for name, c in plan.points if name},
         config_hash=config_hash(cfg.to_dict()), execution=options, status="running",
         trials=list(specs),
-        heldout=heldout_note(reg.task(cfg.train.task), cfg, seeds[0]), **plan.meta)
+        heldout=heldout_note(reg.task(cfg.train.task).for_config(cfg), cfg, seeds[0]), **plan.meta)
 
 
 # ------------------------------------------------------------------------------------- resuming
