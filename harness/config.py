@@ -438,6 +438,10 @@ PRESETS: dict[str, RunConfig] = {
         ModelConfig(N=2, d_model=128, h=4, d_ff=512, dropout=0.0, vocab=68, max_len=24),
         TrainConfig(task="g2p", batch=128, steps=4000, noam_factor=0.5, warmup=400, label_smoothing=0.1,
                     eval_every=500, eval_sequences=100000, bucket=True, log_every=10)),
+    "g2p_quick": RunConfig(
+        ModelConfig(N=2, d_model=128, h=4, d_ff=512, dropout=0.0, vocab=68, max_len=24),
+        TrainConfig(task="g2p", batch=128, steps=1500, schedule="cosine", lr=2e-3, warmup=100, label_smoothing=0.1,
+                    eval_every=500, eval_sequences=100000, bucket=True, log_every=10)),
     "g2p_long": RunConfig(
         ModelConfig(N=2, d_model=128, h=4, d_ff=512, dropout=0.0, vocab=68, max_len=24),
         TrainConfig(task="g2p", batch=128, steps=36000, noam_factor=0.5, warmup=400, label_smoothing=0.1,
@@ -462,6 +466,9 @@ PRESET_NOTES: dict[str, str] = {
     "g2p": "the g2p task (CMUdict): N=2, d_model=128, dropout 0, 4000 steps at batch 128, length-bucketed "
            "batches, greedy decoding, final WER/PER on the whole test split (with --dtype bf16 where the CPU has it); "
            "the training loss is logged as 10-step means",
+    "g2p_quick": "a first g2p run that pronounces: the g2p model, 1500 steps at batch 128 with a cosine schedule "
+                 "(peak lr 2e-3 after 100 warm-up steps, down to 0), greedy WER/PER on the whole test split "
+                 "(docs/tasks.md, results/reference/g2p-quick)",
     "g2p_long": "the g2p model (N=2, d_model=128, dropout 0) trained 9x longer: 36000 steps at batch 128 (about 41 passes over the training words), "
                 "beam search 4, 10-step loss means; it over-fits after about 10000 steps, add --set model.dropout=0.1 "
                 "for the WER <= 30 % reference (docs/tasks.md)",
