@@ -74,6 +74,11 @@ def test_a_damaged_list_is_refused(monkeypatch):
         cmudict_lists.read_list("test")
 
 
+def test_a_lexicon_of_an_unknown_split_is_refused():
+    with pytest.raises(ValueError, match="hash, standard"):
+        Lexicon("stadnard")  # never read as the standard lists
+
+
 def test_the_lists_ship_as_package_data():
     spec = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
     shipped = {p.name for glob in spec["harness.tasks"] for p in (ROOT / "harness" / "tasks").glob(glob)}

@@ -100,6 +100,9 @@ class Lexicon:
             train and test lists, :mod:`harness.tasks.cmudict_lists`; dev: the training words that
             :func:`split_of`'s dev rule picks, :func:`standard_side`).
 
+    Raises:
+        ValueError: another split (``task.split`` is validated before: :meth:`G2PTask.validate`).
+
     Attributes:
         phones: the 39 phonemes (ids ``PHONE_LOW + i``).
         train_pairs, test_words, dev_words: (word ids, pronunciation ids) pairs of training words; test
@@ -120,6 +123,8 @@ class Lexicon:
             self.excluded = {"symbols": 0, "length": 0}
             entries = _entries(sorted(cmudict.dict().items()), pid, self.excluded)
             side = {ids: split_of(w) for ids, (w, _) in entries.items()}
+        elif split != "standard":
+            raise ValueError(f"g2p has the splits {', '.join(G2PTask.splits)}, got {split!r}")
         else:
             from .cmudict_lists import read_list
 
