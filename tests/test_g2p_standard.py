@@ -128,6 +128,31 @@ def test_an_unbound_task_handed_a_standard_config_refuses(cfg):
         next(G2PTask().batches(cfg, torch.Generator()))
 
 
+@pytest.mark.parametrize("how", ["trial", "group"])
+def test_a_standard_trial_never_reads_the_hash_lexicon(cfg, monkeypatch, how):
+    """Spy on every lexicon a trial asks for: a sequential trial and a vectorised group of two seeds on
+    ``task.split=standard`` (training, the periodic dev evaluations, the batched test decoding) read only
+    the standard one; a call site that forgot ``for_config`` would ask for ``hash`` (or raise)."""
+    from harness import group as group_mod
+    from harness.tasks import g2p as g2p_mod, seeds as seeds_mod
+    from harness.train import run_trial
+    from harness.trial import TrialSpec
+
+    asked: list[str] = []
+    real = g2p_mod.lexicon
+
+    def spy(split="hash"):
+        asked.append(split)
+        return real(split)
+    monkeypatch.setattr(g2p_mod, "lexicon", spy)
+    monkeypatch.setattr(seeds_mod, "lexicon", spy)
+    run = cfg.override({"train.steps": 6, "train.eval_every": 3, "train.eval_sequences": 32}).to_dict()
+    specs = [TrialSpec("baseline", s, run, device="cpu", threads=1) for s in (0, 1)]
+    results = [run_trial(specs[0])] if how == "trial" else group_mod.run_group(specs)
+    assert all(r.row["status"] == "ok" for r in results), [r.row.get("reason") for r in results]
+    assert asked and set(asked) == {"standard"}
+
+
 def test_poisoning_the_test_list_moves_only_the_test_side(std, monkeypatch):
     """The test list decides the test words and nothing else: garbage pronunciations for every test word
     leave training pairs and dev words as they were."""
