@@ -139,7 +139,8 @@ def phonetisaurus(work: Path, lexicon: Path, words: Path, args) -> tuple[dict[st
     out = run([tool("phonetisaurus-g2pfst"), f"--model={work / 'train' / 'model.fst'}", f"--wordlist={words}",
                "--nbest=1"], work, args.timeout)
     t2 = time.perf_counter()
-    return parse_phonetisaurus(out), t1 - t0, t2 - t1, f"phonetisaurus-train --seq2_del --ngram_order {args.order}; g2pfst --nbest=1"
+    options = f"phonetisaurus-train --seq2_del --ngram_order {args.order}; g2pfst --nbest=1"
+    return parse_phonetisaurus(out), t1 - t0, t2 - t1, options
 
 
 def sequitur(work: Path, lexicon: Path, words: Path, args) -> tuple[dict[str, str], float, float, str]:
@@ -195,7 +196,8 @@ def write_tables(rows: list[dict], out: Path, command: str) -> None:
         w.writerows(rows)
     pct = lambda v: f"{100 * float(v):.2f}" if v else "-"  # noqa: E731
     lines = [f"# g2p peers ({rows[0]['split']} split)", "", f"`{command}`", "",
-             "| peer | version | options | WER % | PER % | train s | decode s | status |", "|---|---|---|---|---|---|---|---|"]
+             "| peer | version | options | WER % | PER % | train s | decode s | status |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         status = r["status"] + (f": {r['error']}" if r["error"] else "")
         lines.append(f"| {r['peer']} | {r['version'] or '-'} | {r['options']} | {pct(r['wer'])} | {pct(r['per'])} | "

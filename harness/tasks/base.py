@@ -68,8 +68,7 @@ class Task:
             task adding one returns its value under the metric's name from :meth:`evaluate`.
         primary_metric: the name of the metric its verdicts use unless ``--metric`` or the
             experiment says otherwise (one of ``metrics`` with ``verdict`` True).
-        splits: the ``task.split`` values it offers (default ``("hash",)``: its own hash split);
-            :meth:`validate` refuses any other. ``g2p`` adds ``standard`` (:meth:`for_config`).
+        splits: the ``task.split`` values it offers, others refused (default ``("hash",)``; g2p adds ``standard``).
         free_decoding: True when :meth:`evaluate` scores exact match by free-running decoding (the
             model fed only its own predictions, greedy or beam ``train.beam``, as g2p's WER does);
             False (default) when it comes from prefix-only forwards. The trial row says which
@@ -193,7 +192,8 @@ class Task:
         value it needs). Default: the positional encoding covers :meth:`widths` plus one
         position (``model.max_len >= max(S, T) + 1``), and ``task.split`` is one of :attr:`splits`."""
         if cfg.task.split not in self.splits:
-            raise ConfigError(f"the {self.name} task offers task.split={' or '.join(self.splits)}, got {cfg.task.split!r}")
+            raise ConfigError(f"the {self.name} task offers task.split={' or '.join(self.splits)}, "
+                              f"got {cfg.task.split!r}")
         s, t = self.widths(cfg.train.seq_len)
         need = max(s, t) + 1
         if cfg.model.max_len < need:

@@ -35,7 +35,8 @@ def list_bytes(name: str) -> bytes:
     try:
         raw = gzip.decompress(path.read_bytes())
     except (OSError, EOFError) as e:
-        raise RuntimeError(f"the standard CMUdict {name} list {file} cannot be read from the installed package: {e}") from e
+        raise RuntimeError(f"the standard CMUdict {name} list {file} cannot be read from the installed package: "
+                           f"{e}") from e
     if hashlib.sha256(raw).hexdigest() != digest:
         raise RuntimeError(f"the standard CMUdict {name} list {file} has SHA-256 {hashlib.sha256(raw).hexdigest()}, "
                            f"expected {digest}: the packaged file is damaged")

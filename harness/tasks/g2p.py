@@ -317,7 +317,8 @@ class G2PTask(Task):
                     f"standard train list less its dev slice), disjoint from training and dev by construction (the "
                     f"CNTK lists, task.split=standard); excluded: {drop['test']['symbols']} test and "
                     f"{drop['train']['symbols']} train words with symbols other than a-z, {drop['test']['length']} "
-                    f"test and {drop['train']['length']} train words longer than {MAX_LETTERS} letters / {MAX_PHONES} phonemes")
+                    f"test and {drop['train']['length']} train words longer than {MAX_LETTERS} letters / "
+                    f"{MAX_PHONES} phonemes")
         return (f"test words of CMUdict (of {len(lex.test_words)} in the test split; "
                 f"{lex.n_train_words} training words, {len(lex.train_pairs)} training pronunciations), disjoint "
                 f"from training and dev by construction (word-level split: SHA-256 of the word, 1 in {TEST_MOD}); "
