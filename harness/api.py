@@ -90,9 +90,9 @@ def run(variants: _Names = "all", seeds: int | None = None, preset: str | None =
         dtype: str | None = None, jobs: int | str | None = None, threads: int | None = None,
         plugins: _Names = (), plugin_files: _Names = (), quiet: bool = True, load: bool = False,
         check: bool = True, tensorboard: str | Path | bool | None = None, save_models: bool = False,
-        vectorize_seeds: str | None = None, capture: str | None = None, resume: str | Path | None = None,
+        vectorise_seeds: str | None = None, capture: str | None = None, resume: str | Path | None = None,
         allow_code_change: bool = False, mlflow: str | bool | None = None, trial_timeout=None, time_budget=None,
-        baseline: str | None = None, keep_checkpoints: bool = False, lr_grid=None):
+        baseline: str | None = None, keep_checkpoints: bool = False, lr_grid=None, vectorize_seeds=None):
     """Train ``variants`` x ``seeds`` on a task and write the run's report, as ``python -m harness run`` does (the
     same options and defaults, through the same :class:`harness.request.RunRequest` and :func:`harness.launch.start_run`).
 
@@ -112,11 +112,11 @@ def run(variants: _Names = "all", seeds: int | None = None, preset: str | None =
             as TensorBoard events in ``<run folder>/tensorboard/``, a folder ``DIR`` in ``DIR/<run id>/``.
         mlflow: ``--mlflow``: True logs each trial as it trains to MLflow in ``<run folder>/mlruns``, a str to that URI.
         save_models, keep_checkpoints: ``--save-models`` (``models/<key>.pt``; :func:`load_model`), ``--keep-checkpoints``.
-        vectorize_seeds, capture: ``--vectorize-seeds``, ``--capture``: ``"auto"`` (default: on with CUDA), ``"on"``
-            (``capture``: CUDA only), ``"off"``.
+        vectorise_seeds, capture: ``--vectorise-seeds``, ``--capture``: ``"auto"`` (default: on with CUDA), ``"on"``
+            (``capture``: CUDA only), ``"off"``; ``vectorize_seeds``: the old spelling, still read.
         resume: ``--resume``: a stored run's folder; its missing trials run (``variants="all"``: the stored ones).
         allow_code_change: ``--allow-code-change``: with ``resume``, go on with other code (recorded; else StoreError).
-        trial_timeout, time_budget: ``--trial-timeout`` / ``--time-budget``, seconds (:mod:`harness.limits`).
+        trial_timeout, time_budget: ``--trial-timeout`` / ``--time-budget``, seconds (:mod:`harness.executors.limits`).
         baseline, lr_grid: ``--baseline`` (default ``"baseline"``, else required); ``--lr-grid`` (``[3e-4, 1e-3]``).
 
     Returns:
@@ -135,8 +135,8 @@ def run(variants: _Names = "all", seeds: int | None = None, preset: str | None =
         variants=None if resume is not None and variants == "all" else names(variants), preset=preset, seeds=seeds,
         overrides=override_items(overrides), seed_start=seed_start, check=check, device=device, dtype=dtype, jobs=jobs,
         threads=threads, plugins=_plugin_spec(plugins, plugin_files), results_dir=str(results_dir), run_id=run_id,
-        quiet=quiet, tensorboard=_place(tensorboard), mlflow=_place(mlflow), save_models=save_models,
-        vectorize_seeds=vectorize_seeds, capture=capture, resume=None if resume is None else str(resume),
+        quiet=quiet, tensorboard=_place(tensorboard), mlflow=_place(mlflow), save_models=save_models, capture=capture,
+        vectorise_seeds=vectorize_seeds or vectorise_seeds, resume=None if resume is None else str(resume),
         allow_code_change=allow_code_change, trial_timeout=trial_timeout, time_budget=time_budget, baseline=baseline,
         keep_checkpoints=keep_checkpoints, lr_grid=None if lr_grid is None else tuple(lr_grid))
     outcome = start_run(request)
@@ -201,11 +201,11 @@ def check(variants: _Names = "all", *, preset: str | None = None, overrides: dic
 def compare(run_a: str | Path, run_b: str | Path, *, metrics: _Names | None = None, tolerance: float = 0.0,
             results_dir: str | Path = "results"):
     """Compare the reference run ``run_a`` with the candidate ``run_b`` per variant (x sweep point), as
-    ``python -m harness compare`` does (its gate rules: docs/statistics.md).
+    ``python -m harness compare`` does (its rules: docs/statistics.md).
 
     Args:
         run_a, run_b: a run folder, a run id under ``results_dir``, or ``"latest"``.
-        metrics: the metrics to gate (names or a comma-separated string); None: ``heldout_ce`` and
+        metrics: the metrics to compare (names or a comma-separated string); None: ``heldout_ce`` and
             ``exact_match``, plus ``wer`` and ``per`` for g2p: the metrics both runs' tasks show in ``compare``.
         tolerance: a difference must exceed it (absolute, in the metric's unit) beyond its 95 % CI.
 

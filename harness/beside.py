@@ -18,7 +18,7 @@ from .trial import TrialSpec
 
 def warm_workers(options: Execution, n_specs: int) -> bool:
     """Start the fork server now when this run's trials will go to local worker processes
-    (:func:`harness.executors.run_process_pool`) and it is not running yet (the command line starts
+    (:func:`harness.executors.pool.run_process_pool`) and it is not running yet (the command line starts
     it before importing torch: :mod:`harness.workers`): it imports :data:`~harness.workers.FORKSERVER_PRELOAD`
     (torch and the harness: about a second) in a process of its own while this one
     runs the pre-training check, instead of after it. Returns whether one runs."""

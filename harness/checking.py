@@ -14,7 +14,8 @@ from .config import get_preset, resolve_key
 from .settings import parse_overrides
 from .env import environment, resolve_device, threads_pinned
 from .errors import ConfigError, StoreError
-from .launch import load_registry, log_function
+from .launch import log_function
+from .planning import load_registry
 from .registry import Registry
 from .request import CheckOutcome, CheckRequest, check_dtype
 from .runmeta import RunMeta
@@ -72,7 +73,7 @@ def start_check(req: CheckRequest, reg: Registry | None = None) -> CheckOutcome:
         ``run_id``, a run folder where the records go (all before the checks run).
     """
     from .checks import parse_equivalent, registry_groups, run_checks
-    from .checks.probes import preset_task_rows
+    from .checks.properties.rows import preset_task_rows
 
     check_dtype(req.dtype)
     if req.threads is not None and (not isinstance(req.threads, int) or req.threads < 1):

@@ -26,7 +26,7 @@ finished trial equals the uninterrupted one bit for bit, times aside (``tests/te
 The row of a resumed trial says ``resumed_from_step``. The run removes a trial's checkpoint once
 the trial is stored (``run --keep-checkpoints`` keeps it: :func:`remove_checkpoint`).
 
-A vectorised trial group (``--vectorize-seeds on``) checkpoints as one unit, through the same file
+A vectorised trial group (``--vectorise-seeds on``) checkpoints as one unit, through the same file
 handling, under ``<run>/checkpoints/<group_stem>.pt`` (:mod:`harness.vcheckpoint`); a trial trained
 on its own does not continue from its group's checkpoint (its row's ``checkpoint_note`` says so).
 """
@@ -240,7 +240,7 @@ class Checkpointer:
         group = checkpoint_path(self.path.parent, group_stem(self.spec))
         if group.is_file():
             self.note(f"the group checkpoint {group.name} is not used: a trial trained on its own continues only "
-                      f"from its own checkpoint (--vectorize-seeds on continues the group)")
+                      f"from its own checkpoint (--vectorise-seeds on continues the group)")
 
     def load(self) -> dict[str, Any] | None:
         """The checkpoint, or None: none there, unreadable, or written for another trial

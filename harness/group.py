@@ -3,7 +3,7 @@
 :func:`run_group` takes the specs of K trials that differ only in their seed
 (:func:`group_specs` finds them in a plan) and returns K results, each the
 :class:`harness.trial.TrialResult` of its own trial, with the same columns as
-:func:`harness.train.run_trial`'s plus ``vectorized`` (the group size K) and ``group_wall_s``.
+:func:`harness.train.run_trial`'s plus ``vectorised`` (the group size K) and ``group_wall_s``.
 The training step is :class:`harness.vstep.GroupStep` (stacked parameters, per-seed Adam or AdamW
 with the sequential trial's recipe, :func:`harness.recipe.group_step`, gradient norm, clipping and masked
 non-finite skip). The periodic and final evaluations and the
@@ -11,8 +11,8 @@ periodic future-leak checks run every seed still training in one batched pass ov
 parameters (:mod:`harness.tasks.seeds`; seed by seed, logged once, for a task with its own
 ``evaluate`` or a model whose eval-mode forward does not run under vmap). The rest is the
 sequential trial's own code, per seed on its unstacked model: the build, twin and contract checks
-(:mod:`harness.checks.gate`), the integrity gate at initialisation and after training
-(:func:`harness.checks.probes.integrity_reasons`), the final future-leak check, the curve rows and
+(:mod:`harness.checks.gate`), the run gate at initialisation and after training
+(:func:`harness.checks.properties.trial_rows.integrity_reasons`), the final future-leak check, the curve rows and
 the metrics row (:class:`harness.train.TrainingLoop`).
 
 Per seed, as in its sequential trial: batches from its own generator (``Generator().manual_seed
@@ -21,20 +21,20 @@ or gradient norm goes non-finite is frozen (parameters and moments unchanged; th
 and ends ``diverged`` with the sequential reason text; with ``train.stop_at_solved`` a solved seed
 stops updating and logging. Where ``model.dropout`` > 0 the seeds' dropout masks come from one RNG
 stream (``vmap(randomness="different")``, seeded with the group's first seed): such a seed is a
-trial of the same distribution, not its sequential trial (the row's ``vectorized_note`` says so).
+trial of the same distribution, not its sequential trial (the row's ``vectorised_note`` says so).
 
 Timing (honest, per seed): ``train_s``, ``step_ms``, ``tokens_per_s`` and ``time_to_solve_s`` are
 the group's clock (K seeds stepped together: ``step_ms`` is the time of one group step, for all K
 seeds); ``wall_s`` is the seed's share of the group's wall time (``group_wall_s`` / K), so that
 summing ``wall_s`` over a run still gives its trial time; ``group_wall_s`` is the whole group's.
 
-Fallback: before training, :func:`harness.vprobe.vectorise_problem` tries one vmapped forward and backward on the
+Fallback: before training, :func:`harness.vectorisable.vectorise_problem` tries one vmapped forward and backward on the
 first stacked batch and compares its per-seed losses with each seed's own forward. A module that
 does not vectorise (``.item()`` or a data-dependent Python branch in its forward, an op or
 ``autograd.Function`` without a batching rule, a buffer updated in place, a forward whose losses
 disagree with the per-seed ones) makes the group run its trials one after another
 (:func:`harness.train.run_trial`), with one log line saying why; the rows then carry
-``vectorized`` = 0 and the reason in ``vectorized_note``. A group that raises while training falls
+``vectorised`` = 0 and the reason in ``vectorised_note``. A group that raises while training falls
 back the same way, so vectorisation never fails a run nor changes a verdict.
 
 Checkpoints: a group checkpoints as one unit every ``train.checkpoint_every`` and at the step boundary
@@ -50,8 +50,7 @@ from typing import Callable
 
 import torch
 
-from .checks.gate import contract_reasons, drift_reasons, twin_reasons
-from .checks.probes import integrity_reasons, task_rows
+from .trialgate import TrialGate
 from .config import RunConfig
 from .env import deterministic_cuda, peak_mem_mb, pin_threads, reset_peak_mem, trial_device, trial_settings
 from .errors import failure_reason
@@ -62,14 +61,14 @@ from .registry import Variant
 from .saved import keep_weights
 from .schedule import lr_at
 from .tasks.seeds import NotBatched, SeedStack, evaluate_seeds, future_leak_seeds
-from .train import INVALID, WARMUP_STEPS, PhaseClock, TrainingLoop, draw_splits, run_trial
+from .train import WARMUP_STEPS, PhaseClock, TrainingLoop, draw_splits, run_trial
 from .track import trial_tracking
 from .trial import TrialResult, TrialSpec, lr_point, registry_for
 from .vcheckpoint import GroupCheckpointer
-from .vprobe import capture_wanted, first_sentence, vectorise_problem
+from .vectorisable import capture_wanted, first_sentence, vectorise_problem
 from .vstep import CapturedStep, bucket_widths, stack_batches
 
-#: ``vectorized_note`` of a vectorised seed trained with dropout > 0.
+#: ``vectorised_note`` of a vectorised seed trained with dropout > 0.
 DROPOUT_NOTE = ("dropout masks drawn per seed from the group's one RNG stream (vmap randomness='different'), "
                 "not the sequential trial's stream")
 #: ``_Group.eval_why`` of a group of one seed: evaluated and gated on its own model, as its sequential trial.
@@ -106,11 +105,11 @@ def group_specs(planned: list[TrialSpec], max_size: int = 64) -> list[list[Trial
 
 def run_groups(planned: list[TrialSpec], on_done: Callable[[TrialSpec, TrialResult], None], bars=None,
                log: Callable[[str], None] | None = None, max_size: int = 64, capture: str = "auto") -> None:
-    """The executor of ``--vectorize-seeds on``: ``planned`` as trial groups of up to ``max_size``
+    """The executor of ``--vectorise-seeds on``: ``planned`` as trial groups of up to ``max_size``
     seeds (:func:`group_specs`), one group after another in this process; ``on_done(spec, result)``
     (a :class:`harness.trial.TrialResult`) for each trial as its group ends (the caller stores it).
     ``bars``: a :class:`harness.progress.TrialBars` (per-seed bars); ``capture``: ``run --capture``
-    (:func:`harness.vprobe.capture_wanted`)."""
+    (:func:`harness.vectorisable.capture_wanted`)."""
     for chunk in group_specs(list(planned), max_size):
         enabled = bars is not None and bars.enabled
         progress = [(lambda step, loss, ts=ts: bars.update(ts, step, loss)) if enabled else None for ts in chunk]
@@ -125,7 +124,7 @@ def run_groups(planned: list[TrialSpec], on_done: Callable[[TrialSpec, TrialResu
 
 
 def pool_group(specs: list[dict], progress: list[Progress | None], capture: str = "auto") -> dict:
-    """The process-pool boundary of a trial group (``run --vectorize-seeds on --jobs N``, one group per
+    """The process-pool boundary of a trial group (``run --vectorise-seeds on --jobs N``, one group per
     worker at a time): :func:`run_group` on ``TrialSpec.from_dict`` of each spec. Returns
     ``{"results": [TrialResult.to_dict(), ...], "log": [line, ...], "started": time.time() at the call}``
     (its fallback line, if any; when the worker began it, for the run's log)."""
@@ -146,7 +145,7 @@ def run_group(specs: list[TrialSpec], progress: list[Progress | None] | None = N
         log: receives one line when the group falls back to sequential trials (or its evaluation to
             one seed after another).
         show_progress: a progress bar over the final evaluation's rows (stderr, only on a terminal).
-        capture: ``run --capture``: ``auto``, ``on``, ``off`` (:func:`harness.vprobe.capture_wanted`).
+        capture: ``run --capture``: ``auto``, ``on``, ``off`` (:func:`harness.vectorisable.capture_wanted`).
 
     Returns:
         K :class:`harness.trial.TrialResult` s, in the order of ``specs``.
@@ -178,7 +177,7 @@ def run_group(specs: list[TrialSpec], progress: list[Progress | None] | None = N
 def sequential_fallback(specs: list[TrialSpec], progress: list[Progress | None], why: str,
                         log: Callable[[str], None] | None) -> list[TrialResult]:
     """The group's trials one after another (:func:`harness.train.run_trial`), each row marked
-    ``vectorized`` = 0 with ``why`` in ``vectorized_note``; one log line."""
+    ``vectorised`` = 0 with ``why`` in ``vectorised_note``; one log line."""
     s = specs[0]
     if log:
         log(f"{s.variant}{' [' + s.point + ']' if s.point else ''}: {len(specs)} seeds run one after another, "
@@ -186,7 +185,7 @@ def sequential_fallback(specs: list[TrialSpec], progress: list[Progress | None],
     out = []
     for spec, p in zip(specs, progress):
         result = run_trial(spec, progress=p)
-        result.row.update({"vectorized": 0, "vectorized_note": why})
+        result.row.update({"vectorised": 0, "vectorised_note": why})
         out.append(result)
     return out
 
@@ -214,27 +213,26 @@ class _Group:
         self.saver = GroupCheckpointer(specs, self.cfg, self.device, log)
 
     def prepare(self) -> str | None:
-        """Build every seed's model (with the twin and contract checks), run the integrity gate at
+        """Build every seed's model (with the twin and contract checks), apply the run gate at
         initialisation, draw each seed's first batch and try the group on it
-        (:func:`harness.vprobe.vectorise_problem`). Returns why the group cannot be vectorised, or None."""
+        (:func:`harness.vectorisable.vectorise_problem`). Returns why the group cannot be vectorised, or None."""
         cfg, mc, device, dtype = self.cfg, self.cfg.model, self.device, self.specs[0].dtype
         variant = Variant(self.specs[0].variant, dict(self.specs[0].slots))
         self.task.validate(cfg)
         self.splits = draw_splits(self.task, cfg)  # (test, dev): one pair for the group's seeds
-        self.models, self.broken, self.invalid, self.loops = [], [], [], []
+        self.models, self.loops = [], []
+        self.gates = [TrialGate(mc, self.task, cfg.train.seq_len, spec.seed, device, dtype, self.registry, variant,
+                                self.clock) for spec in self.specs]
         with self.clock("build"):
-            for spec, result in zip(self.specs, self.results):
+            for spec, result, gate in zip(self.specs, self.results, self.gates):
                 model = build_model(self.registry, variant, mc, seed=spec.seed).to(device)
-                self.broken.append(twin_reasons(self.registry, variant, mc, spec.seed, model, device, dtype)
-                                   + contract_reasons(self.registry, variant, mc))
+                gate.built(model)
                 result.row.update({f"slot_{k}": v for k, v in variant.resolved().items()})
                 result.row["params"] = unique_parameter_count(model)
                 self.models.append(model)
         reset_peak_mem(device)
-        for spec, model in zip(self.specs, self.models):
-            with self.clock("evaluate"):
-                self.invalid.append(integrity_reasons(model, mc, device, seed=spec.seed, when="at initialisation",
-                                                      task=task_rows(self.task, cfg.train.seq_len, mc, spec.seed)))
+        for gate, model in zip(self.gates, self.models):
+            gate.before(model)
             self.loops.append(TrainingLoop(model, cfg, self.task, device, dtype, self.clock, splits=self.splits))
         self.open_streams()
         self.step = group_step(self.models, cfg, device, dtype)
@@ -309,10 +307,10 @@ class _Group:
         for result in self.results:
             row = result.row
             row.update({k: v for k, v in self.saver.notes.items() if k == "resumed_from_step"})
-            row.update({"wall_s": wall / len(self.specs), "group_wall_s": wall, "vectorized": len(self.specs),
+            row.update({"wall_s": wall / len(self.specs), "group_wall_s": wall, "vectorised": len(self.specs),
                         "captured": len(self.captured.graphs) if self.captured is not None else 0})
             if self.cfg.model.dropout > 0:
-                row["vectorized_note"] = DROPOUT_NOTE
+                row["vectorised_note"] = DROPOUT_NOTE
             row["overhead_share"] = 1.0 - self.clock.seconds["step"] / wall if wall > 0 else math.nan
             result.phases = self.clock.to_dict()
         for loop, result in zip(self.loops, self.results):  # each seed's own live record ends
@@ -367,33 +365,21 @@ class _Group:
     def _finish(self, i: int, spec: TrialSpec, result: TrialResult, final: dict[str, float] | None = None,
                 dev: dict[str, float] | None = None) -> None:
         """Seed ``i``'s final test and dev evaluations (``final``, ``dev``: its metrics from the group's batched
-        passes, else evaluated here on its own model), integrity gate after training and metrics row (as
+        passes, else evaluated here on its own model), run gate after training and metrics row (as
         :func:`harness.train.train` and ``_run`` do them)."""
-        cfg, mc, loop = self.cfg, self.cfg.model, self.loops[i]
+        cfg, loop, gate = self.cfg, self.loops[i], self.gates[i]
         model = self.step.load(i, self.models[i])
-        invalid = self.invalid[i]
         try:
             with self.clock("final_eval"):
                 dev = dev or self.task.evaluate(model, self.splits[1], cfg, self.device, spec.dtype)
                 final = final or self.task.evaluate(model, self.splits[0], cfg, self.device, spec.dtype)
-                if loop.status == "ok":
-                    loop.check_future(loop.step, final=True)
-                    invalid = invalid + integrity_reasons(
-                        model, mc, self.device, seed=spec.seed + 1, when="after training",
-                        task=task_rows(self.task, cfg.train.seq_len, mc, spec.seed + 1))
-            metrics = loop.metrics(final, invalid + loop.leaks, dev)
+                invalid = gate.after(model, loop)
+            metrics = loop.metrics(final, invalid, dev)
         except Exception as exc:  # noqa: BLE001 - as run_trial: a failing trial, not a failing run
             result.row.update({"status": "failed", "reason": failure_reason(exc),
                                "traceback": traceback.format_exc(limit=5)})
             return
-        broken = self.broken[i]
-        if metrics["status"] != "diverged":
-            broken = broken + drift_reasons(self.registry, Variant(spec.variant, dict(spec.slots)), mc, spec.seed, model,
-                                            self.device, forward=self.step.seed_forward(i))
-        if broken and metrics["status"] != "diverged":
-            metrics["reason"] = "; ".join(broken + ([metrics["reason"]] if metrics["reason"] else []))
-            metrics["status"] = INVALID
-        result.row.update(metrics)
+        result.row.update(gate.verdict(metrics, model, forward=self.step.seed_forward(i)))
         result.row["peak_mem_mb"] = peak_mem_mb(self.device)
         result.curve = loop.curve
         keep_weights(spec, result, model)  # run --save-models: this seed's own (unstacked) weights

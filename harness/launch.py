@@ -18,32 +18,24 @@ import sys
 import threading
 import time
 
-from typing import Any
-
-from .config import DEFAULT_PRESET, get_preset, resolve_key
-from .schedule import peak_lr
-from .settings import parse_overrides
-from .errors import ConfigError
-from .experiments import plan_from_experiment, spec_from_meta
-from .experiments import run_table
 from .beside import idle_beside, preload_report_modules, pretraining_check, warm_workers
+from .env import environment
+from .executors.limits import TIMED_OUT, Limits, out_of_time, stopped
+from .experiments import run_table
 from .experiments import write_run_report as write_report  # a run's report with its experiment's sections
-from .limits import TIMED_OUT, Limits, out_of_time, stopped
-from .plugins import PluginSpec
-from .registry import Registry
-from .request import CONFIG_OPTIONS, TRIAL_OPTIONS, RunOutcome, RunRequest, Terminated
 from .overview import check_configs, record_check
+from .plugins import PluginSpec
+from .planning import RunPlan, check_tracking, plan_new_run, plan_resume, resolved_for
 from .provenance import current_code, write_sources
-from .resume import (check_code, check_code_config, check_components, check_plugins, check_points, check_setting,
-                     check_trials, keep_baseline, record_code, stored_specs)
-from .runner import Plan, execute, lr_grid_points, make_specs, plan_baseline, with_threads
-from .runmeta import MAX_GROUP, Execution, Resume, RunMeta
+from .request import RunOutcome, RunRequest, Terminated
+from .resume import record_code
+from .runner import execute, plan_baseline
+from .runmeta import Execution, Resume, RunMeta
+from .saved import with_save_model
 from .store import RunStore, config_hash
 from .tasks.splits import heldout_note
-from .env import environment, resolve_device
-from .saved import with_save_model
-from .tboard import check_available, run_logdir, trial_writer
-from .track import check_mlflow, default_mlflow_uri
+from .tboard import run_logdir, trial_writer
+from .track import default_mlflow_uri
 from .trial import TrialSpec
 
 #: Trial statuses that ``--retry-failed`` runs again (an invalid variant fails the same way again).
@@ -96,120 +88,20 @@ def run_log(root, quiet: bool):
     return log
 
 
-def load_registry(plugins: PluginSpec) -> Registry:
-    """The registry with ``plugins`` loaded; its warnings as ``harness: warning:`` lines on stderr."""
-    reg = Registry.from_plugins(plugins)
-    for w in reg.warnings:
-        print(f"harness: warning: {w}", file=sys.stderr)
-    return reg
-
-
-# ------------------------------------------------------------------------------------- planning
-
-def resolve_config(preset: str, overrides, registry: Registry | None = None) -> Any:
-    """Preset + ``--set`` items, validated; with ``registry``, then fitted to the task
-    (:meth:`harness.Task.fit`: e.g. ``g2p`` raises ``model.vocab`` and ``model.max_len`` that the
-    items do not set). Raises UnknownNameError / ConfigError."""
-    cfg = get_preset(preset)
-    values = parse_overrides(list(overrides))
-    cfg = cfg.override(values) if values else cfg.validate()
-    if registry is None:
-        return cfg
-    given = {".".join(resolve_key(k)) for k in values}
-    return registry.task(cfg.train.task).for_config(cfg).fit(cfg, given)
-
-
-def check_experiment_options(given: set[str]) -> None:
-    """With an experiment the file decides the variants and the preset: ``variants``, ``grid``
-    and ``preset`` are refused rather than ignored, and ``seed_start`` needs ``seeds``.
-
-    Raises:
-        ConfigError: naming the option.
-    """
-    for name, flag in (("variants", "--variants"), ("grid", "--grid"), ("preset", "--preset")):
-        if name in given:
-            raise ConfigError(f"{flag} cannot be combined with --experiment: the experiment file decides its "
-                              f"variants and preset (override its config with --set KEY=VALUE, its seeds with "
-                              f"--seeds N)")
-    if "seed_start" in given and "seeds" not in given:
-        raise ConfigError("--seed-start with --experiment needs --seeds N (without it the file's seeds are used)")
-    if "lr_grid" in given:
-        raise ConfigError("--lr-grid cannot be combined with --experiment: sweep the learning rate in the file "
-                          "([sweep] \"train.lr\" = [...]); its report then chooses each variant's learning rate")
-
-
-def plan_run(req: RunRequest, reg: Registry) -> Plan:
-    """The run's plan from its experiment, or from its variants/grid, preset/overrides and seeds.
-
-    Raises:
-        HarnessError: unknown variant/preset/task, bad override, too many trials.
-    """
-    if req.experiment:
-        return plan_from_experiment(req.experiment, reg, req)
-    preset = req.preset or DEFAULT_PRESET
-    cfg = resolve_config(preset, req.overrides, reg)
-    variants = reg.grid() if req.grid else reg.select(req.patterns())
-    if req.lr_grid is None:
-        return Plan(variants, req.seed_list(len(variants)), [("", cfg)], preset=preset)
-    points = lr_grid_points(cfg, req.lr_grid)
-    seeds = req.seed_list(len(variants) * len(points))
-    return Plan(variants, seeds, points, preset=preset, base=cfg,
-                meta={"lr_grid": {"default": peak_lr(cfg.train, cfg.model.d_model),
-                                  "values": [float(v) for v in req.lr_grid]}})
-
-
-def device_name(name: str, options: Execution) -> str:
-    """The device the trials use. On Ray an explicit ``cuda`` is checked on the workers, not here
-    (the driver may have no GPU); everything else must be available on this machine."""
-    if options.executor == "ray" and name.startswith("cuda"):
-        return "cuda"
-    return resolve_device(name).type
-
-
 def executor_session(options: Execution, plugins: dict, quiet: bool):
     """For Ray: connect to (or start) the cluster before anything is stored, so an unreachable
     cluster is one line and exit 2 with no run folder left behind."""
     if options.executor != "ray":
         return contextlib.nullcontext()
-    from .executors import ray_session
+    from .executors.ray_cluster import ray_session
 
     modules = PluginSpec.from_dict(plugins).module_names()  # the -p modules to ship, not -p no:NAME
     return ray_session(options.address, modules, log_function(quiet))
 
 
-def execution_options(req: RunRequest) -> Execution:
-    """The request's execution options validated; Ray imported early when asked for, so a missing
-    Ray is reported before anything is stored."""
-    opts = req.execution()
-    if opts.executor == "ray":
-        from .executors import import_ray
-
-        import_ray()
-    return opts
-
-
-# ------------------------------------------------------------------------------------- starting
-
-def check_switches() -> None:
-    """The environment switches a run's trials read (``HARNESS_PREFIX_PASS``,
-    ``harness.tasks.prefix``; ``HARNESS_CAPTURE``, :func:`harness.vprobe.capture_env`), checked
-    before anything is stored: a bad value is bad input, not a failed trial.
-
-    Raises:
-        ConfigError: a value the switch does not take (the message names the variable and its values).
-    """
-    from .env import prefix_pass
-    from .vprobe import capture_env
-
-    try:
-        prefix_pass()
-    except ValueError as exc:
-        raise ConfigError(f"{exc} (or unset it)") from None
-    capture_env()
-
-
 def start_run(req: RunRequest) -> RunOutcome:
-    """Plan, store and execute a new run (or resume one: ``req.resume``), then write its report.
+    """Plan (:func:`harness.planning.plan_new_run`), store and execute a new run (or resume one: ``req.resume``,
+    :func:`resume_run`), then write its report.
 
     Returns:
         RunOutcome: the store, metadata, report and interrupt (if any).
@@ -217,30 +109,14 @@ def start_run(req: RunRequest) -> RunOutcome:
     Raises:
         HarnessError: bad input, before anything is stored (exit 2 on the command line).
     """
-    req.validate()
-    check_switches()
     if req.resume is not None:
         return resume_run(req)
-    given = req.given()
-    if "experiment" in given:
-        check_experiment_options(given)
-    options = execution_options(req)
-    reg = load_registry(req.plugins)
-    plan = plan_run(req, reg)
-    for _, point in plan.points:
-        reg.task(point.train.task).for_config(point).validate(point)
-    device, dtype = device_name(req.device or "auto", options), req.dtype or "fp32"
-    plugins = req.plugins.to_dict()
-    specs = make_specs(plan.variants, plan.seeds, plan.config, device, dtype, plugins, points=plan.points,
-                       measure=plan.measure)
-    options = resolved_for(options, specs, device)
-    specs = with_threads(specs, options.trial_threads())
-    specs = with_save_model(specs) if req.save_models else specs
-    check_tracking(req, options)  # before anything is stored
-    meta, code = run_meta(req, reg, plan, specs, device, dtype, options, plugins), current_code(req.plugins)
+    rp = plan_new_run(req)
+    reg, plan, specs, options, device = rp.registry, rp.plan, rp.specs, rp.options, rp.device
+    meta, code = run_meta(rp), current_code(req.plugins)
     meta.code = code.record
     meta.baseline = plan_baseline(req, reg, plan)
-    with executor_session(options, plugins, req.quiet):  # a Ray cluster that cannot be reached stores nothing
+    with executor_session(options, rp.plugins, req.quiet):  # a Ray cluster that cannot be reached stores nothing
         store = RunStore.create(req.results_dir, meta, req.run_id)  # sets meta.run_id
         write_sources(store.root, code)
         headline = (f"run {store.root}: {len(plan.variants)} variant(s) x {len(plan.seeds)} seed(s) x "
@@ -261,14 +137,14 @@ def start_run(req: RunRequest) -> RunOutcome:
                          keep_checkpoints=req.keep_checkpoints)
 
 
-def run_meta(req: RunRequest, reg, plan: Plan, specs: list[TrialSpec], device: str, dtype: str,
-             options: Execution, plugins: dict) -> RunMeta:
+def run_meta(rp: RunPlan) -> RunMeta:
     """The new run's ``config.json`` before any trial ran, as the record the run updates and the
     store writes."""
-    cfg, seeds = plan.config, plan.seeds
+    req, reg, plan, specs, options = rp.request, rp.registry, rp.plan, rp.specs, rp.options
+    cfg, seeds, device = plan.config, plan.seeds, rp.device
     return RunMeta(
         kind=plan.kind, command=req.command_line(), preset=plan.preset, config=cfg.to_dict(),
-        variants=[v.name for v in plan.variants], seeds=seeds, device=device, dtype=dtype, plugins=plugins,
+        variants=[v.name for v in plan.variants], seeds=seeds, device=device, dtype=rp.dtype, plugins=rp.plugins,
         environment={**environment(device, trial_settings_applied=True), "threads": options.trial_threads()},
         experiment=plan.name, points={name: c.to_dict() for name, c in plan.points if name},
         config_hash=config_hash(cfg.to_dict()), execution=options, status="running",
@@ -278,49 +154,24 @@ def run_meta(req: RunRequest, reg, plan: Plan, specs: list[TrialSpec], device: s
 
 # ------------------------------------------------------------------------------------- resuming
 
-def resolved_for(options: Execution, specs: list[TrialSpec], device: str) -> Execution:
-    """``options`` resolved (:meth:`Execution.resolved`) for running ``specs`` on ``device``: the trials
-    and the trial groups they would form (:func:`harness.group.group_specs`)."""
-    from .group import group_specs
-
-    return options.resolved(len(specs), device, len(group_specs(specs, MAX_GROUP)))
-
-
 def resume_run(req: RunRequest) -> RunOutcome:
     """Run the stored run's missing trials (``req.resume``; with ``req.retry_failed`` also its failed
     and diverged ones, whose old files are kept under ``trials/retried/``), then re-render its report.
-    Options the request gives must agree with the stored run (:mod:`harness.resume`).
+    Options the request gives must agree with the stored run (:func:`harness.planning.plan_resume`).
 
     Raises:
         StoreError: no resumable run there, or the request asks for something else than it holds.
     """
-    req.validate()
-    given = req.given()
-    options = execution_options(req)
-    store = RunStore.open(req.resume)
-    meta = store.meta()
-    specs = stored_specs(store, meta)
-    where = str(store.root)
-    check_code_config(store, meta, specs)
-    reg = load_registry(PluginSpec.from_dict(meta.plugins))
-    check_components(reg, specs, where)
-    code = current_code(PluginSpec.from_dict(meta.plugins))
-    changes = check_code(meta, code.record, where, req.allow_code_change)
-    check_requested(req, given, meta, reg, specs, where)
-    keep_baseline(req.baseline, meta, where)
-    execution_given = given & {"executor", "jobs", "threads", "address", "vectorize_seeds", "capture"}
-    if not execution_given and meta.execution is not None:
-        stored = meta.execution
-        options = Execution(stored.executor, stored.jobs, stored.threads, stored.address,
-                            stored.vectorize_seeds, stored.capture, req.trial_timeout, req.time_budget).validate()
+    rp = plan_resume(req)
+    store, meta, specs = rp.store, rp.meta, rp.specs
     retried = retire_failed(store, specs) if req.retry_failed else []
     todo = [ts for ts in specs if ts.key in set(store.missing(ts.key for ts in specs))]
     todo = with_save_model(todo) if req.save_models else todo
-    options = resolved_for(options, todo, meta.device or "cpu")
+    options = resolved_for(rp.options, todo, meta.device or "cpu")
     check_tracking(req, options)
     with executor_session(options, meta.plugins or {}, req.quiet), store.lock():
         entry = Resume(req.command_line(), len(todo), retried, options)
-        record_code(store, entry, code, changes, {t.key for t in specs} - {t.key for t in todo},
+        record_code(store, entry, rp.code, rp.changes, {t.key for t in specs} - {t.key for t in todo},
                     run_log(store.root, req.quiet))
         meta.resumes = [*(meta.resumes or []), entry]
         if entry.code is not None:  # stored before a trial of the new code is: a kill keeps the record
@@ -345,79 +196,12 @@ def retire_failed(store: RunStore, specs: list[TrialSpec]) -> list[str]:
     return out
 
 
-def check_requested(req: RunRequest, given: set[str], meta: RunMeta, reg, specs: list[TrialSpec],
-                    where: str) -> None:
-    """Refuse when options given with ``resume`` ask for other plugins, device, dtype, config or
-    trials than the stored run. Options not given take the stored values.
-
-    Raises:
-        StoreError: naming the first difference.
-    """
-    if not given & (CONFIG_OPTIONS | TRIAL_OPTIONS | {"device", "dtype", "plugins"}):
-        return
-    if "plugins" in given:
-        check_plugins(req.plugins.to_dict(), meta, where)
-    if "device" in given:
-        check_setting("device", device_name(req.device, Execution()), meta, where)
-    if "dtype" in given:
-        check_setting("dtype", req.dtype, meta, where)
-    variants, seeds, points = requested_plan(req, given, meta, reg)
-    if given & CONFIG_OPTIONS:
-        check_points(points, meta, where)
-    if given & TRIAL_OPTIONS:
-        check_trials(variants, seeds, points, specs, where)
-
-
-def requested_plan(req: RunRequest, given: set[str], meta: RunMeta, reg) -> tuple[list[str], list[int], list]:
-    """``(variant names, seeds, [(point name, RunConfig)])`` that the options given with ``resume``
-    ask for; what was not given is taken from the stored run (``meta``).
-
-    Raises:
-        HarnessError: the given options themselves are bad (unknown variant, bad override, ...).
-    """
-    experiment = req.experiment if "experiment" in given else (meta.experiment or None)
-    if experiment:
-        check_experiment_options(given)
-        stored = None if "experiment" in given else spec_from_meta(meta)  # the run's own record, not the name
-        plan = plan_from_experiment(experiment, reg, req, exp=stored)
-        return [v.name for v in plan.variants], plan.seeds, plan.points
-    preset = req.preset if "preset" in given else (meta.preset or DEFAULT_PRESET)
-    points = [("", resolve_config(preset, req.overrides, reg))]
-    grid = req.lr_grid if "lr_grid" in given else (meta.lr_grid or {}).get("values")
-    if grid:
-        points = lr_grid_points(points[0][1], grid)
-    if given & {"variants", "grid"}:
-        variants = [v.name for v in (reg.grid() if req.grid else reg.select(req.patterns()))]
-    else:
-        variants = list(meta.variants)
-    if given & {"seeds", "seed_start"}:
-        seeds = req.seed_list(len(variants))
-    else:
-        seeds = list(meta.seeds or [])
-    return variants, seeds, points
-
-
 # ----------------------------------------------------------------------------- execute + report
 
 def events_writer(req: RunRequest, store: RunStore, meta: RunMeta):
     """``run --tensorboard``: the callback that writes each stored trial's events (those not written
     live: :func:`harness.tboard.trial_writer`), or None."""
     return None if req.tensorboard is None else trial_writer(run_logdir(req.tensorboard, store.root), meta)
-
-
-def check_tracking(req: RunRequest, options: Execution) -> None:
-    """``--tensorboard`` / ``--mlflow`` refused before anything is stored.
-
-    Raises:
-        ConfigError: its package is not installed; ``--mlflow`` with ``--executor ray``.
-    """
-    if req.tensorboard is not None:
-        check_available()
-    if req.mlflow is not None:
-        if options.executor == "ray":
-            raise ConfigError("--mlflow logs from the processes that train the trials, which --executor ray "
-                              "places on other machines: use the local executor (--jobs N) with --mlflow")
-        check_mlflow()
 
 
 def tracking(req: RunRequest, store: RunStore) -> dict | None:

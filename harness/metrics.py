@@ -3,7 +3,7 @@
 A task lists its metrics in :attr:`harness.tasks.base.Task.metrics` (in the order the report
 shows them) and names the one its verdicts use by default in ``Task.primary_metric``. Every table
 of metrics derives from these declarations: the report's main table, caption and final-metrics
-plot (:mod:`harness.report`), ``compare``'s default gate, the suite's metrics, TensorBoard's
+plot (:mod:`harness.report`), ``compare``'s default metrics, the suite's metrics, TensorBoard's
 ``final/`` scalars, the metrics a trial copies from its task's evaluation into its row
 (:func:`row_values`) and the names ``--metric`` / an experiment's ``metric`` accept. A metric's
 value is a column of the trial row (``trials.csv``) with the metric's name, filled from the dict
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping
 
 #: Where a metric may be shown: ``table`` the report's main table, ``plot`` the final-metrics figure,
-#: ``compare`` the default gate of ``python -m harness compare``, ``suite`` a suite's comparison
+#: ``compare`` the default metrics of ``python -m harness compare``, ``suite`` a suite's comparison
 #: metric, ``tensorboard`` a ``final/<name>`` scalar (``--tensorboard``).
 PLACES = ("table", "plot", "compare", "suite", "tensorboard")
 #: How the report summarises a metric over seeds: ``iqm`` the IQM with a 95 % stratified-bootstrap CI,

@@ -27,7 +27,7 @@ def check_classes(registry, variants, full: bool = False, configs=None) -> dict:
     given (a sweep over ``model.*`` keys gives several): whether two components compute the same function
     can depend on the model config (at h = 2 grouped-query attention with h/2 K/V heads is multi-query
     attention). A check that cannot run (a plugin's variant that does not build, say) is recorded, never
-    raised: the classes are context for the training numbers, not a gate (the run's own integrity gate is).
+    raised: the classes are context for the training numbers, not a gate (the run gate is).
 
     Two variants of one class with different ``init`` schemes compute the same function but start from other
     weights, so their training differs by more than rounding: ``starts`` records each variant's ``init``
@@ -116,9 +116,9 @@ def check_configs(reg, plan) -> list:
     """``(model config, task rows)`` for each distinct model config the plan's trials train (one unless a
     sweep varies ``model.*`` keys): check groups the variants at the configs the run trains, since whether two
     components compute the same function can depend on them (h, n_kv_heads, window, ...). The task rows are
-    the run's task's (:func:`harness.checks.probes.task_rows`; None when the task cannot draw rows this
+    the run's task's (:func:`harness.checks.properties.rows.task_rows`; None when the task cannot draw rows this
     model takes). ``plan``: a :class:`harness.runner.Plan` (its ``points`` and ``seeds``)."""
-    from .checks.probes import task_rows
+    from .checks.properties.rows import task_rows
 
     out, seen = [], set()
     for _, cfg in plan.points:

@@ -37,7 +37,7 @@ class Component:
         factory: ``factory(ctx: harness.BuildContext)`` returning what the slot's protocol asks
             for (``Slot.protocol``; the built-in slots' protocols are in :mod:`harness.slots`).
         summary: one line for ``list`` and reports.
-        source: where it comes from (paper section, seed note, d2l section).
+        source: where it comes from (paper section, study note, d2l section).
         default: the slot's default component, taken by every variant that leaves the slot out.
             Exactly one component per slot declares it (the built-ins in ``variants/`` do, for
             the paper's choice); none or two is an error naming the plugins.
@@ -127,8 +127,8 @@ class Variant:
         name: unique variant name (``baseline``, ``pre_norm``, ``seed_001`` ...).
         slots: slot -> component name; missing slots take the slot's default component
             (:func:`default_components`).
-        summary: one line: what it changes (and, for seed presets, what was fixed).
-        source: paper section or seed note.
+        summary: one line: what it changes (and, for a study note's variant, what was fixed).
+        source: paper section or study note.
         buggy: reproduces a bug on purpose; excluded from ``all`` and globs, selectable by name.
         group: a named group kept out of ``all`` (selected by name, by a glob or as ``group:NAME``),
             e.g. ``"modern"`` for the one-change variants of today's choices (RoPE, SwiGLU, ...), so

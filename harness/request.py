@@ -25,7 +25,7 @@ from .store import RunStore
 #: Defaults of the options that ``--resume`` must tell apart from "not given". name -> default.
 PLAN_DEFAULTS = {"variants": ("all",), "preset": DEFAULT_PRESET, "seeds": 1, "seed_start": 0}
 DEVICE_DEFAULTS = {"device": "auto", "dtype": "fp32"}
-EXEC_DEFAULTS = {"executor": "local", "jobs": "auto", "vectorize_seeds": "auto", "capture": "auto"}
+EXEC_DEFAULTS = {"executor": "local", "jobs": "auto", "vectorise_seeds": "auto", "capture": "auto"}
 #: Options that change the trained config, and options that change which trials a run holds.
 CONFIG_OPTIONS = frozenset({"preset", "overrides", "experiment", "lr_grid"})
 TRIAL_OPTIONS = frozenset({"variants", "grid", "seeds", "seed_start", "experiment"})
@@ -81,8 +81,8 @@ class RunRequest:
         experiment: an experiment file's name (``experiments/NAME.toml``) or path.
         check: record check's equivalence classes before training.
         device, dtype: ``auto``/``cpu``/``cuda``; ``fp32``/``bf16``.
-        executor, jobs, threads, address, vectorize_seeds: how trials execute
-            (:class:`harness.runmeta.Execution`; ``vectorize_seeds``: ``auto``, ``on`` or ``off``).
+        executor, jobs, threads, address, vectorise_seeds: how trials execute
+            (:class:`harness.runmeta.Execution`; ``vectorise_seeds``: ``auto``, ``on`` or ``off``).
         capture: ``--capture``: ``auto``, ``on`` (CUDA only) or ``off`` (:class:`harness.runmeta.Execution`).
         plugins: plugin modules and files to load (:class:`harness.plugins.PluginSpec`).
         results_dir, run_id: the run folder ``results_dir/run_id`` (default id: a timestamp).
@@ -100,7 +100,7 @@ class RunRequest:
         save_models: keep each trial's final weights as ``models/<key>.pt`` (:mod:`harness.saved`).
         trial_timeout: ``--trial-timeout`` seconds per trial (or vectorised group), time_budget:
             ``--time-budget`` seconds for this invocation; None: no limit. Each invocation sets its own
-            (a resume does not inherit them): see :mod:`harness.limits`.
+            (a resume does not inherit them): see :mod:`harness.executors.limits`.
         baseline: the variant the others are compared with (``--baseline``; None: the variant named
             ``baseline``, an experiment's own; :func:`harness.report.choose_baseline`).
         keep_checkpoints: keep each trial's mid-trial checkpoint (``checkpoints/<key>.pt``,
@@ -124,7 +124,7 @@ class RunRequest:
     jobs: int | str | None = None
     threads: int | None = None
     address: str | None = None
-    vectorize_seeds: str | None = None
+    vectorise_seeds: str | None = None
     capture: str | None = None
     plugins: PluginSpec = field(default_factory=PluginSpec)
     results_dir: str = "results"
@@ -192,8 +192,8 @@ class RunRequest:
         return Execution(EXEC_DEFAULTS["executor"] if self.executor is None else self.executor,
                          EXEC_DEFAULTS["jobs"] if self.jobs is None else self.jobs,
                          self.threads, self.address,
-                         EXEC_DEFAULTS["vectorize_seeds"] if self.vectorize_seeds is None
-                         else self.vectorize_seeds,
+                         EXEC_DEFAULTS["vectorise_seeds"] if self.vectorise_seeds is None
+                         else self.vectorise_seeds,
                          EXEC_DEFAULTS["capture"] if self.capture is None else self.capture,
                          self.trial_timeout, self.time_budget).validate()
 
@@ -229,7 +229,7 @@ class RunRequest:
             words += ["--variants", *self.variants]
         words += ["--grid"] * self.grid
         for name in ("experiment", "baseline", "preset", "seeds", "seed_start", "device", "dtype", "executor", "jobs",
-                     "threads", "address", "vectorize_seeds", "capture", "trial_timeout", "time_budget", "run_id"):
+                     "threads", "address", "vectorise_seeds", "capture", "trial_timeout", "time_budget", "run_id"):
             if getattr(self, name) is not None:
                 words += [_flag(name), str(getattr(self, name))]
         words += [w for item in self.overrides for w in ("--set", item)]

@@ -6,18 +6,24 @@ anything runs, the stored ``config.json`` is checked here, in this order:
 1. :func:`stored_specs`: it holds a trial list and a config hash (written by ``run``);
 2. :func:`check_code_config`: this code reads the stored configs as they were written (same
    config hash, every trial's config round-trips);
-3. :func:`check_components`: every stored trial's components are registered (the same plugins);
+3. :func:`check_registered_components`: every stored trial's components are registered (the same plugins);
    :func:`check_code`: the project's code and every plugin file are those that trained the run's
    latest trials (:mod:`harness.provenance`), unless ``--allow-code-change``;
 4. the options given with ``--resume`` ask for nothing else than the stored run:
    :func:`check_plugins`, :func:`check_setting` (device, dtype), :func:`check_points` (config
    and sweep points) and :func:`check_trials` (variants x seeds x points).
 
-Every refusal is a :class:`harness.errors.StoreError` naming the first difference; nothing
-stored is touched. :func:`harness.launch.resume_run` turns the options into the requested plan
-(:func:`harness.launch.requested_plan`); this module only compares.
+5. :func:`keep_baseline`: a resume keeps the baseline recorded at the start.
+
+:func:`compare` makes every comparison, in this order, in one call. Every refusal is a
+:class:`harness.errors.StoreError` naming the first difference; nothing stored is touched.
+:func:`harness.planning.plan_resume` turns the options into the requested plan (:class:`Requested`); this
+module only compares.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
 
 from .config import RunConfig
 from .settings import hash_view
@@ -28,6 +34,50 @@ from .runner import make_specs
 from .runmeta import RunMeta
 from .store import RunStore, config_hash
 from .trial import TrialSpec
+
+@dataclass
+class Requested:
+    """What a resume request asks for beyond the stored run; None or False where the option was not given.
+    ``plan``: ``() -> (variant names, seeds, [(point name, RunConfig)])`` the given options resolve to, called
+    only when ``config`` (config options given: compare the points) or ``trials`` (trial options given: compare
+    the trials) asks for it."""
+
+    plugins: dict | None = None
+    device: str | None = None
+    dtype: str | None = None
+    plan: Callable[[], tuple[list[str], list[int], list]] | None = None
+    config: bool = False
+    trials: bool = False
+    baseline: str | None = None
+
+
+def compare(store: RunStore, meta: RunMeta, reg, code_now: dict, requested: Requested,
+            allow_code_change: bool = False) -> tuple[list[TrialSpec], list[str] | None]:
+    """Every comparison of the stored run with a resume request, in the module docstring's order; returns the
+    stored trials and the code changes :func:`check_code` allowed (None: none).
+
+    Raises:
+        StoreError: naming the first difference (the given options themselves bad: HarnessError)."""
+    specs = stored_specs(store, meta)
+    where = str(store.root)
+    check_code_config(store, meta, specs)
+    check_registered_components(reg, specs, where)
+    changes = check_code(meta, code_now, where, allow_code_change)
+    if requested.plugins is not None:
+        check_plugins(requested.plugins, meta, where)
+    if requested.device is not None:
+        check_setting("device", requested.device, meta, where)
+    if requested.dtype is not None:
+        check_setting("dtype", requested.dtype, meta, where)
+    if requested.plan is not None and (requested.config or requested.trials):
+        variants, seeds, points = requested.plan()
+        if requested.config:
+            check_points(points, meta, where)
+        if requested.trials:
+            check_trials(variants, seeds, points, specs, where)
+    keep_baseline(requested.baseline, meta, where)
+    return specs, changes
+
 
 #: Added to every refusal of other options: what to do instead.
 AGAIN = "leave the options out to resume as stored, or start a new run"
@@ -96,7 +146,7 @@ def check_code_config(store: RunStore, meta: RunMeta, specs: list[TrialSpec]) ->
                              f"({first_difference(ts.config, again)}); start a new run")
 
 
-def check_components(reg, specs: list[TrialSpec], where: str) -> None:
+def check_registered_components(reg, specs: list[TrialSpec], where: str) -> None:
     """Every stored trial's components must be registered in ``reg`` (same plugins loaded).
 
     Raises:

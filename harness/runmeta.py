@@ -11,7 +11,10 @@ JSON compatibility lives here, in ``from_dict``:
 - a known key whose value has another type than the field's (a hand-edited or foreign file) is
   kept as it was in ``extra`` and the field reads empty, so readers see "not recorded" and the
   value still survives a round trip;
-- an unknown key (a plugin's, a later version's) is kept in ``extra``, in its place.
+- an unknown key (a plugin's, a later version's) is kept in ``extra``, in its place;
+- a key stored under a field's old name (``_f(old=...)``: ``execution.vectorize_seeds``, the spelling
+  before the project settled on "vectorise") reads as the field and is written back under the name it
+  was stored with.
 
 Written only through :class:`harness.store.RunStore` (``create``, ``write_meta``); read with
 :meth:`harness.store.RunStore.meta` or :func:`harness.store.load_run`.
@@ -27,12 +30,14 @@ _NUMBER = (int, float)
 
 
 def _f(types: tuple, default: Any = None, *, missing: Any = None, always: bool = False, record: Any = None,
-       many: bool = False, factory: Any = None, codec: tuple | None = None) -> Any:
+       many: bool = False, factory: Any = None, codec: tuple | None = None, old: tuple[str, ...] = ()) -> Any:
     """A record field: ``types`` its JSON types; ``missing`` what a missing key reads as (the
     default of an optional field); ``always``: written even when empty (a record built in code);
     ``record``: its value is that record type (``many``: a list of them); ``codec``: ``(decode,
-    encode)`` of a value stored in another form (``decode(json) -> (ok, typed)``)."""
-    meta = {"types": types, "missing": missing, "always": always, "record": record, "many": many, "codec": codec}
+    encode)`` of a value stored in another form (``decode(json) -> (ok, typed)``); ``old``: earlier
+    names of its key, read as this field (see the module docstring)."""
+    meta = {"types": types, "missing": missing, "always": always, "record": record, "many": many, "codec": codec,
+            "old": old}
     if factory is not None:
         return field(default_factory=factory, metadata=meta)
     if default is MISSING:
@@ -65,6 +70,14 @@ def _decode(spec: dict, value: Any) -> tuple[bool, Any]:
     types = spec["types"]
     ok = isinstance(value, types) and not (isinstance(value, bool) and bool not in types)
     return ok, value if ok else None
+
+
+def _key(f, stored: tuple | None) -> str:
+    """The JSON key of field ``f`` in a record stored with keys ``stored``: an old name of it when
+    only that was stored, else the field's name."""
+    if stored and f.name not in stored:
+        return next((k for k in f.metadata["old"] if k in stored), f.name)
+    return f.name
 
 
 def _encode(value: Any) -> Any:
@@ -107,14 +120,15 @@ class Record:
         extra: dict[str, Any] = {}
         names = set()
         for f in cls._fields():
-            names.add(f.name)
+            key = _key(f, tuple(d))
+            names.add(key)
             required = f.default is MISSING and f.default_factory is MISSING
-            ok, value = _decode(f.metadata, d[f.name]) if f.name in d else (False, None)
+            ok, value = _decode(f.metadata, d[key]) if key in d else (False, None)
             if ok:
                 kw[f.name] = value
                 continue
-            if f.name in d:
-                extra[f.name] = d[f.name]
+            if key in d:
+                extra[key] = d[key]
             if required or f.default_factory is not MISSING:
                 kw[f.name] = _missing(f)
         extra.update({k: v for k, v in d.items() if k not in names})
@@ -128,10 +142,10 @@ class Record:
         by_name = {f.name: f for f in self._fields()}
         for name in self.ORDER or tuple(by_name):
             f = by_name[name]
-            value = getattr(self, name)
-            if name in (stored or ()) or (stored is None and f.metadata["always"]) or value != _missing(f):
+            value, key = getattr(self, name), _key(f, stored)
+            if key in (stored or ()) or (stored is None and f.metadata["always"]) or value != _missing(f):
                 codec = f.metadata["codec"]
-                out[name] = codec[1](value) if codec is not None and value is not None else _encode(value)
+                out[key] = codec[1](value) if codec is not None and value is not None else _encode(value)
         out.update(self.extra)
         if stored:
             place = {k: i for i, k in enumerate(stored)}
@@ -148,8 +162,10 @@ def _missing(f) -> Any:
 EXECUTORS = ("local", "ray")
 #: Largest ``--jobs`` (worker processes) and ``--threads`` (threads per trial) accepted.
 MAX_WORKERS = 1024
-#: ``--vectorize-seeds`` choices (:class:`Execution`), and the most seeds one vectorised group trains.
-VECTORIZE = ("auto", "on", "off")
+#: ``--vectorise-seeds`` choices (:class:`Execution`), and the most seeds one vectorised group trains.
+VECTORISE = ("auto", "on", "off")
+#: The ``run`` flag's spelling before the project settled on "vectorise": still accepted, not shown by ``--help``.
+OLD_VECTORISE_FLAG = "--vectorize-seeds"
 MAX_GROUP = 64
 #: ``--jobs auto`` on CUDA with vectorised seeds: worker processes sharing the one device.
 GPU_JOBS = 4
@@ -159,7 +175,7 @@ CAPTURE = ("auto", "on", "off")
 
 @dataclass
 class Execution(Record):
-    """How trials are executed (``run --jobs/--executor/--address/--threads/--vectorize-seeds``):
+    """How trials are executed (``run --jobs/--executor/--address/--threads/--vectorise-seeds``):
     the options a request asks for and, resolved (:meth:`resolved`), the record a run stores as
     ``execution`` in its ``config.json`` (and per ``run --resume`` in ``resumes``).
 
@@ -170,13 +186,14 @@ class Execution(Record):
         threads: torch intra-op threads per trial; default ``max(1, cores // jobs)`` locally,
             1 on Ray (where it is also the CPUs reserved per task). None: not pinned.
         address: Ray cluster address (``ray`` only); default ``RAY_ADDRESS`` or a local cluster.
-        vectorize_seeds: ``on``: the seeds of one variant x config train as vectorised trial groups
+        vectorise_seeds: ``on``: the seeds of one variant x config train as vectorised trial groups
             (:mod:`harness.group`), in this process or, with ``jobs > 1``, one group per worker
             process; ``off``: one trial after another; ``auto`` (resolved by :meth:`resolved`): ``on``
             on CUDA with the local executor, where it pays, ``off`` on the CPU, where it measured
             0.87-1.24x. A run stored before the
-            option existed has no ``vectorize_seeds`` key: it reads as ``auto`` and is written back
-            without one.
+            option existed has no ``vectorise_seeds`` key: it reads as ``auto`` and is written back
+            without one; a run stored with the key's old spelling ``vectorize_seeds`` reads it as this
+            field and keeps that spelling when its ``config.json`` is rewritten.
         capture: the training step of a vectorised trial group as CUDA graphs
             (:class:`harness.vstep.CapturedStep`): ``auto`` (on with CUDA, unless the environment
             variable ``HARNESS_CAPTURE`` says ``off``), ``on`` (CUDA only: refused on the CPU by
@@ -187,7 +204,7 @@ class Execution(Record):
     jobs: int | str = _f((int, str), 1, missing=1, always=True)  # "auto" before it is resolved
     threads: int | None = _f((int,), None, always=True)
     address: str | None = _f((str,), None, always=True)
-    vectorize_seeds: str = _f((str,), "auto", missing="auto")  # stored resolved: "on"/"off"
+    vectorise_seeds: str = _f((str,), "auto", missing="auto", old=("vectorize_seeds",))  # stored resolved: on/off
     capture: str = _f((str,), "auto", missing="auto", always=True)  # absent in runs made before it existed
     trial_timeout: float | None = _f(_NUMBER)
     time_budget: float | None = _f(_NUMBER)
@@ -216,21 +233,21 @@ class Execution(Record):
                               "CPUs decide the parallelism (use --threads for CPUs per trial)")
         if self.address and self.executor != "ray":
             raise ConfigError(f"--address {self.address} needs --executor ray")
-        if self.vectorize_seeds not in VECTORIZE:
-            raise ConfigError(f"--vectorize-seeds must be one of {', '.join(VECTORIZE)}, got {self.vectorize_seeds!r}")
-        if self.vectorize_seeds == "on" and self.executor != "local":
-            raise ConfigError("--vectorize-seeds on trains groups of seeds in local processes: use it with the "
+        if self.vectorise_seeds not in VECTORISE:
+            raise ConfigError(f"--vectorise-seeds must be one of {', '.join(VECTORISE)}, got {self.vectorise_seeds!r}")
+        if self.vectorise_seeds == "on" and self.executor != "local":
+            raise ConfigError("--vectorise-seeds on trains groups of seeds in local processes: use it with the "
                               f"local executor (got --executor {self.executor})")
         if self.capture not in CAPTURE:
             raise ConfigError(f"--capture must be one of {', '.join(CAPTURE)}, got {self.capture!r}")
-        if self.capture == "on" and self.vectorize_seeds == "off":
-            raise ConfigError("--capture on captures the steps of vectorised trial groups: it needs --vectorize-seeds "
+        if self.capture == "on" and self.vectorise_seeds == "off":
+            raise ConfigError("--capture on captures the steps of vectorised trial groups: it needs --vectorise-seeds "
                               "on or auto, not off")
         check_limits(self.trial_timeout, self.time_budget, self.executor)
         return self
 
     def resolved(self, n_trials: int, device: str, n_groups: int | None = None) -> "Execution":
-        """A new record of these options with ``vectorize_seeds="auto"`` and ``jobs="auto"`` decided:
+        """A new record of these options with ``vectorise_seeds="auto"`` and ``jobs="auto"`` decided:
         on the CPU, one worker process per core (at most one per trial) with one thread each; on
         CUDA with vectorised seeds and more than one trial group (``n_groups``, default
         ``n_trials``), :data:`GPU_JOBS` worker processes (at most one per group and per core), each
@@ -251,19 +268,19 @@ class Execution(Record):
 
             raise ConfigError(f"--capture on needs a CUDA device (CUDA graphs); this run's device is {device}: "
                               "use --capture auto or off")
-        vectorize, jobs = self.vectorize_seeds, self.jobs
-        if vectorize == "auto":
-            vectorize = "on" if device.startswith("cuda") and self.executor == "local" else "off"
+        vectorise, jobs = self.vectorise_seeds, self.jobs
+        if vectorise == "auto":
+            vectorise = "on" if device.startswith("cuda") and self.executor == "local" else "off"
         if jobs == "auto":
             jobs = 1
             if self.executor == "local" and n_trials > 1:
                 from .env import available_cores
 
-                if device == "cpu" and vectorize != "on":
+                if device == "cpu" and vectorise != "on":
                     jobs = max(1, min(n_trials, available_cores() // max(1, int(self.threads or 1))))
-                elif device.startswith("cuda") and vectorize == "on":
+                elif device.startswith("cuda") and vectorise == "on":
                     jobs = max(1, min(GPU_JOBS, n_trials if n_groups is None else n_groups, available_cores()))
-        return Execution(self.executor, jobs, self.threads, self.address, vectorize, self.capture,
+        return Execution(self.executor, jobs, self.threads, self.address, vectorise, self.capture,
                          self.trial_timeout, self.time_budget)
 
     def trial_threads(self) -> int:
@@ -282,7 +299,7 @@ class Execution(Record):
             return f"ray cluster {ray_address(self.address)}, {self.trial_threads()} thread(s) per trial"
         limits = "".join(f", {what} {_seconds(v)}" for what, v in (("each trial stopped after", self.trial_timeout),
                                                                       ("time budget", self.time_budget)) if v)
-        if self.vectorize_seeds == "on":
+        if self.vectorise_seeds == "on":
             where = ("this process" if self.jobs == 1 and not limits else
                      "1 worker process" if self.jobs == 1 else f"{self.jobs} worker processes, one group each at a time")
             return (f"{where}, {self.trial_threads()} thread(s), seeds vectorised in groups of up to {MAX_GROUP}"
@@ -293,7 +310,7 @@ class Execution(Record):
 
     def limited(self) -> bool:
         """Whether a time limit is set (``--trial-timeout`` or ``--time-budget``): every trial then runs in a
-        worker process of its own that can be ended (:mod:`harness.limits`)."""
+        worker process of its own that can be ended (:mod:`harness.executors.limits`)."""
         return bool(self.trial_timeout or self.time_budget)
 
 

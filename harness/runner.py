@@ -76,7 +76,7 @@ def lr_grid_points(cfg: RunConfig, grid: Iterable[float]) -> list[tuple[str, Run
 class Plan:
     """What a run trains (or measures): variants x seeds x sweep points (each point a name and a config).
 
-    Built from a request's variants, preset and seeds by :func:`harness.launch.plan_run` or from an
+    Built from a request's variants, preset and seeds by :func:`harness.planning.plan_run` or from an
     experiment file by :func:`harness.experiments.plan_from_experiment`; ``points`` holds
     ``("", cfg)`` when nothing is swept.
     """
@@ -180,36 +180,36 @@ def dispatch(specs: list[TrialSpec], options: Execution, on_done, bars: TrialBar
     """Hand ``specs`` to the executor ``options`` choose (:func:`execute`'s ``try`` block): under a time limit
     worker processes that can be ended, Ray, a process pool (of trials or of vectorised groups), vectorised groups
     in this process, or one trial after another; ``on_done(spec, result)`` stores each as it ends."""
-    from . import executors
+    from .executors import pool, ray_cluster, sequential
 
     if options.limited():
         run_with_limits(specs, options, on_done, bars, log, limits)
     elif options.executor == "ray":
-        executors.run_ray(specs, on_done, address=options.address, cpus_per_trial=options.trial_threads(),
+        ray_cluster.run_ray(specs, on_done, address=options.address, cpus_per_trial=options.trial_threads(),
                           gpus_per_trial=1 if any(ts.device.startswith("cuda") for ts in specs) else 0,
                           log=log)
-    elif options.vectorize_seeds == "on" and options.jobs > 1 and len(specs) > 1:
-        executors.run_process_pool(specs, options.jobs, on_done, threads=options.trial_threads(), bars=bars,
-                                   capture=options.capture, log=log)
-    elif options.vectorize_seeds == "on":
+    elif options.vectorise_seeds == "on" and options.jobs > 1 and len(specs) > 1:
+        pool.run_process_pool(specs, options.jobs, on_done, threads=options.trial_threads(), bars=bars,
+                              vectorise=True, capture=options.capture, log=log)
+    elif options.vectorise_seeds == "on":
         from .group import run_groups
 
         run_groups(specs, on_done, bars, log, max_size=MAX_GROUP, capture=options.capture)
     elif options.jobs > 1 and len(specs) > 1:
-        executors.run_process_pool(specs, options.jobs, on_done, threads=options.trial_threads(), bars=bars)
+        pool.run_process_pool(specs, options.jobs, on_done, threads=options.trial_threads(), bars=bars)
     else:
-        executors.run_sequential(specs, on_done, bars)
+        sequential.run_sequential(specs, on_done, bars)
 
 
 def run_with_limits(specs: list[TrialSpec], options: Execution, on_done, bars: TrialBars, log, limits=None) -> None:
-    """``execute``'s executor under ``--trial-timeout`` / ``--time-budget``: :func:`harness.limits.run_limited`
-    (``limits``: a :class:`harness.limits.Limits` whose budget started earlier, else one starting now)."""
-    from .limits import Limits, run_limited
+    """``execute``'s executor under ``--trial-timeout`` / ``--time-budget``: :func:`harness.executors.limits.run_limited`
+    (``limits``: a :class:`harness.executors.limits.Limits` whose budget started earlier, else one starting now)."""
+    from .executors.limits import Limits, run_limited
 
     limits = limits or Limits.start(options.trial_timeout, options.time_budget)
     jobs = options.jobs if isinstance(options.jobs, int) else 1
     run_limited(specs, jobs, on_done, limits, threads=options.trial_threads(), bars=bars,
-                vectorize=options.vectorize_seeds == "on", capture=options.capture, log=log)
+                vectorise=options.vectorise_seeds == "on", capture=options.capture, log=log)
 
 
 def _terminal_width() -> int:

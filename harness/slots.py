@@ -158,7 +158,7 @@ class Slot:
         protocol: the typed class (a ``typing.Protocol``) of what a component's ``factory(ctx)``
             returns; its docstring gives the tensor shapes and canonical parameters.
         reference: what every component of the slot computes unless it declares otherwise, with its
-            source (paper section, d2l section, seed note); ``check`` holds components to it.
+            source (paper section, d2l section, study note); ``check`` holds components to it.
         check: the name of the contract check that holds a component to ``reference``: a function
             of :data:`harness.checks.contracts.CHECKS` (``"check_attention"``) or, for a plugin's
             slot, ``"package.module:function"`` (called as ``function(component, cfg, seed) ->

@@ -37,7 +37,7 @@ from .checks import (CHECK_MODEL, DECLARED, EQUIVALENT, IDENTICAL, NOT_COMPARABL
                      PairResult, ProbeResult, ReferenceResult, TieResult, bug_reasons, check_ties,
                      compare_attention_with_mha, compare_variants, compare_with_nn_transformer, get_tolerance,
                      padded_batch, probe_mask_component, probe_variant, reference_state, registry_groups, run_checks)
-from .checks.contracts import check_components as _contract_results
+from .checks.contracts import check_contracts as _contract_results
 from .checks.contracts import reference_key
 from .config import ModelConfig
 from .plugins import PluginSpec

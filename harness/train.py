@@ -34,8 +34,7 @@ from torch.autograd.profiler import record_function
 
 from . import stats
 from .checkpoint import Checkpointer
-from .checks.gate import contract_reasons, drift_reasons, twin_reasons
-from .checks.probes import integrity_reasons, task_rows
+from .trialgate import TrialGate
 from .config import RunConfig
 from .env import autocast, deterministic_cuda, peak_mem_mb, pin_threads, reset_peak_mem, trial_device, trial_settings
 from .errors import failure_reason
@@ -46,7 +45,7 @@ from .recipe import make_optimizer
 from .registry import Variant
 from .saved import keep_weights
 from .tasks.base import Batch, Task, future_leak, loss_fn
-from .tasks.splits import DEV_SEQUENCES, dev_set, leak_set, test_set
+from .tasks.splits import dev_set, leak_set, test_set
 from .track import TrialTracking, trial_tracking
 from .trial import FAILED, TrialResult, TrialSpec, registry_for
 
@@ -100,7 +99,6 @@ class PhaseClock:
         return {k: {"s": self.seconds[k], "calls": self.calls[k]} for k in PHASES}
 
 SOLVED = 0.99  #: dev exact-match threshold for "solved" (time/steps to solve)
-PROBE_SEQUENCES = DEV_SEQUENCES  #: dev sequences scored at each periodic evaluation (and the final dev one)
 LEAK_ROWS = 64  #: fresh dev sequences of each evaluation's future-leak check (:func:`future_leak`)
 #: Training steps left out of ``step_ms`` and ``tokens_per_s`` (warm-up: the first steps of a
 #: process run slower -- allocator, lazily built kernels, cold caches); all steps count when a
@@ -161,7 +159,7 @@ def decoding_name(beam: int) -> str:
     return "greedy" if beam == 1 else f"beam {beam}"
 
 
-#: Trial status of a variant that fails an integrity probe (:func:`harness.checks.probes.integrity_reasons`)
+#: Trial status of a variant that fails an integrity probe (:func:`harness.checks.properties.trial_rows.integrity_reasons`)
 #: at initialisation or after training: it still trains, its numbers are stored, and no report ranks it.
 INVALID = "invalid"
 
@@ -169,7 +167,8 @@ INVALID = "invalid"
 def train(model, cfg: RunConfig, seed: int, device: torch.device, dtype: str = "fp32",
           progress: Callable[[int, float], None] | None = None,
           clock: PhaseClock | None = None, task: Task | None = None,
-          tracking: TrialTracking | None = None, saver: Checkpointer | None = None) -> tuple[dict[str, Any], list[dict]]:
+          tracking: TrialTracking | None = None, saver: Checkpointer | None = None,
+          gate: TrialGate | None = None) -> tuple[dict[str, Any], list[dict]]:
     """Train ``model`` on ``task`` (default: the registered task named ``cfg.train.task``) and
     score it on the task's dev and test sets (:meth:`harness.tasks.base.Task.evaluate`,
     :mod:`harness.tasks.splits`); returns (metrics, curve).
@@ -178,7 +177,7 @@ def train(model, cfg: RunConfig, seed: int, device: torch.device, dtype: str = "
     steps and before each evaluation (the means of the steps since the previous row, the gradient
     norm before clipping; the last step always closes one) and one
     ``{"step", "split": "dev", "loss", "exact_match", "wall_s"}`` row per evaluation, each on the
-    :data:`PROBE_SEQUENCES` dev sequences, the last one after training. The test set is scored once,
+    :data:`~harness.tasks.splits.DEV_SEQUENCES` dev sequences, the last one after training. The test set is scored once,
     after training: the row's ``heldout_ce``, ``exact_match``, ... (the dev numbers beside them as
     ``dev_ce``, ``dev_exact_match``, ...); nothing before that reads it, so no selection can.
     Stops early with status ``diverged`` when the loss or the gradient norm is not finite.
@@ -190,9 +189,10 @@ def train(model, cfg: RunConfig, seed: int, device: torch.device, dtype: str = "
     (label tokens per second) leave out the first :data:`WARMUP_STEPS` steps: they time steps
     ``WARMUP_STEPS + 1`` to the last (all steps when the trial ran no more than that).
 
-    Integrity gate: before the first step and after the last, the model must pass the probes
-    (:func:`harness.checks.probes.integrity_reasons`: causal with the target redrawn, shortened and
-    extended; source padding; finite gradients), and at every evaluation its logits with the whole
+    Integrity gate (``gate``, a :class:`harness.trialgate.TrialGate`; default: one without the
+    variant's rows, for a model alone): before the first step and after the last, the model must pass the
+    ``probe`` rows of :data:`harness.checks.properties.catalogue.PROPERTIES` (causal with the target redrawn,
+    shortened and extended; source padding; finite gradients), and at every evaluation its logits with the whole
     target in the input must equal its prefix-only logits on :data:`LEAK_ROWS` fresh dev
     sequences (:func:`harness.tasks.base.future_leak`, real data at the task's lengths). A model
     that fails is trained all the same (its numbers are visible) but gets status :data:`INVALID`
@@ -213,19 +213,16 @@ def train(model, cfg: RunConfig, seed: int, device: torch.device, dtype: str = "
     task.validate(cfg)
     clock = clock or PhaseClock()
     torch.manual_seed(seed)
+    gate = gate or TrialGate(mc, task, tc.seq_len, seed, device, dtype)
     with clock("evaluate"):
-        invalid = integrity_reasons(model, mc, device, seed=seed, when="at initialisation",
-                                    task=task_rows(task, tc.seq_len, mc, seed))
+        gate.before(model)
     loop = TrainingLoop(model, cfg, task, device, dtype, clock, tracking)
     loop.run(torch.Generator().manual_seed(seed), progress, saver)
     with clock("final_eval"):
         dev = task.evaluate(model, loop.dev, cfg, device, dtype)
         final = task.evaluate(model, loop.test, cfg, device, dtype)
-        if loop.status == "ok":
-            loop.check_future(loop.step, final=True)
-            invalid += integrity_reasons(model, mc, device, seed=seed + 1, when="after training",
-                                         task=task_rows(task, tc.seq_len, mc, seed + 1))
-    return loop.metrics(final, invalid + loop.leaks, dev), loop.curve
+        invalid = gate.after(model, loop)
+    return loop.metrics(final, invalid, dev), loop.curve
 
 
 class TrainingLoop:
@@ -440,7 +437,8 @@ def run_trial(spec: TrialSpec, progress: Callable[[int, float], None] | None = N
 
 
 def _run(spec: TrialSpec, result: TrialResult, progress, clock: PhaseClock, tracking: TrialTracking) -> None:
-    """The body of :func:`run_trial`: build (twice: :func:`twin_reasons`), check, train, fill ``result``."""
+    """The body of :func:`run_trial`: build (the gate's ``build`` rows: a second build, the contracts), train
+    through the gate, fill ``result``."""
     cfg = RunConfig.from_dict(spec.config)
     row = result.row
     device = trial_device(spec.device)
@@ -455,20 +453,16 @@ def _run(spec: TrialSpec, result: TrialResult, progress, clock: PhaseClock, trac
         values, result.curve = measure(model, cfg, spec.seed, spec.measure, device, task)
         row.update({**values, "status": "ok", "reason": ""})
         return
-    with clock("build"):  # the model, and its components held to their slots' contracts
+    gate = TrialGate(cfg.model, task, cfg.train.seq_len, spec.seed, device, spec.dtype, registry, variant)
+    with clock("build"):  # the model, and the gate's build rows (a second build, its slots' contracts, ...)
         model = build_model(registry, variant, cfg.model, seed=spec.seed).to(device)
-        broken = twin_reasons(registry, variant, cfg.model, spec.seed, model, device, spec.dtype)
-        broken += contract_reasons(registry, variant, cfg.model)
+        gate.built(model)
     row["params"] = unique_parameter_count(model)
     reset_peak_mem(device)
     saver = Checkpointer(spec, cfg, device)
-    metrics, result.curve = train(model, cfg, spec.seed, device, spec.dtype, progress, clock, task, tracking, saver)
+    metrics, result.curve = train(model, cfg, spec.seed, device, spec.dtype, progress, clock, task, tracking, saver,
+                                  gate)
     row.update(saver.notes)
-    if metrics["status"] != "diverged":
-        broken += drift_reasons(registry, variant, cfg.model, spec.seed, model, device)
-    if broken and metrics["status"] != "diverged":
-        metrics["reason"] = "; ".join(broken + ([metrics["reason"]] if metrics["reason"] else []))
-        metrics["status"] = INVALID
-    row.update(metrics)
+    row.update(gate.verdict(metrics, model))
     row["peak_mem_mb"] = peak_mem_mb(device)
     keep_weights(spec, result, model)  # run --save-models: the state_dict travels back with the result

@@ -62,7 +62,7 @@ OK = "ok"
 #: Trial status of a trial that raised, or whose worker died: its ``reason`` says why.
 FAILED = "failed"
 #: Statuses of trials that produced no metrics: ``failed`` and ``timed_out`` (ended by ``run
-#: --trial-timeout`` or ``--time-budget``, :mod:`harness.limits`); tables and plots leave them out.
+#: --trial-timeout`` or ``--time-budget``, :mod:`harness.executors.limits`); tables and plots leave them out.
 NO_RESULT = (FAILED, "timed_out")
 
 
@@ -148,6 +148,26 @@ class TrialSpec:
                 "lr": trial_lr(self.config)}
 
 
+#: Trial-row columns stored under their spelling before the project settled on "vectorise", by
+#: today's name: a stored row (a trial file, an old ``trials.csv``) reads them as today's.
+OLD_COLUMNS = {"vectorized": "vectorised", "vectorized_note": "vectorised_note"}
+
+
+def current_row(row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` with any :data:`OLD_COLUMNS` key under today's name, in its place (``row`` itself when it
+    has none)."""
+    if not any(k in OLD_COLUMNS for k in row):
+        return row
+    return {OLD_COLUMNS.get(k, k): v for k, v in row.items()}
+
+
+def current_header(csv_text: str) -> str:
+    """The text of a stored ``trials.csv`` with any :data:`OLD_COLUMNS` name in its header line
+    renamed (the rows unchanged), as today's trial files render it."""
+    head, sep, body = csv_text.partition("\n")
+    return ",".join(OLD_COLUMNS.get(c, c) for c in head.split(",")) + sep + body
+
+
 @dataclass
 class TrialResult:
     """What a trial returns and what ``trials/<key>.json`` stores (with a checksum).
@@ -198,9 +218,9 @@ class TrialResult:
     def from_dict(cls, d: dict[str, Any]) -> "TrialResult":
         """A result from its dict (as a pool or Ray worker sends it back, :mod:`harness.executors`, or
         as a trial file holds it, :meth:`harness.store.RunStore.read_trial`; ``checksum`` and ``key``
-        are dropped)."""
+        are dropped; a row's :data:`OLD_COLUMNS` read under today's names)."""
         extra = {k: v for k, v in d.items() if k not in ("row", "curve", "phases", "checksum", "key")}
-        return cls(row=d["row"], curve=list(d.get("curve") or []), phases=d.get("phases"), extra=extra)
+        return cls(row=current_row(d["row"]), curve=list(d.get("curve") or []), phases=d.get("phases"), extra=extra)
 
     @classmethod
     def failed(cls, spec: TrialSpec, reason: str) -> "TrialResult":

@@ -1,4 +1,4 @@
-"""Checkpoints of a vectorised trial group (``--vectorize-seeds on``, :mod:`harness.group`): the K seeds
+"""Checkpoints of a vectorised trial group (``--vectorise-seeds on``, :mod:`harness.group`): the K seeds
 of one variant x config written and continued as one unit, through :class:`harness.checkpoint.Checkpointer`'s
 file handling (when one is due, ``train.checkpoint_every``; the atomic write; the Ctrl-C held to the step
 boundary; reading and the identity check; removal once stored, :func:`harness.checkpoint.remove_checkpoint`).
@@ -79,7 +79,7 @@ class GroupCheckpointer(Checkpointer):
         have = [s.seed for s in self.specs if checkpoint_path(self.path.parent, s.key).is_file()]
         if have:
             self.note(f"the checkpoints of seed(s) {', '.join(map(str, have))} are not used: a vectorised group "
-                      f"continues only from its group checkpoint (--vectorize-seeds off continues them)")
+                      f"continues only from its group checkpoint (--vectorise-seeds off continues them)")
 
     def state(self, step: int, train_s: float, group) -> dict[str, Any]:
         """The group's state after ``step`` (``train_s``: the group's train time so far, seconds)."""

@@ -16,7 +16,7 @@ from typing import Sequence
 from .runmeta import RunMeta
 
 from .store import RunStore, tables_text
-from .trial import GZ_SUFFIX, CorruptTrialError, TrialResult, key_of_file, read_trial_file
+from .trial import GZ_SUFFIX, CorruptTrialError, TrialResult, current_header, key_of_file, read_trial_file
 
 #: Trial-file key of a saved model's record (``run --save-models``): ``{"file": "models/<key>.pt",
 #: "sha256", "bytes"}`` (:mod:`harness.saved` writes it, :func:`model_problems` checks it).
@@ -162,6 +162,7 @@ def _check_tables(store: RunStore, valid: list[TrialResult], is_run: bool, probl
         except (OSError, UnicodeDecodeError, EOFError, gzip.BadGzipFile) as exc:
             problems.append(f"{name}: cannot be read ({exc})")
             continue
+        have = current_header(have) if name.startswith("trials.csv") else have  # old column spellings
         if have != want:
             problems.append(f"{name}: does not match the trial files ({_table_difference(have, want)}; "
                             f"re-render with: python -m harness report {root})")

@@ -91,6 +91,7 @@ FAULTS = {
     "adv_ffn_straight_through": "the backward is not the derivative of the forward",
     "adv_start_symbol_leak": "decoder position 0 changed",
     "adv_source_without_specials": "on rows the task drew: real target positions changed",
+    "adv_causal_without_specials": "the mask depends on what the batch holds",
     "adv_qk_norm_no_gain": "the component has no parameter q_norm.weight, k_norm.weight",
     "adv_qk_norm_gain_unused": "QK-norm gains q_norm.weight, k_norm.weight never applied",
     "adv_nan_in_training": "non-finite output in training mode",
@@ -392,11 +393,11 @@ def test_a_component_that_changes_with_use_is_caught_in_a_trial_group_too(tmp_pa
     drifts: the drift gate runs each seed through it (GroupStep.seed_forward), so both seeds are invalid."""
     proc = cli_in_process("--plugin", str(PLUGINS / "evade_scale_after_calls.py"), "run", "--variants",
                           "evade_scale_after_calls", "--preset", "tiny", "--set", "train.steps=150", "--seeds", "2",
-                          "--vectorize-seeds", "on", "-q", "--results-dir", str(tmp_path), "--run-id", "g",
+                          "--vectorise-seeds", "on", "-q", "--results-dir", str(tmp_path), "--run-id", "g",
                           "--no-check", cwd=ROOT)
     assert proc.returncode == 1, proc.stderr[-2000:]
     trials = pd.read_csv(tmp_path / "g" / "trials.csv")
-    assert set(trials["status"]) == {"invalid"} and trials["vectorized"].all()
+    assert set(trials["status"]) == {"invalid"} and trials["vectorised"].all()
     assert trials["reason"].str.startswith("drift: after training").all(), list(trials["reason"])
 
 
@@ -415,7 +416,7 @@ def test_a_layer_that_mixes_positions_only_in_long_rows_fails_the_gate_where_row
 def test_a_mask_that_leaks_only_in_long_rows_fails_the_run_gate_where_rows_are_long():
     """The run gate's batch has 2 rows as long as ``max_len``: a causal mask that leaks from position 16 on is
     named at the quick preset (max_len 64) and passes at ``tiny`` (max_len 16: no row reaches position 16)."""
-    from harness.checks.probes import integrity_reasons
+    from harness.checks.properties.trial_rows import integrity_reasons
 
     reg = _registry("adv_causal_leak_after_16")
     variant = reg.variants["adv_causal_leak_after_16"]

@@ -168,9 +168,9 @@ def test_no_import_cycle_between_harness_modules():
 LAYERS: list[tuple[str, ...]] = [
     ("harness", "harness.__main__", "harness.cli", "harness.commands"),
     ("harness.api",),
-    ("harness.experiments", "harness.suite", "harness.launch", "harness.checking"),
-    ("harness.request", "harness.runner", "harness.executors", "harness.limits", "harness.resume", "harness.beside"),
-    ("harness.train", "harness.group", "harness.vprobe", "harness.vstep", "harness.measure", "harness.perf",
+    ("harness.experiments", "harness.suite", "harness.launch", "harness.planning", "harness.checking"),
+    ("harness.request", "harness.runner", "harness.executors", "harness.resume", "harness.beside"),
+    ("harness.train", "harness.trialgate", "harness.group", "harness.vectorisable", "harness.vstep", "harness.measure", "harness.perf",
      "harness.progress", "harness.saved",
      "harness.tboard", "harness.track", "harness.recipe",
      "harness.checkpoint", "harness.vcheckpoint"),

@@ -223,8 +223,8 @@ def _catalogue(tmp: Path) -> dict[str, tuple[list[str], str]]:
         "jobs_zero": ([*base, "--jobs", "0"], "--jobs must be 'auto' or >= 1"),
         "address_without_ray": ([*base, "--address", "127.0.0.1:6379"], "needs --executor ray"),
         "capture_on_cpu": ([*base, "--device", "cpu", "--capture", "on"], "--capture on needs a CUDA device"),
-        "capture_on_not_vectorised": ([*base, "--capture", "on", "--vectorize-seeds", "off"],
-                                      "it needs --vectorize-seeds on or auto"),
+        "capture_on_not_vectorised": ([*base, "--capture", "on", "--vectorise-seeds", "off"],
+                                      "it needs --vectorise-seeds on or auto"),
         "unknown_command_suite": (["suite", "modern"], "unknown command 'suite'; did you mean: run --suite NAME?"),
         "unknown_command_typo": (["chekc", "--variants", "all"], "unknown command 'chekc'; did you mean: check?"),
     }

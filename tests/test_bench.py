@@ -1,5 +1,5 @@
 """``harness bench``: the nn.Transformer reference, FLOP counting, the interleaved timing loop,
-the fresh-process memory probe and the CLI end to end (tiny config, a few steps)."""
+the fresh-process peak-memory measurement and the CLI end to end (tiny config, a few steps)."""
 from __future__ import annotations
 
 import json
@@ -125,10 +125,10 @@ def test_run_bench_rejects_bad_options(registry):
         B.run_bench([], tiny(), torch.device("cpu"), ["fp16"], steps=1, warmup=0, registry=registry)
 
 
-def test_memory_probe_runs_in_a_fresh_process():
-    mem = B.memory_probe("baseline", {}, tiny(), "cpu", "fp32", None, steps=1)
+def test_peak_memory_is_measured_in_a_fresh_process():
+    mem = B.measure_peak_memory("baseline", {}, tiny(), "cpu", "fp32", None, steps=1)
     assert mem["peak_rss_mb"] > mem["base_rss_mb"] > 50  # torch alone is well over 50 MiB
-    ref = B.memory_probe(B.REFERENCE, {}, tiny(), "cpu", "fp32", None, steps=1)
+    ref = B.measure_peak_memory(B.REFERENCE, {}, tiny(), "cpu", "fp32", None, steps=1)
     assert ref["peak_rss_mb"] > 0
 
 
@@ -300,15 +300,15 @@ def test_kernel_bench_on_cuda_counts_gpu_kernels(registry):
 
 def test_bench_compile_adds_a_compiled_contender_beside_each_variant(tmp_path, capsys, monkeypatch):
     """``bench --compile``: each variant also runs through ``torch.compile``, a row of its own with
-    the eager model's parameters and FLOPs (counted on the wrapped model); it has no memory probe and is no "variant" in the targets' summary. Here with the
+    the eager model's parameters and FLOPs (counted on the wrapped model); it has no peak-memory measurement and is no "variant" in the targets' summary. Here with the
     ``eager`` backend (dynamo's tracing, no code generation) to stay fast; TorchInductor on the CPU:
     results/reference/bench-compile-cpu. With --group-sizes a CUDA-graph mode is one line, exit 2 (the captured
     arms make their own graphs)."""
     from harness.cli import main
 
     monkeypatch.setattr(B, "COMPILE_BACKEND", "eager")
-    probed = []
-    monkeypatch.setattr(B, "memory_probe", lambda name, *a, **k: probed.append(name) or {"peak_rss_mb": 1.0,
+    measured = []
+    monkeypatch.setattr(B, "measure_peak_memory", lambda name, *a, **k: measured.append(name) or {"peak_rss_mb": 1.0,
                                                                                              "base_rss_mb": 0.0})
     args = ["bench", "--variants", "baseline", "pre_norm", "--preset", "tiny", "--steps", "1", "--warmup-steps", "1",
             "--device", "cpu", "--results-dir", str(tmp_path), "-q"]
@@ -320,7 +320,7 @@ def test_bench_compile_adds_a_compiled_contender_beside_each_variant(tmp_path, c
         assert comp["kind"] == "compiled" and comp["params"] == row["params"]
         assert comp["gflop_per_step"] == pytest.approx(row["gflop_per_step"]) and comp["step_ms_median"] > 0
         assert math.isnan(comp["peak_rss_mb"]) and row["peak_rss_mb"] == 1.0
-    assert sorted(probed) == sorted([B.REFERENCE, "baseline", "pre_norm"])
+    assert sorted(measured) == sorted([B.REFERENCE, "baseline", "pre_norm"])
     assert "compiled" not in " ".join(line for line in capsys.readouterr().out.splitlines() if "variant" in line)
     assert main([*args, "--compile", "reduce-overhead", "--group-sizes", "2", "--run-id", "g"]) == 2
     assert "with --group-sizes, --compile takes one mode without CUDA graphs" in capsys.readouterr().err
@@ -336,7 +336,7 @@ def test_bench_compile_modes_each_a_contender_and_nondeterministic_recorded(tmp_
     from harness.env import trial_settings
 
     monkeypatch.setattr(B, "COMPILE_BACKEND", "eager")
-    monkeypatch.setattr(B, "memory_probe", lambda *a, **k: {"peak_rss_mb": 1.0, "base_rss_mb": 0.0})
+    monkeypatch.setattr(B, "measure_peak_memory", lambda *a, **k: {"peak_rss_mb": 1.0, "base_rss_mb": 0.0})
     calls, real = [], torch.compile
     monkeypatch.setattr(torch, "compile", lambda model, **kw: calls.append(kw) or real(model, **kw))
     deterministic_in_step = []

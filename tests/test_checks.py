@@ -240,7 +240,7 @@ def test_a_pair_whose_gradients_alone_differ_is_drawn_again(harness_registry, mo
 
     from harness.checks import sections
 
-    real, calls = sections.compare_runs, []
+    real, calls = sections.compare_outputs, []
 
     def first_one_off(ra, rb, expected, declared, tol, keep):
         res = real(ra, rb, expected, declared, tol, keep)
@@ -250,7 +250,7 @@ def test_a_pair_whose_gradients_alone_differ_is_drawn_again(harness_registry, mo
         off = dataclasses.replace(res.grad_worst, max_abs=1.0)
         return dataclasses.replace(res, verdict=checks.UNEXPECTED, ok=False, grad_max=off, grad_worst=off)
 
-    monkeypatch.setattr(sections, "compare_runs", first_one_off)
+    monkeypatch.setattr(sections, "compare_outputs", first_one_off)
     report = checks.run_checks(harness_registry, harness_registry.select(["baseline", "additive_mask"]), task_rows=None)
     (pair,) = report.pairs
     assert pair.ok and "a rounding event at a kink" in " ".join(pair.notes), pair.notes
@@ -283,7 +283,7 @@ def test_shared_embeddings_stay_tied(harness_registry, harness_config):
     assert_ties_hold(harness_registry, "baseline", expect_tied=False)
 
 
-# --------------------------------------------------------------------------- the seed notes' bugs
+# --------------------------------------------------------------------------- the study notes' bugs
 
 @pytest.mark.parametrize("name,reason", [
     ("bug_001_discarded_mask", "causal mask not applied"),

@@ -89,21 +89,21 @@ def test_sequential_and_jobs_2_give_bitwise_equal_rows(tmp_path):
     for key in ("torch", "python", "platform", "cpu", "git_commit"):
         assert env.get(key), key
     assert env["deterministic"] is True and env["threads"] == 1
-    assert meta["execution"] == {"executor": "local", "jobs": 2, "threads": 1, "address": None, "vectorize_seeds": "off",
+    assert meta["execution"] == {"executor": "local", "jobs": 2, "threads": 1, "address": None, "vectorise_seeds": "off",
                                  "capture": "auto"}
     assert {t["spec"]["threads"] for t in meta["trials"]} == {1}
 
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA device")
-@pytest.mark.parametrize("vectorize", ["off", "on"])
-def test_jobs_2_on_one_gpu_gives_the_rows_of_one_process(tmp_path, vectorize):
+@pytest.mark.parametrize("vectorise", ["off", "on"])
+def test_jobs_2_on_one_gpu_gives_the_rows_of_one_process(tmp_path, vectorise):
     """Issue 27, item 5: several trial processes share one GPU (``--jobs 2 --device cuda``: different
     variants, which do not vectorise together; with ``on`` each worker trains one captured trial group
     at a time). Each worker process opens its own CUDA context; the rows must be those of the same
     trials (or groups) run one after another in one process."""
     common = ["run", "--variants", "baseline,pre_norm", "--preset", "tiny", "--seeds", "2", "--device", "cuda",
-              "--results-dir", str(tmp_path), "-q", "--no-check", "--vectorize-seeds", vectorize]
+              "--results-dir", str(tmp_path), "-q", "--no-check", "--vectorise-seeds", vectorise]
     one = _cli(*common, "--run-id", "one")
     two = _cli(*common, "--run-id", "two", "--jobs", "2")
     assert one.returncode == 0, one.stderr

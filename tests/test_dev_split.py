@@ -154,7 +154,7 @@ def test_a_poisoned_test_set_moves_the_test_metrics_and_nothing_else():
 
 def test_a_vectorised_group_reads_the_test_set_only_at_the_end_too():
     results = _pair(group_mod.run_group)
-    assert all(r.row["vectorized"] == 2 for rs in results.values() for r in rs)
+    assert all(r.row["vectorised"] == 2 for rs in results.values() for r in rs)
     _assert_only_the_test_metrics_move(results)
 
 

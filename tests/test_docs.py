@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 from .conftest import ROOT
 
@@ -137,3 +138,17 @@ def test_readme_layout_names_every_top_level_folder_and_only_what_exists():
     assert missing == [], f"README's layout names what the tree does not hold: {missing}"
     unnamed = sorted(_tracked_top_level_folders() - set(entries))
     assert unnamed == [], f"top-level folders README's layout does not name: {unnamed}"
+
+
+def test_readme_is_short_and_the_docs_speak_of_the_project_not_its_history():
+    """README.md stays an entry page (<= 250 lines; the rest is in docs/), and no README, doc, reference README,
+    module or test counts development rounds ("session 12", "the next GPU session"): the project speaks of
+    itself by dates, commits and machines."""
+    assert len((ROOT / "README.md").read_text().splitlines()) <= 250
+    pattern = re.compile(r"session [0-9]|next GPU session", re.I)
+    files = [ROOT / "README.md", *(ROOT / "docs").glob("*.md"), *(ROOT / "results" / "reference").rglob("*.md"),
+             *(ROOT / "harness").rglob("*.py"), *(ROOT / "tests").rglob("*.py")]
+    this = Path(__file__).resolve()
+    found = [f"{p.relative_to(ROOT)}:{n}" for p in files if p.resolve() != this
+             for n, line in enumerate(p.read_text(errors="replace").splitlines(), 1) if pattern.search(line)]
+    assert found == [], found

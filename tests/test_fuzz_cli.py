@@ -19,6 +19,7 @@ The test prints the number of generated cases and its wall time; CI gets a fixed
 """
 from __future__ import annotations
 
+import argparse
 import contextlib
 import copy
 import io
@@ -39,6 +40,7 @@ from hypothesis import strategies as st  # noqa: E402
 from harness import cli  # noqa: E402
 from harness.verification import verify_run  # noqa: E402
 from harness.config import RunConfig  # noqa: E402
+from harness.runmeta import OLD_VECTORISE_FLAG  # noqa: E402
 from harness.store import RunStore  # noqa: E402
 from harness.trial import TrialResult  # noqa: E402
 
@@ -95,7 +97,8 @@ def faked(template):
     module being imported before any test (tests/conftest.py, ``import_every_harness_module``): one
     imported for the first time under the patch would keep the fakes it binds with ``from .model
     import build_model`` after the undo, for every later test in this process."""
-    from harness import executors, model
+    from harness import model
+    from harness.executors import pool, ray_cluster, sequential
     from harness.experiments import figures
 
     real_build = model.build_model
@@ -118,10 +121,10 @@ def faked(template):
 
 
     mp = pytest.MonkeyPatch()
-    mp.setattr(executors, "run_sequential", fake_sequential)
-    mp.setattr(executors, "run_ray", fake_sequential)
-    mp.setattr(executors, "run_process_pool", fake_pool)
-    mp.setattr(executors, "ray_session", fake_ray_session)
+    mp.setattr(sequential, "run_sequential", fake_sequential)
+    mp.setattr(ray_cluster, "run_ray", fake_sequential)
+    mp.setattr(pool, "run_process_pool", fake_pool)
+    mp.setattr(ray_cluster, "ray_session", fake_ray_session)
     mp.setattr(model, "build_model", fake_build)
     from harness.report import plots
 
@@ -232,13 +235,14 @@ EXPERIMENT_FILE = st.one_of(
     st.text(max_size=40).map(lambda t: t.encode("utf-8", "surrogatepass")))
 
 
-#: every option ``run --help`` documents, drawn by :func:`run_argv` (checked against the parser
-#: by :func:`test_the_fuzz_draws_every_documented_run_option`)
+#: every option ``run --help`` documents and the one it hides (the old spelling of ``--vectorise-seeds``),
+#: drawn by :func:`run_argv` (checked against the parser by :func:`test_the_fuzz_draws_every_documented_run_option`)
 RUN_OPTIONS = ["--variants", "--grid", "--preset", "--set", "--task", "--device", "--dtype", "--experiment", "--seeds",
                "--seed-start", "--results-dir", "--run-id", "--resume", "--jobs", "--executor", "--address",
                "--threads", "-p", "--plugin", "--strict-plugins", "--quiet", "--help", "--no-check", "--suite",
                "--retry-failed", "--allow-code-change", "--tensorboard", "--mlflow", "--save-models",
-               "--vectorize-seeds", "--capture", "--baseline", "--keep-checkpoints", "--trial-timeout", "--time-budget", "--lr-grid"]
+               "--vectorise-seeds", "--capture", "--baseline", "--keep-checkpoints", "--trial-timeout", "--time-budget", "--lr-grid",
+               OLD_VECTORISE_FLAG]  # the hidden alias of --vectorise-seeds
 
 
 @st.composite
@@ -260,8 +264,8 @@ def run_argv(draw):
             argv += ["--tensorboard", draw(st.sampled_from(["-q", "results/tb"]))]
         elif opt == "--mlflow":  # its URI is optional too; without the mlflow package: exit 2, one line
             argv += ["--mlflow", draw(st.sampled_from(["-q", "file:results/mlruns"]))]
-        elif opt == "--vectorize-seeds":  # on the CPU 'on' trains the seeds as one group; bad values exit 2
-            argv += ["--vectorize-seeds", draw(st.one_of(st.sampled_from(["auto", "on", "off", "yes"]), JUNK))]
+        elif opt in ("--vectorise-seeds", OLD_VECTORISE_FLAG):  # on the CPU 'on' trains the seeds as one group
+            argv += [opt, draw(st.one_of(st.sampled_from(["auto", "on", "off", "yes"]), JUNK))]
         elif opt == "--capture":  # on the CPU 'on' is refused (CUDA graphs) with exit 2, as are bad values
             argv += ["--capture", draw(st.one_of(st.sampled_from(["auto", "on", "off", "yes"]), JUNK))]
         elif opt == "--baseline":  # a variant of the run, one it does not hold, or junk: exit 0 or one line, exit 2
@@ -439,9 +443,14 @@ def check_outcome(argv: list[str], work: Path, before: dict[str, bytes], code: i
 
 
 def test_the_fuzz_draws_every_documented_run_option():
+    """Every option ``run --help`` shows is in RUN_OPTIONS; the hidden ones are exactly the old
+    spellings kept as aliases (:data:`harness.runmeta.OLD_VECTORISE_FLAG`), which the fuzz draws too."""
     sub = next(a for a in cli.build_parser()._actions if a.__class__.__name__ == "_SubParsersAction")
-    documented = {a.option_strings[0] for a in sub.choices["run"]._actions if a.option_strings}
-    assert documented == (set(RUN_OPTIONS) - {"--help"}) | {"-h"}
+    actions = [a for a in sub.choices["run"]._actions if a.option_strings]
+    documented = {a.option_strings[0] for a in actions if a.help != argparse.SUPPRESS}
+    hidden = {a.option_strings[0] for a in actions if a.help == argparse.SUPPRESS}
+    assert documented == (set(RUN_OPTIONS) - {"--help", OLD_VECTORISE_FLAG}) | {"-h"}
+    assert hidden == {OLD_VECTORISE_FLAG} and OLD_VECTORISE_FLAG in RUN_OPTIONS
 
 
 def test_fuzzed_command_lines_exit_0_or_one_line_exit_2(faked, tmp_path_factory, capsys):

@@ -17,7 +17,7 @@ import harness
 from harness.config import RunConfig, config_keys, get_preset
 from harness.settings import hash_view
 from harness.errors import ConfigError
-from harness.launch import resolve_config
+from harness.planning import resolve_config
 from harness.model import build_model
 from harness.tasks import heldout_overlap
 from harness.tasks.base import END, PAD, START
@@ -232,7 +232,7 @@ def test_a_g2p_group_trains_the_same_with_and_without_the_index_fast_path(monkey
     monkeypatch.setattr(G2PTask, "index_stream", lambda self, cfg, gen: None)
     slow = group_mod.run_group(specs)
     for f, s in zip(fast, slow):
-        assert f.row["vectorized"] == 2 and f.row["status"] == "ok"
+        assert f.row["vectorised"] == 2 and f.row["status"] == "ok"
         assert [r["loss"] for r in f.curve] == [r["loss"] for r in s.curve]
         assert {k: f.row[k] for k in ("heldout_ce", "wer", "final_train_loss")} == \
             {k: s.row[k] for k in ("heldout_ce", "wer", "final_train_loss")}

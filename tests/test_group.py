@@ -1,4 +1,4 @@
-"""Vectorised trial groups (``run --vectorize-seeds``, :mod:`harness.group`, :mod:`harness.vstep`):
+"""Vectorised trial groups (``run --vectorise-seeds``, :mod:`harness.group`, :mod:`harness.vstep`):
 a group's seeds give their sequential trials' results within the documented tolerance
 (docs/running.md, "Vectorised seeds"), a non-finite seed is frozen without touching the others,
 and a plugin that does not vectorise falls back to sequential trials with one line saying why."""
@@ -14,7 +14,7 @@ import torch
 
 import harness
 from harness import group as group_mod
-from harness import vprobe
+from harness import vectorisable
 from harness import train as train_mod
 from harness.config import get_preset
 from harness.errors import ConfigError
@@ -40,12 +40,12 @@ FALLBACK_PLUGINS = ["vec_item_forward", "vec_data_branch", "vec_no_batching_rule
 
 @pytest.fixture(scope="module")
 def on_off(tmp_path_factory):
-    """``run --variants baseline pre_norm --preset tiny --seeds 4`` with ``--vectorize-seeds on`` and ``off``."""
+    """``run --variants baseline pre_norm --preset tiny --seeds 4`` with ``--vectorise-seeds on`` and ``off``."""
     tmp = tmp_path_factory.mktemp("vec")
     out = {}
     for mode in ("on", "off"):
         out[mode] = harness.run(variants=["baseline", "pre_norm"], seeds=4, preset="tiny", device="cpu", jobs=1, threads=1,
-                                vectorize_seeds=mode, results_dir=tmp, run_id=mode, check=False)
+                                vectorise_seeds=mode, results_dir=tmp, run_id=mode, check=False)
     return out
 
 
@@ -56,7 +56,7 @@ def adamw_cosine(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("vec_adamw")
     recipe = {"train.optimizer": "adamw", "train.weight_decay": 0.1, "train.schedule": "cosine", "train.lr": 3e-3}
     return {mode: harness.run(variants=["baseline", "pre_norm"], seeds=4, preset="tiny", device="cpu", jobs=1,
-                              threads=1, vectorize_seeds=mode, results_dir=tmp, run_id=mode, check=False,
+                              threads=1, vectorise_seeds=mode, results_dir=tmp, run_id=mode, check=False,
                               overrides=recipe)
             for mode in ("on", "off")}
 
@@ -73,7 +73,7 @@ def test_vectorised_seeds_equal_their_sequential_trials(runs, request):
     for key, v in on.items():
         s = off[key]
         rv, rs = v.row, s.row
-        assert rv["vectorized"] == 4 and "vectorized" not in rs, key
+        assert rv["vectorised"] == 4 and "vectorised" not in rs, key
         assert rv["status"] == rs["status"] == "ok", key
         assert math.isclose(rv["heldout_ce"], rs["heldout_ce"], rel_tol=CE_RTOL), key
         assert abs(rv["exact_match"] - rs["exact_match"]) <= EM_ATOL, key
@@ -91,7 +91,7 @@ def test_vectorised_seeds_equal_their_sequential_trials(runs, request):
     # the same trials.csv columns, plus the group's
     cols_on = set(pd.read_csv(on_off["on"] / "trials.csv").columns)
     cols_off = set(pd.read_csv(on_off["off"] / "trials.csv").columns)
-    assert cols_on - cols_off == {"vectorized", "group_wall_s", "captured"} and cols_off <= cols_on
+    assert cols_on - cols_off == {"vectorised", "group_wall_s", "captured"} and cols_off <= cols_on
     assert {"dev_ce", "dev_exact_match", "dev_token_acc"} <= cols_off
 
 
@@ -104,7 +104,7 @@ def test_a_groups_phase_clock_counts_each_evaluation_once(on_off):
     probes = cfg.train.steps // cfg.train.eval_every - 1
     for folder, group in ((on_off["on"], 4), (on_off["off"], 1)):
         for t in RunStore.open(folder).load_trials():
-            # the integrity gate at initialisation once per seed of the clock's trial(s), then the probes
+            # the run gate at initialisation once per seed of the clock's trial(s), then the probes
             assert t.phases["evaluate"]["calls"] == group + probes, (folder.name, t.phases)
             # the group's batched final evaluation, then each seed's gate and row
             assert t.phases["final_eval"]["calls"] == (group + 1 if group > 1 else 1), (folder.name, t.phases)
@@ -155,14 +155,14 @@ def test_a_groups_training_steps_wait_for_the_device_once_a_logging_interval(mon
     specs = [TrialSpec("baseline", s, cfg.to_dict(), device="cpu") for s in (0, 1)]
     with Syncs():
         results = group_mod.run_group(specs)
-    assert [r.row["status"] for r in results] == ["ok", "ok"] and all(r.row.get("vectorized") for r in results)
+    assert [r.row["status"] for r in results] == ["ok", "ok"] and all(r.row.get("vectorised") for r in results)
     assert seen.get("step", 0) == 0, seen
     assert 1 <= seen.get("log", 0) <= steps // group_mod.FLUSH_STEPS + 1, seen
 
 
 def test_the_run_records_how_it_was_executed(on_off):
-    assert RunStore.open(on_off["on"]).meta().execution.vectorize_seeds == "on"
-    assert RunStore.open(on_off["off"]).meta().execution.vectorize_seeds == "off"
+    assert RunStore.open(on_off["on"]).meta().execution.vectorise_seeds == "on"
+    assert RunStore.open(on_off["off"]).meta().execution.vectorise_seeds == "off"
 
 
 def test_resume_runs_the_missing_seeds_as_a_group(on_off, tmp_path):
@@ -175,10 +175,10 @@ def test_resume_runs_the_missing_seeds_as_a_group(on_off, tmp_path):
     shutil.copytree(on_off["on"], folder)
     for seed in (2, 3):
         (folder / "trials" / f"pre_norm__s{seed}.json").unlink()
-    outcome = start_run(RunRequest(resume=str(folder), quiet=True))  # the stored threads (1) and vectorize_seeds
-    assert outcome.exit_code == 0 and outcome.meta.execution.vectorize_seeds == "on"
+    outcome = start_run(RunRequest(resume=str(folder), quiet=True))  # the stored threads (1) and vectorise_seeds
+    assert outcome.exit_code == 0 and outcome.meta.execution.vectorise_seeds == "on"
     again = _trials(folder)
-    assert len(again) == 8 and [again[("pre_norm", s)].row["vectorized"] for s in (2, 3)] == [2, 2]
+    assert len(again) == 8 and [again[("pre_norm", s)].row["vectorised"] for s in (2, 3)] == [2, 2]
     before = _trials(on_off["on"])
     for seed in (2, 3):  # a group of 2 instead of 4: the same trial within the tolerance
         assert math.isclose(again[("pre_norm", seed)].row["heldout_ce"],
@@ -187,22 +187,22 @@ def test_resume_runs_the_missing_seeds_as_a_group(on_off, tmp_path):
 
 def test_auto_is_on_only_where_it_pays(monkeypatch):
     monkeypatch.setattr("harness.env.available_cores", lambda: 16)
-    assert Execution(jobs="auto").resolved(8, "cpu").vectorize_seeds == "off"
+    assert Execution(jobs="auto").resolved(8, "cpu").vectorise_seeds == "off"
     one_group = Execution(jobs="auto").resolved(8, "cuda", n_groups=1)
-    assert one_group.vectorize_seeds == "on" and one_group.jobs == 1
+    assert one_group.vectorise_seeds == "on" and one_group.jobs == 1
     # several groups on one GPU: one worker process per group, at most GPU_JOBS (and one per core)
     assert Execution(jobs="auto").resolved(8, "cuda", n_groups=3).jobs == 3
     assert Execution(jobs="auto").resolved(11, "cuda", n_groups=11).jobs == GPU_JOBS
     monkeypatch.setattr("harness.env.available_cores", lambda: 2)
     assert Execution(jobs="auto").resolved(11, "cuda", n_groups=11).jobs == 2
-    assert Execution(jobs=2).resolved(8, "cuda").vectorize_seeds == "on"  # groups in two workers
-    assert Execution(jobs=2, vectorize_seeds="off").resolved(8, "cuda").vectorize_seeds == "off"
-    assert Execution(jobs="auto", vectorize_seeds="on").resolved(8, "cpu").jobs == 1
-    assert Execution(jobs=2, vectorize_seeds="on").validate().jobs == 2
+    assert Execution(jobs=2).resolved(8, "cuda").vectorise_seeds == "on"  # groups in two workers
+    assert Execution(jobs=2, vectorise_seeds="off").resolved(8, "cuda").vectorise_seeds == "off"
+    assert Execution(jobs="auto", vectorise_seeds="on").resolved(8, "cpu").jobs == 1
+    assert Execution(jobs=2, vectorise_seeds="on").validate().jobs == 2
     with pytest.raises(ConfigError, match="local executor"):
-        Execution(executor="ray", vectorize_seeds="on").validate()
-    with pytest.raises(ConfigError, match="--vectorize-seeds must be one of"):
-        Execution(vectorize_seeds="yes").validate()
+        Execution(executor="ray", vectorise_seeds="on").validate()
+    with pytest.raises(ConfigError, match="--vectorise-seeds must be one of"):
+        Execution(vectorise_seeds="yes").validate()
 
 
 def test_group_specs_groups_seeds_of_one_variant_and_config():
@@ -405,16 +405,16 @@ def test_a_group_steps_through_its_capture_object(monkeypatch):
 
 def test_capture_is_cuda_only_and_switchable(monkeypatch):
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
-    assert not vprobe.capture_wanted(cpu) and vprobe.capture_wanted(cuda)
-    monkeypatch.setenv(vprobe.CAPTURE_ENV, "off")
-    assert not vprobe.capture_wanted(cuda)
-    assert vprobe.capture_wanted(cuda, "on")  # an explicit run --capture wins over the variable
-    monkeypatch.setenv(vprobe.CAPTURE_ENV, "sometimes")
+    assert not vectorisable.capture_wanted(cpu) and vectorisable.capture_wanted(cuda)
+    monkeypatch.setenv(vectorisable.CAPTURE_ENV, "off")
+    assert not vectorisable.capture_wanted(cuda)
+    assert vectorisable.capture_wanted(cuda, "on")  # an explicit run --capture wins over the variable
+    monkeypatch.setenv(vectorisable.CAPTURE_ENV, "sometimes")
     with pytest.raises(ConfigError, match="auto, on or off"):
-        vprobe.capture_wanted(cuda)
-    assert not vprobe.capture_wanted(cuda, "off") and not vprobe.capture_wanted(cpu, "on")
+        vectorisable.capture_wanted(cuda)
+    assert not vectorisable.capture_wanted(cuda, "off") and not vectorisable.capture_wanted(cpu, "on")
     with pytest.raises(ConfigError, match="--capture must be"):
-        vprobe.capture_wanted(cuda, "yes")
+        vectorisable.capture_wanted(cuda, "yes")
 
 
 def test_run_capture_reaches_the_group_and_the_run_record(monkeypatch, tmp_path):
@@ -428,7 +428,7 @@ def test_run_capture_reaches_the_group_and_the_run_record(monkeypatch, tmp_path)
 
     monkeypatch.setattr(group_mod, "run_group", spy)
     folder = harness.run(variants="baseline", seeds=2, preset="tiny", overrides={"train.steps": 2}, device="cpu",
-                         threads=1, vectorize_seeds="on", capture="off", results_dir=tmp_path, run_id="c", check=False)
+                         threads=1, vectorise_seeds="on", capture="off", results_dir=tmp_path, run_id="c", check=False)
     assert seen == ["off"] and RunStore.open(folder).meta().execution.capture == "off"
     assert "--capture off" in (folder / "report.md").read_text() or "--capture off" in (folder / "config.json").read_text()
     with pytest.raises(ConfigError, match="--capture on needs a CUDA device"):
@@ -564,7 +564,7 @@ def test_a_plugin_that_does_not_vectorise_runs_sequentially_with_one_line(name):
     assert len(lines) == 1 and mod.EXPECT_FALLBACK in lines[0] and "one after another" in lines[0], lines
     alone = [train_mod.run_trial(s) for s in specs]
     for g, a in zip(grouped, alone):
-        assert g.row["vectorized"] == 0 and mod.EXPECT_FALLBACK in g.row["vectorized_note"]
+        assert g.row["vectorised"] == 0 and mod.EXPECT_FALLBACK in g.row["vectorised_note"]
         assert g.row["status"] == a.row["status"] and g.row["heldout_ce"] == a.row["heldout_ce"]
 
 
@@ -589,10 +589,10 @@ def test_a_group_of_one_evaluates_on_its_own_model(monkeypatch, k):
 
 
 def test_groups_in_worker_processes_equal_groups_in_this_process():
-    """``--vectorize-seeds on --jobs 2``: each group trains in a worker (one group per worker at a time),
+    """``--vectorise-seeds on --jobs 2``: each group trains in a worker (one group per worker at a time),
     bitwise as in this process; a group that falls back to sequential trials there says why in one line,
     which reaches the run's log."""
-    from harness import executors
+    from harness.executors import pool as executors
 
     path, mod = _plugin("vec_item_forward")
     plugins = {"modules": [], "files": [str(path)], "strict": False}
@@ -602,17 +602,17 @@ def test_groups_in_worker_processes_equal_groups_in_this_process():
                      plugins=plugins, threads=1) for s in range(2)]
     got, lines = {}, []
     executors.run_process_pool(base + odd, 2, lambda ts, r: got.__setitem__(ts.key, r), threads=1,
-                               capture="auto", log=lines.append)
+                               vectorise=True, capture="auto", log=lines.append)
     fallback = [ln for ln in lines if not ln.startswith("pool: ")]  # the pool's own line: when its first group began
     assert len(got) == 4 and len(fallback) == 1 and mod.EXPECT_FALLBACK in fallback[0], lines
     assert len(lines) == 2 and lines[-1].startswith("pool: 2 worker process(es); the first trial group began"), lines
     here = group_mod.run_group(base)
     for ts, h in zip(base, here):
         w = got[ts.key].row
-        assert w["vectorized"] == 2 and {k: w[k] for k in ("heldout_ce", "exact_match", "final_train_loss")} == \
+        assert w["vectorised"] == 2 and {k: w[k] for k in ("heldout_ce", "exact_match", "final_train_loss")} == \
             {k: h.row[k] for k in ("heldout_ce", "exact_match", "final_train_loss")}
         assert [r["loss"] for r in got[ts.key].curve] == [r["loss"] for r in h.curve]
-    assert all(got[ts.key].row["vectorized"] == 0 and got[ts.key].row["status"] == "ok" for ts in odd)
+    assert all(got[ts.key].row["vectorised"] == 0 and got[ts.key].row["status"] == "ok" for ts in odd)
 
 
 #: The default recipe and AdamW with the cosine schedule (weight decay on a column mask, a decaying lr tensor).
@@ -627,7 +627,7 @@ def test_a_cuda_group_equals_its_sequential_trials(recipe):
     specs = [TrialSpec("baseline", s, cfg.to_dict(), device="cuda") for s in range(4)]
     grouped, alone = group_mod.run_group(specs), [train_mod.run_trial(s) for s in specs]
     for g, a in zip(grouped, alone):
-        assert g.row["vectorized"] == 4 and g.row["device"] == "cuda"
+        assert g.row["vectorised"] == 4 and g.row["device"] == "cuda"
         assert math.isclose(g.row["heldout_ce"], a.row["heldout_ce"], rel_tol=CE_RTOL)
 
 
@@ -641,10 +641,10 @@ def test_a_captured_group_equals_the_uncaptured_one(monkeypatch, k, recipe):
     cfg = get_preset("tiny").override({"train.steps": 30, "train.eval_every": 10, "train.log_every": 5, **recipe})
     specs = [TrialSpec("baseline", s, cfg.to_dict(), device="cuda") for s in range(k)]
     captured = group_mod.run_group(specs)
-    monkeypatch.setenv(vprobe.CAPTURE_ENV, "off")
+    monkeypatch.setenv(vectorisable.CAPTURE_ENV, "off")
     eager = group_mod.run_group(specs)  # a group of one without capture: its sequential trial
     for c, e in zip(captured, eager):
-        assert c.row["captured"] == 1 and c.row["vectorized"] == k and e.row.get("captured", 0) == 0
+        assert c.row["captured"] == 1 and c.row["vectorised"] == k and e.row.get("captured", 0) == 0
         assert c.row["status"] == e.row["status"] == "ok"
         assert math.isclose(c.row["heldout_ce"], e.row["heldout_ce"], rel_tol=CE_RTOL)
         assert [r["step"] for r in c.curve] == [r["step"] for r in e.curve]
@@ -685,7 +685,7 @@ def test_a_quiet_run_keeps_its_log_lines_in_the_run_folder(tmp_path):
 
     path, mod = _plugin("vec_item_forward")
     args = ["--plugin", str(path), "run", "--variants", "vec_item_forward", "--preset", "tiny", "--seeds", "2",
-            "--set", "train.steps=3", "--set", "train.eval_sequences=16", "--vectorize-seeds", "on", "--device",
+            "--set", "train.steps=3", "--set", "train.eval_sequences=16", "--vectorise-seeds", "on", "--device",
             "cpu", "--no-check", "-q", "--results-dir", str(tmp_path)]
     r = cli_in_process(*args, "--run-id", "q")
     assert r.returncode == 0, r.stderr

@@ -3,7 +3,7 @@ group checkpoint on ``--resume`` and ends bitwise equal to an uninterrupted grou
 
 * Ctrl-C (a real SIGINT) while a group of 3 seeds holds a training step: the run exits 130 with the
   group's checkpoint of that step; ``--resume`` continues the group; trials.csv, curves and saved
-  weights equal an uninterrupted ``--vectorize-seeds on`` run's; the checkpoint is gone once stored.
+  weights equal an uninterrupted ``--vectorise-seeds on`` run's; the checkpoint is gone once stored.
 * A KeyboardInterrupt inside a step (dropout on; a seed that diverged before the checkpoint and is not
   yet read back): the last periodic checkpoint is used and the group equals an uninterrupted one.
 * A checkpoint of another group (other seeds, another config, tensors of another shape) or a truncated
@@ -46,7 +46,7 @@ SEEDS = (0, 1, 2)
 def run_args(tmp_path: Path, run_id: str, *extra) -> list[str]:
     return ["--plugin", str(tmp_path / "holding.py"), "run", "--variants", "holds", "--preset", "tiny",
             "--device", "cpu", "--no-check", "--jobs", "1", "--threads", "1", "--save-models", "--seeds", "3",
-            "--vectorize-seeds", "on", "--set", "train.steps=40", "--set", "train.eval_every=15",
+            "--vectorise-seeds", "on", "--set", "train.steps=40", "--set", "train.eval_every=15",
             "--set", "train.checkpoint_every=6", "--set", "model.dropout=0.1",
             "--results-dir", str(tmp_path), "--run-id", run_id, *extra]
 
@@ -106,7 +106,7 @@ def test_ctrl_c_mid_group_then_resume_equals_an_uninterrupted_group(tmp_path, mo
     for seed in SEEDS:
         key = f"holds__s{seed}"
         stored = trial_file(run, key)
-        assert stored["row"]["resumed_from_step"] == step and stored["row"]["vectorized"] == 3
+        assert stored["row"]["resumed_from_step"] == step and stored["row"]["vectorised"] == 3
         assert same(timeless(stored), timeless(trial_file(tmp_path / "whole", key)))
         assert_same_weights(weights(run, key), weights(tmp_path / "whole", key))
     assert not (run / "checkpoints").exists()
@@ -162,7 +162,7 @@ def test_interrupt_inside_a_step_resumes_the_group_from_its_last_checkpoint(tmp_
         diverging_seed_1(monkeypatch)
     specs = group_specs(tmp_path)
     reference = run_group([dataclasses.replace(s, checkpoint_dir="") for s in specs])
-    assert [r.row["vectorized"] for r in reference] == [3, 3, 3] and not list(tmp_path.iterdir())
+    assert [r.row["vectorised"] for r in reference] == [3, 3, 3] and not list(tmp_path.iterdir())
     at, saved = (10, 8) if diverging else (18, 16)  # step 10 is read back (seed 1 found diverged) after step 10's
     interrupted_at(specs, at)
     state = torch.load(checkpoint_path(tmp_path, "baseline__group"), weights_only=True)
@@ -219,7 +219,7 @@ def test_a_checkpoint_of_another_group_is_not_used(tmp_path, change):
 
 def test_group_checkpoints_are_removed_once_stored_and_kept_with_keep_checkpoints(tmp_path):
     base = ["run", "--variants", "baseline", "pre_norm", "--preset", "tiny", "--seeds", "2", "--device", "cpu",
-            "--no-check", "--threads", "1", "--vectorize-seeds", "on", "--set", "train.steps=12",
+            "--no-check", "--threads", "1", "--vectorise-seeds", "on", "--set", "train.steps=12",
             "--set", "train.checkpoint_every=5",
             "--results-dir", tmp_path]
     removed = cli_in_process(*base, "--jobs", "1", "--run-id", "removed")
@@ -234,7 +234,7 @@ def test_group_checkpoints_are_removed_once_stored_and_kept_with_keep_checkpoint
         state = torch.load(folder / f"{variant}__group.pt", weights_only=True)
         assert state["step"] == 10 and state["identity"]["seeds"] == [0, 1]
         assert state["identity"]["spec"]["variant"] == variant and "seed" not in state["identity"]["spec"]
-        assert pd.read_csv(tmp_path / "kept" / "trials.csv")["vectorized"].tolist() == [2, 2, 2, 2]
+        assert pd.read_csv(tmp_path / "kept" / "trials.csv")["vectorised"].tolist() == [2, 2, 2, 2]
 
 
 def test_a_group_and_a_lone_trial_do_not_use_each_others_checkpoints(tmp_path):
@@ -242,9 +242,9 @@ def test_a_group_and_a_lone_trial_do_not_use_each_others_checkpoints(tmp_path):
     checkpoint_path(tmp_path, specs[1].key).write_bytes(b"seed 1 was interrupted running on its own")
     lines: list[str] = []
     results = run_group(specs, log=lines.append)
-    assert [r.row["vectorized"] for r in results] == [2, 2] and not any("resumed_from_step" in r.row for r in results)
+    assert [r.row["vectorised"] for r in results] == [2, 2] and not any("resumed_from_step" in r.row for r in results)
     assert lines == ["baseline: the checkpoints of seed(s) 1 are not used: a vectorised group continues only from "
-                     "its group checkpoint (--vectorize-seeds off continues them); the group trains its seeds from "
+                     "its group checkpoint (--vectorise-seeds off continues them); the group trains its seeds from "
                      "step 0"]
     checkpoint_path(tmp_path, group_stem(specs[0])).write_bytes(b"the group was interrupted")
     alone = run_trial(specs[0])

@@ -142,7 +142,7 @@ def test_a_group_whose_model_does_not_vectorise_in_eval_mode_evaluates_seed_by_s
     assert len(lines) == 1 and mod.EXPECT_EVAL_FALLBACK in lines[0], lines
     alone = [train_mod.run_trial(s) for s in specs]
     for g, a in zip(grouped, alone):
-        assert g.row["vectorized"] == 2 and g.row["status"] == a.row["status"] == "ok"
+        assert g.row["vectorised"] == 2 and g.row["status"] == a.row["status"] == "ok"
         assert math.isclose(g.row["heldout_ce"], a.row["heldout_ce"], rel_tol=1e-4)
         assert [r["step"] for r in g.curve if r["split"] == "dev"] == [2, 4]
 
@@ -188,7 +188,7 @@ def test_an_evasive_plugin_trained_as_a_group_is_still_invalid(name, why):
     grouped = group_mod.run_group(specs, log=lines.append)
     assert lines == []  # scores and periodic future-leak checks batched: nothing fell back
     for result in grouped:
-        assert result.row.get("vectorized") == 2
+        assert result.row.get("vectorised") == 2
         assert result.status == "invalid", (result.status, result.reason)
         assert why in result.reason, result.reason
         if name != "evade_two_faces":  # caught by the periodic check, which the group batches

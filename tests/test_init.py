@@ -14,7 +14,7 @@ from torch import nn
 
 import harness
 from harness.checks import CHECK_MODEL
-from harness.checks.contracts import check_component, check_components
+from harness.checks.contracts import check_component, check_contracts
 from harness.checks.runs import CheckSession
 from harness.checks.whole import equivalence_classes
 from harness.cli import main as cli_main
@@ -91,7 +91,7 @@ def test_every_scheme_starts_variants_sharing_a_layout_equal(reg, scheme):
 def test_every_builtin_scheme_conforms_to_the_slot_and_the_contract_catches_a_broken_one(reg):
     keys = sorted(k for k in reg.components if k[0] == "init" and not k[1].startswith("adv"))
     assert [k[1] for k in keys] == sorted(SCHEMES)
-    assert {r.name: r.verdict for r in check_components(reg, keys, CHECK_MODEL)} == dict.fromkeys(SCHEMES, "conforms")
+    assert {r.name: r.verdict for r in check_contracts(reg, keys, CHECK_MODEL)} == dict.fromkeys(SCHEMES, "conforms")
 
     class Constant:
         def init(self, site, current, generator):
@@ -246,7 +246,7 @@ def test_the_deepnet_plugins_start_has_the_papers_scale(reg):
 
 
 def test_the_deepnet_plugin_passes_check(reg):
-    res = check_components(reg, [("norm", "deepnet_plugin_norm"), ("feed_forward", "deepnet_plugin_ffn"),
+    res = check_contracts(reg, [("norm", "deepnet_plugin_norm"), ("feed_forward", "deepnet_plugin_ffn"),
                                  ("attention", "deepnet_plugin_attn")], CHECK_MODEL)
     assert all(r.ok for r in res), [r.reason() for r in res if not r.ok]
     assert {r.verdict for r in res if r.slot == "norm"} == {"differs as declared"}

@@ -1,4 +1,4 @@
-"""Time limits and resource errors of a run (``harness.limits``, ``launch.drive``'s handling, docs/running.md).
+"""Time limits and resource errors of a run (``harness.executors.limits``, ``launch.drive``'s handling, docs/running.md).
 
 * ``--trial-timeout``: a trial whose forward hangs after a few training steps (:data:`HANG_PLUGIN`) is
   ended in its worker process and stored ``timed_out`` with the step it reached, beside a normal
@@ -134,7 +134,7 @@ def test_a_hung_trial_is_ended_as_timed_out_and_the_others_finish(tmp_path, plug
 def test_a_vectorised_group_past_its_limit_has_every_seed_timed_out(tmp_path, plugin):
     plugin.with_suffix(".hang").touch()
     res = cli_in_process("--plugin", plugin, "run", "--variants", "a_hangs", "baseline", "--seeds", "2", *SHORT,
-                         "--vectorize-seeds", "on", "--jobs", "2", "--trial-timeout", "10", "--results-dir", tmp_path,
+                         "--vectorise-seeds", "on", "--jobs", "2", "--trial-timeout", "10", "--results-dir", tmp_path,
                          "--run-id", "g")
     assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
     got = {(t.row["variant"], t.row["seed"]): t.row for t in RunStore.open(tmp_path / "g").load_trials()}

@@ -144,7 +144,7 @@ def test_a_vectorised_group_writes_one_record_per_seed(registry, tmp_path):
 
     specs = spec_for(registry, {"tensorboard": str(tmp_path), "mlflow": None, "run": "r"}, seeds=(0, 1), steps=5)
     results = run_group(specs)
-    assert [r.row.get("vectorized") for r in results] == [2, 2], [r.row.get("vectorized_note") for r in results]
+    assert [r.row.get("vectorised") for r in results] == [2, 2], [r.row.get("vectorised_note") for r in results]
     losses = []
     for spec, result in zip(specs, results):
         ea = read(tmp_path / spec.key)

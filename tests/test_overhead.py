@@ -28,7 +28,7 @@ def test_profile_trial_splits_the_wall_time_into_the_loops_phases(registry, tmp_
     phases = prof["phases"]
     assert set(phases) == set(PHASES)
     assert phases["step"]["calls"] == phases["data"]["calls"] == phases["log"]["calls"] == cfg.train.steps
-    assert phases["evaluate"]["calls"] == cfg.train.steps // cfg.train.eval_every - 1 + 1  # probes + the integrity gate at initialisation
+    assert phases["evaluate"]["calls"] == cfg.train.steps // cfg.train.eval_every - 1 + 1  # probes + the run gate at initialisation
     assert phases["final_eval"]["calls"] == phases["build"]["calls"] == phases["store"]["calls"] == 1
     covered = sum(p["s"] for p in phases.values())
     assert 0 < covered <= prof["wall_s"] * 1.001

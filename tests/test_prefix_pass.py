@@ -1,7 +1,7 @@
 """The one-pass prefix logits (CUDA's default, ``HARNESS_PREFIX_PASS=batched`` anywhere; harness/tasks/prefix.py).
 
 It must give the default loop's numbers for every built-in variant, launch far fewer ops, and
-leave the future-leak gate as sharp as the loop: leaking plugins, and one built to read the
+leave the future-leak check as sharp as the loop: leaking plugins, and one built to read the
 decoder input's width, are caught in both modes.
 """
 from __future__ import annotations
@@ -120,7 +120,7 @@ def test_the_batched_pass_runs_at_least_4x_fewer_ops(data, monkeypatch):
 class _WidthAwareEmbeddings(nn.Module):
     """Adversarial: a target embedding that adds a vector chosen by the decoder input's width
     (``tgt.size(1)``): in training with length buckets the width tells a row about its own
-    length. Causal masks cannot stop it. The gate must see it in both prefix modes: the loop's
+    length. Causal masks cannot stop it. The future-leak check must see it in both prefix modes: the loop's
     prefixes have width t + 1, the batched pass's one column more than the whole pass."""
 
     def __init__(self, inner, max_len):
@@ -141,7 +141,7 @@ class _WidthAwareEmbeddings(nn.Module):
 
 @pytest.mark.parametrize("mode", ["loop", "batched"])
 @pytest.mark.parametrize("name", ["adv_causal_shift", "adv_length_embedding", "width"])
-def test_the_future_leak_gate_catches_leaks_in_both_modes(data, monkeypatch, mode, name):
+def test_the_future_leak_check_catches_leaks_in_both_modes(data, monkeypatch, mode, name):
     monkeypatch.setenv(PREFIX_ENV, mode)
     if name == "width":
         reg = Registry.from_plugins()
@@ -161,7 +161,7 @@ def test_the_future_leak_gate_catches_leaks_in_both_modes(data, monkeypatch, mod
 @pytest.mark.parametrize("name", ["baseline", "rope_positions", "seed_004"])
 def test_a_groups_batched_prefix_logits_equal_its_loop_and_each_seeds_own(data, monkeypatch, name):
     """A trial group's prefix logits (K seeds through vmap) in one pass equal the group's loop and
-    each seed's own model within the gate's tolerance; the leak gate of the group in batched mode
+    each seed's own model within the check's tolerance; the future-leak check of the group in batched mode
     passes for these clean models."""
     from harness.tasks.seeds import SeedStack, future_leak_seeds, prefix_logits_seeds
     from harness.vstep import GroupStep
@@ -186,7 +186,7 @@ def test_a_groups_batched_prefix_logits_equal_its_loop_and_each_seeds_own(data, 
 
 
 @pytest.mark.parametrize("name", ["adv_causal_shift", "adv_length_embedding"])
-def test_a_groups_batched_leak_gate_catches_leaking_plugins(data, monkeypatch, name):
+def test_a_groups_batched_leak_check_catches_leaking_plugins(data, monkeypatch, name):
     from harness.tasks.seeds import SeedStack, future_leak_seeds
     from harness.vstep import GroupStep
 

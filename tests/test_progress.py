@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import sys
 
-from harness import executors
+from harness.executors import pool as executors
 from harness.config import get_preset
 from harness.progress import TrialBars
 from harness.trial import TrialSpec

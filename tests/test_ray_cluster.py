@@ -40,7 +40,7 @@ TIMING = {"wall_s", "train_s", "step_ms", "tokens_per_s", "time_to_solve_s", "pe
 RAY = shutil.which("ray") or str(Path(sys.executable).with_name("ray"))
 EXAMPLE_PLUGIN = ROOT / "examples" / "harness-example" / "harness_example.py"
 #: the run under test: 4 trials of ~1-3 s each (long enough to be caught running), one variant from a
-#: --plugin file (its source is shipped to the workers: harness.executors.run_ray)
+#: --plugin file (its source is shipped to the workers: harness.executors.ray_cluster.run_ray)
 RUN = ["--plugin", str(EXAMPLE_PLUGIN), "run", "--variants", "baseline,example_rmsnorm", "--preset", "tiny", "--seeds",
        "2", "--set", "train.steps=300", "--threads", "1", "--device", "cpu", "--no-check"]
 

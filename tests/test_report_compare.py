@@ -1,4 +1,4 @@
-"""Reports from stored trials, ``report`` and ``compare`` (a regression gate) on fabricated and real runs."""
+"""Reports from stored trials, ``report`` and ``compare`` (a regression test) on fabricated and real runs."""
 import numpy as np
 import pytest
 

@@ -304,7 +304,7 @@ def test_nan_raise_and_oom_trials_are_isolated(tmp_path):
     assert f"--resume {tmp_path / 'faulty'} --retry-failed" in res.stderr  # two crashed: a retry may help
     run = tmp_path / "faulty"
     rows = read_rows(run / "trials.csv")
-    # NaN from the first forward: the integrity gate's finite probe fails at initialisation (invalid, never
+    # NaN from the first forward: the run gate's finite probe fails at initialisation (invalid, never
     # ranked), and the training loop's own stop is kept in the reason
     assert rows["goes_nan"]["status"] == "invalid" and "non-finite loss at step 1" in rows["goes_nan"]["reason"]
     assert "at initialisation: " in rows["goes_nan"]["reason"]
@@ -346,12 +346,12 @@ def test_worker_that_dies_is_recorded_and_the_pool_goes_on(tmp_path):
 
 
 def test_a_group_whose_worker_dies_is_recorded_and_the_pool_goes_on(tmp_path):
-    """``--vectorize-seeds on --jobs 2``: a trial group whose worker dies (again in a worker of its own) has
+    """``--vectorise-seeds on --jobs 2``: a trial group whose worker dies (again in a worker of its own) has
     every seed recorded ``failed``; the other groups finish."""
     plugin = tmp_path / "faulty_plugin.py"
     plugin.write_text(textwrap.dedent(FAULTY_PLUGIN))
     res = cli_in_process("--plugin", str(plugin), "run", "--variants", "baseline,kills_worker,pre_norm", "--seeds", "2",
-                         "--preset", "tiny", "--jobs", "2", "--vectorize-seeds", "on", "--results-dir", str(tmp_path),
+                         "--preset", "tiny", "--jobs", "2", "--vectorise-seeds", "on", "--results-dir", str(tmp_path),
                          "--run-id", "groups", "-q")
     assert res.returncode == 1, res.stderr
     assert "Traceback" not in res.stderr

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from harness import checks
-from harness.checks.contracts import check_components
+from harness.checks.contracts import check_contracts
 from harness.cli import main as cli_main
 from harness.config import get_preset
 from harness.errors import PluginError
@@ -194,13 +194,13 @@ def test_rezero_runs(rezero, tmp_path):
 
 @pytest.mark.parametrize("name", ["identity", "layerscale"])
 def test_correct_blocks_without_layer_norm_conform(blocks, name):
-    res = check_components(blocks, [("norm", name)], checks.CHECK_MODEL)
+    res = check_contracts(blocks, [("norm", name)], checks.CHECK_MODEL)
     assert [r.verdict for r in res] == ["conforms", "differs as declared"], [r.reason() for r in res]
 
 
 @pytest.mark.parametrize("name", sorted(FAULTS))
 def test_a_block_that_is_not_a_residual_fails_with_the_fault_named(blocks, name):
-    res = check_components(blocks, [("norm", name)], checks.CHECK_MODEL)
+    res = check_contracts(blocks, [("norm", name)], checks.CHECK_MODEL)
     bad = [r for r in res if not r.ok]
     assert bad and bad[0].verdict == "violates its slot", [r.reason() for r in res]
     assert FAULTS[name] in bad[0].reason(), bad[0].reason()

@@ -7,7 +7,7 @@ import json
 import pytest
 
 import harness
-from harness.launch import plan_run
+from harness.planning import plan_run
 from harness.overview import check_configs
 from harness.overview import check_classes, meet
 from harness.registry import Registry

@@ -9,7 +9,7 @@ import pytest
 
 import harness
 from harness.checks.contract_base import SLOT_REFERENCES
-from harness.checks.contracts import CHECKS, check_component, check_components, slot_check
+from harness.checks.contracts import CHECKS, check_component, check_contracts, slot_check
 from harness.checks.expectations import registry_groups
 from harness.cli import main as cli_main
 from harness.config import ModelConfig
@@ -54,7 +54,7 @@ def test_a_new_slot_reaches_the_model_through_the_component_that_asks_for_it(reg
 
 def test_a_new_slot_is_checked_by_the_check_it_names(reg):
     cfg = ModelConfig(d_model=16, h=2, d_ff=32, N=1, vocab=11)
-    res = check_components(reg, [("activation", "squared_relu"), ("feed_forward", "act_ffn")], cfg)
+    res = check_contracts(reg, [("activation", "squared_relu"), ("feed_forward", "act_ffn")], cfg)
     assert [(r.slot, r.verdict) for r in res] == [("activation", "conforms"), ("feed_forward", "differs as declared"),
                                                   ("feed_forward", "conforms")]  # its dropout unbiased
     wrong = Component("plain_relu", "activation", lambda ctx: __import__("torch").nn.ReLU())

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from harness import train as T
-from harness.checks.probes import integrity_reasons
+from harness.checks.properties.trial_rows import integrity_reasons
 from harness.config import get_preset
 from harness.env import autocast, environment, peak_mem_mb, reset_peak_mem, trial_settings
 from harness.model import build_model

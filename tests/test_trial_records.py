@@ -36,7 +36,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("harness/trial.py", "*"): "the records' own to_dict/from_dict and the trial-file reader",
     ("harness/runmeta.py", "_decode_planned"): "config.json's trial list ({key, spec}) read into TrialSpecs",
     ("harness/perf/overhead.py", "*"): "the profile dict of profile_trial ({'phases': ...}), not a trial record",
-    ("harness/perf/bench.py", "_probe_main"): "the memory probe's own JSON on stdin, not a trial spec",
+    ("harness/perf/bench.py", "_memory_main"): "the peak-memory measurement's own JSON on stdin, not a trial spec",
     ("harness/suite/run.py", "suite_folder"): "suite.json's 'spec' (the suite file's), not a trial's",
 }
 
@@ -136,8 +136,8 @@ def test_a_committed_run_reads_as_trial_specs_and_writes_back_the_same_json(run)
     assert meta.trials and all(isinstance(t, TrialSpec) for t in meta.trials)
     assert [t.key for t in meta.trials] == [e["key"] for e in json.loads(text)["trials"]]
     assert json.dumps(meta.to_dict(), indent=2) == text  # byte for byte, as RunStore.write_meta writes it
-    assert isinstance(meta.execution, Execution) and meta.execution.vectorize_seeds == "auto"  # stored before it
-    assert "vectorize_seeds" not in meta.to_dict()["execution"]
+    assert isinstance(meta.execution, Execution) and meta.execution.vectorise_seeds == "auto"  # stored before it
+    assert "vectorise_seeds" not in meta.to_dict()["execution"]
 
 
 def test_a_trial_list_entry_this_version_would_write_differently_stays_as_stored():
@@ -149,10 +149,10 @@ def test_a_trial_list_entry_this_version_would_write_differently_stays_as_stored
 
 def test_execution_options_and_the_stored_record_are_one_class():
     opts = Execution("local", "auto", None, None, "auto").validate().resolved(4, "cpu")
-    assert opts.vectorize_seeds == "off" and isinstance(opts.jobs, int)
+    assert opts.vectorise_seeds == "off" and isinstance(opts.jobs, int)
     stored = Execution.from_dict(opts.to_dict())
     assert stored == opts and stored.to_dict() == {"executor": "local", "jobs": opts.jobs, "threads": None,
-                                                   "address": None, "vectorize_seeds": "off", "capture": "auto"}
+                                                   "address": None, "vectorise_seeds": "off", "capture": "auto"}
 
 
 def test_a_result_round_trips_through_its_dict():

@@ -138,7 +138,7 @@ def test_claims_on_a_sweep_read_sensitivity_per_seed_and_the_tuned_verdict(tmp_p
 
 
 def test_a_sweeps_points_train_as_one_group_each_member_at_its_own_rate(tmp_path):
-    """``--lr-grid`` with vectorised seeds: a variant's L x K members are one group (``vectorized`` = L x K),
+    """``--lr-grid`` with vectorised seeds: a variant's L x K members are one group (``vectorised`` = L x K),
     each at its own learning rate: the same numbers as its ordinary trial (tests/test_group.py's tolerance)."""
     import harness
     from harness.store import RunStore
@@ -146,13 +146,13 @@ def test_a_sweeps_points_train_as_one_group_each_member_at_its_own_rate(tmp_path
     from .test_group import CE_RTOL, EARLY_RTOL
 
     runs = {mode: harness.run(variants=["baseline"], seeds=2, preset="tiny", device="cpu", jobs=1, threads=1,
-                              vectorize_seeds=mode, results_dir=tmp_path, run_id=mode, check=False,
+                              vectorise_seeds=mode, results_dir=tmp_path, run_id=mode, check=False,
                               overrides={"train.schedule": "cosine"}, lr_grid=[1e-3, 1e-2])
             for mode in ("on", "off")}
     on, off = ({(t.row["point"], t.row["seed"]): t for t in RunStore.open(runs[m]).load_trials()} for m in ("on", "off"))
     assert on.keys() == off.keys() == {(p, s) for p in ("lr=0.001", "lr=0.01") for s in (0, 1)}
     for key, v in on.items():
-        assert v.row["vectorized"] == 4 and v.row["lr"] == off[key].row["lr"] == float(key[0][3:])
+        assert v.row["vectorised"] == 4 and v.row["lr"] == off[key].row["lr"] == float(key[0][3:])
         assert math.isclose(v.row["heldout_ce"], off[key].row["heldout_ce"], rel_tol=CE_RTOL), key
         for a, b in zip(v.curve, off[key].curve):
             tol = EARLY_RTOL if a["split"] == "train" and a["step"] <= 10 else CE_RTOL

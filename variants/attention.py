@@ -4,14 +4,14 @@ All compute MultiHead(Q, K, V) = Concat(head_1..head_h) W_o with
 head_i = softmax(Q W_q^i (K W_k^i)^T / sqrt(d_k)) V W_v^i, dropout on the attention weights.
 
 * ``annotated``: four cloned ``Linear``s, heads as (B, H, L, d_k), ``torch.matmul``
-  -- Annotated Transformer ``MultiHeadedAttention`` (seed 000).
+  -- Annotated Transformer ``MultiHeadedAttention`` (note 000).
 * ``d2l``: ``W_q, W_k, W_v, W_o``, heads folded into the batch as (B*H, L, d_k) by
-  ``transpose_qkv``/``transpose_output``, ``torch.bmm`` -- d2l §10.5 (seeds 001, 003). The
+  ``transpose_qkv``/``transpose_output``, ``torch.bmm`` -- d2l §10.5 (notes 001, 003). The
   mask is repeated per head in batch-major order (d2l's ``repeat_interleave`` of valid_lens).
 * ``torch``: the same projections, then ``F.scaled_dot_product_attention``; the mask
   component's ``apply`` on a zero tensor gives the additive bias SDPA takes.
 * ``happy_llm``: ``wq, wk, wv, wo``, heads (B, H, L, d_k), softmax computed in float32 and
-  cast back, dropout on the weights and on the output (seed 002; its K/V reshape bug fixed).
+  cast back, dropout on the weights and on the output (note 002; its K/V reshape bug fixed).
 
 Canonical parameters (every component): ``w_q, w_k, w_v, w_o`` ``.weight`` (D, D) and, when
 the ``projections`` slot gives biases, ``.bias`` (D,). Shape of ``forward``: query (B, Tq, D),
@@ -241,7 +241,7 @@ class PackedSDPAttention(_Projected):
 
 
 class HappyLLMAttention(_Projected):
-    """happy-llm ``MultiHeadAttention`` (seed 002): float32 softmax, attention and residual dropout.
+    """happy-llm ``MultiHeadAttention`` (note 002): float32 softmax, attention and residual dropout.
 
     Fixed: the note reshaped K and V with the *query's* length (crash when S != T).
     """
@@ -277,14 +277,14 @@ class HappyLLMAttention(_Projected):
 def harness_add_components():
     return [
         Component("annotated", "attention", AnnotatedAttention,
-                  "four cloned Linears, heads (B, h, L, d_k), matmul", "Annotated Transformer (seed 000)",
+                  "four cloned Linears, heads (B, h, L, d_k), matmul", "Annotated Transformer (note 000)",
                   default=True),
         Component("d2l", "attention", D2LAttention,
-                  "W_q/W_k/W_v/W_o, heads folded into batch (B*h, L, d_k), bmm", "d2l §10.5 (seeds 001, 003)"),
+                  "W_q/W_k/W_v/W_o, heads folded into batch (B*h, L, d_k), bmm", "d2l §10.5 (notes 001, 003)"),
         Component("torch", "attention", TorchSDPAttention,
                   "projections + F.scaled_dot_product_attention", "PyTorch SDPA"),
         Component("happy_llm", "attention", HappyLLMAttention,
-                  "wq/wk/wv/wo, float32 softmax, residual dropout", "happy-llm ch. 2 (seed 002)"),
+                  "wq/wk/wv/wo, float32 softmax, residual dropout", "happy-llm ch. 2 (note 002)"),
         Component("sdpa_packed", "attention", PackedSDPAttention,
                   "one packed qkv Linear (3D, D) + F.scaled_dot_product_attention", "nanoGPT c_attn; timm Attention"),
     ]

@@ -1,7 +1,7 @@
 """Slot ``embedding``: source embedding, target embedding and the pre-softmax projection.
 
 * ``separate``: three matrices -- the Annotated Transformer's ``make_model`` (two
-  ``Embeddings`` and a ``Generator``); every seed note.
+  ``Embeddings`` and a ``Generator``); every study note.
 * ``shared``: one (V, D) matrix for all three uses, the generator computing x @ W^T + b
   -- Vaswani et al. 2017 §3.4, Press & Wolf 2017. Removes exactly 2*V*D parameters.
 
@@ -94,7 +94,7 @@ def harness_add_components():
     return [
         Component("separate", "embedding", SeparateEmbeddings,
                   "source table, target table and generator each with their own weight",
-                  "Annotated Transformer make_model; all seed notes", default=True),
+                  "Annotated Transformer make_model; all study notes", default=True),
         Component("shared", "embedding", SharedEmbeddings,
                   "one (V, D) matrix for source, target and generator (2*V*D fewer parameters)",
                   "Vaswani et al. 2017 §3.4; Press & Wolf 2017"),

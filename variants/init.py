@@ -189,13 +189,13 @@ def harness_add_components():
     return [
         Component("xavier", "init", lambda ctx: DEFAULT_SCHEME,
                   "xavier_uniform on every matrix, nn.Linear's bias rule, LayerNorm 1 / 0",
-                  "Annotated Transformer make_model (seeds 000, 001); Glorot & Bengio 2010", default=True),
+                  "Annotated Transformer make_model (notes 000, 001); Glorot & Bengio 2010", default=True),
         Component("torch_default", "init", lambda ctx: TorchDefault(),
                   "PyTorch's module defaults: nn.Linear U(+-1/sqrt(fan_in)), nn.Embedding N(0, 1)",
                   "nn.Linear.reset_parameters, nn.Embedding.reset_parameters (d2l's models as built)"),
         Component("d2l", "init", lambda ctx: D2L(),
                   "xavier_uniform on every nn.Linear weight, biases U(+-1/sqrt(fan_in)), embeddings N(0, 1)",
-                  "d2l train_seq2seq xavier_init_weights (seed 003, d2l §10.7 trains with it)"),
+                  "d2l train_seq2seq xavier_init_weights (note 003, d2l §10.7 trains with it)"),
         Component("nn_transformer", "init", lambda ctx: NNTransformer(),
                   "nn.Transformer._reset_parameters: xavier_uniform with q, k, v as one packed (3D, D) matrix, "
                   "attention biases 0",

@@ -1,11 +1,11 @@
 """Slot ``layer_norm``: the LayerNorm formula.
 
 * ``torch``: ``nn.LayerNorm(D)`` -- biased variance, eps = 1e-5 inside the square root
-  (Ba et al. 2016; d2l §10.7, seed 004).
+  (Ba et al. 2016; d2l §10.7, note 004).
 * ``annotated``: a_2 * (x - mean) / (std + eps) + b_2 with the *unbiased* std and eps = 1e-6
-  added outside the square root -- the Annotated Transformer's ``LayerNorm`` (seeds 000, 002).
+  added outside the square root -- the Annotated Transformer's ``LayerNorm`` (notes 000, 002).
   Differs from ``torch`` by a relative ~1 - sqrt((D-1)/D) (9.8e-4 at D = 512).
-* ``unbiased_var``: (x - mean) / sqrt(var_unbiased + eps) with eps = 1e-6 -- seed 001's
+* ``unbiased_var``: (x - mean) / sqrt(var_unbiased + eps) with eps = 1e-6 -- note 001's
   hand-written LayerNorm (its printout -1.2649 for the row 0..4 confirms the unbiased variance).
 
 * ``rmsnorm``: x / sqrt(mean(x^2) + eps) * weight with eps = 1e-6 -- RMSNorm (Zhang & Sennrich
@@ -55,7 +55,7 @@ class AnnotatedLayerNorm(nn.Module):
 
 
 class UnbiasedVarLayerNorm(AnnotatedLayerNorm):
-    """Seed 001's LayerNorm: unbiased variance, eps inside the sqrt. Shape (..., D) -> (..., D)."""
+    """Note 001's LayerNorm: unbiased variance, eps inside the sqrt. Shape (..., D) -> (..., D)."""
 
     def forward(self, x):
         mean = x.mean(-1, keepdim=True)
@@ -92,15 +92,15 @@ class TokenBatchNorm(nn.BatchNorm1d):
 def harness_add_components():
     return [
         Component("torch", "layer_norm", lambda ctx: nn.LayerNorm(ctx.cfg.d_model),
-                  "nn.LayerNorm: biased variance, eps=1e-5 inside sqrt", "Ba et al. 2016; d2l §10.7; seed 004",
+                  "nn.LayerNorm: biased variance, eps=1e-5 inside sqrt", "Ba et al. 2016; d2l §10.7; note 004",
                   default=True),
         Component("annotated", "layer_norm", lambda ctx: AnnotatedLayerNorm(ctx.cfg.d_model),
-                  "unbiased std, eps=1e-6 added outside sqrt", "Annotated Transformer LayerNorm; seeds 000, 002",
+                  "unbiased std, eps=1e-6 added outside sqrt", "Annotated Transformer LayerNorm; notes 000, 002",
                   differs="unbiased std (n - 1) with eps = 1e-6 added outside the square root, as the Annotated "
-                          "Transformer's LayerNorm (seeds 000, 002); nn.LayerNorm uses the biased variance"),
+                          "Transformer's LayerNorm (notes 000, 002); nn.LayerNorm uses the biased variance"),
         Component("unbiased_var", "layer_norm", lambda ctx: UnbiasedVarLayerNorm(ctx.cfg.d_model),
-                  "unbiased variance, eps=1e-6 inside sqrt", "seed 001 LayerNorm",
-                  differs="unbiased variance (n - 1), eps = 1e-6 inside the square root (seed 001's LayerNorm)"),
+                  "unbiased variance, eps=1e-6 inside sqrt", "note 001 LayerNorm",
+                  differs="unbiased variance (n - 1), eps = 1e-6 inside the square root (note 001's LayerNorm)"),
         Component("rmsnorm", "layer_norm", lambda ctx: RMSNorm(ctx.cfg.d_model),
                   "x / sqrt(mean(x^2) + 1e-6) * weight: no mean subtraction, no bias", "Zhang & Sennrich 2019; LLaMA",
                   differs="RMSNorm: no mean subtraction and no bias, eps = 1e-6 (Zhang & Sennrich 2019)",

@@ -5,10 +5,10 @@ broadcast against scores (B, H, Tq, Tk) (the ``d2l`` attention folds the head di
 
 * ``bool`` -- keep-mask, True = attend: ``src_mask`` (B, 1, 1, S) = src != pad, ``tgt_mask``
   (B, 1, T, T) = (tgt != pad) & lower-triangular; applied as ``scores.masked_fill(mask == 0,
-  -1e9)`` (Annotated Transformer ``attention``/``subsequent_mask``; seeds 000, 004).
+  -1e9)`` (Annotated Transformer ``attention``/``subsequent_mask``; notes 000, 004).
   Fully masked row: every score is -1e9, so the softmax is *uniform* over all keys (finite).
 * ``additive`` -- float mask of 0 (attend) / -inf (blocked), same shapes, applied as
-  ``scores + mask`` (happy-llm's causal buffer, seed 002; ``generate_square_subsequent_mask``).
+  ``scores + mask`` (happy-llm's causal buffer, note 002; ``generate_square_subsequent_mask``).
   Fully masked row: softmax of all -inf is *NaN*. No such row occurs in the copy task (every
   sequence starts with the start symbol, so key 0 is always real), and the probes of
   ``harness check`` report the NaN explicitly.
@@ -103,16 +103,16 @@ def harness_add_components():
     return [
         Component("bool", "mask", lambda ctx: BoolMask(),
                   "bool keep-mask, masked_fill(mask == 0, -1e9); fully masked row -> uniform",
-                  "Annotated Transformer (seeds 000, 004)", fully_masked_row="uniform", default=True),
+                  "Annotated Transformer (notes 000, 004)", fully_masked_row="uniform", default=True),
         Component("sliding_window", "mask", lambda ctx: SlidingWindowMask(ctx.cfg.sliding_window()),
                   f"causal within a window of w keys (model.window, default {WINDOW_DEFAULT}), bool keep-mask",
                   "Mistral (Jiang et al. 2023); Longformer local attention",
                   differs="sliding-window causal attention: query i attends to i - w < j <= i only, not to every "
                           "earlier key (Mistral, Jiang et al. 2023)", reference="causal_window"),
         Component("additive", "mask", lambda ctx: AdditiveMask(),
-                  "float 0/-inf added to scores; fully masked row -> NaN", "happy-llm (seed 002)",
+                  "float 0/-inf added to scores; fully masked row -> NaN", "happy-llm (note 002)",
                   fully_masked_row="nan"),
         Component("valid_lens", "mask", lambda ctx: ValidLensMask(),
                   "valid lengths, fill -1e6 (d2l masked_softmax); fully masked row -> uniform",
-                  "d2l §10.3 (seed 003)", fully_masked_row="uniform"),
+                  "d2l §10.3 (note 003)", fully_masked_row="uniform"),
     ]

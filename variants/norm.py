@@ -1,9 +1,9 @@
 """Slot ``norm``: where LayerNorm sits around each sub-layer.
 
 * ``post``: LayerNorm(x + dropout(sublayer(x))) -- Vaswani et al. 2017 §3.1, d2l §10.7
-  ``AddNorm`` (seed 003), seed 001; no final LayerNorm.
+  ``AddNorm`` (note 003), note 001; no final LayerNorm.
 * ``pre``: x + dropout(sublayer(LayerNorm(x))) plus a final LayerNorm after the encoder and
-  after the decoder -- the Annotated Transformer's ``SublayerConnection`` (seeds 000, 002,
+  after the decoder -- the Annotated Transformer's ``SublayerConnection`` (notes 000, 002,
   004); Xiong et al. 2020's Pre-LN Transformer.
 * ``parallel``: one LayerNorm for all of a layer's sub-layers, their outputs summed (GPT-J; PaLM §2).
 * ``deepnorm``: LayerNorm(alpha x + dropout(sublayer(x))), post-norm with DeepNet's up-scaled residual
@@ -106,10 +106,10 @@ class DeepNormResidual(nn.Module):
 def harness_add_components():
     return [
         Component("post", "norm", PostNormResidual, "LayerNorm(x + dropout(sublayer(x))), no final norm",
-                  "Vaswani et al. 2017 §3.1; d2l §10.7 AddNorm (seed 003)", default=True),
+                  "Vaswani et al. 2017 §3.1; d2l §10.7 AddNorm (note 003)", default=True),
         Component("pre", "norm", PreNormResidual,
                   "x + dropout(sublayer(LayerNorm(x))), final LayerNorm in encoder and decoder",
-                  "Annotated Transformer SublayerConnection (seeds 000, 002, 004); Xiong et al. 2020"),
+                  "Annotated Transformer SublayerConnection (notes 000, 002, 004); Xiong et al. 2020"),
         Component("parallel", "norm", ParallelResidual,
                   "x + sum_i dropout(sublayer_i(LayerNorm(x))): attention and FFN from one LayerNorm, summed; "
                   "final LayerNorm in encoder and decoder",

@@ -1,13 +1,13 @@
 """Slot ``positional``: embedding scale and positions -- added to the embeddings, or inside attention.
 
 * ``scaled``: dropout(lut(x) * sqrt(d_model) + PE) -- Vaswani et al. 2017 §3.4 and §3.5,
-  Annotated ``Embeddings`` + ``PositionalEncoding`` (seeds 000, 001).
-* ``unscaled_ln``: dropout(LayerNorm(lut(x) + PE)), no sqrt(d_model) -- seed 004's BERT-style
+  Annotated ``Embeddings`` + ``PositionalEncoding`` (notes 000, 001).
+* ``unscaled_ln``: dropout(LayerNorm(lut(x) + PE)), no sqrt(d_model) -- note 004's BERT-style
   ``TransformerEmbeddings``.
 * ``unscaled``: dropout(lut(x) + PE), the paper's embedding with only the sqrt(d_model) scale taken
-  out: the controlled answer to the notes' question "why scale by sqrt(d_model)?" (seeds 000, 001;
+  out: the controlled answer to the notes' question "why scale by sqrt(d_model)?" (notes 000, 001;
   ``unscaled_ln`` drops the scale *and* adds a LayerNorm).
-* ``scaled_input_ln``: LayerNorm(dropout(lut(x) * sqrt(d_model) + PE)) -- seed 001, whose
+* ``scaled_input_ln``: LayerNorm(dropout(lut(x) * sqrt(d_model) + PE)) -- note 001, whose
   ``Encoder``/``Decoder`` apply their LayerNorm to the *input* of the first layer instead of
   after the last one.
 
@@ -71,7 +71,7 @@ class ScaledPositional(nn.Module):
 
 
 class UnscaledLayerNormPositional(nn.Module):
-    """dropout(LayerNorm(x + PE[:L])) without sqrt(D) scaling (seed 004)."""
+    """dropout(LayerNorm(x + PE[:L])) without sqrt(D) scaling (note 004)."""
 
     def __init__(self, ctx):
         super().__init__()
@@ -96,7 +96,7 @@ class UnscaledPositional(nn.Module):
 
 
 class ScaledInputLayerNormPositional(ScaledPositional):
-    """LayerNorm(dropout(x * sqrt(D) + PE[:L])) (seed 001's LayerNorm on the stack's input)."""
+    """LayerNorm(dropout(x * sqrt(D) + PE[:L])) (note 001's LayerNorm on the stack's input)."""
 
     def __init__(self, ctx):
         super().__init__(ctx)
@@ -205,16 +205,16 @@ def harness_add_components():
         Component("scaled", "positional", ScaledPositional, "x*sqrt(d_model) + sinusoidal PE, dropout",
                   "Vaswani et al. 2017 §3.4-3.5; Annotated Embeddings/PositionalEncoding", default=True),
         Component("unscaled_ln", "positional", UnscaledLayerNormPositional,
-                  "x + sinusoidal PE, then LayerNorm, dropout (no sqrt(d_model))", "seed 004 (BERT-style)",
-                  differs="no sqrt(d_model) scaling and a LayerNorm after adding PE (seed 004's BERT-style "
+                  "x + sinusoidal PE, then LayerNorm, dropout (no sqrt(d_model))", "note 004 (BERT-style)",
+                  differs="no sqrt(d_model) scaling and a LayerNorm after adding PE (note 004's BERT-style "
                           "embeddings)"),
         Component("unscaled", "positional", UnscaledPositional, "x + sinusoidal PE, dropout (no sqrt(d_model))",
-                  "Vaswani et al. 2017 §3.4 without its scale; the notes' question (seeds 000, 001)",
+                  "Vaswani et al. 2017 §3.4 without its scale; the notes' question (notes 000, 001)",
                   differs="no sqrt(d_model) scaling of the embeddings (the paper's embedding otherwise)",
                   reference="unscaled_pe"),
         Component("scaled_input_ln", "positional", ScaledInputLayerNormPositional,
-                  "x*sqrt(d_model) + PE, dropout, then LayerNorm", "seed 001 (Encoder/Decoder norm on input)",
-                  differs="a LayerNorm after x*sqrt(d_model) + PE (seed 001 applies the stack's LayerNorm to "
+                  "x*sqrt(d_model) + PE, dropout, then LayerNorm", "note 001 (Encoder/Decoder norm on input)",
+                  differs="a LayerNorm after x*sqrt(d_model) + PE (note 001 applies the stack's LayerNorm to "
                           "its input)"),
         Component("nope", "positional", NoPositional, "x*sqrt(d_model), dropout; no positions anywhere",
                   "Vaswani et al. 2017 §3.5 ablated; note 004 asks why positions are encoded",

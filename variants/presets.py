@@ -1,6 +1,6 @@
-"""Built-in variants: the paper's baseline, one single-slot change each, one preset per seed note.
+"""Built-in variants: the paper's baseline, one single-slot change each, one variant per study note.
 
-The five seed notes, their sources, choices, bugs and open questions: docs/seeds.md.
+The five study notes, their sources, choices, bugs and open questions: docs/seeds.md.
 
 ``baseline`` keeps the paper's choices (Vaswani et al. 2017): post-norm, separate embeddings
 (the Annotated Transformer's code does not tie either), annotated attention, bool masks,
@@ -8,7 +8,7 @@ The five seed notes, their sources, choices, bugs and open questions: docs/seeds
 
 The choices of today's implementations (nanoGPT, LLaMA-style code, x-transformers, timm) are in the
 group ``modern`` (``--variants group:modern``), kept out of ``all`` so the main job does not grow:
-one change from the baseline each, and ``modern``, the LLaMA-style preset with all of them. The
+one change from the baseline each, and ``modern``, the LLaMA-style variant with all of them. The
 group ``questions`` holds controlled changes that answer the notes' open questions (the
 sqrt(d_model) scale; BatchNorm instead of LayerNorm). The group ``init`` holds one change of the
 ``init`` slot each (``deepnet`` also takes DeepNorm's residual, the other half of DeepNet), also out of
@@ -24,26 +24,26 @@ SEED_PRESETS = [
             summary="Annotated-style notes: pre-norm + final LayerNorm, unbiased-std LayerNorm (eps outside "
                     "sqrt), four cloned Linears, bool mask -1e9. Fixed: nothing in the model (its MHA test mask "
                     "masked every position, a test-only bug).",
-            source="seed 000 (cnblogs / Annotated Transformer code)"),
+            source="note 000 (cnblogs / Annotated Transformer code)"),
     Variant("seed_001", {"attention": "d2l", "projections": "bias_free", "layer_norm": "unbiased_var",
                          "positional": "scaled_input_ln"},
             summary="Notebook: post-norm with the stack's LayerNorm on its input, unbiased-variance LayerNorm, "
                     "d2l heads folded into the batch (bias-free), bool masks. Fixed: masked_fill result now "
                     "assigned, masks repeated per head, sqrt(self.d_model) instead of a global, start symbol 1.",
-            source="seed 001 (Annotated notebook + d2l MHA)"),
+            source="note 001 (Annotated notebook + d2l MHA)"),
     Variant("seed_002", {"norm": "pre", "layer_norm": "annotated", "attention": "happy_llm",
                          "projections": "bias_free", "mask": "additive"},
             summary="happy-llm: pre-norm + final LayerNorm, bias-free projections, float32 softmax, additive "
                     "-inf mask. Fixed: K/V reshaped with their own length, padding mask added, d_ff from config.",
-            source="seed 002 (Datawhale happy-llm ch. 2)"),
+            source="note 002 (Datawhale happy-llm ch. 2)"),
     Variant("seed_003", {"attention": "d2l", "projections": "bias_free", "mask": "valid_lens"},
             summary="d2l 10.7: post-norm AddNorm with nn.LayerNorm, bias-free d2l attention, valid_lens masking "
                     "(-1e6). Fixed: LayerNorm over d_model only (its test normalised over [100, 24]).",
-            source="seed 003 (d2l §10.7)"),
+            source="note 003 (d2l §10.7)"),
     Variant("seed_004", {"norm": "pre", "positional": "unscaled_ln"},
             summary="CSDN BERT-style: pre-norm + final LayerNorm, LayerNorm after embedding + PE, no sqrt(d_model). "
                     "Fixed: causal mask made on the input's device as bool, combined with the padding mask.",
-            source="seed 004 (CSDN article)"),
+            source="note 004 (CSDN article)"),
 ]
 
 
@@ -94,7 +94,7 @@ STABILITY = [
 ]
 
 
-#: The notes' open question "why multiply the embeddings by sqrt(d_model)?" (seeds 000, 001) as
+#: The notes' open question "why multiply the embeddings by sqrt(d_model)?" (notes 000, 001) as
 #: controlled changes, in the group ``questions`` (out of ``all``): the scale dropped with separate
 #: embeddings (experiments/sqrt_d_model_scale.toml) and with the paper's tied ones, where the same
 #: matrix is the generator (experiments/sqrt_d_model_scale_tied.toml, against shared_embeddings); and,
@@ -103,19 +103,19 @@ STABILITY = [
 QUESTIONS = [
     Variant("unscaled_embeddings", {"positional": "unscaled"},
             summary="baseline without the sqrt(d_model) scale of the embeddings (x + PE)",
-            source="Vaswani §3.4 ablated; seeds 000, 001 ask why the scale", group="questions"),
+            source="Vaswani §3.4 ablated; notes 000, 001 ask why the scale", group="questions"),
     Variant("shared_unscaled", {"embedding": "shared", "positional": "unscaled"},
             summary="shared_embeddings without the sqrt(d_model) scale (one matrix for both embeddings and the "
                     "generator, x + PE)",
             source="Vaswani §3.4 ablated; Press & Wolf 2017", group="questions"),
     Variant("embed_ln_scaled", {"positional": "scaled_input_ln"},
             summary="baseline with a LayerNorm on x*sqrt(d_model) + PE (the input's magnitude fixed, the paper's "
-                    "token-to-PE ratio; dropout before the norm, seed 001's order)",
-            source="seed 001's input LayerNorm, alone; the sqrt(d_model) question", group="questions"),
+                    "token-to-PE ratio; dropout before the norm, note 001's order)",
+            source="note 001's input LayerNorm, alone; the sqrt(d_model) question", group="questions"),
     Variant("embed_ln_unscaled", {"positional": "unscaled_ln"},
             summary="baseline with a LayerNorm on x + PE (the input's magnitude fixed, the PE sqrt(d_model) times "
-                    "larger against the token; dropout after the norm, seed 004's order: compare the two at dropout 0)",
-            source="seed 004's BERT-style embeddings, alone; the sqrt(d_model) question", group="questions"),
+                    "larger against the token; dropout after the norm, note 004's order: compare the two at dropout 0)",
+            source="note 004's BERT-style embeddings, alone; the sqrt(d_model) question", group="questions"),
     Variant("no_positions", {"positional": "nope"},
             summary="baseline with no positional encoding (x*sqrt(d_model) only): its logits do not change when "
                     "the source is shuffled",
@@ -139,7 +139,7 @@ INIT = [
           "baseline started from PyTorch's module defaults (nn.Linear U(+-1/sqrt(fan_in)), nn.Embedding N(0, 1))",
           "nn.Linear / nn.Embedding reset_parameters"),
     _init("d2l_init", {"init": "d2l"}, "baseline started as d2l's train_seq2seq does (xavier Linears, N(0, 1) "
-          "embeddings)", "d2l train_seq2seq (seed 003)"),
+          "embeddings)", "d2l train_seq2seq (note 003)"),
     _init("nn_transformer_init", {"init": "nn_transformer"},
           "baseline started as nn.Transformer resets itself (q, k, v from one packed matrix's bound, attention "
           "biases 0)", "torch nn.Transformer._reset_parameters"),

@@ -49,7 +49,7 @@ differ; this exercises the mask together with attention dropout, which dropout 0
 not.
 
 Sources: Vaswani et al. 2017 §3.2; PyTorch ``test_transformers.py`` (golden float64 reference,
-fudge factor 5) and ``torch.testing`` default tolerances; seed notes 001 and 002 for the bugs.
+fudge factor 5) and ``torch.testing`` default tolerances; study notes 001 and 002 for the bugs.
 
 The package, one module per seam (each imports only the ones above it):
 
@@ -75,11 +75,14 @@ from .inputs import CHECK_MODEL, describe_exception, draw_reference_state, padde
 from .masks import MaskComponentResult, mask_result, probe_mask_component
 from .mha import compare_attention_with_mha
 from .pairs import (CRASHES, DECLARED, EQUIVALENT, IDENTICAL, NOT_COMPARABLE, UNEXPECTED, UNEXPECTED_SAME, PairResult,
-                    ReferenceResult, TensorDiff, compare_runs, compare_variants, layout_relation, tensor_diff)
+                    ReferenceResult, TensorDiff, compare_outputs, compare_variants, layout_relation, tensor_diff)
 from .expectations import (expected_relation, held_to_reference, merge_groups, parse_equivalent, registry_groups,
                            same_function, slot_default)
 from .policy import TOLERANCES, Tolerance, get_tolerance
-from .probes import ProbeResult, probe_causal, probe_extra_padding, probe_finite, probe_masked_keys
+from .properties.causal import probe_causal
+from .properties.measure import ProbeResult
+from .properties.outputs import probe_finite
+from .properties.padding import probe_extra_padding, probe_masked_keys
 from .render import LEGEND, class_summary, matrix_frame, render_markdown, render_text, results_frame
 from .runs import (CheckSession, VariantRun, canonical_grads, forward_backward, load_variant, reference_state,
                    run_variant, tf32_disabled)
@@ -94,7 +97,7 @@ __all__ = [
     "EQUIVALENT", "IDENTICAL", "LEGEND", "MaskComponentResult", "NOT_COMPARABLE", "PairResult", "ProbeResult",
     "ReferenceResult", "STAGES", "TOLERANCES", "TensorDiff", "TieResult", "Tolerance", "UNEXPECTED",
     "UNEXPECTED_SAME", "VariantRun", "bug_reasons", "canonical_grads", "check_ties", "class_summary",
-    "compare_attention_with_mha", "compare_runs", "compare_variants", "compare_with_nn_transformer",
+    "compare_attention_with_mha", "compare_outputs", "compare_variants", "compare_with_nn_transformer",
     "describe_exception", "draw_reference_state", "expected_relation", "forward_backward", "get_tolerance",
     "held_to_reference", "layout_relation", "load_variant", "make_nn_transformer", "mask_result", "matrix_frame",
     "merge_groups", "nn_transformer_name", "nn_transformer_structure", "padded_batch", "parse_equivalent",

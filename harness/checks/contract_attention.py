@@ -3,7 +3,7 @@ diagnosis naming the known fault that reproduces a wrong output (:data:`ATTENTIO
 :data:`POSITION_FAULTS`). The ``mask`` slot's contract: :mod:`harness.checks.contract_mask`.
 
 Shape letters: B batch, S source length, T target length, D = d_model, H = h heads, d_k = D / H.
-Sources: Vaswani et al. 2017 §3.2; PyTorch ``nn.MultiheadAttention``; the seed notes' bugs.
+Sources: Vaswani et al. 2017 §3.2; PyTorch ``nn.MultiheadAttention``; the study notes' bugs.
 """
 from __future__ import annotations
 

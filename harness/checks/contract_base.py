@@ -29,7 +29,7 @@ SLOT_REFERENCES: dict[str, str] = {s.name: s.reference for s in BUILTIN}
 
 #: slot -> component: the siblings for a plugin's slots (their default components; the harness has no
 #: reference of its own for them) while a registry with such slots is checked (set by
-#: :func:`harness.checks.contracts.check_components`), so a component that asks ``ctx.make`` for one is
+#: :func:`harness.checks.contracts.check_contracts`), so a component that asks ``ctx.make`` for one is
 #: checked on its own like any other.
 PLUGIN_SIBLINGS: ContextVar[dict[str, Component]] = ContextVar("plugin_siblings", default={})
 

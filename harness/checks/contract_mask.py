@@ -3,7 +3,7 @@ diagnosis naming the pattern of a wrong mask (shifted causal mask, padding ignor
 window of the wrong width) and the policy for a fully masked row.
 
 Shape letters: B batch, S source length, T target length, H = h heads.
-Sources: Vaswani et al. 2017 §3.2.3 (the decoder's causal mask); the seed notes' mask bugs (a non in-place
+Sources: Vaswani et al. 2017 §3.2.3 (the decoder's causal mask); the study notes' mask bugs (a non in-place
 ``masked_fill``, uint8 masks); Mistral (Jiang et al. 2023) for the sliding window.
 """
 from __future__ import annotations

@@ -156,7 +156,7 @@ def _inner_width(comp: Component, label: str, state: dict, cfg: ModelConfig) -> 
     return [component_result(comp, label, VIOLATES, False, diagnosis=(
         f"inner width {width} where the config's d_ff is {cfg.d_ff} (w_1 {w1}, w_2 {w2}; expected "
         f"({cfg.d_ff}, {cfg.d_model}) and ({cfg.d_model}, {cfg.d_ff}))"
-        + (": d_ff = d_model, as seed 002's MLP(dim, dim)" if width == cfg.d_model else "")))]
+        + (": d_ff = d_model, as note 002's MLP(dim, dim)" if width == cfg.d_model else "")))]
 
 
 def check_feed_forward(comp: Component, cfg: ModelConfig, seed: int = 0) -> list[ComponentResult]:

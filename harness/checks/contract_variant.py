@@ -43,7 +43,7 @@ from ..model import build_model, canonical_state_dict, load_canonical_state_dict
 from ..registry import Variant
 from .gate import modes_reasons, precision_reasons
 from .inputs import describe_exception
-from .probes import ProbeResult
+from .properties.measure import ProbeResult
 from .runs import CheckSession, load_variant
 
 

@@ -28,9 +28,9 @@ The reference computations run in float64; a component passes when max |componen
 softmax, stays far below; every fault this module knows is above).
 
 Sources: Vaswani et al. 2017 §3.2-3.5; Ba et al. 2016 (LayerNorm); Xiong et al. 2020 (pre-/post-norm);
-PyTorch ``nn.MultiheadAttention`` / ``nn.LayerNorm`` / ``nn.Linear``; the seed notes' bugs.
+PyTorch ``nn.MultiheadAttention`` / ``nn.LayerNorm`` / ``nn.Linear``; the study notes' bugs.
 
-This module holds the registry-level part (:data:`CHECKS`, :func:`slot_check`, :func:`check_components`, the
+This module holds the registry-level part (:data:`CHECKS`, :func:`slot_check`, :func:`check_contracts`, the
 declared relations); the slot checks live in :mod:`harness.checks.contract_base` (results,
 verdicts, reference siblings,
 :data:`~harness.checks.contract_base.SLOT_REFERENCES`), :mod:`harness.checks.contract_attention`
@@ -98,7 +98,7 @@ def check_component(comp: Component, cfg: ModelConfig, seed: int = 0, slot: Slot
     return fn(comp, cfg, seed) if fn else []
 
 
-def check_components(registry: Registry, keys: list[tuple[str, str]], cfg: ModelConfig,
+def check_contracts(registry: Registry, keys: list[tuple[str, str]], cfg: ModelConfig,
                      seed: int = 0) -> list[ComponentResult]:
     """:func:`check_component` for each ``(slot, name)`` in ``keys``; a plugin's slots take their default
     component as the sibling (:data:`~harness.checks.contract_base.PLUGIN_SIBLINGS`)."""

@@ -14,7 +14,9 @@ trial groups of :mod:`harness.group` run the same checks for each seed).
 
 A variant with any reason is trained all the same and stored with status ``invalid``
 (:data:`harness.train.INVALID`), so no report ranks it. The probes run at initialisation and after
-training (causality, padding, finite gradients) are :func:`harness.checks.probes.integrity_reasons`.
+training (causality, padding, finite gradients) are :func:`harness.checks.properties.trial_rows.integrity_reasons`; each
+function here is the measure of one row of :data:`harness.checks.properties.table.PROPERTIES`, and
+:class:`harness.trialgate.TrialGate` runs them.
 """
 from __future__ import annotations
 
@@ -33,7 +35,7 @@ def contract_reasons(registry, variant: Variant, model_cfg) -> list[str]:
     """One line per component of ``variant`` that breaks its slot's contract (an undeclared
     difference from the slot's reference, see :mod:`harness.checks.contracts`), checked with the trial's
     model config; cached per process. Declared differences pass; declared bugs are reported."""
-    from .contracts import check_components
+    from .contracts import check_contracts
 
     out = []
     for slot, name in sorted(variant.resolved().items()):
@@ -41,7 +43,7 @@ def contract_reasons(registry, variant: Variant, model_cfg) -> list[str]:
         held = _CONTRACTS.get(key)
         if held is None or held[0] is not registry:  # an id is reused once its registry is freed
             held = _CONTRACTS[key] = (registry, [r.reason() for r in
-                                                 check_components(registry, [(slot, name)], model_cfg) if not r.ok])
+                                                 check_contracts(registry, [(slot, name)], model_cfg) if not r.ok])
         out += [f"contract: {line}" for line in held[1]]
     return out
 
@@ -51,10 +53,8 @@ def twin_reasons(registry, variant: Variant, model_cfg, seed: int, model, device
     same module tree (names and classes, the mask style's class included), the same weights and
     the same eval-mode logits on the run gate's batch (within the gate's threshold). A component
     factory that returns something else on another call -- an honest object to the contract check,
-    another one to the trial -- fails; one line per difference found first (empty: the same). Then
-    :func:`modes_reasons`, for a ``bf16`` trial :func:`precision_reasons` and for a trial on a GPU
-    :func:`device_reasons`, each once per variant, config, device and dtype in a process."""
-    from .probes import gate_batch
+    another one to the trial -- fails; one line per difference found first (empty: the same)."""
+    from .properties.rows import gate_batch
 
     twin = build_model(registry, variant, model_cfg, seed=seed).to(device)
 
@@ -79,19 +79,21 @@ def twin_reasons(registry, variant: Variant, model_cfg, seed: int, model, device
     model.train(was_training)
     if not _same(a, b):
         return [f"build: {what % 'outputs (eval mode, same weights, same batch)'}"]
-    key = (tuple(sorted(variant.resolved().items())), id(registry), repr(model_cfg), str(device), dtype)
-    held = _MODES.get(key)
-    if held is None or held[0] is not registry:  # once per variant, config, device and dtype in a process
-        lines = modes_reasons(registry, variant, model_cfg, seed, device)
-        if dtype == "bf16" and not lines:
-            lines = precision_reasons(registry, variant, model_cfg, seed, device)
-        if torch.device(device).type != "cpu" and not lines:
-            lines = device_reasons(registry, variant, model_cfg, seed, device)
-        held = _MODES[key] = (registry, lines)
-    return list(held[1])  # a copy: callers extend it
+    return []
 
 
-_MODES: dict[tuple, tuple[Any, list[str]]] = {}  # key -> (the registry checked, modes_reasons' lines)
+_CACHE: dict[tuple, tuple[Any, list[str]]] = {}  # (kind, key) -> (the registry checked, the lines)
+
+
+def cached_reasons(kind: str, registry, variant: Variant, model_cfg, device, dtype: str, measure) -> list[str]:
+    """``measure()``'s lines, once per ``kind``, variant, registry, model config, device and dtype in a process (the
+    run gate's ``training = evaluation``, ``bf16 autocast = float32`` and ``GPU = CPU`` rows: each builds the variant
+    again, the same answer for every seed of a run); a copy, since callers extend it."""
+    key = (kind, tuple(sorted(variant.resolved().items())), id(registry), repr(model_cfg), str(device), dtype)
+    held = _CACHE.get(key)
+    if held is None or held[0] is not registry:  # an id is reused once its registry is freed
+        held = _CACHE[key] = (registry, measure())
+    return list(held[1])
 
 
 def _gate_model(registry, variant: Variant, model_cfg, seed: int, device, state=None):
@@ -101,7 +103,7 @@ def _gate_model(registry, variant: Variant, model_cfg, seed: int, device, state=
     from dataclasses import replace
 
     from ..model import canonical_state_dict, load_canonical_state_dict
-    from .probes import gate_batch
+    from .properties.rows import gate_batch
 
     cfg = replace(model_cfg, dropout=0.0)
     model = build_model(registry, variant, cfg, seed=seed).to(device)
@@ -294,7 +296,7 @@ def drift_reasons(registry, variant: Variant, model_cfg, seed: int, model, devic
     itself (a trial group trains one functional base module for all its seeds); default ``model``'s own
     forward. ``model``'s training mode and the global RNG state are left as they were. Returns one line when it
     fails (empty: it holds); a crash is such a line, never an exception."""
-    from .probes import gate_batch
+    from .properties.rows import gate_batch
 
     if _declares_training_difference(registry, variant):
         return []

@@ -3,7 +3,7 @@ and the small helpers the checks, the probes and the component contracts share.
 
 A leaf module: of :mod:`harness.checks` it imports only :mod:`harness.checks.policy`'s constants (itself a leaf
 that imports nothing of the package), so every other module of the package (and
-:mod:`harness.checks.probes`, :mod:`harness.checks.contracts`) imports it at module level without a cycle.
+:mod:`harness.checks.properties`, :mod:`harness.checks.contracts`) imports it at module level without a cycle.
 
 Shape letters: B batch, S source length, T target length.
 """

@@ -188,7 +188,7 @@ def not_comparable(a: str, b: str, expected: str, declared: list[str], reason: s
     return PairResult(a, b, expected, declared, NOT_COMPARABLE, True, notes=[reason])
 
 
-def compare_runs(ra: VariantRun, rb: VariantRun, expected: str, declared: list[str], tol: Tolerance,
+def compare_outputs(ra: VariantRun, rb: VariantRun, expected: str, declared: list[str], tol: Tolerance,
                  keep: torch.Tensor) -> PairResult:
     """Compare two :class:`VariantRun` s: logits at ``keep`` (B, T) positions and every shared canonical gradient."""
     if ra.error or rb.error:
@@ -231,7 +231,7 @@ def compare_variants(registry: Registry, a: str | Variant, b: str | Variant, cfg
         return not_comparable(va.name, vb.name, expected or rel, declared, conflict)
     if expected is None:
         rel, declared = layout_relation(ra, rb, rel, declared)
-    return compare_runs(ra, rb, expected or rel, declared, session.tol, session.keep)
+    return compare_outputs(ra, rb, expected or rel, declared, session.tol, session.keep)
 
 
 # --------------------------------------------------------------------------- against a reference

@@ -37,7 +37,7 @@ LONGEST_ROW = 64
 #: ``|component - reference| <= COMPONENT_ATOL + COMPONENT_RTOL * max |reference|`` (float32 rounding inside a
 #: component, such as a float32 table, stays within it; :mod:`harness.checks.contracts`).
 COMPONENT_ATOL, COMPONENT_RTOL = 1e-5, 1e-4
-#: The run gate (:mod:`harness.checks.probes`, :mod:`harness.checks.gate`), float32 logits:
+#: The run gate (:mod:`harness.checks.properties`, :mod:`harness.checks.gate`), float32 logits:
 #: ``|a - b| <= GATE_ATOL + GATE_RTOL * max |logit|`` of the probe batch. ``harness.tasks.base.LEAK_ATOL`` and
 #: ``LEAK_RTOL`` (the held-out leak test; the tasks layer cannot import this one) hold the same pair
 #: (``tests/test_policy.py``).

@@ -399,7 +399,7 @@ def md_devices(report: CheckReport) -> list[str]:
 def md_bugs(report: CheckReport) -> list[str]:
     if not report.bugs:
         return []
-    parts = ["## Faithful-bug variants", "", "Reproduced on purpose from the seed notes; every one must be flagged.", ""]
+    parts = ["## Faithful-bug variants", "", "Reproduced on purpose from the study notes; every one must be flagged.", ""]
     for b in report.bugs:
         parts.append(f"- **{b.variant}** ({b.summary}): {'flagged' if b.flagged else '**NOT flagged**'}")
         parts += [f"  - {r}" for r in b.reasons]

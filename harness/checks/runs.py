@@ -172,9 +172,9 @@ class CheckSession:
         batch: ``(src (B, S), tgt (B, T), labels (B, T))`` from :func:`padded_batch`, CPU int64: 4 short rows and 2
             as long as ``cfg.max_len`` (up to 64), so every whole-model comparison also sees long rows.
         short: the batch without its long rows (:meth:`create`): the model probes' (they probe the long rows
-            with one more eval-mode causal probe, :func:`~harness.checks.probes.run_probes`).
+            with one more eval-mode causal probe, :func:`~harness.checks.properties.table.run_properties`).
         task_rows: rows drawn by a task (``check --preset``'s, else the default preset's), or None: the model
-            probes also probe them (:func:`~harness.checks.probes.run_probes`), and a pair found equivalent on
+            probes also probe them (:func:`~harness.checks.properties.table.run_properties`), and a pair found equivalent on
             :attr:`batch` is compared on them too (:meth:`run_task`).
         task_runs: variant -> :class:`VariantRun` on :attr:`task_rows`, filled by :meth:`run_task`.
         groups: declared-equivalent components (None until :meth:`declared` computes them).
@@ -205,7 +205,7 @@ class CheckSession:
     def create(cls, registry: Registry, cfg: ModelConfig | None = None, *, device: torch.device | str = "cpu",
                dtype: str = "fp32", seed: int = 0, groups=None, task_rows=None) -> "CheckSession":
         """Validate ``cfg`` (default :data:`CHECK_MODEL`), look up the tolerance, draw the batch. ``task_rows``:
-        rows a task drew (:func:`harness.checks.probes.task_rows`), probed beside the drawn ones.
+        rows a task drew (:func:`harness.checks.properties.rows.task_rows`), probed beside the drawn ones.
 
         Raises:
             ConfigError: bad config, or no tolerance for ``dtype`` on ``device``.

@@ -13,15 +13,16 @@ import torch
 
 from ..registry import Variant
 from .contract_variant import variant_contract
-from .contracts import check_components
+from .contracts import check_contracts
 from .inputs import describe_exception, fmt_size, long_rows_of
 from .masks import MaskComponentResult, mask_result
 from .mha import compare_attention_with_mha
-from .pairs import CRASHES, NOT_COMPARABLE, UNEXPECTED, PairResult, ReferenceResult, compare_runs, kink_note, \
+from .pairs import CRASHES, NOT_COMPARABLE, UNEXPECTED, PairResult, ReferenceResult, compare_outputs, kink_note, \
     layout_relation, max_abs_diff, not_comparable
 from .expectations import expected_relation
 from .policy import Tolerance, get_tolerance
-from .probes import ProbeResult, run_probes
+from .properties.measure import ProbeResult
+from .properties.table import ProbeInputs, run_properties
 from .report import BugResult, CheckContext, CheckReport
 from .runs import CheckSession, VariantRun, layout_conflict, load_variant, run_variant
 from .ties import TieResult, check_ties
@@ -32,7 +33,7 @@ from .transformer import compare_with_nn_transformer
 
 def run_components(ctx: CheckContext):
     """Each component in scope against its slot's reference (:mod:`harness.checks.contracts`)."""
-    return check_components(ctx.registry, ctx.keys, ctx.session.cfg, ctx.seed)
+    return check_contracts(ctx.registry, ctx.keys, ctx.session.cfg, ctx.seed)
 
 
 def run_variants(ctx: CheckContext) -> dict[str, VariantRun]:
@@ -57,7 +58,7 @@ def pairs_of(s: CheckSession, clean: list[Variant]) -> list[PairResult]:
             pairs.append(not_comparable(a.name, b.name, *expected_relation(a, b, s.declared()), conflict))
             continue
         rel, declared = layout_relation(ra, rb, *expected_relation(a, b, s.declared()))
-        res = compare_runs(ra, rb, rel, declared, s.tol, s.keep)
+        res = compare_outputs(ra, rb, rel, declared, s.tol, s.keep)
         if not res.ok and res.logits is not None and res.logits.within:  # only a gradient is off
             res = _drawn_again(s, a, b, res)
         pairs.append(_on_task_rows(s, a, b, res) if res.ok and rel == "equivalent" else res)
@@ -74,7 +75,7 @@ def _drawn_again(s: CheckSession, a: Variant, b: Variant, res: PairResult) -> Pa
     ra, rb = other.run(a), other.run(b)
     if ra.error or rb.error:
         return res
-    again = compare_runs(ra, rb, res.expected, res.declared, s.tol, other.keep)
+    again = compare_outputs(ra, rb, res.expected, res.declared, s.tol, other.keep)
     if not again.ok:
         return res
     return dataclasses.replace(again, notes=[kink_note(res.grad_worst, f"{b.name}'s")] + again.notes)
@@ -86,7 +87,7 @@ def _on_task_rows(s: CheckSession, a: Variant, b: Variant, res: PairResult) -> P
     ta, tb = s.run_task(a), s.run_task(b)
     if ta is None or tb is None or ta.error or tb.error:
         return res
-    again = compare_runs(ta, tb, res.expected, res.declared, s.tol, s.task_rows[1] != s.cfg.pad)
+    again = compare_outputs(ta, tb, res.expected, res.declared, s.tol, s.task_rows[1] != s.cfg.pad)
     return res if again.ok else dataclasses.replace(
         again, notes=["on rows the task drew (their own forward; the drawn batch: within)"] + again.notes)
 
@@ -109,12 +110,13 @@ def _threshold_for(run: VariantRun, tol: Tolerance, keep) -> float:
 
 
 def probe_model(s: CheckSession, v: Variant) -> list[ProbeResult]:
-    """The probes of :func:`harness.checks.probes.run_probes` on ``v`` holding the session's state."""
+    """The probes of ``probe`` rows of :data:`harness.checks.properties.catalogue.PROPERTIES` that run in ``check`` on ``v`` holding the session's state."""
     thr = _threshold_for(s.runs[v.name], s.tol, s.keep)
     try:
         model, _ = load_variant(s.registry, v, s.cfg, s.state_for(v.name))
-        return run_probes(model.to(s.device), s.short, s.cfg, thr, device=s.device, dtype=s.dtype, seed=s.seed,
-                          name=v.name, long=long_rows_of(s.batch, s.short[0].size(0)), task=s.task_rows)
+        return run_properties(ProbeInputs(model.to(s.device), s.short, s.cfg, thr, device=s.device, dtype=s.dtype,
+                                          seed=s.seed, name=v.name, long=long_rows_of(s.batch, s.short[0].size(0)),
+                                          task=s.task_rows))
     except Exception as exc:  # noqa: BLE001
         return [ProbeResult(v.name, "probes", "-", False, math.inf, thr, f"crashes: {describe_exception(exc)}")]
 
@@ -177,7 +179,7 @@ def run_devices(ctx: CheckContext) -> list[ReferenceResult]:
     out = []
     for v in clean:
         theirs = run_variant(s.registry, v, s.cfg, s.state_for(v.name), s.batch, other, s.dtype)
-        res = compare_runs(s.runs[v.name], theirs, "equivalent", [], tol, s.keep)
+        res = compare_outputs(s.runs[v.name], theirs, "equivalent", [], tol, s.keep)
         out.append(ReferenceResult(v.name, f"{s.device.type} vs {other.type}", "equivalent", res.verdict, res.ok,
                                    res.logits, res.grad_max, res.grad_worst, detail="; ".join(res.notes)))
     return out

@@ -16,7 +16,8 @@ import torch
 from ..config import ModelConfig
 from ..registry import Registry, Variant
 from .inputs import CHECK_MODEL
-from .probes import ProbeResult, preset_task_rows
+from .properties.measure import ProbeResult
+from .properties.rows import preset_task_rows
 from .report import BugResult, CheckContext, CheckReport, CheckStage, classes_of
 from .runs import CheckSession
 from .sections import pairs_of, probe_model
@@ -28,7 +29,7 @@ def equivalence_classes(registry: Registry, variants: list[Variant], cfg: ModelC
                         task_rows="default") -> list[list[str]]:
     """Only the pair comparisons of :func:`run_checks` (same session, tolerances and verdicts), so
     the same classes as ``run_checks(...).classes()`` without the contracts, probes and PyTorch
-    references: what ``run`` records before training (its integrity gate holds each trial to the
+    references: what ``run`` records before training (its run gate holds each trial to the
     contracts and probes anyway). Buggy variants are left out. ``task_rows``: as :func:`run_checks`'s.
 
     Raises:
@@ -67,7 +68,7 @@ def run_checks(registry: Registry, variants: list[Variant], cfg: ModelConfig | N
         log: optional progress callback (one line per stage).
         stages: the kinds of check to run, in order (default: every registered one,
             :data:`harness.checks.stages.STAGES`).
-        task_rows: rows a task drew (:func:`harness.checks.probes.task_rows`) for the model probes, beside the
+        task_rows: rows a task drew (:func:`harness.checks.properties.rows.task_rows`) for the model probes, beside the
             drawn batch: ``"default"`` draws the default preset's task's (``check --preset`` passes its preset's);
             None: the drawn batch only.
 
@@ -108,7 +109,7 @@ def _used_components(variants) -> list[tuple[str, str]]:
 
 def probe_variant(registry: Registry, variant: Variant, cfg: ModelConfig | None = None, *,
                   device: torch.device | str = "cpu", dtype: str = "fp32", seed: int = 0) -> list[ProbeResult]:
-    """The model-level probes of :mod:`harness.checks.probes` (finite gradients; causal leak and masked
+    """The model-level probes of :mod:`harness.checks.properties` (finite gradients; causal leak and masked
     source keys in eval and train mode; extra source padding; prefix = whole target; the task-row probes on
     the default preset's task's rows, as :func:`run_checks`) on ``variant``.
 

@@ -62,7 +62,7 @@ def register(sub, parents):
                    help="dtype of the --old arm (default fp32)")
     p.add_argument("--group-sizes", type=group_sizes_arg, default=None, metavar="K[,K...]",
                    help="seeds per second instead of variants: the first selected variant's step run sequentially, "
-                        "as vectorised trial groups of each K (run --vectorize-seeds on) and, on CUDA, captured as "
+                        "as vectorised trial groups of each K (run --vectorise-seeds on) and, on CUDA, captured as "
                         "CUDA graphs, side by side with MFU and trials/h, e.g. --group-sizes 1,4,16,64; with --compile also "
                         "the group's whole step compiled (and on CUDA compiled and captured)")
     p.add_argument("--eval", action="store_true",
@@ -86,7 +86,7 @@ def register(sub, parents):
                         "under them max-autotune times no candidates): what determinism costs. Runs never "
                         "use this; bench.md and config.json say it was on")
     p.add_argument("--no-memory", dest="memory", action="store_false",
-                   help="skip the fresh-process peak-memory probes (about 5 s per contender and dtype)")
+                   help="skip the fresh-process peak-memory measurements (about 5 s per contender and dtype)")
     add_output(p, "bench")
     p.set_defaults(func=main)
 
@@ -122,7 +122,7 @@ def render_markdown(rows: list[dict], info: dict, meta: RunMeta) -> str:
     """``bench.md``: command, environment, config, machine peaks, table, summary, notes."""
     import json
 
-    from ..perf.bench import PROBE_STEPS, REFERENCE, summary_lines, table_frame
+    from ..perf.bench import MEMORY_STEPS, REFERENCE, summary_lines, table_frame
 
     env = meta.environment
     lines = [f"# Speed benchmark ({meta.preset or 'custom'} config)", "", "```", meta.command, "```", "",
@@ -148,7 +148,7 @@ def render_markdown(rows: list[dict], info: dict, meta: RunMeta) -> str:
               "(matmuls and attention only). MFU = GFLOP/step / median step time / the matmul throughput above "
               "in the same dtype.",
               "- peak RSS: a fresh process that builds the contender and trains it for "
-              f"{PROBE_STEPS} steps (interpreter and torch included).",
+              f"{MEMORY_STEPS} steps (interpreter and torch included).",
               f"- {REFERENCE}: `torch.nn.Transformer` (batch_first, post-norm, bool masks) with the harness's "
               "embeddings, PE and generator, same sizes; `seed_000` is the Annotated Transformer's architecture "
               "assembled by the harness."]
@@ -158,7 +158,7 @@ def render_markdown(rows: list[dict], info: dict, meta: RunMeta) -> str:
                      "stay eager. Compilation happens in the first (warm-up) rounds.")
     lines.append("- Timed **without** deterministic algorithms (`--nondeterministic`): torch's and Inductor's "
                  "(which otherwise times no autotuning candidates); a trial always runs with them, and so do "
-                 "the peak-RSS probes (fresh processes)."
+                 "the peak-RSS measurements (fresh processes)."
                  if meta.nondeterministic else
                  "- Timed with the trials' deterministic algorithms (torch's and Inductor's: max-autotune then "
                  "times no candidates; `--nondeterministic` measures without them).")

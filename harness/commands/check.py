@@ -38,7 +38,7 @@ to <results-dir>/checks/<run-id>/."""
 
 EPILOG = f"""examples:
   python -m harness check --variants all                 the built-in variants (exit 0 on a clean clone)
-  python -m harness check --variants all,'bug*'          ... and the seed notes' bugs, each flagged
+  python -m harness check --variants all,'bug*'          ... and the study notes' bugs, each flagged
   python -m harness check --variants baseline,pre_norm --dtype bf16
   python -m harness --plugin my_attn.py check --variants all,my_variant --equivalent {_EXAMPLE}
 

@@ -138,15 +138,15 @@ def command_line(args=None) -> str:
 
 def resolve_config(args, registry: Registry | None = None) -> RunConfig:
     """``--preset`` + ``--set`` overrides, validated and, with ``registry``, fitted to the task
-    (:func:`harness.launch.resolve_config`). Raises UnknownNameError / ConfigError."""
-    from ..launch import resolve_config as resolve
+    (:func:`harness.planning.resolve_config`). Raises UnknownNameError / ConfigError."""
+    from ..planning import resolve_config as resolve
 
     return resolve(args.preset, args.overrides, registry)
 
 
 def load_registry(args) -> Registry:
-    """The registry with the command line's plugins (:func:`harness.launch.load_registry`)."""
-    from ..launch import load_registry as load
+    """The registry with the command line's plugins (:func:`harness.planning.load_registry`)."""
+    from ..planning import load_registry as load
 
     return load(plugin_spec(args))
 

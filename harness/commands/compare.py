@@ -1,15 +1,15 @@
-"""``python -m harness compare RUN_A RUN_B``: two runs side by side, a regression gate for CI.
+"""``python -m harness compare RUN_A RUN_B``: two runs side by side, a regression test for CI.
 
 RUN_A is the reference, RUN_B the candidate. For every variant (x sweep point) in both runs:
 
-  - each gated metric (--metrics): A's and B's IQM [95 % bootstrap CI] over their finished
+  - each compared metric (--metrics): A's and B's IQM [95 % bootstrap CI] over their finished
     trials, and the per-seed difference B - A over the seeds that finished in both runs (seed i
     gives both runs the same data order and initial weights, so the seeds are paired): its IQM
     with a 95 % paired percentile-bootstrap CI (scipy.stats.bootstrap with paired=True, seeds
     resampled jointly). The metric regressed when that CI lies entirely on the worse side of
-    0, beyond --tolerance; 'too few seeds' below 3 such pairs (no metric gate, but failures
-    below are still gated).
-  - failed or diverged trials (always gated): regressed when (1) every trial of B failed,
+    0, beyond --tolerance; 'too few seeds' below 3 such pairs (no metric verdict, but failures
+    below are still judged).
+  - failed or diverged trials (always judged): regressed when (1) every trial of B failed,
     whatever A did; or (2) a trial of B failed (raised) at a seed where A's did not fail; or
     (3) B failed or diverged more often than A: Newcombe's 95 % interval of rate(B) - rate(A)
     lies above 0 (with 5 seeds a side and none broken in A: 3/5 or more in B).
@@ -40,9 +40,9 @@ def register(sub, parents):
     p.add_argument("run_b", metavar="RUN_B", help="candidate run (folder, run id or 'latest')")
     p.add_argument("--results-dir", default="results", metavar="DIR", help="where runs are stored (default results)")
     p.add_argument("--metrics", default=None, metavar="NAMES",
-                   help=f"comma-separated metrics to gate (default: those the runs' task shows in compare: "
+                   help=f"comma-separated metrics to compare (default: those the runs' task shows in compare: "
                         f"{','.join(DEFAULT_METRICS)}, plus wer,per for g2p; built-in: {', '.join(METRICS)}; a "
-                        f"plugin task's own too); failed and diverged trials are always gated (see above)")
+                        f"plugin task's own too); failed and diverged trials are always judged (see above)")
     p.add_argument("--tolerance", type=float, default=0.0, metavar="X",
                    help="a difference must exceed X (absolute, in the metric's unit) beyond its CI to count "
                         "as a regression (default 0)")

@@ -17,7 +17,7 @@ import sys
 
 
 from ..request import RunOutcome, RunRequest, Terminated
-from ..runmeta import CAPTURE, EXECUTORS, VECTORIZE
+from ..runmeta import CAPTURE, EXECUTORS, OLD_VECTORISE_FLAG, VECTORISE
 from .common import add_config, add_output, add_selection, command_line, plugin_spec
 
 DESCRIPTION = """Train every selected variant on a task (--task, default copy) with one shared loop, store each
@@ -28,7 +28,7 @@ continues with --resume results/<run-id> (add --retry-failed to run its failed t
 EPILOG = """examples:
   python -m harness run --variants all --preset tiny -q
   python -m harness run --variants baseline 'seed_*' --seeds 5 --jobs 2
-  python -m harness run --variants baseline --preset g2p --seeds 16 --device cuda --vectorize-seeds on
+  python -m harness run --variants baseline --preset g2p --seeds 16 --device cuda --vectorise-seeds on
   python -m harness run --variants baseline pre_norm --task reverse
   python -m harness run --resume results/20250101-120000        only the missing trials
   python -m harness run --resume results/20250101-120000 --retry-failed   ... and the failed ones
@@ -39,7 +39,7 @@ exit codes: 0 all trials ok, 1 a trial failed, diverged or timed out, the time b
 run's files could not be written (resume it), 2 bad input, 130 interrupted"""
 
 #: Options left None by the parser, so that a request can tell "given" from "not given".
-UNSET_OPTIONS = ("variants", "preset", "seeds", "seed_start", "device", "dtype", "executor", "jobs", "vectorize_seeds",
+UNSET_OPTIONS = ("variants", "preset", "seeds", "seed_start", "device", "dtype", "executor", "jobs", "vectorise_seeds",
                  "capture")
 
 
@@ -119,10 +119,11 @@ def add_execution(p) -> None:
                         "with max(1, cores // N) threads; 'auto' (default): on the CPU one process per core with 1 "
                         "thread each; on CUDA up to 4 processes sharing the GPU, one per trial group; else 1. Use "
                         "--jobs 1 when the trials' own timings matter")
-    g.add_argument("--vectorize-seeds", choices=VECTORIZE, metavar="{auto,on,off}",
+    g.add_argument("--vectorise-seeds", choices=VECTORISE, metavar="{auto,on,off}",
                    help="train the seeds of each variant as one vectorised trial group (stacked parameters, "
                         "per-seed Adam; each seed still its own trial record, equal to its sequential trial within "
                         "the tolerance of docs/running.md); auto (default): on with CUDA, off on the CPU")
+    g.add_argument(OLD_VECTORISE_FLAG, dest="vectorise_seeds", choices=VECTORISE, help=argparse.SUPPRESS)
     g.add_argument("--capture", choices=CAPTURE, metavar="{auto,on,off}",
                    help="step vectorised trial groups through CUDA graphs (static shapes; docs/running.md); auto "
                         "(default): on with CUDA unless HARNESS_CAPTURE=off; on needs a CUDA device (exit 2 on "
@@ -149,7 +150,7 @@ def jobs_arg(text: str) -> int | str:
 
 
 def add_limits(g) -> None:
-    """``--trial-timeout`` and ``--time-budget`` (:mod:`harness.limits`)."""
+    """``--trial-timeout`` and ``--time-budget`` (:mod:`harness.executors.limits`)."""
     g.add_argument("--trial-timeout", type=seconds_arg, metavar="SECONDS", default=None,
                    help="end a trial (with vectorised seeds: its group) still running SECONDS after its worker "
                         "process started: stored as timed_out with the step it reached, the run goes on (exit 1); "
@@ -179,7 +180,7 @@ def request_from_args(args) -> RunRequest:
         grid=bool(getattr(args, "grid", False)), preset=args.preset, overrides=tuple(args.overrides or ()),
         seeds=args.seeds, seed_start=args.seed_start, experiment=args.experiment, check=args.check,
         device=args.device, dtype=args.dtype, executor=args.executor, jobs=args.jobs, threads=args.threads,
-        address=args.address, vectorize_seeds=args.vectorize_seeds, capture=args.capture, plugins=plugin_spec(args),
+        address=args.address, vectorise_seeds=args.vectorise_seeds, capture=args.capture, plugins=plugin_spec(args),
         results_dir=args.results_dir, run_id=args.run_id, quiet=args.quiet, resume=args.resume,
         retry_failed=args.retry_failed, command=command_line(args), tensorboard=args.tensorboard,
         save_models=args.save_models, allow_code_change=args.allow_code_change, mlflow=args.mlflow,

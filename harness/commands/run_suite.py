@@ -27,7 +27,7 @@ def main(args, request: RunRequest, on_task) -> int:
     """Run the suite named by ``args.suite`` (see :mod:`harness.suite`) with the options of
     ``request`` that the suite does not own; ``on_task(outcome)`` shows each task's outcome and
     returns its exit code (the command line's ``print_outcome``). Returns the exit code."""
-    from ..launch import load_registry
+    from ..planning import load_registry
     from ..suite.run import run_suite, suite_folder
     from ..suite.spec import load_suite
 

@@ -16,7 +16,7 @@ Adam, schedule, autocast and process settings as a trial) and reports per conten
   by the same command as the median over rounds of one (n x n) @ (n x n) matmul
   (n = 2048 on CPU, 8192 on CUDA), timed in every round between the contenders;
 * peak memory of a *fresh process* that builds the contender and trains it for a few steps
-  (:func:`memory_probe`): peak resident set size (CPU, Linux ``VmHWM``; interpreter and torch
+  (:func:`measure_peak_memory`): peak resident set size (CPU, Linux ``VmHWM``; interpreter and torch
   included) and, on CUDA, ``torch.cuda.max_memory_allocated``. One process holds every
   contender during timing, so in-process peaks would not belong to one contender.
 
@@ -59,8 +59,8 @@ from .flops import DTYPES, count_flops, forget_operands, matmul_seconds, sync
 
 #: Name of the ``torch.nn.Transformer`` reference contender.
 REFERENCE = "nn.Transformer"
-#: Steps a memory probe trains (the first Adam step allocates the optimizer state).
-PROBE_STEPS = 3
+#: Steps a peak-memory measurement trains (the first Adam step allocates the optimizer state).
+MEMORY_STEPS = 3
 #: Side of the square matmul that measures the machine's matmul throughput.
 PEAK_N = {"cpu": 2048, "cuda": 8192}
 #: Targets of issue 6, checked in the summary: slowest / fastest variant vs the fp32 reference
@@ -110,7 +110,7 @@ def compile_model(model: nn.Module | Callable, mode: str) -> nn.Module | Callabl
 
 
 class BenchError(HarnessError):
-    """Bad bench options (steps, dtypes, compile modes) or a memory probe that failed."""
+    """Bad bench options (steps, dtypes, compile modes) or a peak-memory measurement that failed."""
 
 
 class TorchTransformer(nn.Module):
@@ -204,8 +204,8 @@ def timed_step(c: Contender, batch: Batch, cfg: RunConfig, device: torch.device,
             "step": marks[2] - t0}
 
 
-def memory_probe(name: str, slots: dict | None, cfg: RunConfig, device: str, dtype: str, plugins: dict | None,
-                 steps: int = PROBE_STEPS, timeout_s: float = 900) -> dict[str, float]:
+def measure_peak_memory(name: str, slots: dict | None, cfg: RunConfig, device: str, dtype: str, plugins: dict | None,
+                 steps: int = MEMORY_STEPS, timeout_s: float = 900) -> dict[str, float]:
     """Peak memory of one contender trained for ``steps`` steps in a fresh Python process.
 
     Returns:
@@ -214,7 +214,7 @@ def memory_probe(name: str, slots: dict | None, cfg: RunConfig, device: str, dty
         (``torch.cuda.max_memory_allocated``) on CUDA.
 
     Raises:
-        BenchError: the probe process failed (its last stderr line is in the message).
+        BenchError: the measuring process failed (its last stderr line is in the message).
     """
     payload = json.dumps({"name": name, "slots": slots, "config": cfg.to_dict(), "device": device, "dtype": dtype,
                           "plugins": plugins, "steps": steps, "threads": torch.get_num_threads()})
@@ -224,12 +224,12 @@ def memory_probe(name: str, slots: dict | None, cfg: RunConfig, device: str, dty
                           env=env, timeout=timeout_s)
     if proc.returncode != 0 or not proc.stdout.strip():
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise BenchError(f"memory probe for {name} ({dtype}) failed: {last}")
+        raise BenchError(f"peak-memory measurement for {name} ({dtype}) failed: {last}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def _probe_main(payload: str) -> None:
-    """Body of the memory-probe process (``python -m harness.perf.bench``, the spec as JSON on stdin)."""
+def _memory_main(payload: str) -> None:
+    """Body of the peak-memory process (``python -m harness.perf.bench``, the spec as JSON on stdin)."""
     spec = json.loads(payload)
     torch.set_num_threads(int(spec["threads"]))
     trial_settings()
@@ -282,10 +282,10 @@ def run_bench(variants: list[Variant], cfg: RunConfig, device: torch.device, dty
         dtypes: ``["fp32"]``, ``["bf16"]`` or both; the reference always runs in fp32 too
             (the yardstick of every ratio).
         steps: timed rounds (>= 1); warmup: untimed rounds first (>= 0).
-        memory: run the fresh-process memory probes.
+        memory: run the fresh-process peak-memory measurements.
         compile: :data:`COMPILE_MODES` to also run each variant in through ``torch.compile``
             (:func:`compile_model`): per mode a contender :func:`compiled_name` of kind ``compiled`` with
-            the same initial weights (no memory probe).
+            the same initial weights (no peak-memory measurement).
         deterministic: False: the steps run without deterministic algorithms, torch's and Inductor's
             (``bench --nondeterministic``); this process keeps them off afterwards.
 
@@ -294,7 +294,7 @@ def run_bench(variants: list[Variant], cfg: RunConfig, device: torch.device, dty
         ``{"peak_gflop_per_s": {dtype: value}, "tokens_per_step": int, "bench_s": float}``.
 
     Raises:
-        BenchError: ``steps`` < 1, ``warmup`` < 0, unknown dtype, or a memory probe failed.
+        BenchError: ``steps`` < 1, ``warmup`` < 0, unknown dtype, or a peak-memory measurement failed.
     """
     if steps < 1 or warmup < 0:
         raise BenchError(f"--steps must be >= 1 and --warmup-steps >= 0, got {steps} and {warmup}")
@@ -323,8 +323,8 @@ def run_bench(variants: list[Variant], cfg: RunConfig, device: torch.device, dty
             c = contenders[name]
             if c.kind == "compiled":
                 continue
-            say(f"memory probe: {name} {dtype}")
-            c.memory[dtype] = memory_probe(name, c.slots, cfg, device.type, dtype, plugins)
+            say(f"peak memory: {name} {dtype}")
+            c.memory[dtype] = measure_peak_memory(name, c.slots, cfg, device.type, dtype, plugins)
     n = PEAK_N.get(device.type, 2048)
     peaks = _timed_rounds(contenders, runs, lambda: task.make_batch(tc.batch, tc.seq_len, mc.vocab, gen).to(device),
                           cfg, device, n, warmup, steps, say)
@@ -473,5 +473,5 @@ def bench_meta(command: str, preset: str, cfg: RunConfig, device: torch.device, 
                    reference=REFERENCE)
 
 
-if __name__ == "__main__":  # memory probe: python -m harness.perf.bench < spec.json
-    _probe_main(sys.stdin.read())
+if __name__ == "__main__":  # peak-memory measurement: python -m harness.perf.bench < spec.json
+    _memory_main(sys.stdin.read())

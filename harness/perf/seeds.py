@@ -6,7 +6,7 @@
 * ``sequential``: one model stepped with the loop's own step (:func:`harness.train.train_step`: the
   fused Adam, the gradient norm, the ``.item()`` syncs of a trial); a seed costs one such step;
 * ``vectorised K``: K models of the variant stacked and stepped as one program
-  (:class:`harness.vstep.GroupStep`, what ``run --vectorize-seeds on`` trains), one step for K seeds;
+  (:class:`harness.vstep.GroupStep`, what ``run --vectorise-seeds on`` trains), one step for K seeds;
 * ``captured K`` (CUDA only): the same step replayed as a CUDA graph (:class:`harness.vstep.CapturedStep`);
 * with ``bench --compile MODE``: ``compiled K``, the same step (forward, backward, clipping and Adam
   on the flat buffers, one function) through ``torch.compile``, so that Inductor fuses across all of

@@ -1,4 +1,4 @@
-"""Two runs side by side, per variant (x sweep point): the regression gate of ``python -m harness
+"""Two runs side by side, per variant (x sweep point): the regression test of ``python -m harness
 compare`` and :func:`harness.compare` (its rules: docs/statistics.md, and ``python -m harness compare --help``).
 
 :func:`compare_frames` compares two runs' trial frames; :func:`config_differences` their configs.
@@ -20,7 +20,7 @@ from ..trial import NO_RESULT
 from ..metrics import BUILTIN, COPY_METRICS, Metric, by_name, shown
 from .frames import run_metrics, trials_frame
 
-#: The base task's gate: its metrics shown in ``compare`` (a run's own: its task's, :func:`gated_metrics`).
+#: The base task's metrics that ``compare`` holds B to (a run's own: its task's, shown in ``compare``).
 DEFAULT_METRICS = tuple(m.name for m in shown(COPY_METRICS, "compare"))
 
 
@@ -69,10 +69,10 @@ def _broken(g: pd.DataFrame) -> str:
 
 
 def failure_row(ga: pd.DataFrame, gb: pd.DataFrame) -> dict:
-    """Failed or diverged trials of one (variant, point): the gate rule in the module docstring.
+    """Failed or diverged trials of one (variant, point): the rule in the module docstring.
 
     A failed trial raised (crash, out of memory); a diverged one stopped at a non-finite loss or
-    gradient norm. Both produced no final metrics, so they are gated here, never hidden by
+    gradient norm. Both produced no final metrics, so they are judged here, never hidden by
     ``too few seeds`` in the metric rows.
     """
     fail_a = set(ga.loc[ga["status"] == "failed", "seed"])
@@ -100,7 +100,7 @@ def failure_row(ga: pd.DataFrame, gb: pd.DataFrame) -> dict:
 
 def integrity_row(ga: pd.DataFrame, gb: pd.DataFrame) -> dict:
     """Trials marked ``invalid`` (they failed an integrity probe: a leaking mask, non-finite gradients).
-    Any invalid trial in B is a regression, whatever A did: a gate never passes a candidate whose
+    Any invalid trial in B is a regression, whatever A did: a regression test never passes a candidate whose
     masks leak. Invalid trials never enter the metric rows (only ``ok`` trials do)."""
     ia, ib = ga[ga["status"] == "invalid"], gb[gb["status"] == "invalid"]
     if len(ib):
@@ -123,7 +123,7 @@ def compare_frames(a: pd.DataFrame, b: pd.DataFrame, metrics=DEFAULT_METRICS, to
     (:func:`failure_row`).
 
     ``declared``: the metrics the runs' tasks declare (default: the built-in tasks',
-    :data:`harness.metrics.BUILTIN`); only those verdicts may use can be gated.
+    :data:`harness.metrics.BUILTIN`); only those verdicts may use can be compared.
 
     Raises:
         ConfigError: an unknown metric or a negative tolerance.
@@ -211,10 +211,10 @@ class CompareOutcome:
 
 def compare_runs(store_a: RunStore, store_b: RunStore, metrics=None, tolerance: float = 0.0) -> CompareOutcome:
     """Compare the reference run ``store_a`` with the candidate ``store_b``, per variant (x sweep
-    point): the gate of ``python -m harness compare``.
+    point): the regression test of ``python -m harness compare``.
 
     Args:
-        metrics: the metrics to gate (names the runs' tasks declare for verdicts); None: those both tasks
+        metrics: the metrics to compare (names the runs' tasks declare for verdicts); None: those both tasks
             show in ``compare`` (:attr:`harness.metrics.Metric.show`) and both runs recorded: ``heldout_ce``
             and ``exact_match``, plus ``wer`` and ``per`` for g2p.
         tolerance: a difference must exceed it (absolute, in the metric's unit) beyond its CI.

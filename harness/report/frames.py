@@ -30,7 +30,7 @@ METRICS: dict[str, tuple[bool, str]] = {m.name: (m.higher_is_better, m.label) fo
 DEFAULT_METRIC = COPY_PRIMARY
 
 #: Statuses of trials that trained to the end: ``invalid`` trials (a failed integrity probe, see
-#: :func:`harness.checks.probes.integrity_reasons`) keep their numbers in the tables but never get a verdict.
+#: :func:`harness.checks.properties.trial_rows.integrity_reasons`) keep their numbers in the tables but never get a verdict.
 TRAINED = ("ok", "invalid")
 
 

@@ -18,6 +18,7 @@ from ..report import training_classes
 from ..request import RunOutcome, RunRequest
 from ..runmeta import RunMeta
 from ..store import RunStore, atomic_write_text
+from ..trial import OLD_COLUMNS
 from . import report as suite_report
 from .spec import SUITE_METRICS, SuiteSpec
 
@@ -31,7 +32,7 @@ def task_request(spec: SuiteSpec, task: str, suite_dir: Path, base: RunRequest, 
     plugins, device, dtype and execution with the suite file's variants, preset, seeds and overrides."""
     common = dict(plugins=base.plugins, device=base.device, dtype=base.dtype, executor=base.executor,
                   jobs=base.jobs, threads=base.threads, address=base.address, quiet=base.quiet,
-                  vectorize_seeds=base.vectorize_seeds, capture=base.capture)
+                  vectorise_seeds=base.vectorise_seeds, capture=base.capture)
     if resume:
         return RunRequest(resume=str(suite_dir / task), **common)
     return RunRequest(variants=tuple(spec.variants), preset=spec.preset, seeds=spec.seeds,
@@ -43,7 +44,7 @@ def task_request(spec: SuiteSpec, task: str, suite_dir: Path, base: RunRequest, 
 def suite_configs(spec: SuiteSpec, registry) -> list:
     """``(model config, task rows)`` at each distinct model config the suite's tasks train
     (:func:`harness.launch.check_configs` over one plan per task), for the suite's one check."""
-    from ..launch import resolve_config
+    from ..planning import resolve_config
     from ..overview import check_configs
     from ..runner import Plan
 
@@ -107,7 +108,7 @@ def task_frame(folder: Path) -> pd.DataFrame:
     except pd.errors.EmptyDataError:  # a task interrupted before its first trial was stored
         return pd.DataFrame()
     df["point"] = df["point"].fillna("") if "point" in df else ""
-    return df
+    return df.rename(columns=OLD_COLUMNS)
 
 
 def _slots(df: pd.DataFrame, variant: str) -> dict[str, str]:
@@ -209,7 +210,7 @@ def run_suite(spec: SuiteSpec, folder: Path, registry, variants, base: RunReques
     Raises:
         ConfigError: the reference variant is not among ``variants``; a task that does not declare the
             suite's metric for verdicts (``Task.metrics``); a bad environment switch
-            (:func:`harness.launch.check_switches`), found before anything trains.
+            (:func:`harness.planning.check_switches`), found before anything trains.
     """
     names = [v.name for v in variants]
     if spec.reference not in names:
@@ -219,7 +220,7 @@ def run_suite(spec: SuiteSpec, folder: Path, registry, variants, base: RunReques
         if spec.metric not in [m.name for m in registry.task(task).metrics if m.verdict]:
             raise ConfigError(f"suite {spec.name}: task {task!r} does not declare the metric {spec.metric!r} "
                               f"(its metrics: {', '.join(m.name for m in registry.task(task).metrics if m.verdict)})")
-    from ..launch import check_switches
+    from ..planning import check_switches
 
     check_switches()  # a mistyped HARNESS_* switch: bad input before the suite's folder and check
     folder.mkdir(parents=True, exist_ok=True)

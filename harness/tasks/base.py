@@ -61,7 +61,7 @@ class Task:
     Attributes:
         name: unique task name, used by ``--task NAME`` and stored in ``train.task``.
         summary: one line for ``list`` and reports: what the model must output.
-        source: where the task comes from (paper section, tutorial, seed note).
+        source: where the task comes from (paper section, tutorial, study note).
         plugin: set by the registry: the plugin that offered the task.
         metrics: what its trials are scored on (:class:`harness.metrics.Metric`), in the report's
             column order; default the copy-task metrics (:data:`harness.metrics.COPY_METRICS`). A

@@ -7,7 +7,7 @@ name and call the registered task.
 Two versions of copy with the hash split (``TrainConfig.task``); ``copy_length`` is in
 :class:`CopyLengthTask`:
 
-* ``copy`` -- seed 001's ``generate_data``: vocabulary V with 0 = pad, 1 = start, 2 = end;
+* ``copy`` -- note 001's ``generate_data``: vocabulary V with 0 = pad, 1 = start, 2 = end;
   each row draws a content length n in 1..L uniformly and n content tokens from 3..V-1;
   ``src`` (B, L) = content then pad, ``tgt`` (B, L+1) = [1, content, 2, pad...][:-1] (decoder
   input) and ``tgt_y`` (B, L+1) = [content, 2, pad...] (labels). Source padding is real, so
@@ -21,7 +21,7 @@ Batches are drawn on the CPU from a ``torch.Generator`` and then moved to the de
 same seed gives the same data on every device and for every variant (paired seeds).
 
 Held-out split (standard train/test practice: evaluate on sequences kept out of training).
-The Annotated Transformer's copy task (``data_gen``) and seed 001 (``generate_data``) draw their
+The Annotated Transformer's copy task (``data_gen``) and note 001 (``generate_data``) draw their
 evaluation data from the same distribution as their training batches, so evaluation sequences
 also occur in training: with that scheme, at the quick preset 397 of the 1000 evaluation
 sequences occurred verbatim in seed 0's training stream (every sequence of content length 1-3,
@@ -283,12 +283,12 @@ class HashSplitTask(Task):
 
 
 class CopyTask(HashSplitTask):
-    """``copy``: output the source (variable length, padded); seed 001's ``generate_data`` with
+    """``copy``: output the source (variable length, padded); note 001's ``generate_data`` with
     the held-out hash split of this module (layout in the module docstring)."""
 
     name = "copy"
     summary = "output the source; content length 1..L with padding, ids 3..V-1 (default task)"
-    source = "seed 001 generate_data (Annotated Transformer copy task, variable length); hash split"
+    source = "note 001 generate_data (Annotated Transformer copy task, variable length); hash split"
 
 
 class CopyFixedTask(Task):
@@ -380,7 +380,7 @@ def greedy_decode(model, src: torch.Tensor, steps: int, start: int = START) -> t
         model: an :class:`harness.model.EncoderDecoder` (put it in eval mode first).
         src: (B, S) source ids.
         steps: tokens to generate.
-        start: the start symbol fed first (1; seed 001 used 0, the pad id -- fixed).
+        start: the start symbol fed first (1; note 001 used 0, the pad id -- fixed).
 
     Returns:
         (B, steps) predicted ids (the start symbol is not included).

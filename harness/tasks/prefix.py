@@ -4,7 +4,7 @@
 position t, on the rows scored there, each holding exactly the target's first t + 1 tokens. On a
 GPU a small model's evaluation is then bound by kernel launches: the decoder's ops run once per
 target position, and every periodic evaluation runs three such passes (the scores and the
-future-leak gate's two).
+future-leak check's two).
 
 :func:`prefix_logits_batched` gives each scored position (b, t) a row of its own and runs them all
 in one decoder forward: row (b, t) holds ``tgt[b, :t + 1]`` followed by pads up to a width W
@@ -12,12 +12,12 @@ set by the batch's shape, so no row holds a later target token. What it gives up
 inputs have width t + 1, these have W, and in a chunk of rows sorted by length (g2p trims each
 chunk to its longest row) W tells a row roughly how long the rows around it are. So W is one
 column wider than the data (when ``max_len`` allows): a component that reads the decoder input's
-width then sees another width here than in the future-leak gate's whole-target pass, and the gate
+width then sees another width here than in the future-leak check's whole-target pass, and the check
 shows the gap and marks the trial invalid. At least 4x fewer ops (``tests/test_prefix_pass.py``);
 a pass larger than :data:`PREFIX_ELEMENTS` runs as a few forwards of fewer rows each (:func:`row_chunk`);
 the decoder works on W positions a row instead of t + 1, about twice the arithmetic for the copy
 task, so on a CPU, where arithmetic bounds it, it is slower. For a causal decoder the logits
-equal the default's up to float rounding (~2e-6 in float32, within the gate's tolerance).
+equal the default's up to float rounding (~2e-6 in float32, within the future-leak check's tolerance).
 
 Chosen with the environment variable :data:`harness.env.PREFIX_ENV` (:func:`harness.env.prefix_pass`):
 ``auto`` (the default: ``batched`` on a CUDA device, ``loop`` elsewhere), ``loop`` or ``batched``, read

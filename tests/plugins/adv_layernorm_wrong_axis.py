@@ -1,7 +1,7 @@
 """Adversarial plugin: a LayerNorm that normalises over the sequence and the features together.
 
 Fault: mean and variance are taken over the last *two* dimensions (L, D) of a (B, L, D) input --
-seed 003's ``nn.LayerNorm([100, 24])``, i.e. ``normalized_shape`` = (seq, d_model) -- instead of
+note 003's ``nn.LayerNorm([100, 24])``, i.e. ``normalized_shape`` = (seq, d_model) -- instead of
 over D alone; the gain and bias are per feature (D,), so the canonical layout is the slot's.
 Every position's output depends on the statistics of every position of its row: future target
 tokens change earlier decoder outputs, and padded source tokens change the memory. It is not

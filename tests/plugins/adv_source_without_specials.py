@@ -5,7 +5,7 @@ Fault: the paper's bool keep-masks, except that ``src_mask`` keeps every key whe
 and the cross-attention attend to the padding. The checks' batches, and the run gate's, drew their tokens
 from every non-pad id, so some source always held a 1 or a 2: ``check`` passed it and classed it the
 baseline's function, and ``run`` trained it and called it "same function" as the baseline, with its trials
-``ok``. The model probes now also run on rows the task itself drew (``harness.checks.probes.task_rows``):
+``ok``. The model probes now also run on rows the task itself drew (``harness.checks.properties.rows.task_rows``):
 the data a component sees in training, whatever it branches on. Deliberate check-gaming; not declared buggy.
 
 Expected: ``check`` fails on masked source keys "on rows the task drew"; ``run`` marks the variant invalid

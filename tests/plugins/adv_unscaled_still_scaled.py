@@ -1,7 +1,7 @@
 """Adversarial plugin: a "no sqrt(d_model) scale" positional component that still scales.
 
 Fault: the author copied the paper's embedding (x * sqrt(d_model) + PE[:L]) to make the ablation the
-seed notes ask for ("why multiply by sqrt(d_model)?"), declared it held to the formula
+study notes ask for ("why multiply by sqrt(d_model)?"), declared it held to the formula
 ``unscaled_pe`` (x + PE[:L]), and forgot to take the scale out. Trained against the
 baseline it would be the baseline again, and a study of the scale would find "no effect" whatever
 the truth. Its declared difference is the built-in ``unscaled``'s, word for word.

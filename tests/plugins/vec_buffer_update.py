@@ -1,4 +1,4 @@
-"""Test plugin for trial groups (``run --vectorize-seeds on``): a buffer updated in place by the forward.
+"""Test plugin for trial groups (``run --vectorise-seeds on``): a buffer updated in place by the forward.
 
 The LayerNorm counts its training-mode calls in a buffer (``self.calls.add_(1)``), as running
 statistics do. Stacked per seed the update runs, but it mutates the group's buffers behind the
@@ -7,7 +7,7 @@ functional step, so the group is not the same program as its trials.
 The function is nn.LayerNorm's (biased variance, eps = 1e-5; canonical ``weight``, ``bias`` (D,)), so
 ``check`` passes it and its sequential trials are ordinary; only vectorising its seeds with
 ``torch.func.vmap`` changes a buffer behind the functional step. Expected: a vectorised run falls back to sequential trials with one line
-naming the reason (``EXPECT_FALLBACK`` is a fragment of it), with the same rows as ``--vectorize-seeds off``.
+naming the reason (``EXPECT_FALLBACK`` is a fragment of it), with the same rows as ``--vectorise-seeds off``.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Test plugin for trial groups (``run --vectorize-seeds on``): a data-dependent Python branch.
+"""Test plugin for trial groups (``run --vectorise-seeds on``): a data-dependent Python branch.
 
 The LayerNorm guards its input with ``if bool(torch.isnan(x).any()): raise``: a Python ``if`` on a
 tensor's value, which ``vmap`` cannot trace per seed.
@@ -6,7 +6,7 @@ tensor's value, which ``vmap`` cannot trace per seed.
 The function is nn.LayerNorm's (biased variance, eps = 1e-5; canonical ``weight``, ``bias`` (D,)), so
 ``check`` passes it and its sequential trials are ordinary; only vectorising its seeds with
 ``torch.func.vmap`` fails. Expected: a vectorised run falls back to sequential trials with one line
-naming the reason (``EXPECT_FALLBACK`` is a fragment of it), with the same rows as ``--vectorize-seeds off``.
+naming the reason (``EXPECT_FALLBACK`` is a fragment of it), with the same rows as ``--vectorise-seeds off``.
 """
 from __future__ import annotations
 

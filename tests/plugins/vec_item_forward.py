@@ -1,4 +1,4 @@
-"""Test plugin for trial groups (``run --vectorize-seeds on``): ``.item()`` in the forward.
+"""Test plugin for trial groups (``run --vectorise-seeds on``): ``.item()`` in the forward.
 
 The LayerNorm reads the largest |x| of its input with ``.item()`` (to pick eps, which always ends
 at 1e-5): a Python number from a tensor, which ``vmap`` refuses.
@@ -6,7 +6,7 @@ at 1e-5): a Python number from a tensor, which ``vmap`` refuses.
 The function is nn.LayerNorm's (biased variance, eps = 1e-5; canonical ``weight``, ``bias`` (D,)), so
 ``check`` passes it and its sequential trials are ordinary; only vectorising its seeds with
 ``torch.func.vmap`` fails. Expected: a vectorised run falls back to sequential trials with one line
-naming the reason (``EXPECT_FALLBACK`` is a fragment of it), with the same rows as ``--vectorize-seeds off``.
+naming the reason (``EXPECT_FALLBACK`` is a fragment of it), with the same rows as ``--vectorise-seeds off``.
 """
 from __future__ import annotations
 

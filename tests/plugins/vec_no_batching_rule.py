@@ -1,4 +1,4 @@
-"""Test plugin for trial groups (``run --vectorize-seeds on``): an op without a batching rule.
+"""Test plugin for trial groups (``run --vectorise-seeds on``): an op without a batching rule.
 
 The LayerNorm runs as a custom ``torch.autograd.Function`` (its backward recomputes the forward)
 (``setup_context`` style, so ``torch.func`` accepts it) that defines neither ``vmap`` nor
@@ -7,7 +7,7 @@ The LayerNorm runs as a custom ``torch.autograd.Function`` (its backward recompu
 The function is nn.LayerNorm's (biased variance, eps = 1e-5; canonical ``weight``, ``bias`` (D,)), so
 ``check`` passes it and its sequential trials are ordinary; only vectorising its seeds with
 ``torch.func.vmap`` fails. Expected: a vectorised run falls back to sequential trials with one line
-naming the reason (``EXPECT_FALLBACK`` is a fragment of it), with the same rows as ``--vectorize-seeds off``.
+naming the reason (``EXPECT_FALLBACK`` is a fragment of it), with the same rows as ``--vectorise-seeds off``.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Test plugin for trial groups (``run --vectorize-seeds on``): a seed-dependent plain tensor attribute.
+"""Test plugin for trial groups (``run --vectorise-seeds on``): a seed-dependent plain tensor attribute.
 
 The LayerNorm scales its gain by a fixed random jitter (0.5, 1 or 2 per feature, drawn when the
 model is built, so it differs between seeds) that it keeps as a plain tensor attribute instead of a
@@ -12,7 +12,7 @@ the checks see too: ``check`` flags it (a fresh model loaded with this one's ``s
 differently) and so does every trial's contract check (``weight`` is not a view of the canonical
 layout), so its trials are ``invalid`` vectorised or not: the fallback must keep that verdict.
 Expected: a vectorised run falls back to sequential trials with one line naming the reason
-(``EXPECT_FALLBACK`` is a fragment of it), with the same rows as ``--vectorize-seeds off``.
+(``EXPECT_FALLBACK`` is a fragment of it), with the same rows as ``--vectorise-seeds off``.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Whether K seeds of a variant can run as one program, and whether its steps are captured.
 
-- :func:`vectorise_problem`: the vectorisability probe a trial group runs before training (one
+- :func:`vectorise_problem`: the dry run a trial group makes before training (one
   vmapped forward and backward on the first stacked batch against each seed's own forward); a
   reason makes :mod:`harness.group` fall back to sequential trials with one log line.
 - :func:`capture_wanted`: ``run --capture`` (and :data:`CAPTURE_ENV` under ``auto``) on this device.

@@ -1,7 +1,7 @@
 """Time limits of trials: ``run --trial-timeout SECONDS`` and ``run --time-budget SECONDS``.
 
 A trial that hangs in the run's own process cannot be stopped, so with a limit every unit of work
-(a trial, or with ``--vectorize-seeds on`` a vectorised trial group) runs in a worker process of
+(a trial, or with ``--vectorise-seeds on`` a vectorised trial group) runs in a worker process of
 its own, started from the fork server (:data:`harness.workers.START_METHOD`), at most ``jobs`` at a
 time. Each worker sends its progress and, at the end, its results (``TrialResult.to_dict()``) through
 a one-way pipe of its own (``multiprocessing.Pipe``), so ending one worker never corrupts another's
@@ -33,11 +33,12 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import wait as wait_ready
 from typing import Any, Callable
 
-from .errors import ResourceError, failure_reason, resource_text
-from .executors import OnDone, init_worker, main_module_hidden, sigint_ignored
-from .progress import TrialBars
-from .trial import TrialResult, TrialSpec
-from .workers import FORKSERVER_PRELOAD, START_METHOD
+from ..errors import ResourceError, failure_reason, resource_text
+from ..progress import TrialBars
+from ..trial import TrialResult, TrialSpec
+from ..workers import FORKSERVER_PRELOAD, START_METHOD
+from .pool import init_worker, main_module_hidden, sigint_ignored
+from .units import OnDone, WorkUnit, plan_units, run_unit
 
 #: Status of a trial ended by ``--trial-timeout`` or ``--time-budget`` (retried by ``--retry-failed``).
 TIMED_OUT = "timed_out"
@@ -71,7 +72,7 @@ class _Worker:
     """One running unit: its process, the parent's end of its pipe, when it started, the last step
     each of its trials reported (key -> step)."""
 
-    unit: list[TrialSpec]
+    unit: WorkUnit
     proc: Any
     conn: Any
     started: float
@@ -79,9 +80,9 @@ class _Worker:
     out: Any = None  # the worker's payload once it arrived
 
 
-def _unit_worker(conn, units: list[dict], threads: int, capture: str | None, run_pid: int) -> None:
-    """A worker process's body: the unit (``capture`` None: one trial; else a trial group,
-    :func:`harness.group.pool_group`), progress and the result sent through ``conn``."""
+def _unit_worker(conn, specs: list[dict], threads: int, capture: str | None, run_pid: int) -> None:
+    """A worker process's body: :func:`~harness.executors.units.run_unit` on the unit's payload, progress and the
+    result sent through ``conn``."""
     init_worker(threads, None, run_pid)
 
     def progress_for(key: str):
@@ -89,18 +90,8 @@ def _unit_worker(conn, units: list[dict], threads: int, capture: str | None, run
             conn.send(("step", key, int(step), float(loss)))
         return progress
 
-    specs = [TrialSpec.from_dict(d) for d in units]
-    progress = [progress_for(s.key) for s in specs]
     try:
-        if capture is None:
-            from .train import run_trial
-
-            payload: Any = [run_trial(specs[0], progress=progress[0]).to_dict()]
-        else:
-            from .group import pool_group
-
-            payload = pool_group(units, progress, capture)
-        conn.send(("done", payload))
+        conn.send(("done", run_unit(specs, [progress_for(TrialSpec.from_dict(d).key) for d in specs], capture)))
     except BaseException as exc:  # noqa: BLE001 - the parent records it as the unit's failure
         conn.send(("error", failure_reason(exc)))
     finally:
@@ -118,18 +109,18 @@ def timed_out(ts: TrialSpec, reason: str, wall_s: float) -> TrialResult:
 class _Scheduler:
     """Starts units in worker processes, at most ``jobs`` at a time, and ends those past a limit."""
 
-    def __init__(self, units, jobs, threads, on_done: OnDone, bars: TrialBars, limits: Limits, capture, log):
+    def __init__(self, units: list[WorkUnit], jobs, threads, on_done: OnDone, bars: TrialBars, limits: Limits, log):
         self.pending, self.jobs, self.threads = deque(units), jobs, threads
-        self.on_done, self.bars, self.limits, self.capture, self.log = on_done, bars, limits, capture, log
+        self.on_done, self.bars, self.limits, self.log = on_done, bars, limits, log
         self.ctx = multiprocessing.get_context(START_METHOD)
         if START_METHOD == "forkserver":
             self.ctx.set_forkserver_preload(FORKSERVER_PRELOAD)
         self.running: list[_Worker] = []
 
-    def start(self, unit: list[TrialSpec]) -> None:
+    def start(self, unit: WorkUnit) -> None:
         recv, send = self.ctx.Pipe(duplex=False)
-        proc = self.ctx.Process(target=_unit_worker, name=f"harness-trial-{unit[0].key}",
-                                args=(send, [ts.to_dict() for ts in unit], self.threads, self.capture, os.getpid()))
+        proc = self.ctx.Process(target=_unit_worker, name=f"harness-trial-{unit.key}",
+                                args=(send, unit.payload()[0], self.threads, unit.capture, os.getpid()))
         with sigint_ignored(), main_module_hidden():
             proc.start()
         send.close()  # the worker holds the only writing end: its exit is an EOF here
@@ -153,7 +144,7 @@ class _Scheduler:
             raise
         finally:
             self.bars.close_all()
-        return [ts for unit in self.pending for ts in unit]
+        return [ts for unit in self.pending for ts in unit.specs]
 
     def _next_wait(self) -> float:
         now, due = time.monotonic(), [POLL_S]
@@ -170,7 +161,7 @@ class _Scheduler:
                 msg = w.conn.recv()
                 if msg[0] == "step":
                     w.steps[msg[1]] = msg[2]
-                    self.bars.update(next(ts for ts in w.unit if ts.key == msg[1]), msg[2], msg[3])
+                    self.bars.update(next(ts for ts in w.unit.specs if ts.key == msg[1]), msg[2], msg[3])
                 else:
                     w.out = msg
                     break
@@ -185,19 +176,14 @@ class _Scheduler:
 
     def _results(self, w: _Worker) -> list[TrialResult]:
         kind, payload = w.out
-        if kind == "done" and self.capture is None:
-            return [TrialResult.from_dict(payload[0])]
         if kind == "done":
-            for line in payload["log"] if self.log else ():
-                self.log(line)
-            return [TrialResult.from_dict(d) for d in payload["results"]]
-        why = payload if kind == "error" else _death(w.proc.exitcode)
-        return [TrialResult.failed(ts, why) for ts in w.unit]
+            return w.unit.results(payload, log=self.log)
+        return w.unit.results(None, payload if kind == "error" else _death(w.proc.exitcode))
 
     def _finish(self, w: _Worker, results: list[TrialResult]) -> None:
         self.running.remove(w)
         w.conn.close()
-        for ts, result in zip(w.unit, results):
+        for ts, result in zip(w.unit.specs, results):
             self.bars.close(ts.key)
             self.on_done(ts, result)
 
@@ -212,7 +198,7 @@ class _Scheduler:
             what = (f"exceeded --trial-timeout {self.limits.trial_timeout:g} s" if over else
                     f"was running when the run's --time-budget of {self.limits.budget:g} s was spent")
             self._finish(w, [timed_out(ts, f"trial {what} at step {_step(w, ts)}; its worker process was ended",
-                                       now - w.started) for ts in w.unit])
+                                       now - w.started) for ts in w.unit.specs])
 
     @staticmethod
     def _end(w: _Worker) -> None:
@@ -233,7 +219,7 @@ def _death(exitcode: int | None) -> str:
 
 
 def run_limited(specs: list[TrialSpec], jobs: int, on_done: OnDone, limits: Limits, threads: int | None = None,
-                bars: TrialBars | None = None, vectorize: bool = False, capture: str = "auto",
+                bars: TrialBars | None = None, vectorise: bool = False, capture: str = "auto",
                 log: Callable[[str], None] | None = None) -> list[TrialSpec]:
     """Run ``specs`` under ``limits``, each unit in a worker process of its own (see the module docstring).
 
@@ -241,7 +227,7 @@ def run_limited(specs: list[TrialSpec], jobs: int, on_done: OnDone, limits: Limi
         specs: the trials. jobs: units at a time (>= 1). threads: intra-op threads per worker.
         on_done: called in this process with ``(trial_spec, result)`` as each trial ends or is ended.
         limits: :class:`Limits` (from :meth:`Limits.start`).
-        vectorize: units are vectorised trial groups (:func:`harness.group.group_specs`) with ``capture``.
+        vectorise: units are vectorised trial groups (:func:`harness.group.group_specs`) with ``capture``.
         log: a group's fallback lines.
 
     Returns:
@@ -250,13 +236,10 @@ def run_limited(specs: list[TrialSpec], jobs: int, on_done: OnDone, limits: Limi
     Raises:
         KeyboardInterrupt: passed on after every worker has been ended.
     """
-    from .env import threads_per_trial
-    from .group import group_specs
-    from .runmeta import MAX_GROUP
+    from ..env import threads_per_trial
 
-    units = group_specs(list(specs), MAX_GROUP) if vectorize else [[ts] for ts in specs]
-    sched = _Scheduler(units, max(1, jobs), threads_per_trial(jobs, threads), on_done, bars or TrialBars(False),
-                       limits, capture if vectorize else None, log)
+    sched = _Scheduler(plan_units(list(specs), vectorise, capture), max(1, jobs), threads_per_trial(jobs, threads),
+                       on_done, bars or TrialBars(False), limits, log)
     return sched.run()
 
 
