@@ -357,14 +357,14 @@ def list_presets() -> dict[str, str]:
 
 def list_settings():
     """Every config key ``overrides=`` (``--set``) takes, as a pandas DataFrame: ``key`` (``model.*``,
-    ``train.*``), ``type``, ``default`` and ``meaning`` (``python -m harness list --settings``;
+    ``train.*``, ``task.*``), ``type``, ``default`` and ``meaning`` (``python -m harness list --settings``;
     :func:`harness.settings.setting_rows`)."""
     import pandas as pd
 
-    from .config import ModelConfig, TrainConfig
+    from .config import config_sections
     from .settings import setting_rows
 
-    return pd.DataFrame(setting_rows({"model": ModelConfig, "train": TrainConfig}))
+    return pd.DataFrame(setting_rows(config_sections()))
 
 
 def build_model(variant, config=None, *, seed: int = 0, plugins: _Names = (), plugin_files: _Names = ()):

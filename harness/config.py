@@ -38,12 +38,17 @@ CHECKPOINT_EVERY = re.compile(r"(\d+)|(\d+(?:\.\d*)?)s|off")
 
 
 def config_keys() -> list[str]:
-    """Every dotted key ``--set`` takes (``model.N``, ..., ``train.task``, ...)."""
-    return [f"{section}.{f.name}" for section, cls in (("model", ModelConfig), ("train", TrainConfig))
-            for f in fields(cls)]
+    """Every dotted key ``--set`` takes (``model.N``, ..., ``train.task``, ..., ``task.split``)."""
+    return [f"{section}.{f.name}" for section, cls in config_sections().items() for f in fields(cls)]
 
 
-def resolve_key(key: str, sections: tuple[str, ...] = ("model", "train")) -> tuple[str, str]:
+def config_sections() -> dict[str, type]:
+    """The config's sections in order, name -> dataclass: ``model``, ``train``, ``task`` (what ``--set``,
+    the settings table and :meth:`RunConfig.to_dict` hold)."""
+    return {"model": ModelConfig, "train": TrainConfig, "task": TaskConfig}
+
+
+def resolve_key(key: str, sections: tuple[str, ...] = ("model", "train", "task")) -> tuple[str, str]:
     """A dotted config key (``--set KEY=...``) -> ``(section, name)``.
 
     Args:
@@ -57,7 +62,7 @@ def resolve_key(key: str, sections: tuple[str, ...] = ("model", "train")) -> tup
     section, _, name = key.rpartition(".")
     if not section and len(sections) == 1:
         section = sections[0]
-    known = {s: {f.name for f in fields(ModelConfig if s == "model" else TrainConfig)} for s in ("model", "train")}
+    known = {s: {f.name for f in fields(cls)} for s, cls in config_sections().items()}
     if section in sections and name in known[section]:
         return section, name
     raise ConfigError(unknown_key_message(key, sections, known, config_keys()))
@@ -314,8 +319,35 @@ class TrainConfig:
 
 
 @dataclass(frozen=True)
+class TaskConfig:
+    """Options of the trial's task (``train.task``): each task reads the ones it offers.
+
+    Args:
+        split: which train / dev / test split the task uses: ``hash`` (default; every built-in task's own
+            deterministic split, by a hash of the content or the word) or ``standard`` (``g2p`` only: the
+            CMUdict train and test lists of microsoft/CNTK that the published g2p rows use, with a dev slice
+            out of train; docs/tasks.md). A task refuses a split it does not offer
+            (:attr:`harness.tasks.base.Task.splits`).
+
+    Raises:
+        ConfigError: a split that is not a name (see :meth:`validate`).
+    """
+
+    split: str = "hash"
+
+    def validate(self) -> "TaskConfig":
+        if not re.fullmatch(r"[a-z][a-z0-9_]*", self.split):
+            raise ConfigError(f"task.split must be a split name such as hash or standard, got {self.split!r}")
+        return self
+
+    @classmethod
+    def from_dict(cls, data: dict, where: str = "task") -> "TaskConfig":
+        return cls(**_check_fields(cls, data, where)).validate()
+
+
+@dataclass(frozen=True)
 class RunConfig:
-    """A model config and a train config: everything a trial needs besides variant and seed.
+    """A model config, a train config and the task's options: everything a trial needs besides variant and seed.
 
     Raises:
         ConfigError: from :meth:`validate`: a value out of range, ``model.max_len`` shorter than
@@ -326,10 +358,12 @@ class RunConfig:
 
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    task: TaskConfig = field(default_factory=TaskConfig)
 
     def validate(self) -> "RunConfig":
         self.model.validate()
         self.train.validate(self.model.d_model)
+        self.task.validate()
         need = self.train.seq_len + 2
         if self.model.max_len < need:
             raise ConfigError(f"model.max_len must be >= train.seq_len + 2 = {need}, got {self.model.max_len}")
@@ -341,15 +375,19 @@ class RunConfig:
         return self
 
     def to_dict(self) -> dict[str, Any]:
-        return {"model": dataclasses.asdict(self.model), "train": dataclasses.asdict(self.train)}
+        return {"model": dataclasses.asdict(self.model), "train": dataclasses.asdict(self.train),
+                "task": dataclasses.asdict(self.task)}
 
     @classmethod
     def from_dict(cls, data: dict) -> "RunConfig":
-        unknown = set(data) - {"model", "train"}
+        """A config dict (:meth:`to_dict`; one stored before the ``task`` section existed reads as
+        ``task.split=hash``). Raises: ConfigError: an unknown section, key or a bad value."""
+        unknown = set(data) - set(config_sections())
         if unknown:
-            raise ConfigError(f"config has unknown section(s) {sorted(unknown)}; expected 'model' and 'train'")
+            raise ConfigError(f"config has unknown section(s) {sorted(unknown)}; expected 'model', 'train' and 'task'")
         model = ModelConfig.from_dict(data.get("model", {}))
-        return cls(model, TrainConfig.from_dict(data.get("train", {}), d_model=model.d_model)).validate()
+        return cls(model, TrainConfig.from_dict(data.get("train", {}), d_model=model.d_model),
+                   TaskConfig.from_dict(data.get("task", {}))).validate()
 
     def override(self, overrides: dict[str, Any]) -> "RunConfig":
         """Return a copy with dotted keys replaced, e.g. ``{"train.noam_factor": 0.5, "model.N": 4}``.
@@ -400,6 +438,10 @@ PRESETS: dict[str, RunConfig] = {
         ModelConfig(N=2, d_model=128, h=4, d_ff=512, dropout=0.0, vocab=68, max_len=24),
         TrainConfig(task="g2p", batch=128, steps=4000, noam_factor=0.5, warmup=400, label_smoothing=0.1,
                     eval_every=500, eval_sequences=100000, bucket=True, log_every=10)),
+    "g2p_quick": RunConfig(
+        ModelConfig(N=2, d_model=128, h=4, d_ff=512, dropout=0.0, vocab=68, max_len=24),
+        TrainConfig(task="g2p", batch=128, steps=1500, schedule="cosine", lr=2e-3, warmup=100, label_smoothing=0.1,
+                    eval_every=500, eval_sequences=100000, bucket=True, log_every=10)),
     "g2p_long": RunConfig(
         ModelConfig(N=2, d_model=128, h=4, d_ff=512, dropout=0.0, vocab=68, max_len=24),
         TrainConfig(task="g2p", batch=128, steps=36000, noam_factor=0.5, warmup=400, label_smoothing=0.1,
@@ -424,6 +466,9 @@ PRESET_NOTES: dict[str, str] = {
     "g2p": "the g2p task (CMUdict): N=2, d_model=128, dropout 0, 4000 steps at batch 128, length-bucketed "
            "batches, greedy decoding, final WER/PER on the whole test split (with --dtype bf16 where the CPU has it); "
            "the training loss is logged as 10-step means",
+    "g2p_quick": "a first g2p run that pronounces: the g2p model, 1500 steps at batch 128 with a cosine schedule "
+                 "(peak lr 2e-3 after 100 warm-up steps, down to 0), greedy WER/PER on the whole test split "
+                 "(docs/tasks.md, results/reference/g2p-quick)",
     "g2p_long": "the g2p model (N=2, d_model=128, dropout 0) trained 9x longer: 36000 steps at batch 128 (about 41 passes over the training words), "
                 "beam search 4, 10-step loss means; it over-fits after about 10000 steps, add --set model.dropout=0.1 "
                 "for the WER <= 30 % reference (docs/tasks.md)",

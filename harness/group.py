@@ -200,7 +200,7 @@ class _Group:
         self.cfg = RunConfig.from_dict(specs[0].config)
         self.device = trial_device(specs[0].device)
         self.registry = registry_for(specs[0].plugins)
-        self.task = self.registry.task(self.cfg.train.task)
+        self.task = self.registry.task(self.cfg.train.task).for_config(self.cfg)
         self.clock = PhaseClock()
         self.results = [TrialResult(row=s.identity_row(self.device.type, torch.get_num_threads())) for s in specs]
         # why the seeds are evaluated one after another (None: batched); a group of one has nothing to batch, and

@@ -149,7 +149,7 @@ def run_meta(rp: RunPlan) -> RunMeta:
         experiment=plan.name, points={name: c.to_dict() for name, c in plan.points if name},
         config_hash=config_hash(cfg.to_dict()), execution=options, status="running",
         trials=list(specs),
-        heldout=heldout_note(reg.task(cfg.train.task), cfg, seeds[0]), **plan.meta)
+        heldout=heldout_note(reg.task(cfg.train.task).for_config(cfg), cfg, seeds[0]), **plan.meta)
 
 
 # ------------------------------------------------------------------------------------- resuming

@@ -127,7 +127,7 @@ def check_configs(reg, plan) -> list:
             continue
         seen.add(key)
         try:
-            rows = task_rows(reg.task(cfg.train.task), cfg.train.seq_len, cfg.model, plan.seeds[0] if plan.seeds else 0)
+            rows = task_rows(reg.task(cfg.train.task).for_config(cfg), cfg.train.seq_len, cfg.model, plan.seeds[0] if plan.seeds else 0)
         except HarnessError:
             rows = None
         out.append((cfg.model, rows))

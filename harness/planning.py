@@ -90,7 +90,7 @@ def resolve_config(preset: str, overrides, registry: Registry | None = None) -> 
     if registry is None:
         return cfg
     given = {".".join(resolve_key(k)) for k in values}
-    return registry.task(cfg.train.task).fit(cfg, given)
+    return registry.task(cfg.train.task).for_config(cfg).fit(cfg, given)
 
 
 def check_experiment_options(given: set[str]) -> None:
@@ -204,7 +204,7 @@ def plan_new_run(req: RunRequest) -> RunPlan:
     reg = load_registry(req.plugins)
     plan = plan_run(req, reg)
     for _, point in plan.points:
-        reg.task(point.train.task).validate(point)
+        reg.task(point.train.task).for_config(point).validate(point)
     device, dtype = device_name(req.device or "auto", options), req.dtype or "fp32"
     plugins = req.plugins.to_dict()
     specs = make_specs(plan.variants, plan.seeds, plan.config, device, dtype, plugins, points=plan.points,

@@ -125,7 +125,7 @@ def load_model(run, variant: str, seed: int = 0, point: str = "", *, device: str
     state = torch.load(io.BytesIO((store.root / rec["file"]).read_bytes()), map_location="cpu", weights_only=True)
     model.load_state_dict(state)
     model = model.to(device).eval()
-    return (model, cfg, registry.task(cfg.train.task)) if with_config else model
+    return (model, cfg, registry.task(cfg.train.task).for_config(cfg)) if with_config else model
 
 
 def warn_if_code_changed(store, key: str, plugins: dict | None) -> None:

@@ -33,7 +33,12 @@ OLD_TRAIN_KEYS = frozenset({"task", "seq_len", "batch", "steps", "lr", "warmup",
 ADDED: dict[str, dict[str, Any]] = {"train": {"beam": 1, "bucket": False, "log_every": 1, "checkpoint_every": "60s",
                                               "optimizer": "adam", "weight_decay": None, "decay_all": False,
                                               "lr": None, "min_lr": 0.0, "decay_fraction": 0.2},
-                                    "model": {"n_kv_heads": 0, "window": 0}}
+                                    "model": {"n_kv_heads": 0, "window": 0},
+                                    "task": {"split": "hash"}}
+
+#: Config sections added after runs were stored: left out of the hash when every key in them is at
+#: its default (:func:`hash_view`), so a run stored without the section keeps its hash.
+ADDED_SECTIONS = frozenset({"task"})
 
 #: Names that tutorials, other libraries and habit give to a config key, -> the key ``--set`` and
 #: experiment files take. Nothing reads an alias: :func:`unknown_key_message` names the key in its
@@ -188,7 +193,8 @@ def stored_train(data: Any) -> Any:
 def hash_view(config: dict) -> dict:
     """A config dict (``RunConfig.to_dict()`` or a stored one) as its hash sees it: a stored train
     table read as today (:func:`stored_train`), keys named as :data:`HASH_NAMES` says (so runs stored
-    before a rename keep their hash) and keys added since at their default left out (:data:`ADDED`)."""
+    before a rename keep their hash) and keys added since at their default left out (:data:`ADDED`), an
+    added section (:data:`ADDED_SECTIONS`) with nothing left in it too."""
     out = {}
     for section, table in config.items():
         if section == "train":
@@ -197,15 +203,17 @@ def hash_view(config: dict) -> dict:
         added = ADDED.get(section, {})
         out[section] = {names.get(k, k): v for k, v in table.items() if k not in added or v != added[k]} \
             if isinstance(table, dict) else table
+        if section in ADDED_SECTIONS and out[section] == {}:
+            del out[section]
     return out
 
 
 def current_view(config: dict) -> dict:
     """A stored config dict as this code reads it: an old train record's ``lr`` under ``noam_factor``
-    (:func:`stored_train`) and a key added since the run was stored at its default (:data:`ADDED`, the
-    value that keeps the older code's behaviour). What ``compare`` lists as config differences."""
+    (:func:`stored_train`) and a key or section added since the run was stored at its default (:data:`ADDED`,
+    the value that keeps the older code's behaviour). What ``compare`` lists as config differences."""
     out = {}
-    for section, table in config.items():
+    for section, table in {**dict.fromkeys(ADDED_SECTIONS, {}), **config}.items():
         if isinstance(table, dict):
             table = {**ADDED.get(section, {}), **(stored_train(table) if section == "train" else table)}
         out[section] = table

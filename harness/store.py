@@ -133,7 +133,7 @@ def config_hash(payload: Any) -> str:
     """Short stable hash of a JSON-able payload (the resolved config of a run). A run config
     (``{"model": ..., "train": ...}``) is hashed with renamed keys under their old names
     (:func:`harness.settings.hash_view`), so a rename keeps stored runs resumable."""
-    if isinstance(payload, dict) and payload and set(payload) <= {"model", "train"}:
+    if isinstance(payload, dict) and payload and set(payload) <= {"model", "train", "task"}:
         payload = hash_view(payload)
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:12]
 

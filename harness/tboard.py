@@ -76,7 +76,7 @@ def trial_hparams(row: dict, config: dict) -> dict[str, Any]:
     out: dict[str, Any] = {"variant": row.get("variant", ""), "seed": int(row.get("seed", 0)),
                            "point": str(row.get("point") or ""), "status": str(row.get("status", ""))}
     out.update({k: str(v) for k, v in row.items() if k.startswith("slot_")})
-    for section in ("model", "train"):
+    for section in ("model", "train", "task"):
         for k, v in (config.get(section) or {}).items():
             out[f"{section}.{k}"] = v if isinstance(v, (bool, int, float, str)) else str(v)
     return out

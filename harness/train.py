@@ -209,6 +209,7 @@ def train(model, cfg: RunConfig, seed: int, device: torch.device, dtype: str = "
     tc, mc = cfg.train, cfg.model
     if task is None:
         task = registry_for(None).task(tc.task)
+    task = task.for_config(cfg)
     task.validate(cfg)
     clock = clock or PhaseClock()
     torch.manual_seed(seed)
@@ -443,7 +444,7 @@ def _run(spec: TrialSpec, result: TrialResult, progress, clock: PhaseClock, trac
     device = trial_device(spec.device)
     row["device"] = device.type
     registry = registry_for(spec.plugins)
-    task = registry.task(cfg.train.task)
+    task = registry.task(cfg.train.task).for_config(cfg)
     variant = Variant(spec.variant, dict(spec.slots))
     row.update({f"slot_{k}": v for k, v in variant.resolved().items()})
     if spec.measure is not None:  # a measurement at initialisation instead of training

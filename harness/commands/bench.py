@@ -275,8 +275,8 @@ def _settings_main(args, variant, cfg, reg, device, store, meta, log) -> int:
 
     if args.dtype == "both":
         raise BenchError("--old compares two arms: give the new arm's dtype as --dtype fp32 or --dtype bf16")
-    old_cfg = reg.task(cfg.train.task).fit(cfg.override(parse_overrides(args.old)), set())
-    reg.task(old_cfg.train.task).validate(old_cfg)
+    old_cfg = reg.task(cfg.train.task).for_config(cfg).fit(cfg.override(parse_overrides(args.old)), set())
+    reg.task(old_cfg.train.task).for_config(old_cfg).validate(old_cfg)
     changes = ", ".join(args.old)
     rows = run_settings_bench(variant, old_cfg, cfg, args.old_dtype, args.dtype, changes, reg, device,
                               args.steps, args.warmup_steps, log)

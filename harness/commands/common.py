@@ -81,7 +81,7 @@ def check_task(reg: Registry, cfg: RunConfig) -> None:
         UnknownNameError: no such task (with close matches); ConfigError: the task's own check
             (:meth:`harness.Task.validate`), e.g. ``copy_length`` with too small a ``model.max_len``.
     """
-    reg.task(cfg.train.task).validate(cfg)
+    reg.task(cfg.train.task).for_config(cfg).validate(cfg)
 
 
 def preset_notes() -> str:

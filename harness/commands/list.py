@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import textwrap
 
-from ..config import OPTIMIZERS, PRESET_NOTES, PRESETS, ModelConfig, TrainConfig
+from ..config import OPTIMIZERS, PRESET_NOTES, PRESETS, TrainConfig, config_sections
 from ..plugins import BUILTIN_MODULES
 from ..request import PLAN_DEFAULTS
 from ..schedule import SCHEDULES
@@ -39,7 +39,7 @@ def main(args) -> int:
 
     if args.settings:
         print("Settings (--set KEY=VALUE; experiment files' [config] and [sweep] take the same keys)\n")
-        print(wrapped_table(pd.DataFrame(setting_rows({"model": ModelConfig, "train": TrainConfig})), keep=("key",)))
+        print(wrapped_table(pd.DataFrame(setting_rows(config_sections())), keep=("key",)))
         return 0
     reg = load_registry(args)
     print("Components (slot: what it decides)\n")

@@ -43,7 +43,7 @@ def measure_grad_norms(model, cfg: RunConfig, seed: int, batches: int, parameter
     from ..measure import measure_grad_norms as measure
     from ..trial import registry_for
 
-    task = (registry if registry is not None else registry_for(None)).task(cfg.train.task)
+    task = (registry if registry is not None else registry_for(None)).task(cfg.train.task).for_config(cfg)
     try:
         return measure(model, cfg, seed, batches, parameter, device, task)
     except ConfigError as exc:

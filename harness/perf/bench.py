@@ -235,7 +235,7 @@ def _memory_main(payload: str) -> None:
     trial_settings()
     cfg = RunConfig.from_dict(spec["config"])
     device = torch.device(spec["device"])
-    task = registry_for(spec.get("plugins")).task(cfg.train.task)
+    task = registry_for(spec.get("plugins")).task(cfg.train.task).for_config(cfg)
     registry = None
     if spec["name"] != REFERENCE:
         registry = registry_for(spec.get("plugins"))
@@ -311,7 +311,7 @@ def run_bench(variants: list[Variant], cfg: RunConfig, device: torch.device, dty
     runs = [(name, d) for name in contenders for d in dtypes]
     if "fp32" not in dtypes:
         runs.insert(0, (REFERENCE, "fp32"))
-    task = registry.task(tc.task)
+    task = registry.task(tc.task).for_config(cfg)
     gen = torch.Generator().manual_seed(0)
     batch = task.make_batch(tc.batch, tc.seq_len, mc.vocab, gen).to(device)
     tokens = batch.ntokens

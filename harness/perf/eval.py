@@ -51,7 +51,7 @@ def run_eval_bench(variant: Variant, cfg: RunConfig, device: torch.device, dtype
     say = log or (lambda _line: None)
     t_start = time.perf_counter()
     tc, mc = cfg.train, cfg.model
-    task = registry.task(tc.task)
+    task = registry.task(tc.task).for_config(cfg)
     kmax = max(group_sizes)
     models = [build_model(registry, variant, mc, seed=s).to(device).eval() for s in range(kmax)]
     tensors = {n: torch.stack([dict(m.named_parameters())[n].detach() for m in models])

@@ -183,7 +183,7 @@ def run_kernel_bench(variants: list[Variant], cfg: RunConfig, device: torch.devi
 
     t0 = time.perf_counter()
     tc, mc = cfg.train, cfg.model
-    batch = registry.task(tc.task).make_batch(tc.batch, tc.seq_len, mc.vocab, torch.Generator().manual_seed(0))
+    batch = registry.task(tc.task).for_config(cfg).make_batch(tc.batch, tc.seq_len, mc.vocab, torch.Generator().manual_seed(0))
     batch = batch.to(device)
     arms = [(REFERENCE, REFERENCE, {}, d, None) for d in dict.fromkeys(["fp32", *dtypes])]
     arms += [(v.name, v.name, dict(v.slots), d, None) for v in variants for d in dtypes]

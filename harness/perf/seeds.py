@@ -130,7 +130,7 @@ def run_seed_bench(variant: Variant, cfg: RunConfig, device: torch.device, dtype
     say = log or (lambda _line: None)
     t_start = time.perf_counter()
     tc, mc = cfg.train, cfg.model
-    task = registry.task(tc.task)
+    task = registry.task(tc.task).for_config(cfg)
     kmax = max(group_sizes + [1])
     gens = [torch.Generator().manual_seed(s) for s in range(kmax)]
     built = {(kind, k): _Arm(kind, k, variant, cfg, registry, device, dtype, compile_mode)

@@ -49,7 +49,7 @@ def _arm(name: str, cfg: RunConfig, dtype: str, changes: str, variant: Variant, 
          device: torch.device) -> Arm:
     model = build_model(registry, variant, cfg.model, seed=0).to(device)
     opt, sched = make_optimizer(model, cfg)
-    stream = registry.task(cfg.train.task).batches(cfg, torch.Generator().manual_seed(0))
+    stream = registry.task(cfg.train.task).for_config(cfg).batches(cfg, torch.Generator().manual_seed(0))
     return Arm(name, cfg, dtype, changes, model, opt, sched, stream)
 
 

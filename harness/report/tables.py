@@ -416,7 +416,7 @@ def variants_table(df: pd.DataFrame, order: list[str]) -> pd.DataFrame:
 def sweep_table(points: dict[str, dict]) -> pd.DataFrame:
     """One row per sweep point: the dotted config keys that vary across points, and lr_max."""
     keys = []
-    for section in ("model", "train"):
+    for section in ("model", "train", "task"):
         names = {k for cfg in points.values() for k in (cfg.get(section) or {})}
         for k in sorted(names):
             if len({json.dumps((cfg.get(section) or {}).get(k)) for cfg in points.values()}) > 1:

@@ -51,7 +51,7 @@ def swept_lrs(meta: RunMeta | None) -> dict[str, float] | None:
     points = (meta.points or {}) if meta is not None else {}
     if len(points) < 2:
         return None
-    flat = {name: {f"{s}.{k}": json.dumps(v, sort_keys=True) for s in ("model", "train")
+    flat = {name: {f"{s}.{k}": json.dumps(v, sort_keys=True) for s in ("model", "train", "task")
                    for k, v in (cfg.get(s) or {}).items()} for name, cfg in points.items()}
     keys = set().union(*flat.values())
     varying = {k for k in keys if len({f.get(k) for f in flat.values()}) > 1}

