@@ -19,6 +19,9 @@ def register(sub, parents):
     p.add_argument("--metric", default=None, metavar="NAME",
                    help="comparison metric of P(variant > baseline): one the run's task declares (default: the "
                         "experiment's, else the task's primary metric: heldout_ce, wer for g2p)")
+    p.add_argument("--peers", default=None, metavar="FOLDER",
+                   help="a g2p run: copy FOLDER/peers.csv (written by tools/g2p_peers.py on the run's split) into the "
+                        "run, so that its reports show the peers beside the variants")
     p.add_argument("--quiet", "-q", action="store_true", help="print only the report path")
     p.add_argument("--tensorboard", action="store_true",
                    help="also export the stored trials (curves, final metrics, hparams) as TensorBoard events, "
@@ -45,6 +48,10 @@ def main(args) -> int:
     if args.baseline and (df.empty or args.baseline not in set(df["variant"])):
         known = sorted(set(df["variant"])) if len(df) else []
         raise ConfigError(f"--baseline {args.baseline!r} is not a variant of this run (variants: {', '.join(known) or 'none'})")
+    if args.peers:
+        from ..report.peers import attach_peers
+
+        attach_peers(store, args.peers)  # refused in one line (exit 2) when it cannot be compared
     path = write_run_report(store, baseline=args.baseline, metric=args.metric)
     if not args.quiet:
         meta = store.meta()

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from ..overview import overview_sections
 from ..report import trials_frame, write_report
+from ..report.peers import peer_sections
 from ..store import RunStore
 from .grad_norm import slope_table, write_measurement_run_report
 from .parse import spec_from_meta
@@ -14,7 +15,8 @@ from .render import report_sections
 
 def write_run_report(store: RunStore, baseline: str | None = None, metric: str | None = None) -> Path:
     """:func:`harness.report.write_report` with the sections of the experiment the run was made
-    from (none for a plain run); a measurement experiment (``kind`` other than ``train``) gets
+    from (none for a plain run) and, where the run folder holds ``peers.csv``, the peers beside its variants
+    (:mod:`harness.report.peers`); a measurement experiment (``kind`` other than ``train``) gets
     its own report (:func:`harness.experiments.grad_norm.write_measurement_report`).
 
     Args:
@@ -31,11 +33,11 @@ def write_run_report(store: RunStore, baseline: str | None = None, metric: str |
     meta = store.meta()
     spec = spec_from_meta(meta)
     if spec is None:
-        return write_report(store, baseline=baseline, metric=metric, sections=overview_sections(meta))
+        return write_report(store, baseline=baseline, metric=metric, sections=overview_sections(meta) + peer_sections(store))
     if spec.kind != "train":
         return write_measurement_run_report(store)
     return write_report(store, baseline=baseline or spec.baseline, metric=metric or spec.metric,
-                        sections=overview_sections(meta) + report_sections(spec), title=f"Experiment `{spec.name}`")
+                        sections=overview_sections(meta) + peer_sections(store) + report_sections(spec), title=f"Experiment `{spec.name}`")
 
 
 def run_table(store: RunStore):
