@@ -6,7 +6,6 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 from .conftest import ROOT
 
@@ -142,13 +141,12 @@ def test_readme_layout_names_every_top_level_folder_and_only_what_exists():
 
 def test_readme_is_short_and_the_docs_speak_of_the_project_not_its_history():
     """README.md stays an entry page (<= 250 lines; the rest is in docs/), and no README, doc, reference README,
-    module or test counts development rounds ("session 12", "the next GPU session"): the project speaks of
-    itself by dates, commits and machines."""
+    module or test numbers the development rounds that made it: the project speaks of itself by dates, commits
+    and machines. (The pattern spells the word with a character class so that this file does not match it.)"""
     assert len((ROOT / "README.md").read_text().splitlines()) <= 250
-    pattern = re.compile(r"session [0-9]|next GPU session", re.I)
+    pattern = re.compile(r"s[e]ssion [0-9]|next GPU s[e]ssion", re.I)
     files = [ROOT / "README.md", *(ROOT / "docs").glob("*.md"), *(ROOT / "results" / "reference").rglob("*.md"),
              *(ROOT / "harness").rglob("*.py"), *(ROOT / "tests").rglob("*.py")]
-    this = Path(__file__).resolve()
-    found = [f"{p.relative_to(ROOT)}:{n}" for p in files if p.resolve() != this
+    found = [f"{p.relative_to(ROOT)}:{n}" for p in files
              for n, line in enumerate(p.read_text(errors="replace").splitlines(), 1) if pattern.search(line)]
     assert found == [], found
