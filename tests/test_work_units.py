@@ -28,7 +28,8 @@ def test_plan_units_makes_one_unit_per_trial_or_per_trial_group():
 
 def test_a_single_trial_and_a_group_come_back_in_one_shape():
     for unit in (WorkUnit(_specs(seeds=(0,))), WorkUnit(_specs(seeds=(0, 1)), capture="off")):
-        out = run_unit(*unit.payload()[:1], [None] * len(unit.specs), unit.capture)
+        specs, capture = unit.payload()
+        out = run_unit(specs, [None] * len(specs), capture)
         assert set(out) >= {"results", "log", "started"}
         results = unit.results(out)
         assert [r.row["seed"] for r in results] == [ts.seed for ts in unit.specs]

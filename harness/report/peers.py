@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..config import RunConfig
 from ..errors import ConfigError
 from ..store import RunStore, atomic_write_text
-from .frames import trials_frame
 from .writer import ReportContext, Section
 
 #: The peers' table in a run folder.
@@ -22,7 +22,8 @@ PEER_COLUMNS = ("peer", "version", "options", "split", "test_words", "wer", "per
 
 
 def _split_of(meta) -> str:
-    return ((meta.config or {}).get("task") or {}).get("split", "hash")
+    """The run's ``task.split`` as its config reads (the default where a run predates the option)."""
+    return RunConfig.from_dict(meta.config).task.split
 
 
 def attach_peers(store: RunStore, folder: str | Path) -> Path:
@@ -42,7 +43,7 @@ def attach_peers(store: RunStore, folder: str | Path) -> Path:
         raise ConfigError(f"--peers {folder}: {PEERS_FILE} lacks the column(s) {', '.join(missing)}: not written by "
                           "tools/g2p_peers.py")
     meta = store.meta()
-    task = ((meta.config or {}).get("train") or {}).get("task")
+    task = RunConfig.from_dict(meta.config).train.task
     if task != "g2p":
         raise ConfigError(f"--peers: run {store.root.name} trained the {task!r} task; peers are g2p peers")
     splits, split = sorted(set(peers["split"].astype(str))), _split_of(meta)
@@ -62,7 +63,7 @@ def _pct(x) -> str:
 def peers_lines(ctx: ReportContext) -> list[str]:
     """The report section: each variant's mean test WER and PER over its ``ok`` seeds, then each peer's row."""
     peers = pd.read_csv(ctx.store.root / PEERS_FILE)
-    df = trials_frame(ctx.store)
+    df = ctx.df  # the run's trials frame, as the main table reads it
     lines = ["## Peers on the same words", "",
              f"Test WER and PER (%) on the {_split_of(ctx.meta)} split's test words: this run's variants (mean over "
              "their `ok` seeds, greedy or beam as the run decoded) and other G2P systems trained on the same training "
