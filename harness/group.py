@@ -221,8 +221,8 @@ class _Group:
         self.task.validate(cfg)
         self.splits = draw_splits(self.task, cfg)  # (test, dev): one pair for the group's seeds
         self.models, self.loops = [], []
-        self.gates = [TrialGate(mc, self.task, cfg.train.seq_len, spec.seed, device, dtype, self.registry, variant,
-                                self.clock) for spec in self.specs]
+        self.gates = [TrialGate(mc, self.task, cfg.train.seq_len, spec.seed, device, dtype, self.registry, variant)
+                      for spec in self.specs]
         with self.clock("build"):
             for spec, result, gate in zip(self.specs, self.results, self.gates):
                 model = build_model(self.registry, variant, mc, seed=spec.seed).to(device)
@@ -232,7 +232,8 @@ class _Group:
                 self.models.append(model)
         reset_peak_mem(device)
         for gate, model in zip(self.gates, self.models):
-            gate.before(model)
+            with self.clock("evaluate"):
+                gate.before(model)
             self.loops.append(TrainingLoop(model, cfg, self.task, device, dtype, self.clock, splits=self.splits))
         self.open_streams()
         self.step = group_step(self.models, cfg, device, dtype)

@@ -10,8 +10,6 @@ this object starts, from an evaluation.
 """
 from __future__ import annotations
 
-import contextlib
-
 from torch import nn
 
 from .checks.properties.table import AFTER, BUILD, INIT, TRIAL, VARIANT, GateInputs
@@ -25,21 +23,18 @@ INVALID = "invalid"
 
 class TrialGate:
     """The run gate of one trial (see the module docstring). ``registry`` and ``variant`` None: the ``variant``
-    rows are left out (:func:`harness.train.train` called on a model alone). ``clock``: a
-    :class:`harness.train.PhaseClock` (``build`` and ``evaluate`` phases), or None.
+    rows are left out (:func:`harness.train.train` called on a model alone). The caller times each call in its
+    own phase (:class:`harness.train.PhaseClock`).
 
     ``broken``: the ``variant`` rows' lines; ``invalid``: the ``probe`` rows' lines (at initialisation, after
     training)."""
 
     def __init__(self, model_cfg: ModelConfig, task, seq_len: int, seed: int, device, dtype: str = "fp32",
-                 registry=None, variant=None, clock=None):
+                 registry=None, variant=None):
         self.model_cfg, self.task, self.seq_len, self.seed = model_cfg, task, seq_len, seed
-        self.device, self.dtype, self.registry, self.variant, self.clock = device, dtype, registry, variant, clock
+        self.device, self.dtype, self.registry, self.variant = device, dtype, registry, variant
         self.broken: list[str] = []
         self.invalid: list[str] = []
-
-    def _phase(self, name: str):
-        return self.clock(name) if self.clock is not None else contextlib.nullcontext()
 
     def _variant_rows(self, where: str, inputs: GateInputs) -> list[str]:
         """The lines of the ``variant`` rows that run at ``where`` and apply, in table order; a row whose
@@ -69,10 +64,9 @@ class TrialGate:
 
     def before(self, model: nn.Module) -> None:
         """The ``init`` probe rows on ``model`` before its first step (seed: the trial's)."""
-        with self._phase("evaluate"):
-            self.invalid += integrity_reasons(model, self.model_cfg, self.device, seed=self.seed,
-                                              when="at initialisation", where=INIT,
-                                              task=task_rows(self.task, self.seq_len, self.model_cfg, self.seed))
+        self.invalid += integrity_reasons(model, self.model_cfg, self.device, seed=self.seed,
+                                          when="at initialisation", where=INIT,
+                                          task=task_rows(self.task, self.seq_len, self.model_cfg, self.seed))
 
     def after(self, model: nn.Module, loop) -> list[str]:
         """After the last step, unless ``loop`` (:class:`harness.train.TrainingLoop`) stopped on a divergence: the
