@@ -1,4 +1,5 @@
-"""The one assembler: an encoder-decoder Transformer built from the slots' components.
+"""The encoder-decoder assembler and what every assembler shares: the build context, layers, canonical
+parameters and initialisation (decoder-only and prefix-LM assemblers: :mod:`harness.decoder_only`).
 
 Shape letters used throughout: B batch, S source length, T target length, D = d_model,
 H = h heads, d_k = D / H, V vocabulary.
@@ -112,6 +113,8 @@ class BuildContext:
             on its own is built as the encoder's layer 0.
         layer: the index (0 .. N - 1) of the layer being built in its stack; None outside a layer.
         N: the number of layers in each stack (``cfg.N``; the encoder and the decoder have N each).
+        architecture: the assembler: ``"encoder_decoder"``, or ``"decoder_only"`` / ``"prefix_lm"`` (one stack,
+            named ``"decoder"``, of self-attention + feed-forward layers; :mod:`harness.decoder_only`).
 
     Example::
 
@@ -128,6 +131,9 @@ class BuildContext:
     _cross: bool = False
     stack: str = ""
     layer: int | None = None
+    #: the assembler being built (the ``architecture`` slot): ``"encoder_decoder"``, ``"decoder_only"`` or
+    #: ``"prefix_lm"`` (set by the assembler before it builds anything; :mod:`harness.decoder_only`)
+    architecture: str = "encoder_decoder"
 
     @property
     def N(self) -> int:  # noqa: N802 - the paper's symbol
@@ -256,6 +262,8 @@ class EncoderDecoder(nn.Module):
 
     Masks are made by the mask component from token ids unless given.
     """
+
+    architecture = "encoder_decoder"
 
     def __init__(self, ctx: BuildContext, variant: Variant):
         super().__init__()
@@ -429,8 +437,9 @@ def unique_parameter_count(model: nn.Module) -> int:
     return total
 
 
-def build_model(registry: Registry, variant: Variant, cfg: ModelConfig, seed: int = 0) -> EncoderDecoder:
-    """Assemble ``variant`` with ``cfg`` and initialise it from ``seed`` with its ``init`` scheme
+def build_model(registry: Registry, variant: Variant, cfg: ModelConfig, seed: int = 0) -> nn.Module:
+    """Assemble ``variant`` with ``cfg`` by its ``architecture`` component (:class:`EncoderDecoder` by default;
+    :mod:`harness.decoder_only`) and initialise it from ``seed`` with its ``init`` scheme
     (:func:`canonical_init`).
 
     Raises:
@@ -441,6 +450,7 @@ def build_model(registry: Registry, variant: Variant, cfg: ModelConfig, seed: in
     comps = {slot: registry.component(slot, name) for slot, name in variant.resolved().items()}
     torch.manual_seed(seed)
     ctx = BuildContext(cfg, comps)
-    model = EncoderDecoder(ctx, variant)
+    assemble = ctx.make("architecture") if "architecture" in comps else EncoderDecoder
+    model = assemble(ctx, variant)
     canonical_init(model, seed, ctx.make("init"))
     return model

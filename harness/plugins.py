@@ -64,6 +64,7 @@ BUILTIN_MODULES = (
     "variants.mask",
     "variants.feed_forward",
     "variants.init",
+    "variants.architecture",
     "variants.presets",
     "variants.bugs",
     "variants.tasks",

@@ -147,6 +147,18 @@ class InitScheme(Protocol):
     def init(self, site: Any, current: Tensor, generator: Any) -> Tensor: ...
 
 
+class Architecture(Protocol):
+    """``architecture``: the assembler, a callable ``(ctx, variant) -> nn.Module`` (usually the class itself)
+    that builds every other slot's products into a model with ``forward(src (B, S), tgt (B, T)) -> logits
+    (B, T, V)``, ``encode(src, src_mask) -> memory``, ``decode(memory, src_mask, tgt, tgt_mask) -> (B, T, D)``,
+    ``embed``, ``mask_style`` and ``cfg`` (what tasks, decoding and checks call). It sets ``ctx.architecture``
+    and ``ctx.stack`` / ``ctx.layer`` while it builds. Built-ins: :class:`harness.model.EncoderDecoder`,
+    :class:`harness.decoder_only.DecoderOnly`, :class:`harness.decoder_only.PrefixLM`.
+    """
+
+    def __call__(self, ctx: Any, variant: Any) -> nn.Module: ...
+
+
 @dataclass(frozen=True)
 class Slot:
     """One axis of choice, declared once.
@@ -241,6 +253,14 @@ BUILTIN: tuple[Slot, ...] = (
          "variants sharing a scheme and a canonical layout start equal (paired seeds); the default is the "
          "Annotated Transformer's xavier_uniform on every matrix with nn.Linear's bias rule",
          check="check_init"),
+    Slot("architecture", "how the stacks are assembled: encoder-decoder, decoder-only (one causal stack over source + "
+                         "target) or prefix LM (full attention inside the source, causal after it)",
+         Architecture,
+         "encoder_decoder: an encoder over the source and a decoder with causal self-attention and cross-attention "
+         "(Vaswani et al. 2017 §3.1); decoder_only: one stack over [source, start, target] whose query i sees keys "
+         "j <= i (Radford et al. 2018; Raffel et al. 2020 §3.2.1); prefix_lm: the same stack whose query i also "
+         "sees every source key and no source query sees a target key (Raffel et al. 2020 §3.2.1; UniLM); in all "
+         "three the logits at a target position depend on no later target token"),
 )
 
 

@@ -178,7 +178,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("harness.checks", "harness.testing"),
     ("harness.store", "harness.runmeta", "harness.trial", "harness.lookup", "harness.verification",
      "harness.provenance"),
-    ("harness.model", "harness.init_schemes"),
+    ("harness.model", "harness.decoder_only", "harness.init_schemes"),
     ("harness.registry", "harness.slots", "harness.plugins", "harness.hookspecs"),
     ("harness.tasks",),
     ("harness.config", "harness.settings", "harness.schedule", "harness.errors", "harness.env", "harness.metrics",

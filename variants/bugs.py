@@ -48,6 +48,9 @@ class Uint8InvertMask(BoolMask):
     def tgt_mask(self, tgt, pad):
         return super().tgt_mask(tgt, pad).to(torch.uint8)
 
+    def prefix_mask(self, ids, pad, prefix):
+        return super().prefix_mask(ids, pad, prefix).to(torch.uint8)
+
     def apply(self, scores, mask):
         blocked = ~mask  # BUG (faithful pattern): 1 -> 254, 0 -> 255, all non-zero
         return scores.masked_fill(blocked.bool(), -1e9)

@@ -19,7 +19,9 @@ broadcast against scores (B, H, Tq, Tk) (the ``d2l`` attention folds the head di
   positions, which never reach the loss.
 
 Every component: ``src_mask(src (B, S), pad)``, ``tgt_mask(tgt (B, T), pad)``,
-``apply(scores (..., Tq, Tk), mask) -> scores``.
+``apply(scores (..., Tq, Tk), mask) -> scores``; and, for the ``prefix_lm`` architecture,
+``prefix_mask(ids (B, L), pad, prefix (B,))``: key j visible to query i when not padding and j < prefix or
+j <= i (Raffel et al. 2020 §3.2.1; :mod:`harness.decoder_only`).
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ import torch
 
 from harness import Component, hookimpl
 from harness.config import WINDOW_DEFAULT
+from harness.decoder_only import prefix_keep
 
 
 def causal_keep(t: int, device) -> torch.Tensor:
@@ -44,6 +47,10 @@ class BoolMask:
 
     def tgt_mask(self, tgt, pad):
         return (tgt != pad)[:, None, None, :] & causal_keep(tgt.size(1), tgt.device)  # (B, 1, T, T)
+
+    def prefix_mask(self, ids, pad, prefix):
+        """Prefix LM (B, 1, L, L): key j kept when not padding and j < prefix_b or j <= i."""
+        return prefix_keep(ids, pad, prefix)
 
     def apply(self, scores, mask):
         return scores.masked_fill(mask == 0, self.fill)
@@ -64,6 +71,14 @@ class SlidingWindowMask(BoolMask):
         j = torch.arange(t, device=tgt.device)[None, :]
         return (tgt != pad)[:, None, None, :] & (j <= i) & (i - j < self.window)  # (B, 1, T, T)
 
+    def prefix_mask(self, ids, pad, prefix):
+        """Prefix LM (B, 1, L, L): the whole prefix is kept; after it, the window (i - w < j <= i)."""
+        t = ids.size(1)
+        i = torch.arange(t, device=ids.device)[:, None]
+        j = torch.arange(t, device=ids.device)[None, :]
+        window = (j <= i) & (i - j < self.window)
+        return prefix_keep(ids, pad, prefix) & (window | (j < prefix[:, None, None]))[:, None]
+
 
 class AdditiveMask:
     """0 / -inf float mask added to the scores (happy-llm, PyTorch's float masks)."""
@@ -76,6 +91,11 @@ class AdditiveMask:
         t = tgt.size(1)
         causal = torch.full((t, t), float("-inf"), device=tgt.device).triu(diagonal=1)  # (T, T)
         return self.src_mask(tgt, pad) + causal  # (B, 1, T, T)
+
+    def prefix_mask(self, ids, pad, prefix):
+        """Prefix LM (B, 1, L, L): 0 where :func:`prefix_keep` keeps, -inf elsewhere."""
+        keep = prefix_keep(ids, pad, prefix)
+        return torch.zeros(keep.shape, device=ids.device).masked_fill(~keep, float("-inf"))
 
     def apply(self, scores, mask):
         return scores + mask
@@ -92,6 +112,12 @@ class ValidLensMask:
     def tgt_mask(self, tgt, pad):
         t = tgt.size(1)
         return torch.arange(1, t + 1, device=tgt.device)[None, None, :, None]  # (1, 1, T, 1)
+
+    def prefix_mask(self, ids, pad, prefix):
+        """Prefix LM as valid lengths (B, 1, L, 1): query i sees keys j < max(prefix_b, i + 1) (padding comes
+        last in a packed sequence, so no real query's length reaches it)."""
+        i = torch.arange(1, ids.size(1) + 1, device=ids.device)
+        return torch.maximum(prefix[:, None], i[None, :])[:, None, :, None]
 
     def apply(self, scores, valid_lens):
         keep = torch.arange(scores.size(-1), device=scores.device) < valid_lens  # (..., Tq|1, Tk)

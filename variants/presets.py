@@ -156,6 +156,28 @@ INIT = [
 ]
 
 
+def _arch(name: str, slots: dict, summary: str, source: str) -> Variant:
+    return Variant(name, slots, summary=summary, source=source, group="architecture")
+
+
+#: The architecture as the one change (``--variants group:architecture``, out of ``all``): the baseline's
+#: components in a decoder-only stack and in a prefix LM (Raffel et al. 2020 §3.2 compares the three), and the
+#: LLaMA-style ``modern`` components in the decoder-only model they come from (harness/decoder_only.py).
+ARCHITECTURE = [
+    _arch("gpt", {"architecture": "decoder_only"},
+          "baseline's components (post-norm, sinusoidal, ReLU, separate embeddings) in one causal stack over "
+          "[source, start, target]; no encoder, no cross-attention",
+          "Radford et al. 2018 (GPT) §3.1; Raffel et al. 2020 §3.2.1 (decoder-only LM)"),
+    _arch("prefix_lm", {"architecture": "prefix_lm"},
+          "gpt with full attention inside the source prefix, causal after it",
+          "Raffel et al. 2020 §3.2.1 (prefix LM); UniLM (Dong et al. 2019)"),
+    _arch("modern_gpt", {**MODERN[0].slots, "architecture": "decoder_only", "embedding": "shared"},
+          "LLaMA-style decoder-only: pre-norm + RMSNorm, RoPE, SwiGLU, bias-free projections, packed-QKV SDPA, "
+          "one tied embedding matrix",
+          "Touvron et al. 2023 (LLaMA); Press & Wolf 2017 (tying)"),
+]
+
+
 @hookimpl
 def harness_add_variants():
     return [
@@ -176,4 +198,5 @@ def harness_add_variants():
         *QUESTIONS,
         *STABILITY,
         *INIT,
+        *ARCHITECTURE,
     ]

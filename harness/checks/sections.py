@@ -26,7 +26,7 @@ from .properties.table import ProbeInputs, run_properties
 from .report import BugResult, CheckContext, CheckReport
 from .runs import CheckSession, VariantRun, layout_conflict, load_variant, run_variant
 from .ties import TieResult, check_ties
-from .transformer import compare_with_nn_transformer
+from .transformer_lm import compare_stack_with_torch
 
 
 # --------------------------------------------------------------------------- runs
@@ -140,13 +140,14 @@ def run_mha(ctx: CheckContext) -> list[ReferenceResult]:
 
 
 def run_transformer(ctx: CheckContext) -> list[ReferenceResult]:
-    """Every variant that builds, its encoder-decoder stacks vs ``nn.Transformer``."""
+    """Every variant that builds, its stacks vs PyTorch's: ``nn.Transformer`` (encoder-decoder),
+    ``nn.TransformerEncoder`` with the causal or prefix mask (decoder-only, prefix LM)."""
     s = ctx.session
     out = []
     for v in ctx.variants:
         if v.name not in s.build_errors:
-            out += compare_with_nn_transformer(s.registry, v, s.cfg, s.state_for(v.name), device=s.device, dtype=s.dtype,
-                                               seed=s.seed, groups=s.declared())
+            out += compare_stack_with_torch(s.registry, v, s.cfg, s.state_for(v.name), device=s.device, dtype=s.dtype,
+                                            seed=s.seed, groups=s.declared())
     return out
 
 

@@ -28,6 +28,7 @@ from .causal import probe_causal
 from .measure import ProbeResult
 from .outputs import probe_finite, probe_prefix
 from .padding import probe_extra_padding, probe_masked_keys
+from .source import probe_source_blind
 
 #: Where a property runs: ``check``; the run gate as the trial's model is built (``build``), before its first step
 #: (``init``), at every periodic evaluation (``evaluation``) and after its last step (``after``).
@@ -138,6 +139,16 @@ def _renamed(r: ProbeResult, rows: str) -> ProbeResult:
                                if r.detail else "")
 
 
+def _encoder_decoder(p: ProbeInputs) -> bool:
+    """The model has a source padding mask: an encoder-decoder (a decoder-only or prefix-LM model packs source
+    and target into one sequence whose padding comes after every real token, :mod:`harness.decoder_only`)."""
+    return getattr(p.model, "architecture", "encoder_decoder") == "encoder_decoder"
+
+
+_SOURCE_MASK = ("encoder-decoder models (decoder-only and prefix-LM models pack the padding after every real token, "
+                "where no query reaches it: the extra-padding row holds them)")
+
+
 #: The probe name of the causal probe on the long rows.
 LONG_ROWS_PROBE = "causal leak (long rows)"
 
@@ -152,22 +163,29 @@ PROBE_ROWS: tuple[Property, ...] = (
              "a non-finite output (logits at real target positions NaN or inf in training mode, with the first module "
              "whose output is non-finite) or a non-finite gradient (a NaN at a padded row reaches the gradients)",
              "adv_nan_in_training", "non-finite output in training mode"),
+    Property("source sees target", PROBE, lambda p: probe_source_blind(p.model, p.batch, p.cfg, p.threshold,
+                                                                       seed=p.seed, **p.kw),
+             _PADDED + "; every target token after the start symbol redrawn, the stack's source states compared",
+             _EVERYWHERE, "decoder-only and prefix-LM models (one stack over source + target)",
+             "a source position's state depends on the target (a prefix-LM mask that lets the source attend to target "
+             "keys: every target position then reads later target tokens through the source)",
+             "adv_prefix_sees_target", "a source position sees the target", when=lambda p: not _encoder_decoder(p)),
     Property("causal leak, eval mode", PROBE, _causal("eval"), _PADDED + "; the target after each cut redrawn, "
              "shortened and extended; the changed batches stacked into one forward", _EVERYWHERE, "always",
              "an output at a real target position depends on a later target token (it sees the future), on the "
              "target's length through its padding, or on the batch it is in (the unchanged batch stacked the same "
              "way moves too)", "adv_causal_shift", "it sees the future"),
     Property("masked source keys, eval mode", PROBE, _keys("eval"), _PADDED + "; the tokens behind the source padding "
-             "replaced, the masks kept", _EVERYWHERE, "always",
+             "replaced, the masks kept", _EVERYWHERE, _SOURCE_MASK,
              "the source padding mask is not applied (encoder self-attention or cross-attention)",
-             "adv_src_pad_ignored", "source padding mask not applied"),
+             "adv_src_pad_ignored", "source padding mask not applied", when=_encoder_decoder),
     Property("causal leak, train mode", PROBE, _causal("train"), _PADDED + "; autograd on, dropout as configured, the "
              "RNG re-seeded before each forward", _EVERYWHERE, "always (the run gate: the cuts 0 and T // 2 - 1)",
              "the future is seen in training only (a mask skipped in training; BatchNorm statistics over the "
              "batch, named)", "adv_eval_only_mask", "(train mode): it sees the future"),
     Property("masked source keys, train mode", PROBE, _keys("train"), _PADDED + "; autograd on, dropout as "
-             "configured", _EVERYWHERE, "always", "the source padding reaches real positions in training only",
-             "adv_batchnorm_per_position", "(train mode)"),
+             "configured", _EVERYWHERE, _SOURCE_MASK, "the source padding reaches real positions in training only",
+             "adv_batchnorm_per_position", "(train mode)", when=_encoder_decoder),
     Property("extra source padding", PROBE, lambda p: probe_extra_padding(p.model, p.batch, p.cfg, p.threshold, **p.kw),
              _PADDED + " with 3 pad tokens appended to every source row", _EVERYWHERE, "always",
              "padded source keys are attended to (source padding ignored)", "adv_src_pad_ignored",
@@ -188,9 +206,9 @@ PROBE_ROWS: tuple[Property, ...] = (
              "a leak that shows only on what real data looks like (which ids a row holds)",
              "adv_causal_without_specials", "on rows the task drew", when=lambda p: p.task is not None),
     Property("masked source keys (task rows)", PROBE, _keys("eval", "task"), "8 rows the trial's task drew",
-             _EVERYWHERE, "where the task can draw rows the model takes",
+             _EVERYWHERE, "where the task can draw rows the model takes, in " + _SOURCE_MASK,
              "source padding attended only on what real data looks like", "adv_source_without_specials",
-             "on rows the task drew", when=lambda p: p.task is not None),
+             "on rows the task drew", when=lambda p: p.task is not None and _encoder_decoder(p)),
 )
 
 
