@@ -67,16 +67,25 @@ _FFN = ("ffn_in", "ffn_out")
 _TABLES = ("embedding", "positions")
 
 
-def deepnet_alpha(stack: str, n: int, m: int) -> float:
-    """DeepNet's residual up-scaling alpha of an encoder-decoder (Wang et al. 2022, Table 1): encoder
-    0.81 (N^4 M)^(1/16), decoder (3M)^(1/4), N encoder and M decoder layers. ``stack`` ``"decoder"`` or else
-    the encoder's."""
+def one_stack(ctx) -> bool:
+    """Whether the model being built is one stack (decoder-only or prefix LM, ``ctx.architecture``)."""
+    return getattr(ctx, "architecture", "encoder_decoder") != "encoder_decoder"
+
+
+def deepnet_alpha(stack: str, n: int, m: int, single: bool = False) -> float:
+    """DeepNet's residual up-scaling alpha (Wang et al. 2022, Table 1): in an encoder-decoder, encoder
+    0.81 (N^4 M)^(1/16), decoder (3M)^(1/4), N encoder and M decoder layers (``stack`` ``"decoder"`` or else the
+    encoder's); in one stack of M layers (``single``: decoder-only, prefix LM) (2M)^(1/4)."""
+    if single:
+        return (2 * m) ** 0.25
     return (3 * m) ** 0.25 if stack == "decoder" else 0.81 * (n ** 4 * m) ** (1 / 16)
 
 
-def deepnet_beta(stack: str, n: int, m: int) -> float:
-    """DeepNet's init down-scaling beta of an encoder-decoder (Wang et al. 2022, Table 1): encoder
-    0.87 (N^4 M)^(-1/16), decoder (12M)^(-1/4)."""
+def deepnet_beta(stack: str, n: int, m: int, single: bool = False) -> float:
+    """DeepNet's init down-scaling beta (Wang et al. 2022, Table 1): encoder 0.87 (N^4 M)^(-1/16), decoder
+    (12M)^(-1/4); one stack of M layers (``single``) (8M)^(-1/4)."""
+    if single:
+        return (8 * m) ** -0.25
     return (12 * m) ** -0.25 if stack == "decoder" else 0.87 * (n ** 4 * m) ** (-1 / 16)
 
 
@@ -117,16 +126,17 @@ class NNTransformer:
 
 
 class GPT2:
-    """GPT-2's N(0, 0.02) with residual output projections at 0.02 / sqrt(residual layers)."""
+    """GPT-2's N(0, 0.02) with residual output projections at 0.02 / sqrt(residual layers): 2 per layer in an
+    encoder or a one-stack model (decoder-only, prefix LM: GPT-2's own 2N), 3 in an encoder-decoder's decoder."""
 
-    def __init__(self, n_layers: int):
-        self.n = n_layers
+    def __init__(self, n_layers: int, single: bool = False):
+        self.n, self.single = n_layers, single
 
     def init(self, site: TensorSite, current: torch.Tensor, g: torch.Generator) -> torch.Tensor:
         if len(site.shape) > 1:
             std = 0.02
             if site.role in ("attn_out", "ffn_out"):
-                std /= math.sqrt((3 if site.stack == "decoder" else 2) * self.n)
+                std /= math.sqrt((3 if site.stack == "decoder" and not self.single else 2) * self.n)
             return nn.init.normal_(current, 0.0, std, generator=g)
         return nn.init.zeros_(current) if site.role == "bias" else current
 
@@ -173,12 +183,13 @@ class TFixup:
 class DeepNetInit:
     """DeepNet's ``deepnorm_init``: xavier_normal_ with gain beta on FFN, v and out projections, gain 1 on q, k."""
 
-    def __init__(self, n_layers: int):
-        self.n = n_layers
+    def __init__(self, n_layers: int, single: bool = False):
+        self.n, self.single = n_layers, single
 
     def init(self, site: TensorSite, current: torch.Tensor, g: torch.Generator) -> torch.Tensor:
         if site.role in ("attn_value", "attn_out", *_FFN):
-            return nn.init.xavier_normal_(current, gain=deepnet_beta(site.stack, self.n, self.n), generator=g)
+            gain = deepnet_beta(site.stack, self.n, self.n, self.single)
+            return nn.init.xavier_normal_(current, gain=gain, generator=g)
         if site.role == "attn_qk":
             return nn.init.xavier_normal_(current, gain=1.0, generator=g)
         return DEFAULT_SCHEME.init(site, current, g)
@@ -200,8 +211,9 @@ def harness_add_components():
                   "nn.Transformer._reset_parameters: xavier_uniform with q, k, v as one packed (3D, D) matrix, "
                   "attention biases 0",
                   "torch/nn/modules/transformer.py, activation.py (MultiheadAttention._reset_parameters)"),
-        Component("gpt2", "init", lambda ctx: GPT2(ctx.cfg.N),
-                  "N(0, 0.02), biases 0, w_o and w_2 at 0.02 / sqrt(2N) (encoder) or sqrt(3N) (decoder)",
+        Component("gpt2", "init", lambda ctx: GPT2(ctx.cfg.N, one_stack(ctx)),
+                  "N(0, 0.02), biases 0, w_o and w_2 at 0.02 / sqrt(2N) (encoder, one-stack models) or sqrt(3N) "
+                  "(an encoder-decoder's decoder)",
                   "Radford et al. 2019 §2.3 (GPT-2); nanoGPT model.py _init_weights"),
         Component("small", "init", lambda ctx: SmallInit(ctx.cfg.d_model),
                   "SmallInit: xavier_normal, attention std sqrt(2 / 5D), embeddings N(0, D^-1/2), biases 0",
@@ -210,8 +222,8 @@ def harness_add_components():
                   "T-Fixup: xavier, embeddings N(0, D^-1/2) x (9N)^-1/4, v / w_o / FFN x (9N)^-1/4 (decoder), "
                   "0.67 N^-1/4 (encoder)",
                   "Huang et al. 2020 (ICML), T-Fixup algorithm"),
-        Component("deepnet", "init", lambda ctx: DeepNetInit(ctx.cfg.N),
+        Component("deepnet", "init", lambda ctx: DeepNetInit(ctx.cfg.N, one_stack(ctx)),
                   "DeepNet: xavier_normal gain beta on FFN, w_v, w_o (encoder 0.87 (N^4 M)^-1/16, decoder "
-                  "(12M)^-1/4), gain 1 on w_q, w_k",
+                  "(12M)^-1/4; one stack (8M)^-1/4), gain 1 on w_q, w_k",
                   "Wang et al. 2022 (DeepNet) Figure 2, Table 1"),
     ]

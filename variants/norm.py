@@ -17,7 +17,7 @@ from torch import nn
 
 from harness import Component, hookimpl
 
-from .init import deepnet_alpha
+from .init import deepnet_alpha, one_stack
 
 
 class PostNormResidual(nn.Module):
@@ -86,8 +86,8 @@ class DeepNormResidual(nn.Module):
     """DeepNorm (Wang et al. 2022 §3): ``norm(alpha * x + dropout(sublayer(x)))``, post-norm, no final LayerNorm.
 
     ``alpha`` (a float, not a parameter) is DeepNet's for the block's stack: 0.81 (N^4 M)^(1/16) in the
-    encoder, (3M)^(1/4) in the decoder, N = M = ``ctx.N`` (:func:`variants.init.deepnet_alpha`); a block
-    built outside a stack takes the encoder's. Shape: x (B, L, D) -> (B, L, D).
+    encoder, (3M)^(1/4) in the decoder, (2M)^(1/4) in a decoder-only or prefix-LM stack, N = M = ``ctx.N``
+    (:func:`variants.init.deepnet_alpha`); a block built outside a stack takes the encoder's. Shape: x (B, L, D) -> (B, L, D).
     """
 
     final_norm = False
@@ -96,7 +96,7 @@ class DeepNormResidual(nn.Module):
         super().__init__()
         self.norm = ctx.layer_norm()
         self.dropout = nn.Dropout(ctx.cfg.dropout)
-        self.alpha = deepnet_alpha(ctx.stack, ctx.N, ctx.N)
+        self.alpha = deepnet_alpha(ctx.stack, ctx.N, ctx.N, one_stack(ctx))
 
     def forward(self, x, sublayer):
         return self.norm(self.alpha * x + self.dropout(sublayer(x)))

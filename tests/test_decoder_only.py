@@ -1,0 +1,187 @@
+"""The decoder-only and prefix-LM assemblers (harness/decoder_only.py, the ``architecture`` slot): packing, the
+stack against PyTorch's nn.TransformerEncoder, the masks of every mask style, and the faults the checks and the run
+gate must name in a one-stack model (tests/plugins/adv_lm_causal_peek.py, adv_prefix_sees_target.py)."""
+from __future__ import annotations
+
+from dataclasses import replace
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from harness import train as T
+from harness.checks.inputs import CHECK_MODEL
+from harness.checks.pairs import EQUIVALENT, IDENTICAL, NOT_COMPARABLE
+from harness.checks.transformer_lm import compare_lm_with_torch
+from harness.config import get_preset
+from harness.decoder_only import DecoderOnly, PrefixLM, pack, prefix_keep, source_lengths
+from harness.errors import PluginError
+from harness.model import build_model
+from harness.plugins import PluginSpec
+from harness.registry import Component, Registry, Variant
+from harness.testing import reference_state
+from harness.tasks.base import prefix_logits
+
+from .conftest import ROOT, cli_in_process
+
+PLUGINS = ROOT / "tests" / "plugins"
+
+
+def _plugin_registry(name: str) -> Registry:
+    return Registry.from_plugins(PluginSpec(files=[str(PLUGINS / f"{name}.py")], strict=True))
+
+
+def test_pack_puts_the_target_right_after_each_source_and_the_padding_last():
+    src = torch.tensor([[5, 6, 7, 0], [8, 0, 9, 0], [0, 0, 0, 0]])  # an interior pad stays; an all-pad source
+    tgt = torch.tensor([[1, 3, 4], [1, 5, 0], [1, 6, 2]])
+    x_src, x_tgt = src[..., None].float(), tgt[..., None].float() + 100
+    ids, x, n, index = pack(src, tgt, x_src, x_tgt, pad=0)
+    assert n.tolist() == [3, 3, 0] and torch.equal(source_lengths(src, 0), n)
+    assert ids.tolist() == [[5, 6, 7, 1, 3, 4, 0], [8, 0, 9, 1, 5, 0, 0], [1, 6, 2, 0, 0, 0, 0]]
+    assert torch.equal(x.gather(1, index[..., None])[..., 0], x_tgt[..., 0])  # the target, where index says
+    assert torch.equal(x[0, :3, 0], x_src[0, :3, 0])
+
+
+def test_the_three_assemblers_and_their_variants():
+    reg = Registry.from_plugins()
+    cfg = get_preset("tiny").model
+    kinds = {name: type(build_model(reg, reg.variants[name], cfg, seed=0)) for name in ("gpt", "prefix_lm", "modern_gpt")}
+    assert kinds == {"gpt": DecoderOnly, "prefix_lm": PrefixLM, "modern_gpt": DecoderOnly}
+    assert {v.name for v in reg.select(["group:architecture"])} == {"gpt", "prefix_lm", "modern_gpt"}
+    assert not {"gpt", "prefix_lm", "modern_gpt"} & {v.name for v in reg.select(["all"])}, "the main job changed"
+    gpt = build_model(reg, reg.variants["gpt"], cfg, seed=0)
+    assert gpt.cfg.max_len == 2 * cfg.max_len  # a source and a target of max_len each
+    assert not any(k.startswith("encoder.") or ".src_attn." in k for k, _ in gpt.named_parameters())
+
+
+@pytest.mark.parametrize("name", ["gpt", "prefix_lm"])
+def test_teacher_forced_logits_equal_the_prefix_only_ones(name):
+    """A one-stack model scored as the harness scores it: the whole-target forward's logits at each target position
+    equal the prefix-only ones (no later target token reaches them), so training and evaluation agree."""
+    reg = Registry.from_plugins()
+    model = build_model(reg, reg.variants[name], CHECK_MODEL.validate(), seed=3).eval()
+    src = torch.tensor([[5, 6, 7, 0], [8, 9, 4, 3]])
+    tgt = torch.tensor([[1, 5, 6, 7, 0], [1, 8, 9, 2, 4]])
+    with torch.no_grad():
+        whole = model(src, tgt)
+        prefix = prefix_logits(model, src, tgt, tgt != 0, 0)
+    keep = tgt != 0
+    assert torch.allclose(whole[keep], prefix[keep], atol=1e-5)
+
+
+def test_prefix_lm_is_decoder_only_at_one_layer_and_not_at_two():
+    """With N = 1 a target query reads the source's embeddings, which no mask touches, so the prefix LM's target
+    logits are the decoder-only model's (what ``check`` reports as one class at the quick preset); from N = 2 on the
+    source's bidirectional states reach the target."""
+    reg = Registry.from_plugins()
+    src, tgt = torch.tensor([[5, 6, 7, 0], [8, 9, 4, 3]]), torch.tensor([[1, 5, 6, 7], [1, 8, 9, 2]])
+    gaps = {}
+    for n_layers in (1, 2):
+        cfg = replace(get_preset("quick").model, N=n_layers)
+        a, b = (build_model(reg, reg.variants[v], cfg, seed=0).eval() for v in ("gpt", "prefix_lm"))
+        with torch.no_grad():
+            gaps[n_layers] = float((a(src, tgt) - b(src, tgt)).abs().max())
+    assert gaps[1] < 1e-6 < 1e-2 < gaps[2], gaps
+
+
+@pytest.mark.parametrize("slots", [{"architecture": "decoder_only"}, {"architecture": "prefix_lm"},
+                                   {"architecture": "decoder_only", "norm": "pre"},
+                                   {"architecture": "prefix_lm", "mask": "additive"},
+                                   {"architecture": "decoder_only", "attention": "d2l", "mask": "valid_lens"}],
+                         ids=lambda s: ",".join(f"{k}={v}" for k, v in s.items()))
+def test_the_stack_equals_nn_transformer_encoder_with_the_same_mask(slots):
+    reg = Registry.from_plugins()
+    v = Variant("probe", slots)
+    state, _ = reference_state(reg, [v], CHECK_MODEL, 0)
+    (res,) = compare_lm_with_torch(reg, v, CHECK_MODEL, state)
+    assert res.verdict in (IDENTICAL, EQUIVALENT), res.explain()
+
+
+def test_a_prefix_mask_that_shows_the_source_the_target_differs_from_the_reference():
+    reg = _plugin_registry("adv_prefix_sees_target")
+    v = reg.variants["adv_prefix_sees_target"]
+    state, _ = reference_state(reg, [v], CHECK_MODEL, 0)
+    (res,) = compare_lm_with_torch(reg, v, CHECK_MODEL, state)
+    assert res.verdict not in (IDENTICAL, EQUIVALENT, NOT_COMPARABLE), res
+
+
+@pytest.mark.parametrize("mask", ["bool", "additive", "valid_lens", "bug_uint8_invert"])
+def test_every_mask_style_makes_the_prefix_lm_mask(mask):
+    """Each style's ``prefix_mask``, applied by the style itself, blocks exactly what :func:`prefix_keep` blocks
+    (the uint8 study-note bug blocks everything, as its ``tgt_mask`` does)."""
+    reg = Registry.from_plugins()
+    style = reg.component("mask", mask).factory(None)
+    ids = torch.tensor([[5, 6, 1, 7, 8, 0], [4, 1, 3, 0, 0, 0]])
+    prefix = torch.tensor([2, 1])
+    scores = torch.zeros(2, 1, 6, 6)
+    blocked = style.apply(scores, style.prefix_mask(ids, 0, prefix)) < -1e5
+    keep = prefix_keep(ids, 0, prefix)
+    if mask == "bug_uint8_invert":
+        assert bool(blocked.all())
+        return
+    real = (ids != 0)[:, None, :, None]  # valid_lens is causal-only at padded query rows, as in the encoder-decoder
+    assert torch.equal(blocked & real, ~keep & real)
+
+
+def test_sliding_window_prefix_mask_keeps_the_prefix_and_the_window():
+    reg = Registry.from_plugins()
+    style = reg.component("mask", "sliding_window").factory(SimpleNamespace(cfg=replace(CHECK_MODEL, window=2)))
+    keep = style.prefix_mask(torch.tensor([[5, 6, 1, 7, 8, 9]]), 0, torch.tensor([2]))[0, 0]
+    assert keep[5].tolist() == [True, True, False, False, True, True]  # the prefix, then i - 2 < j <= i
+    assert keep[0].tolist() == [True, True, False, False, False, False]  # a source query: the prefix only
+
+
+def test_a_mask_plugin_without_prefix_mask_cannot_build_a_prefix_lm():
+    reg = Registry.from_plugins()
+
+    class NoPrefix:
+        def src_mask(self, src, pad):
+            return (src != pad)[:, None, None, :]
+
+        def tgt_mask(self, tgt, pad):
+            return (tgt != pad)[:, None, None, :] & torch.ones(tgt.size(1), tgt.size(1), dtype=torch.bool).tril()
+
+        def apply(self, scores, mask):
+            return scores.masked_fill(mask == 0, -1e9)
+
+    reg.components[("mask", "no_prefix")] = Component("no_prefix", "mask", lambda ctx: NoPrefix(), "test", "test",
+                                                      plugin="tests")
+    with pytest.raises(PluginError, match="has no prefix_mask"):
+        build_model(reg, Variant("x", {"architecture": "prefix_lm", "mask": "no_prefix"}), CHECK_MODEL, seed=0)
+    build_model(reg, Variant("y", {"architecture": "decoder_only", "mask": "no_prefix"}), CHECK_MODEL, seed=0)
+
+
+@pytest.mark.parametrize("plugin, words", [("adv_lm_causal_peek", "it sees the future"),
+                                           ("adv_prefix_sees_target", "a source position sees the target")])
+def test_check_names_the_one_stack_faults(plugin, words, tmp_path):
+    out = cli_in_process("check", "--plugin", str(PLUGINS / f"{plugin}.py"), "--variants", plugin,
+                         "--results-dir", tmp_path)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert words in " ".join((out.stdout + out.stderr).split()), out.stdout
+
+
+@pytest.mark.parametrize("plugin", ["adv_lm_causal_peek", "adv_prefix_sees_target"])
+def test_the_run_gate_marks_the_one_stack_faults_invalid(plugin):
+    reg = _plugin_registry(plugin)
+    cfg = get_preset("tiny").override({"train.steps": 3})
+    model = build_model(reg, reg.variants[plugin], cfg.model, seed=0)
+    metrics, _ = T.train(model, cfg, seed=0, device=torch.device("cpu"))
+    assert metrics["status"] == T.INVALID, metrics
+
+
+def test_schemes_count_the_residual_layers_of_one_stack():
+    """GPT-2 scales w_o and w_2 by 1/sqrt(2N) in its own decoder-only model (3N is an encoder-decoder decoder's
+    count); DeepNet's decoder-only row is alpha = (2N)^(1/4), beta = (8N)^(-1/4) (Wang et al. 2022, Table 1)."""
+    reg = Registry.from_plugins()
+    cfg = replace(CHECK_MODEL, d_model=128, h=4, N=3)
+    one = build_model(reg, Variant("a", {"architecture": "decoder_only", "init": "gpt2"}), cfg, seed=0)
+    two = build_model(reg, Variant("b", {"init": "gpt2"}), cfg, seed=0)
+    std_one = float(one.decoder.layers[0].self_attn.linears[3].weight.std())
+    std_two = float(two.decoder.layers[0].self_attn.linears[3].weight.std())
+    assert abs(std_one - 0.02 / (2 * 3) ** 0.5) < 0.05 * std_one
+    assert abs(std_two - 0.02 / (3 * 3) ** 0.5) < 0.05 * std_two
+    deep = build_model(reg, Variant("c", {"architecture": "decoder_only", "norm": "deepnorm", "init": "deepnet"}),
+                       cfg, seed=0)
+    assert deep.decoder.layers[1].sublayer[0].alpha == pytest.approx((2 * 3) ** 0.25)
+    w_v = deep.decoder.layers[0].self_attn.linears[2].weight
+    assert float(w_v.std()) == pytest.approx((8 * 3) ** -0.25 * (2 / (2 * 128)) ** 0.5, rel=0.05)
