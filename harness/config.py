@@ -122,6 +122,10 @@ class ModelConfig:
             2023): query i attends to j with i - window < j <= i, itself included. 0 (default): not set,
             :meth:`sliding_window` gives :data:`WINDOW_DEFAULT`; 1 is refused (each query would see only
             itself: no gradient reaches the self-attention's queries and keys). Other masks ignore it.
+        lm_layers: layers of the one stack of a decoder-only or prefix-LM model (``architecture`` slot). 0
+            (default): N, about the compute per token of an encoder-decoder with N + N layers and about half its
+            parameters (Raffel et al. 2020 §3.2.2, "LM, L layers: P parameters, M FLOPs"); 2 * N: about its
+            parameters and twice its compute ("2L layers: 2P, 2M"). Encoder-decoder models ignore it.
 
     Raises:
         ConfigError: on any out-of-range value (see :meth:`validate`).
@@ -137,6 +141,7 @@ class ModelConfig:
     max_len: int = 64
     n_kv_heads: int = 0
     window: int = 0
+    lm_layers: int = 0
 
     @property
     def d_k(self) -> int:
@@ -165,6 +170,8 @@ class ModelConfig:
             raise ConfigError(f"pad must be a token id in [0, vocab), got {self.pad}")
         if self.max_len < 2:
             raise ConfigError(f"max_len must be >= 2, got {self.max_len}")
+        if self.lm_layers < 0:
+            raise ConfigError(f"lm_layers must be >= 1 (or 0: N), got {self.lm_layers}")
         if self.window < 0 or self.window == 1:
             raise ConfigError(f"window must be >= 2 (or 0: not set, {WINDOW_DEFAULT}), got {self.window}: with "
                               f"window 1 each query sees only itself, so the self-attention's query and key "

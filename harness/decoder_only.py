@@ -22,7 +22,9 @@ Source tokens are embedded by ``embed.src`` and target tokens by ``embed.tgt``: 
 matrix embeds both and is the generator, as GPT-2 ties ``wte`` and ``lm_head``. One positional module
 (``tgt_pos``) numbers the packed sequence 0 .. S + T - 1, so the model's positional tables hold
 2 x ``model.max_len`` positions (a source and a target of up to ``max_len`` each): a learned table has as many
-parameters as the encoder-decoder's two.
+parameters as the encoder-decoder's two. The stack has ``model.lm_layers`` layers (0: N; the model's ``cfg``
+holds the stack's N and context): N + N encoder-decoder layers and an N-layer stack do about the same work per
+token, 2N layers have about the same parameters (Raffel et al. 2020 §3.2.2).
 
 No encoder: ``encode`` returns the source ids as floats (B, S, 1) (not learned, exact below 2^24), so callers
 that keep, select and stack the memory by rows (greedy and beam decoding, trial groups) carry the source to
@@ -90,7 +92,7 @@ class DecoderOnly(nn.Module):
 
     def __init__(self, ctx: BuildContext, variant: Variant):
         super().__init__()
-        ctx.cfg = replace(ctx.cfg, max_len=2 * ctx.cfg.max_len)
+        ctx.cfg = replace(ctx.cfg, max_len=2 * ctx.cfg.max_len, N=ctx.cfg.lm_layers or ctx.cfg.N)
         ctx.architecture = self.architecture
         self.cfg = ctx.cfg
         self.variant_name = variant.name

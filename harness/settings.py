@@ -33,7 +33,7 @@ OLD_TRAIN_KEYS = frozenset({"task", "seq_len", "batch", "steps", "lr", "warmup",
 ADDED: dict[str, dict[str, Any]] = {"train": {"beam": 1, "bucket": False, "log_every": 1, "checkpoint_every": "60s",
                                               "optimizer": "adam", "weight_decay": None, "decay_all": False,
                                               "lr": None, "min_lr": 0.0, "decay_fraction": 0.2},
-                                    "model": {"n_kv_heads": 0, "window": 0},
+                                    "model": {"n_kv_heads": 0, "window": 0, "lm_layers": 0},
                                     "task": {"split": "hash"}}
 
 #: Config sections added after runs were stored: left out of the hash when every key in them is at

@@ -33,6 +33,8 @@ PLUGINS = ROOT / "tests" / "plugins"
 
 #: plugin -> words the first failure line must contain: the fault named, not only "something differs"
 FAULTS = {
+    "adv_lm_causal_peek": "shifted by +1: position i attends to position i+1",
+    "adv_prefix_sees_target": "a source position sees the target",
     "adv_scale_d_model": "divided by d_model instead of sqrt(d_k)",
     "adv_init_global_rng": "the scheme draws from the global RNG",
     "adv_causal_shift": "shifted by +1: position i attends to position i+1",
