@@ -178,6 +178,20 @@ ARCHITECTURE = [
 ]
 
 
+#: The one-change variants of ``group:modern`` in the decoder-only model they come from (``group:modern_lm``, out
+#: of ``all``; compared with ``gpt``), and NoPE, which only a causal decoder can do without (Kazemnejad et al.
+#: 2023): ``lm_rope_positions``, ``lm_alibi_positions``, ... (experiments/modern_lm_text.toml,
+#: experiments/length_generalisation_lm.toml).
+MODERN_LM = [
+    Variant(f"lm_{v.name}", {**v.slots, "architecture": "decoder_only"}, summary=f"gpt with {v.summary[len('baseline with '):]}"
+            if v.summary.startswith("baseline with ") else f"decoder-only: {v.summary}", source=v.source,
+            group="modern_lm")
+    for v in MODERN[1:]
+] + [Variant("lm_no_positions", {"positional": "nope", "architecture": "decoder_only"},
+             summary="gpt with no positional encoding (NoPE): order only from the causal mask",
+             source="Kazemnejad et al. 2023; Haviv et al. 2022", group="modern_lm")]
+
+
 @hookimpl
 def harness_add_variants():
     return [
@@ -199,4 +213,5 @@ def harness_add_variants():
         *STABILITY,
         *INIT,
         *ARCHITECTURE,
+        *MODERN_LM,
     ]
