@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..config import ModelConfig, RunConfig, TrainConfig, get_preset
+from ..config import ModelConfig, RunConfig, TaskConfig, TrainConfig, get_preset
 from ..errors import ConfigError, HarnessError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -30,6 +30,7 @@ CHECKS: dict[str, tuple[str, ...]] = {
 }
 MODEL_FIELDS = {f.name for f in dataclasses.fields(ModelConfig)}
 TRAIN_FIELDS = {f.name for f in dataclasses.fields(TrainConfig)}
+TASK_FIELDS = {f.name for f in dataclasses.fields(TaskConfig)}
 
 
 class ExperimentError(ConfigError):
@@ -108,12 +109,12 @@ def _fmt_value(v: Any) -> str:
 
 
 def _config_key(key: str, where: str, ctx: str) -> str:
-    """``lr`` -> ``train.lr``, ``N`` -> ``model.N``; dotted keys are checked."""
+    """``lr`` -> ``train.lr``, ``N`` -> ``model.N``; dotted keys (``model.``, ``train.``, ``task.``) are checked."""
     section, dot, name = key.partition(".")
     if dot:
-        known = MODEL_FIELDS if section == "model" else TRAIN_FIELDS if section == "train" else None
+        known = {"model": MODEL_FIELDS, "train": TRAIN_FIELDS, "task": TASK_FIELDS}.get(section)
         if known is None:
-            raise _bad(where, f"{ctx}.{key}", "a key under model. or train.", key)
+            raise _bad(where, f"{ctx}.{key}", "a key under model., train. or task.", key)
         if name not in known:
             raise _bad(where, f"{ctx}.{key}", f"a {section} config key ({', '.join(sorted(known))})", name)
         return key
