@@ -48,7 +48,7 @@ import torch
 from torch import nn
 
 from .errors import PluginError
-from .model import BuildContext, EncoderLayer, PositionHooks, Stack
+from .model import DECODER_ONLY, PREFIX_LM, BuildContext, EncoderLayer, PositionHooks, Stack
 from .registry import Variant
 
 
@@ -88,7 +88,7 @@ class DecoderOnly(nn.Module):
         PluginError: (:class:`PrefixLM`) the mask component has no ``prefix_mask``.
     """
 
-    architecture = "decoder_only"
+    architecture = DECODER_ONLY
 
     def __init__(self, ctx: BuildContext, variant: Variant):
         super().__init__()
@@ -137,13 +137,13 @@ class PrefixLM(DecoderOnly):
     after it: query i sees key j when j is not padding and (j < n_b or j <= i), so a source position never sees
     a target position. Source: Raffel et al. 2020 §3.2.1 (prefix LM, Fig. 3 right); Dong et al. 2019 (UniLM)."""
 
-    architecture = "prefix_lm"
+    architecture = PREFIX_LM
 
     def _check_mask(self, ctx: BuildContext) -> None:
         if not callable(getattr(self.mask_style, "prefix_mask", None)):
             comp = ctx.components["mask"]
             raise PluginError(f"mask component {comp.name!r} (plugin {comp.plugin or '?'}) has no "
-                              "prefix_mask(ids, pad, prefix): the prefix_lm architecture needs one (docs/plugins.md, "
+                              "prefix_mask(ids, pad, prefix): a prefix LM needs one (docs/plugins.md, "
                               "\"Masks for a prefix LM\")")
 
     def sequence_mask(self, ids: torch.Tensor, n: torch.Tensor):

@@ -35,6 +35,11 @@ from .init_schemes import DEFAULT_SCHEME, OwnInit, draw, tensor_generator, tenso
 from .registry import Component, Registry, Variant
 
 
+#: What a model's (and a build context's) ``architecture`` says: the assembler that built it (the ``architecture``
+#: slot's components build these; :mod:`harness.decoder_only`).
+ENCODER_DECODER, DECODER_ONLY, PREFIX_LM = "encoder-decoder", "decoder-only", "prefix LM"
+
+
 class PositionHooks:
     """What an attention module asks of positions (``ctx.positions``): ``rotate(q, k)`` and ``bias(scores)``.
 
@@ -113,7 +118,7 @@ class BuildContext:
             on its own is built as the encoder's layer 0.
         layer: the index (0 .. N - 1) of the layer being built in its stack; None outside a layer.
         N: the number of layers in each stack (``cfg.N``; the encoder and the decoder have N each).
-        architecture: the assembler: ``"encoder_decoder"``, or ``"decoder_only"`` / ``"prefix_lm"`` (one stack,
+        architecture: the assembler: :data:`ENCODER_DECODER`, or :data:`DECODER_ONLY` / :data:`PREFIX_LM` (one stack,
             named ``"decoder"``, of self-attention + feed-forward layers; :mod:`harness.decoder_only`).
 
     Example::
@@ -131,9 +136,9 @@ class BuildContext:
     _cross: bool = False
     stack: str = ""
     layer: int | None = None
-    #: the assembler being built (the ``architecture`` slot): ``"encoder_decoder"``, ``"decoder_only"`` or
-    #: ``"prefix_lm"`` (set by the assembler before it builds anything; :mod:`harness.decoder_only`)
-    architecture: str = "encoder_decoder"
+    #: the assembler being built (the ``architecture`` slot): :data:`ENCODER_DECODER`, :data:`DECODER_ONLY` or
+    #: :data:`PREFIX_LM` (set by the assembler before it builds anything; :mod:`harness.decoder_only`)
+    architecture: str = ENCODER_DECODER
 
     @property
     def N(self) -> int:  # noqa: N802 - the paper's symbol
@@ -263,7 +268,7 @@ class EncoderDecoder(nn.Module):
     Masks are made by the mask component from token ids unless given.
     """
 
-    architecture = "encoder_decoder"
+    architecture = ENCODER_DECODER
 
     def __init__(self, ctx: BuildContext, variant: Variant):
         super().__init__()

@@ -260,7 +260,8 @@ BUILTIN: tuple[Slot, ...] = (
          "(Vaswani et al. 2017 §3.1); decoder_only: one stack over [source, start, target] whose query i sees keys "
          "j <= i (Radford et al. 2018; Raffel et al. 2020 §3.2.1); prefix_lm: the same stack whose query i also "
          "sees every source key and no source query sees a target key (Raffel et al. 2020 §3.2.1; UniLM); in all "
-         "three the logits at a target position depend on no later target token"),
+         "three the logits at a target position depend on no later target token",
+         check="check_architecture"),
 )
 
 

@@ -185,3 +185,26 @@ def test_schemes_count_the_residual_layers_of_one_stack():
     assert deep.decoder.layers[1].sublayer[0].alpha == pytest.approx((2 * 3) ** 0.25)
     w_v = deep.decoder.layers[0].self_attn.linears[2].weight
     assert float(w_v.std()) == pytest.approx((8 * 3) ** -0.25 * (2 / (2 * 128)) ** 0.5, rel=0.05)
+
+
+def test_the_architecture_contract_holds_the_built_ins_and_names_a_leaking_assembler():
+    """check_architecture (the slot's contract): the three built-ins conform; an assembler whose one stack attends
+    everywhere (no causal mask) violates it with the future named; one whose decode path differs from forward, with
+    that named."""
+    from harness.checks.contract_architecture import check_architecture
+
+    class SeesAll(DecoderOnly):
+        def sequence_mask(self, ids, n):
+            return self.mask_style.src_mask(ids, self.cfg.pad)  # padding only: every position sees every other
+
+    class TwoPaths(DecoderOnly):
+        def decode(self, memory, src_mask, tgt, tgt_mask=None):
+            return super().decode(memory, src_mask, tgt, tgt_mask) * 0.5  # decoding and scoring see another model
+
+    reg = Registry.from_plugins()
+    for name in ("encoder_decoder", "decoder_only", "prefix_lm"):
+        assert check_architecture(reg.component("architecture", name), CHECK_MODEL)[0].ok, name
+    (leak,) = check_architecture(Component("sees_all", "architecture", lambda ctx: SeesAll), CHECK_MODEL)
+    assert not leak.ok and "sees the future" in leak.diagnosis, leak
+    (two,) = check_architecture(Component("two_paths", "architecture", lambda ctx: TwoPaths), CHECK_MODEL)
+    assert not two.ok and "differs from forward" in two.diagnosis, two

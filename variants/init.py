@@ -61,6 +61,7 @@ from torch import nn
 
 from harness import Component, hookimpl
 from harness.init_schemes import DEFAULT_SCHEME, TensorSite
+from harness.model import ENCODER_DECODER
 
 _ATTENTION = ("attn_qk", "attn_value", "attn_out")
 _FFN = ("ffn_in", "ffn_out")
@@ -69,7 +70,7 @@ _TABLES = ("embedding", "positions")
 
 def one_stack(ctx) -> bool:
     """Whether the model being built is one stack (decoder-only or prefix LM, ``ctx.architecture``)."""
-    return getattr(ctx, "architecture", "encoder_decoder") != "encoder_decoder"
+    return getattr(ctx, "architecture", ENCODER_DECODER) != ENCODER_DECODER
 
 
 def deepnet_alpha(stack: str, n: int, m: int, single: bool = False) -> float:

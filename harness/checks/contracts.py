@@ -52,6 +52,7 @@ from .contract_attention import check_attention
 from .contract_init import check_init
 from .contract_mask import check_mask
 from .contract_base import PLUGIN_SIBLINGS, ComponentResult, reference_components, sibling_context
+from .contract_architecture import check_architecture
 from .contract_layers import check_embedding, check_layer_norm, check_norm, check_projections
 from .contract_positions import check_feed_forward, check_positional
 from .inputs import CHECK_MODEL
@@ -60,7 +61,7 @@ from .inputs import CHECK_MODEL
 #: The contract checks a slot can name (``Slot.check``), by function name.
 CHECKS: dict[str, Callable[..., list[ComponentResult]]] = {fn.__name__: fn for fn in (
     check_attention, check_mask, check_layer_norm, check_norm, check_positional, check_embedding,
-    check_projections, check_feed_forward, check_init)}
+    check_projections, check_feed_forward, check_init, check_architecture)}
 
 
 def slot_check(slot: Slot) -> Callable[..., list[ComponentResult]] | None:

@@ -139,7 +139,7 @@ def draw_reference_state(shapes: dict[str, tuple[int, ...]], seed: int = 0) -> d
 #: skips them (the component contracts and the probes stay named: they call into components).
 _MACHINERY = frozenset(os.path.join(os.path.dirname(os.path.abspath(__file__)), f) for f in (
     "__init__.py", "inputs.py", "policy.py", "expectations.py", "runs.py", "pairs.py", "masks.py", "mha.py",
-    "transformer.py", "ties.py", "whole.py", "render.py", "report.py", "sections.py", "stages.py", "formulas.py",
+    "transformer.py", "transformer_lm.py", "ties.py", "whole.py", "render.py", "report.py", "sections.py", "stages.py", "formulas.py",
     "gate.py"))
 
 

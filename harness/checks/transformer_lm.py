@@ -13,7 +13,7 @@ import torch
 
 from ..config import ModelConfig
 from ..decoder_only import pack, prefix_keep
-from ..model import canonical_state_dict
+from ..model import ENCODER_DECODER, PREFIX_LM, canonical_state_dict
 from ..registry import Registry, Variant
 from .inputs import autocast, describe_exception, padded_batch
 from .pairs import CRASHES, NOT_COMPARABLE, ReferenceResult, reference_verdict, tensor_diff
@@ -72,7 +72,7 @@ def torch_mask(model, ids: torch.Tensor, n: torch.Tensor, h: int) -> torch.Tenso
     """The reference's ``mask`` (True = blocked): (L, L) causal for a decoder-only model, (B * H, L, L) from
     :func:`harness.decoder_only.prefix_keep` (padding included) for a prefix LM."""
     length = ids.size(1)
-    if model.architecture == "prefix_lm":
+    if model.architecture == PREFIX_LM:
         return (~prefix_keep(ids, model.cfg.pad, n)[:, 0]).repeat_interleave(h, dim=0)
     return ~torch.ones(length, length, dtype=torch.bool, device=ids.device).tril()
 
@@ -121,18 +121,19 @@ def _lm_pair(registry, variant, cfg, state, norm_first, bias, device, dtype, see
 
 
 def architecture_of(registry: Registry, variant: Variant) -> str:
-    """The ``architecture`` attribute of ``variant``'s assembler (``"encoder_decoder"`` when it declares none)."""
-    comp = registry.component("architecture", variant.resolved().get("architecture", "encoder_decoder"))
+    """The ``architecture`` attribute of ``variant``'s assembler (:data:`harness.model.ENCODER_DECODER` when it
+    declares none)."""
+    comp = registry.component("architecture", variant.resolved()["architecture"])
     try:
-        return getattr(comp.factory(None), "architecture", "encoder_decoder")
+        return getattr(comp.factory(None), "architecture", ENCODER_DECODER)
     except Exception:  # noqa: BLE001 - an assembler that needs its context: the encoder-decoder comparison says why
-        return "encoder_decoder"
+        return ENCODER_DECODER
 
 
 def compare_stack_with_torch(registry: Registry, variant: Variant, cfg: ModelConfig, state: dict[str, torch.Tensor],
                              **kw) -> list[ReferenceResult]:
     """The variant's stacks against PyTorch's: :func:`compare_lm_with_torch` for a decoder-only or prefix-LM
     variant, :func:`harness.checks.transformer.compare_with_nn_transformer` for an encoder-decoder."""
-    if architecture_of(registry, variant) != "encoder_decoder":
+    if architecture_of(registry, variant) != ENCODER_DECODER:
         return compare_lm_with_torch(registry, variant, cfg, state, **kw)
     return compare_with_nn_transformer(registry, variant, cfg, state, **kw)

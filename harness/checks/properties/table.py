@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ...config import ModelConfig
+from ...model import ENCODER_DECODER
 from .causal import probe_causal
 from .measure import ProbeResult
 from .outputs import probe_finite, probe_prefix
@@ -142,7 +143,7 @@ def _renamed(r: ProbeResult, rows: str) -> ProbeResult:
 def _encoder_decoder(p: ProbeInputs) -> bool:
     """The model has a source padding mask: an encoder-decoder (a decoder-only or prefix-LM model packs source
     and target into one sequence whose padding comes after every real token, :mod:`harness.decoder_only`)."""
-    return getattr(p.model, "architecture", "encoder_decoder") == "encoder_decoder"
+    return getattr(p.model, "architecture", ENCODER_DECODER) == ENCODER_DECODER
 
 
 _SOURCE_MASK = ("encoder-decoder models (decoder-only and prefix-LM models pack the padding after every real token, "
