@@ -184,11 +184,10 @@ class TrainConfig:
     """Task, training recipe (optimiser, learning rate, schedule) and evaluation settings of one trial.
 
     Args:
-        task: the name of a registered task (``python -m harness list``; built-ins ``copy``,
-            the default, ``copy_fixed``, ``reverse``, ``sort``, ``copy_length``). Checked against
+        task: the name of a registered task (``python -m harness list``; default ``copy``). Checked against
             the registry where one is loaded (``run``, ``bench``, every trial), not here.
-        seq_len: the task's length parameter L: longest content length of ``copy``, ``reverse``,
-            ``sort``, longest training length of ``copy_length``, row length of ``copy_fixed``.
+        seq_len: the task's length parameter L: longest content length of ``copy``, ``reverse``, ``sort``,
+            longest training length of ``copy_length``, row length of ``copy_fixed``, context C of ``text``.
         batch: sequences per optimiser step.
         steps: optimiser steps.
         optimizer: ``adam`` (default; Adam(0.9, 0.98), eps 1e-9, Vaswani et al. 2017 §5.3) or ``adamw``
@@ -328,16 +327,21 @@ class TaskConfig:
             CMUdict train and test lists of microsoft/CNTK that the published g2p rows use, with a dev slice
             out of train; docs/tasks.md). A task refuses a split it does not offer
             (:attr:`harness.tasks.base.Task.splits`).
+        path: a UTF-8 file the ``text`` task reads instead of Tiny Shakespeare, split the same way ("" (default):
+            none; relative to the working directory); a task that reads no file refuses it (``Task.reads_path``).
 
     Raises:
-        ConfigError: a split that is not a name (see :meth:`validate`).
+        ConfigError: a split that is not a name, a path that is not a string (see :meth:`validate`).
     """
 
     split: str = "hash"
+    path: str = ""
 
     def validate(self) -> "TaskConfig":
         if not re.fullmatch(r"[a-z][a-z0-9_]*", self.split):
             raise ConfigError(f"task.split must be a split name such as hash or standard, got {self.split!r}")
+        if not isinstance(self.path, str):
+            raise ConfigError(f"task.path must be a file name (a string), got {self.path!r}")
         return self
 
     @classmethod
