@@ -454,6 +454,11 @@ PRESETS: dict[str, RunConfig] = {
         ModelConfig(N=6, d_model=512, h=8, d_ff=2048, dropout=0.0),
         TrainConfig(task="copy_fixed", seq_len=32, batch=512, steps=400, noam_factor=0.5, warmup=400,
                     label_smoothing=0.0, eval_every=100)),
+    "text_cpu": RunConfig(  # nanoGPT's CPU recipe for shakespeare_char (docs/tasks.md, "text")
+        ModelConfig(N=4, d_model=128, h=4, d_ff=512, dropout=0.0, vocab=68, max_len=66),
+        TrainConfig(task="text", seq_len=64, batch=12, steps=2000, optimizer="adamw", weight_decay=0.1, lr=1e-3,
+                    schedule="cosine", min_lr=1e-4, warmup=100, grad_clip=1.0, label_smoothing=0.0, eval_every=250,
+                    eval_sequences=500, log_every=10)),
     "tiny": RunConfig(
         ModelConfig(N=1, d_model=16, h=2, d_ff=32, dropout=0.0, max_len=16),
         TrainConfig(task="copy", seq_len=6, batch=16, steps=20, noam_factor=1.0, warmup=10,
@@ -476,6 +481,8 @@ PRESET_NOTES: dict[str, str] = {
     "g2p_long": "the g2p model (N=2, d_model=128, dropout 0) trained 9x longer: 36000 steps at batch 128 (about 41 passes over the training words), "
                 "beam search 4, 10-step loss means; it over-fits after about 10000 steps, add --set model.dropout=0.1 "
                 "for the WER <= 30 % reference (docs/tasks.md)",
+    "text_cpu": "nanoGPT's CPU recipe, task text: N=4, d_model=128, context 64, batch 12, 2000 AdamW steps (lr 1e-3 cosine "
+                "to 1e-4, warmup 100, decay 0.1, clip 1; beta2 0.98, not 0.99); test CE nats/char, 500 windows",
     "tiny": "seconds-long smoke config for tests; does not solve the task",
     "gpu": "a bench config sized to fill one GPU: the paper's widths at N=6 (d_model=512, d_ff=2048, dropout 0), "
            "batch 512 x 31 target tokens of the fixed-length copy task (about 16k tokens a step); too large for a CPU",
