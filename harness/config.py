@@ -191,11 +191,10 @@ class TrainConfig:
     """Task, training recipe (optimiser, learning rate, schedule) and evaluation settings of one trial.
 
     Args:
-        task: the name of a registered task (``python -m harness list``; built-ins ``copy``,
-            the default, ``copy_fixed``, ``reverse``, ``sort``, ``copy_length``). Checked against
+        task: the name of a registered task (``python -m harness list``; default ``copy``). Checked against
             the registry where one is loaded (``run``, ``bench``, every trial), not here.
-        seq_len: the task's length parameter L: longest content length of ``copy``, ``reverse``,
-            ``sort``, longest training length of ``copy_length``, row length of ``copy_fixed``.
+        seq_len: the task's length parameter L: longest content length of ``copy``, ``reverse``, ``sort``,
+            longest training length of ``copy_length``, row length of ``copy_fixed``, context C of ``text``.
         batch: sequences per optimiser step.
         steps: optimiser steps.
         optimizer: ``adam`` (default; Adam(0.9, 0.98), eps 1e-9, Vaswani et al. 2017 §5.3) or ``adamw``
@@ -335,16 +334,21 @@ class TaskConfig:
             CMUdict train and test lists of microsoft/CNTK that the published g2p rows use, with a dev slice
             out of train; docs/tasks.md). A task refuses a split it does not offer
             (:attr:`harness.tasks.base.Task.splits`).
+        path: a UTF-8 file the ``text`` task reads instead of Tiny Shakespeare, split the same way ("" (default):
+            none; relative to the working directory); a task that reads no file refuses it (``Task.reads_path``).
 
     Raises:
-        ConfigError: a split that is not a name (see :meth:`validate`).
+        ConfigError: a split that is not a name, a path that is not a string (see :meth:`validate`).
     """
 
     split: str = "hash"
+    path: str = ""
 
     def validate(self) -> "TaskConfig":
         if not re.fullmatch(r"[a-z][a-z0-9_]*", self.split):
             raise ConfigError(f"task.split must be a split name such as hash or standard, got {self.split!r}")
+        if not isinstance(self.path, str):
+            raise ConfigError(f"task.path must be a file name (a string), got {self.path!r}")
         return self
 
     @classmethod
@@ -457,6 +461,11 @@ PRESETS: dict[str, RunConfig] = {
         ModelConfig(N=6, d_model=512, h=8, d_ff=2048, dropout=0.0),
         TrainConfig(task="copy_fixed", seq_len=32, batch=512, steps=400, noam_factor=0.5, warmup=400,
                     label_smoothing=0.0, eval_every=100)),
+    "text_cpu": RunConfig(  # nanoGPT's CPU recipe for shakespeare_char (docs/tasks.md, "text")
+        ModelConfig(N=4, d_model=128, h=4, d_ff=512, dropout=0.0, vocab=68, max_len=66),
+        TrainConfig(task="text", seq_len=64, batch=12, steps=2000, optimizer="adamw", weight_decay=0.1, lr=1e-3,
+                    schedule="cosine", min_lr=1e-4, warmup=100, grad_clip=1.0, label_smoothing=0.0, eval_every=250,
+                    eval_sequences=500, log_every=10)),
     "tiny": RunConfig(
         ModelConfig(N=1, d_model=16, h=2, d_ff=32, dropout=0.0, max_len=16),
         TrainConfig(task="copy", seq_len=6, batch=16, steps=20, noam_factor=1.0, warmup=10,
@@ -479,6 +488,8 @@ PRESET_NOTES: dict[str, str] = {
     "g2p_long": "the g2p model (N=2, d_model=128, dropout 0) trained 9x longer: 36000 steps at batch 128 (about 41 passes over the training words), "
                 "beam search 4, 10-step loss means; it over-fits after about 10000 steps, add --set model.dropout=0.1 "
                 "for the WER <= 30 % reference (docs/tasks.md)",
+    "text_cpu": "nanoGPT's CPU recipe, task text: N=4, d_model=128, context 64, batch 12, 2000 AdamW steps (lr 1e-3 cosine "
+                "to 1e-4, warmup 100, decay 0.1, clip 1; beta2 0.98, not 0.99); test CE nats/char, 500 windows",
     "tiny": "seconds-long smoke config for tests; does not solve the task",
     "gpu": "a bench config sized to fill one GPU: the paper's widths at N=6 (d_model=512, d_ff=2048, dropout 0), "
            "batch 512 x 31 target tokens of the fixed-length copy task (about 16k tokens a step); too large for a CPU",

@@ -132,9 +132,15 @@ PER = Metric("per", False, "edits / reference phonemes",
              f"length of those references, {_DECODING}",
              column="PER IQM [95% CI]")
 G2P_METRICS: tuple[Metric, ...] = tuple(m for m in COPY_METRICS if m.name not in SOLVE_METRICS) + (WER, PER)
+#: The ``text`` task's bits per character (:mod:`harness.tasks.text`; Shannon 1951): its held-out CE / ln 2.
+BPC = Metric("bpc", False, "bits/character", "test-set cross-entropy in bits per character (heldout_ce / ln 2)",
+             column="bpc IQM [95% CI]")
+#: ``text``'s metrics: no exact match of a whole window, nor the steps or time to reach it; bpc added.
+TEXT_METRICS: tuple[Metric, ...] = tuple(m for m in COPY_METRICS
+                                         if m.name not in SOLVE_METRICS + ("exact_match",)) + (BPC,)
 
 #: name -> Metric of every built-in task's metrics (what a run of a built-in task can be compared on).
-BUILTIN: dict[str, Metric] = {m.name: m for m in COPY_METRICS + G2P_METRICS}
+BUILTIN: dict[str, Metric] = {m.name: m for m in COPY_METRICS + G2P_METRICS + TEXT_METRICS}
 
 
 def by_name(metrics: Iterable[Metric]) -> dict[str, Metric]:

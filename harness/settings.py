@@ -34,7 +34,7 @@ ADDED: dict[str, dict[str, Any]] = {"train": {"beam": 1, "bucket": False, "log_e
                                               "optimizer": "adam", "weight_decay": None, "decay_all": False,
                                               "lr": None, "min_lr": 0.0, "decay_fraction": 0.2},
                                     "model": {"n_kv_heads": 0, "window": 0, "lm_layers": 0},
-                                    "task": {"split": "hash"}}
+                                    "task": {"split": "hash", "path": ""}}
 
 #: Config sections added after runs were stored: left out of the hash when every key in them is at
 #: its default (:func:`hash_view`), so a run stored without the section keeps its hash.

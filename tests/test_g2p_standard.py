@@ -194,5 +194,5 @@ def test_a_tiny_run_on_the_standard_split(tmp_path):
                          "--preset", "tiny", "--results-dir", tmp_path, "--run-id", "std", "-q")
     assert out.returncode == 0, out.stderr
     meta = json.loads((tmp_path / "std" / "config.json").read_text())
-    assert meta["config"]["task"] == {"split": "standard"}
+    assert meta["config"]["task"] == {"split": "standard", "path": ""}
     assert "standard CMUdict test list (of 11290 kept" in meta["heldout"] and "0/64" in meta["heldout"]

@@ -68,7 +68,7 @@ def test_copy_tasks_draw_the_same_batches_as_before(registry, task, preset):
 
 
 def test_builtin_tasks_are_registered_with_their_source(registry):
-    assert sorted(registry.tasks) == sorted(BUILTIN + ["g2p"])  # g2p: tests/test_g2p.py
+    assert sorted(registry.tasks) == sorted(BUILTIN + ["g2p", "text"])  # tests/test_g2p.py, tests/test_text_task.py
     for t in registry.tasks.values():
         assert isinstance(t, Task) and t.summary and t.source and t.plugin == "variants.tasks"
         assert type(t).__doc__ and len(type(t).__doc__) > 80, t.name

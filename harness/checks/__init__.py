@@ -12,7 +12,7 @@ The recipe (PyTorch's own, ``test/test_transformers.py`` ``check_out_and_grad``)
    cannot hold (a bias in a bias-free projection, three different matrices in one shared
    embedding) is listed as a lossy-load note.
 2. Eval mode, one padded batch (:func:`padded_batch`: real source and target padding, S != T, 4 short rows
-   and 2 as long as ``max_len`` up to 64),
+   and 2 as long as ``max_len`` up to 66),
    cross-entropy against fixed labels at the real (non-pad) target positions; record the logits at
    real target positions and the gradient of every canonical parameter.
 3. The same variant again in float64 (the "golden" run). ``ref_error`` = max |run - golden| per

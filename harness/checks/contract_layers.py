@@ -399,7 +399,7 @@ def check_embedding(comp: Component, cfg: ModelConfig, seed: int = 0) -> list[Co
         mod = comp.factory(sibling_context(cfg, reference_components(embedding=comp)))
         state = load_random_state(mod, seed)
         mod = mod.double().eval()
-        src, tgt, _ = padded_batch(cfg, seed=seed, long_rows=2)  # with rows as long as max_len (up to 64)
+        src, tgt, _ = padded_batch(cfg, seed=seed, long_rows=2)  # with rows as long as max_len (up to 66)
         x = torch.randn(2, 3, cfg.d_model, generator=torch.Generator().manual_seed(seed + 101)).double()
         with torch.no_grad():
             parts = {"src": (mod.src(src), state["src.weight"].double()[src]),

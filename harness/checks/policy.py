@@ -23,13 +23,14 @@ from ..errors import ConfigError
 #: The longest row the checks feed: the check batch's long rows (:func:`harness.checks.inputs.padded_batch`),
 #: the per-position contracts (attention, feed-forward, layer norm, residual: ``contract_base.rows_length``), the
 #: positional encoding's embeddings and its rotated scores (``contract_positions``) all run at
-#: ``min(cfg.max_len, LONGEST_ROW)``. 64 is the longest row any preset builds (``model.max_len`` is 64 by default
-#: and at most 64 at every preset in :data:`harness.config.PRESETS`; g2p 24, tiny 16), so at every preset each
-#: check sees the whole row the run trains on (a table indexed ``pos % 16`` or a layer that mixes positions after
-#: 16 shows). Beyond it a row's cost grows quadratically (the (L, L) scores of every attention, in float64, for
-#: every variant and component checked) while the faults the checks look for (position-dependent ones from 16
-#: on) already show; a ``--set model.max_len`` above 64 is checked on its first 64 positions.
-LONGEST_ROW = 64
+#: ``min(cfg.max_len, LONGEST_ROW)``. 66 is the longest row any preset builds (``model.max_len`` is 64 by default
+#: and at most 66 at every preset in :data:`harness.config.PRESETS`: text_cpu 66, its context of 64 characters plus
+#: the two positions every run keeps; g2p 24, tiny 16), so at every preset each check sees the whole row the run
+#: trains on (a table indexed ``pos % 16`` or a layer that mixes positions after 16 shows). Beyond it a row's cost
+#: grows quadratically (the (L, L) scores of every attention, in float64, for every variant and component checked)
+#: while the faults the checks look for (position-dependent ones from 16 on) already show; a ``--set
+#: model.max_len`` above 66 is checked on its first 66 positions.
+LONGEST_ROW = 66
 
 # --------------------------------------------------------------------------- absolute + relative bounds
 

@@ -283,7 +283,7 @@ def _md_environment(report: CheckReport, meta: RunMeta) -> list[str]:
 
 def _md_config(report: CheckReport) -> list[str]:
     return ["## Config", "", f"```json\n{json.dumps(dataclasses.asdict(report.cfg))}\n```", "",
-            "Batch: 4 short rows (S=9, T=10, row i ends with i pad tokens) and 2 as long as max_len (up to 64; S = T - 3), "
+            "Batch: 4 short rows (S=9, T=10, row i ends with i pad tokens) and 2 as long as max_len (up to 66; S = T - 3), "
             "right padding; logits compared at real "
             "target positions, gradients of every canonical parameter (mean cross-entropy against fixed labels). "
             "Every variant holds one reference canonical state (random LayerNorm gains and biases included).", ""]

@@ -170,7 +170,7 @@ class CheckSession:
 
     Attributes:
         batch: ``(src (B, S), tgt (B, T), labels (B, T))`` from :func:`padded_batch`, CPU int64: 4 short rows and 2
-            as long as ``cfg.max_len`` (up to 64), so every whole-model comparison also sees long rows.
+            as long as ``cfg.max_len`` (up to 66), so every whole-model comparison also sees long rows.
         short: the batch without its long rows (:meth:`create`): the model probes' (they probe the long rows
             with one more eval-mode causal probe, :func:`~harness.checks.properties.table.run_properties`).
         task_rows: rows drawn by a task (``check --preset``'s, else the default preset's), or None: the model

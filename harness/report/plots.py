@@ -283,8 +283,8 @@ def _mark_same_function(ax, rows: list, y_of) -> None:
 
 
 def plot_final_metrics(df: pd.DataFrame, rows: list, path: Path, metrics=COPY_METRICS) -> Path | None:
-    """Per variant (x point): held-out CE and exact-match, then each metric of the task's own
-    (``metrics``, those shown in ``plot``: ``g2p``'s WER and PER), every seed as a grey dot and the IQM
+    """Per variant (x point): held-out CE and exact-match (where ``metrics`` plot it: not ``text``), then each
+    metric of the task's own (``metrics``, those shown in ``plot``: ``g2p``'s WER and PER), every seed as a grey dot and the IQM
     with its 95 % bootstrap CI as a coloured bar; variants in the baseline's check class hatched
     and marked :data:`SAME_FUNCTION_MARK`. A linear CE axis spans at least
     :func:`min_span_limits`. Returns the path, or None without data."""
@@ -295,15 +295,16 @@ def plot_final_metrics(df: pd.DataFrame, rows: list, path: Path, metrics=COPY_ME
     colors = _colors(len(rows))
     h = max(2.6, 0.42 * len(rows) + 1.4)
     rates = [m for m in shown(metrics, "plot") if not m.is_core and any(r.value(m.name) is not None for r in rows)]
-    n_rows = math.ceil((2 + len(rates)) / 2)  # two panels a row: g2p's four stay readable (not a 24-inch strip)
+    em = int(any(m.name == "exact_match" for m in shown(metrics, "plot")))  # text plots no exact match
+    n_rows = math.ceil((1 + em + len(rates)) / 2)  # two panels a row: g2p's four stay readable (not a 24-inch strip)
     fig, grid = plt.subplots(n_rows, 2, figsize=(13, h * n_rows + 0.4 * (n_rows - 1)), sharey=True, squeeze=False)
     axes = list(grid.flat)
     rng = np.random.default_rng(0)
     ce_scale = _scale(axes[0], _num(df[df["status"] == "ok"], "heldout_ce"), "x")
     floor = (f"; axis >= {MIN_SPAN_FRACTION:.0%} of the value wide" if ce_scale == "linear" else "")
     panels = [(axes[0], "heldout_ce", f"Held-out cross-entropy, nats/token ({ce_scale} scale{floor})"),
-              (axes[1], "exact_match", "Held-out exact-match (fraction)")]
-    panels += [(axes[2 + i], m.name, f"Held-out {m.name.upper() if len(m.name) <= 3 else m.name} ({m.unit}, "
+              (axes[1], "exact_match", "Held-out exact-match (fraction)")][:1 + em]
+    panels += [(axes[1 + em + i], m.name, f"Held-out {m.name.upper() if len(m.name) <= 3 else m.name} ({m.unit}, "
                 f"{m.direction} is better)") for i, m in enumerate(rates)]
     for ax, key, title in panels:
         for i, (r, color) in enumerate(zip(rows, colors)):
@@ -320,12 +321,13 @@ def plot_final_metrics(df: pd.DataFrame, rows: list, path: Path, metrics=COPY_ME
         ax.grid(alpha=0.3, axis="x")
     if ce_scale == "linear":
         axes[0].set_xlim(*min_span_limits(*axes[0].get_xlim()))
-    for ax in [axes[0]] + axes[2:2 + len(rates)]:
+    for ax in [axes[0]] + axes[1 + em:1 + em + len(rates)]:
         note_zoom(ax)
-    for ax in axes[2 + len(rates):]:
+    for ax in axes[1 + em + len(rates):]:
         ax.set_visible(False)
-    axes[1].set_xlim(-0.03, 1.03)
-    axes[1].axvline(0.99, color="grey", lw=0.8, ls="--")
+    if em:
+        axes[1].set_xlim(-0.03, 1.03)
+        axes[1].axvline(0.99, color="grey", lw=0.8, ls="--")
     axes[0].set_yticks(range(len(rows)))
     axes[0].set_yticklabels(labels[::-1])
     fig.tight_layout()

@@ -216,7 +216,8 @@ def _plot_lines(ctx: ReportContext) -> list[str]:
         figs.append((f"Training and {plots.eval_name(curves)} curves", png))
     png = plots.plot_final_metrics(df, rows, store.root / "final_metrics.png", run_metrics(meta)) if rows else None
     if png:
-        figs.append(("Final test cross-entropy and exact-match", png))
+        em = any(m.name == "exact_match" for m in shown(run_metrics(meta), "plot"))
+        figs.append(("Final test cross-entropy and exact-match" if em else "Final test metrics", png))
     budget = meta.config.get("train", {}).get("steps")
     solving = any(m.name == "steps_to_solve" for m in run_metrics(meta))  # g2p's exact match never nears 1
     png = plots.plot_steps_to_solve(df, rows, store.root / "steps_to_solve.png", budget) if rows and solving else None

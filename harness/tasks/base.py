@@ -24,10 +24,9 @@ from typing import TYPE_CHECKING, Iterator
 import torch
 from torch.nn import functional as F
 
-from ..env import autocast
+from ..env import autocast, prefix_pass
 from ..errors import ConfigError
 from ..metrics import COPY_METRICS, COPY_PRIMARY, Metric
-from ..env import prefix_pass
 from .prefix import prefix_logits_batched
 
 if TYPE_CHECKING:
@@ -54,9 +53,8 @@ class Batch:
 
 
 class Task:
-    """Base class of every task (built-in or plugin). Subclass it, set the three class
-    attributes and implement :meth:`make_batch` and :meth:`eval_set`; override the others
-    when the defaults do not fit.
+    """Base class of every task (built-in or plugin). Subclass it, set the three class attributes and
+    implement :meth:`make_batch` and :meth:`eval_set`; override the others when the defaults do not fit.
 
     Attributes:
         name: unique task name, used by ``--task NAME`` and stored in ``train.task``.
@@ -69,14 +67,14 @@ class Task:
         primary_metric: the name of the metric its verdicts use unless ``--metric`` or the
             experiment says otherwise (one of ``metrics`` with ``verdict`` True).
         splits: the ``task.split`` values it offers, others refused (default ``("hash",)``; g2p adds ``standard``).
+        reads_path: whether it reads ``task.path``, a file of the user's (``text``); False (default): refused.
         free_decoding: True when :meth:`evaluate` scores exact match by free-running decoding (the
             model fed only its own predictions, greedy or beam ``train.beam``, as g2p's WER does);
             False (default) when it comes from prefix-only forwards. The trial row says which
             (``exact_match_method``, and ``decoding`` when True).
 
-    Scoring: a held-out sequence counts as solved when greedy decoding reproduces every
-    non-pad label of ``tgt_y`` (:meth:`score`); :meth:`evaluate` (:func:`evaluate`) computes it
-    for every task, so a task defines what is right through its labels.
+    Scoring: a held-out sequence counts as solved when greedy decoding reproduces every non-pad label of
+    ``tgt_y`` (:meth:`score`; every task's :func:`evaluate`), so a task defines what is right through its labels.
     """
 
     name: str = ""
@@ -87,6 +85,7 @@ class Task:
     primary_metric: str = COPY_PRIMARY
     free_decoding: bool = False
     splits: tuple[str, ...] = ("hash",)
+    reads_path: bool = False
 
     def for_config(self, cfg: "RunConfig") -> "Task":
         """This task as ``cfg``'s ``task.*`` options set it; default itself (g2p: a copy reading ``task.split``)."""
@@ -190,10 +189,14 @@ class Task:
     def validate(self, cfg: "RunConfig") -> None:
         """Raise :class:`harness.errors.ConfigError` when ``cfg`` cannot run this task (with the
         value it needs). Default: the positional encoding covers :meth:`widths` plus one
-        position (``model.max_len >= max(S, T) + 1``), and ``task.split`` is one of :attr:`splits`."""
+        position (``model.max_len >= max(S, T) + 1``), ``task.split`` is one of :attr:`splits`, ``task.path``
+        is empty unless :attr:`reads_path`."""
         if cfg.task.split not in self.splits:
             raise ConfigError(f"the {self.name} task offers task.split={' or '.join(self.splits)}, "
                               f"got {cfg.task.split!r}")
+        if cfg.task.path and not self.reads_path:
+            raise ConfigError(f"the {self.name} task reads no file (task.path is for a task that does, such as "
+                              f"text), got task.path={cfg.task.path!r}")
         s, t = self.widths(cfg.train.seq_len)
         need = max(s, t) + 1
         if cfg.model.max_len < need:
@@ -306,14 +309,12 @@ def greedy_exact_match(model, src: torch.Tensor, tgt_y: torch.Tensor, pad: int, 
                        memory: torch.Tensor | None = None) -> torch.Tensor:
     """Per-sequence exact match of greedy decoding, decoding only sequences still undecided.
 
-    Makes the same decisions as ``exact_match(greedy_decode(model, src, T), tgt_y)`` from
-    :mod:`harness.tasks.copy` (Annotated ``greedy_decode``): a sequence fails at its first
-    wrong token at a non-pad label position and passes once every non-pad label is produced
-    (later positions are not scored). Each decoding step drops the sequences that are
-    decided, so the decoder runs on fewer rows: about 2.5x less work for a model that has
-    learnt the variable-length copy task. Rows are independent in every correctly masked
-    variant, so the outcome does not depend on which rows share a batch (up to float
-    rounding, as with any change of batch size).
+    Makes the same decisions as ``exact_match(greedy_decode(model, src, T), tgt_y)`` from :mod:`harness.tasks.copy`
+    (Annotated ``greedy_decode``): a sequence fails at its first wrong token at a non-pad label position and
+    passes once every non-pad label is produced (later positions are not scored). Each decoding step drops the
+    sequences that are decided, so the decoder runs on fewer rows: about 2.5x less work for a model that has
+    learnt the variable-length copy task. Rows are independent in every correctly masked variant, so the
+    outcome does not depend on which rows share a batch (up to float rounding, as with any change of batch size).
 
     Args:
         memory: the encoder output for ``src`` (B, S, D) when the caller has it already.

@@ -41,6 +41,7 @@ from .decoding import _advance, _strip, error_counts
 from .g2p import CUDA_EVAL_CHUNK, MAX_PHONES, G2PTask, _trim, lexicon
 from ..env import prefix_pass
 from .prefix import model_max_len, prefix_rows, row_chunk, scatter_positions
+from .text import TextTask, with_bpc
 
 if TYPE_CHECKING:
     from ..config import RunConfig
@@ -264,7 +265,7 @@ def evaluate_seeds_g2p(stack: SeedStack, data: Batch, cfg: "RunConfig", device, 
 def evaluate_seeds(task: Task, stack: SeedStack, data: Batch, cfg: "RunConfig", device, dtype: str,
                    progress: Progress | None = None) -> list[dict[str, float]]:
     """The batched version of ``task.evaluate`` for the K seeds of ``stack``, in seed order: the
-    shared scoring (:func:`evaluate_seeds_prefix`) or g2p's (:func:`evaluate_seeds_g2p`).
+    shared scoring (:func:`evaluate_seeds_prefix`; ``text`` adds ``bpc``) or g2p's (:func:`evaluate_seeds_g2p`).
 
     Raises:
         NotBatched: the task overrides ``evaluate`` with scoring of its own.
@@ -274,4 +275,6 @@ def evaluate_seeds(task: Task, stack: SeedStack, data: Batch, cfg: "RunConfig", 
         return evaluate_seeds_prefix(stack, data, cfg, device, dtype, progress=progress)
     if own is G2PTask.evaluate:
         return evaluate_seeds_g2p(stack, data, cfg, device, dtype, progress=progress)
+    if own is TextTask.evaluate:
+        return [with_bpc(m) for m in evaluate_seeds_prefix(stack, data, cfg, device, dtype, progress=progress)]
     raise NotBatched(f"task {task.name!r} scores with its own evaluate()")

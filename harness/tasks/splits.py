@@ -13,7 +13,9 @@
   does before its final test evaluation reads the test set's targets.
 
 :func:`heldout_note` is the line ``config.json`` records under ``heldout`` and the report prints: both
-sets, their sizes and their measured overlaps.
+sets, their sizes and their measured overlaps. The overlaps compare sources, or for a task whose source does not
+tell its sequences apart the rows its ``overlap_rows(batch)`` method gives (:func:`overlap_rows`; ``text``, whose
+source is one character, compares whole windows).
 """
 from __future__ import annotations
 
@@ -67,16 +69,24 @@ def leak_set(task: Task, cfg: "RunConfig", test_src: torch.Tensor, dev: Batch, r
         return Batch(dev.src[:rows], dev.tgt[:rows], dev.tgt_y[:rows])
 
 
+def overlap_rows(task: Task, batch: Batch) -> torch.Tensor:
+    """The rows of ``batch`` the measured overlaps compare: its sources (B, S), or (B, W) from the task's own
+    ``overlap_rows(batch)`` where it has one (a task whose source does not tell its sequences apart: ``text``)."""
+    own = getattr(task, "overlap_rows", None)
+    return batch.src if own is None else own(batch)
+
+
 def training_sources(task: Task, cfg: "RunConfig", seed: int) -> Iterator[torch.Tensor]:
-    """The source rows of ``seed``'s training stream, batch by batch: what
+    """The source rows (:func:`overlap_rows`) of ``seed``'s training stream, batch by batch: what
     :func:`harness.train.train` draws (``steps`` batches from ``Generator().manual_seed(seed)``).
 
     Yields:
         ``cfg.train.steps`` tensors of shape (B, S), B = ``cfg.train.batch``.
     """
-    stream = task.for_config(cfg).batches(cfg, torch.Generator().manual_seed(seed))
+    task = task.for_config(cfg)
+    stream = task.batches(cfg, torch.Generator().manual_seed(seed))
     for _ in range(cfg.train.steps):
-        yield next(stream).src
+        yield overlap_rows(task, next(stream))
 
 
 def split_overlaps(task: Task, cfg: "RunConfig", seed: int) -> dict[str, tuple[int, int]]:
@@ -89,8 +99,9 @@ def split_overlaps(task: Task, cfg: "RunConfig", seed: int) -> dict[str, tuple[i
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        test = test_set(task, cfg).src
-        dev = dev_set(task, cfg, test).src
+        test_rows = test_set(task, cfg)
+        test = overlap_rows(task.for_config(cfg), test_rows)
+        dev = overlap_rows(task.for_config(cfg), dev_set(task, cfg, test_rows.src))
         want = {w: set(row_keys(test, w)) | set(row_keys(dev, w)) for w in {test.size(1), dev.size(1)}}
         seen: set[bytes] = set()
         for chunk in training_sources(task, cfg, seed):
