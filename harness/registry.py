@@ -133,6 +133,9 @@ class Variant:
         group: a named group kept out of ``all`` (selected by name, by a glob or as ``group:NAME``),
             e.g. ``"modern"`` for the one-change variants of today's choices (RoPE, SwiGLU, ...), so
             ``run --variants all`` (the main job) does not grow with them.
+        compared_with: the variant its verdicts are drawn against in a run that has no ``baseline`` variant and no
+            ``--baseline`` (e.g. ``gpt`` for the decoder-only group's variants); used when every variant of the run
+            that names one names the same and it is in the run.
     """
 
     name: str
@@ -142,6 +145,7 @@ class Variant:
     buggy: bool = False
     plugin: str = field(default="", compare=False)
     group: str = ""
+    compared_with: str = field(default="", compare=False)
 
     def resolved(self, defaults: dict[str, str] | None = None) -> dict[str, str]:
         """slot -> component for every slot, defaults filled in.

@@ -260,7 +260,9 @@ __all__ = ["Plan", "make_specs", "check_plan_size", "execute", "with_threads", "
 def plan_baseline(req, reg, plan: Plan) -> str | None:
     """The variant a new run (its :class:`harness.request.RunRequest` ``req``) compares the others with, recorded as ``RunMeta.baseline``
     (:func:`harness.report.choose_baseline`): ``--baseline``, an experiment's own, with ``--grid`` the
-    grid's variant holding the ``baseline`` variant's components, else ``baseline``; None for a measurement.
+    grid's variant holding the ``baseline`` variant's components, else ``baseline``, else the one variant that the
+    run's variants name as ``Variant.compared_with`` (``gpt`` for ``--variants gpt modern_gpt``); None for a
+    measurement.
 
     Raises:
         ConfigError: an unknown ``--baseline``, or several variants and no way to choose."""
@@ -272,4 +274,8 @@ def plan_baseline(req, reg, plan: Plan) -> str | None:
     if req.grid and "baseline" in reg.variants:
         base = reg.variants["baseline"].resolved(reg.defaults or None)
         preferred = next((v.name for v in plan.variants if v.resolved(reg.defaults or None) == base), None)
-    return choose_baseline(req.baseline, [v.name for v in plan.variants], preferred)
+    names = [v.name for v in plan.variants]
+    named = {v.compared_with for v in plan.variants if v.compared_with}
+    if preferred is None and "baseline" not in names and len(named) == 1 and named <= set(names):
+        preferred = named.pop()
+    return choose_baseline(req.baseline, names, preferred)

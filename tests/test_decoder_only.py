@@ -208,3 +208,18 @@ def test_the_architecture_contract_holds_the_built_ins_and_names_a_leaking_assem
     assert not leak.ok and "sees the future" in leak.diagnosis, leak
     (two,) = check_architecture(Component("two_paths", "architecture", lambda ctx: TwoPaths), CHECK_MODEL)
     assert not two.ok and "differs from forward" in two.diagnosis, two
+
+
+def test_a_run_of_one_stack_variants_on_text_compares_them_with_gpt(tmp_path):
+    """The issue's command, as a user types it: no --baseline, no `baseline` variant; the variants name gpt as what
+    they are compared with (Variant.compared_with), so the run records gpt and exits 0."""
+    import json
+
+    out = cli_in_process("run", "--variants", "gpt", "modern_gpt", "--task", "text", "--preset", "tiny",
+                         "--results-dir", tmp_path, "--run-id", "r", "--device", "cpu", "-q")
+    assert out.returncode == 0, out.stdout + out.stderr
+    meta = json.loads((tmp_path / "r" / "config.json").read_text())
+    assert meta["baseline"] == "gpt"
+    bad = cli_in_process("run", "--variants", "modern_gpt", "pre_norm", "--preset", "tiny", "--results-dir", tmp_path,
+                         "--run-id", "r2", "--device", "cpu", "-q")
+    assert bad.returncode == 2 and "--baseline NAME" in bad.stderr  # no shared choice: still asked for

@@ -157,7 +157,8 @@ INIT = [
 
 
 def _arch(name: str, slots: dict, summary: str, source: str) -> Variant:
-    return Variant(name, slots, summary=summary, source=source, group="architecture")
+    return Variant(name, slots, summary=summary, source=source, group="architecture",
+                   compared_with="" if name == "gpt" else "gpt")
 
 
 #: The architecture as the one change (``--variants group:architecture``, out of ``all``): the baseline's
@@ -185,11 +186,11 @@ ARCHITECTURE = [
 MODERN_LM = [
     Variant(f"lm_{v.name}", {**v.slots, "architecture": "decoder_only"}, summary=f"gpt with {v.summary[len('baseline with '):]}"
             if v.summary.startswith("baseline with ") else f"decoder-only: {v.summary}", source=v.source,
-            group="modern_lm")
+            group="modern_lm", compared_with="gpt")
     for v in MODERN[1:]
 ] + [Variant("lm_no_positions", {"positional": "nope", "architecture": "decoder_only"},
              summary="gpt with no positional encoding (NoPE): order only from the causal mask",
-             source="Kazemnejad et al. 2023; Haviv et al. 2022", group="modern_lm")]
+             source="Kazemnejad et al. 2023; Haviv et al. 2022", group="modern_lm", compared_with="gpt")]
 
 
 @hookimpl
