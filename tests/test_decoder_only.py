@@ -223,3 +223,18 @@ def test_a_run_of_one_stack_variants_on_text_compares_them_with_gpt(tmp_path):
     bad = cli_in_process("run", "--variants", "modern_gpt", "pre_norm", "--preset", "tiny", "--results-dir", tmp_path,
                          "--run-id", "r2", "--device", "cpu", "-q")
     assert bad.returncode == 2 and "--baseline NAME" in bad.stderr  # no shared choice: still asked for
+
+
+def test_check_passes_the_one_stack_variants_and_classes_them_apart(tmp_path):
+    """Every built-in one-stack variant passes ``check`` (positions inside attention included: RoPE and ALiBi over
+    the packed sequence), and variants of different architectures are never one class."""
+    from harness.api import check
+
+    names = ["baseline", "gpt", "prefix_lm", "modern_gpt", "lm_rope_positions", "lm_alibi_positions",
+             "lm_no_positions", "lm_learned_positions", "lm_packed_attention"]
+    outcome = check(variants=names, device="cpu", preset="quick", overrides={"model.N": 2}, quiet=True,
+                    results_dir=tmp_path)
+    assert outcome.ok, outcome.report.failures()
+    classes = [set(c) for c in outcome.report.classes()]
+    assert {"gpt", "lm_packed_attention"} in classes  # the same function, one layout apart
+    assert not any({"baseline", "gpt"} <= c or {"gpt", "prefix_lm"} <= c for c in classes)
