@@ -238,3 +238,19 @@ def test_check_passes_the_one_stack_variants_and_classes_them_apart(tmp_path):
     classes = [set(c) for c in outcome.report.classes()]
     assert {"gpt", "lm_packed_attention"} in classes  # the same function, one layout apart
     assert not any({"baseline", "gpt"} <= c or {"gpt", "prefix_lm"} <= c for c in classes)
+
+
+@pytest.mark.parametrize("task", ["copy", "reverse", "sort", "copy_length", "copy_fixed", "g2p", "text"])
+def test_every_task_trains_and_scores_a_one_stack_model(task):
+    """Each built-in task under the decoder-only and prefix-LM architectures: a few steps, the run gate, the
+    periodic evaluation with its future-leak check and the final scores, all ok (g2p with beam search)."""
+    reg = Registry.from_plugins()
+    extra = {"train.beam": 2} if task == "g2p" else {}
+    cfg = get_preset("tiny").override({"train.task": task, "train.steps": 4, "train.eval_every": 2,
+                                       "train.eval_sequences": 32, **extra})
+    the_task = reg.task(task).for_config(cfg)
+    cfg = the_task.fit(cfg, set())
+    for name in ("gpt", "prefix_lm"):
+        model = build_model(reg, reg.variants[name], cfg.model, seed=0)
+        metrics, _ = T.train(model, cfg, seed=0, device=torch.device("cpu"), task=the_task)
+        assert metrics["status"] == "ok", (name, metrics.get("reason"))
