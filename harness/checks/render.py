@@ -375,9 +375,11 @@ def md_mha(report: CheckReport) -> list[str]:
 
 
 def md_transformer(report: CheckReport) -> list[str]:
-    return ["## Encoder-decoder stacks vs torch.nn.Transformer", "",
+    return ["## Stacks vs torch.nn.Transformer and nn.TransformerEncoder", "",
             "Same embedded inputs (embeddings, scaling and positional encoding are outside nn.Transformer); "
-            "decoder output at real target positions and gradients of every stack parameter.", "",
+            "decoder output at real target positions and gradients of every stack parameter. A decoder-only or "
+            "prefix-LM stack: nn.TransformerEncoder over the same packed sequence with the same causal or prefix "
+            "mask, its output at the real target positions.", "",
             _md(_reference_rows(report.transformer)), ""]
 
 
