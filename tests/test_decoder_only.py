@@ -254,3 +254,20 @@ def test_every_task_trains_and_scores_a_one_stack_model(task):
         model = build_model(reg, reg.variants[name], cfg.model, seed=0)
         metrics, _ = T.train(model, cfg, seed=0, device=torch.device("cpu"), task=the_task)
         assert metrics["status"] == "ok", (name, metrics.get("reason"))
+
+
+def test_lm_layers_sets_the_one_stack_depth_for_equal_parameters():
+    """model.lm_layers = 2N gives the one stack about the encoder-decoder's parameters (T5 §3.2.2's "2L"), 0 gives
+    N layers and about half; an encoder-decoder ignores it; a negative value is refused."""
+    from harness.errors import ConfigError
+    from harness.model import unique_parameter_count
+
+    reg = Registry.from_plugins()
+    cfg = get_preset("g2p_quick").model
+    sizes = {(v, lm): unique_parameter_count(build_model(reg, reg.variants[v], replace(cfg, lm_layers=lm), seed=0))
+             for v in ("baseline", "gpt") for lm in (0, 2 * cfg.N)}
+    assert sizes[("baseline", 0)] == sizes[("baseline", 2 * cfg.N)]
+    assert 0.4 < sizes[("gpt", 0)] / sizes[("baseline", 0)] < 0.6
+    assert 0.85 < sizes[("gpt", 2 * cfg.N)] / sizes[("baseline", 0)] < 1.0  # cross-attention keeps it larger
+    with pytest.raises(ConfigError, match="lm_layers"):
+        replace(cfg, lm_layers=-1).validate()
