@@ -271,3 +271,26 @@ def test_lm_layers_sets_the_one_stack_depth_for_equal_parameters():
     assert 0.85 < sizes[("gpt", 2 * cfg.N)] / sizes[("baseline", 0)] < 1.0  # cross-attention keeps it larger
     with pytest.raises(ConfigError, match="lm_layers"):
         replace(cfg, lm_layers=-1).validate()
+
+
+@pytest.mark.parametrize("slots", [{"mask": "bug_discarded_fill"}, {"mask": "bug_uint8_invert"},
+                                   {"attention": "bug_unexpanded_mask"}], ids=lambda s: next(iter(s.values())))
+@pytest.mark.parametrize("architecture", ["decoder_only", "prefix_lm"])
+def test_the_study_notes_mask_bugs_are_caught_in_one_stack_too(slots, architecture):
+    """Note 001's discarded masked_fill and uint8 inversion let every position see the future in a one-stack model
+    (the causal probe fails); its bmm attention on 4-D masks crashes there as in the encoder-decoder."""
+    from harness.checks.properties.rows import gate_batch
+    from harness.checks.properties.table import CHECK, ProbeInputs, run_properties
+
+    reg = Registry.from_plugins()
+    cfg = CHECK_MODEL.validate()
+    model = build_model(reg, Variant("bug", {**slots, "architecture": architecture}), cfg, seed=0)
+    batch = gate_batch(cfg, seed=0, long_rows=0)
+    if "attention" in slots:
+        with pytest.raises(RuntimeError):
+            model(batch[0], batch[1])
+        return
+    inputs = ProbeInputs(model, batch, cfg, 1e-5, where=CHECK)
+    run_properties(inputs)
+    assert not inputs.results["causal leak, eval mode"].passed
+    assert "sees the future" in inputs.results["causal leak, eval mode"].detail
