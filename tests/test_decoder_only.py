@@ -294,3 +294,15 @@ def test_the_study_notes_mask_bugs_are_caught_in_one_stack_too(slots, architectu
     run_properties(inputs)
     assert not inputs.results["causal leak, eval mode"].passed
     assert "sees the future" in inputs.results["causal leak, eval mode"].detail
+
+
+@pytest.mark.parametrize("plugin", ["good_rope", "own_init_ffn", "new_slot"])
+def test_a_plugin_written_for_the_encoder_decoder_works_unchanged_in_one_stack(plugin):
+    """Plugins in tests/plugins/ written for the encoder-decoder (a from-scratch RoPE, a self-initialising FFN, a
+    plugin's own slot): each variant put in a decoder-only model
+    passes everything ``check`` runs on it (harness.testing.check_variant_contract), unchanged."""
+    from harness.testing import check_variant_contract
+
+    reg = _plugin_registry(plugin)
+    (own,) = [v for v in reg.variants.values() if v.plugin.endswith(f"{plugin}.py")][:1]
+    check_variant_contract(reg, Variant(f"{own.name}_lm", {**own.slots, "architecture": "decoder_only"}))
