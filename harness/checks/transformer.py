@@ -228,16 +228,7 @@ def _stack_pair(registry, variant, cfg, state, norm_first, final_norm, bias, dev
     canon = {k: v for k, v in canonical_state_dict(model).items()
              if k.startswith(("encoder.", "decoder.")) and (bias or not _STACK_LN_BIAS.fullmatch(k))}
     ref = make_nn_transformer(cfg, norm_first, final_norm, bias)
-    blocks: dict[str, dict[int, torch.Tensor]] = {}
-    tstate = {}
-    for name, t in canon.items():
-        tname, block = nn_transformer_name(name)
-        if block is None:
-            tstate[tname] = t.detach()
-        else:
-            blocks.setdefault(tname, {})[block] = t.detach()
-    tstate.update({k: torch.cat([v[i] for i in range(3)]) for k, v in blocks.items()})
-    ref.load_state_dict(tstate, strict=True)
+    ref.load_state_dict(torch_state(canon, nn_transformer_name), strict=True)
     ref = ref.to(device, wdtype).eval()
     src, tgt, _ = padded_batch(cfg, seed=seed)
     src, tgt = src.to(device), tgt.to(device)
@@ -258,12 +249,32 @@ def _stack_pair(registry, variant, cfg, state, norm_first, final_norm, bias, dev
         theirs = ref(x_src, x_tgt, tgt_mask=causal_block, src_key_padding_mask=src == cfg.pad,
                      tgt_key_padding_mask=tgt == cfg.pad, memory_key_padding_mask=src == cfg.pad)
     (theirs.to(wdtype) * weight).sum().backward()
-    params = dict(ref.named_parameters())
-    d = cfg.d_model
-    their_grads = {}
-    for name in ours_grads:
-        tname, block = nn_transformer_name(name)
-        gr = params[tname].grad
-        their_grads[name] = (gr if block is None else gr[block * d:(block + 1) * d]).detach().cpu().clone()
+    their_grads = torch_grads(ref, ours_grads, nn_transformer_name, cfg.d_model)
     return ours.detach().cpu(), ours_grads, theirs.detach().cpu(), their_grads
+
+
+def torch_state(canon: dict[str, torch.Tensor], name_of) -> dict[str, torch.Tensor]:
+    """The PyTorch module's state from canonical stack parameters: ``name_of(canonical) -> (its name, block)``;
+    the blocks 0, 1, 2 (q, k, v) of one ``in_proj`` are concatenated, (3D, D) or (3D,)."""
+    blocks: dict[str, dict[int, torch.Tensor]] = {}
+    state = {}
+    for name, t in canon.items():
+        tname, block = name_of(name)
+        if block is None:
+            state[tname] = t.detach()
+        else:
+            blocks.setdefault(tname, {})[block] = t.detach()
+    state.update({k: torch.cat([v[i] for i in range(3)]) for k, v in blocks.items()})
+    return state
+
+
+def torch_grads(ref: nn.Module, names, name_of, d: int) -> dict[str, torch.Tensor]:
+    """The gradient of each canonical name in ``names`` from the PyTorch module ``ref`` (after its backward): its
+    parameter's, or the (D, ...) block of a packed ``in_proj``; CPU copies."""
+    params, out = dict(ref.named_parameters()), {}
+    for name in names:
+        tname, block = name_of(name)
+        gr = params[tname].grad
+        out[name] = (gr if block is None else gr[block * d:(block + 1) * d]).detach().cpu().clone()
+    return out
 

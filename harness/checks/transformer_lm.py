@@ -20,7 +20,7 @@ from .pairs import CRASHES, NOT_COMPARABLE, ReferenceResult, reference_verdict, 
 from .policy import get_tolerance
 from .runs import canonical_grads, load_variant
 from .transformer import (_STACK_LN_BIAS, compare_with_nn_transformer, make_nn_transformer, nn_transformer_name,
-                          nn_transformer_structure)
+                          nn_transformer_structure, torch_grads, torch_state)
 
 
 def encoder_name(name: str) -> tuple[str, int | None]:
@@ -87,15 +87,7 @@ def _lm_pair(registry, variant, cfg, state, norm_first, bias, device, dtype, see
     canon = {k: v for k, v in canonical_state_dict(model).items()
              if k.startswith("decoder.") and (bias or not _STACK_LN_BIAS.fullmatch(k))}
     ref = make_nn_transformer(cfg, norm_first, norm_first, bias).encoder
-    tstate, blocks = {}, {}
-    for name, t in canon.items():
-        tname, block = encoder_name(name)
-        if block is None:
-            tstate[tname] = t.detach()
-        else:
-            blocks.setdefault(tname, {})[block] = t.detach()
-    tstate.update({k: torch.cat([v[i] for i in range(3)]) for k, v in blocks.items()})
-    ref.load_state_dict(tstate, strict=True)
+    ref.load_state_dict(torch_state(canon, encoder_name), strict=True)
     ref = ref.to(device, wdtype).eval()
     src, tgt, _ = (t.to(device) for t in padded_batch(cfg, seed=seed))
     with torch.no_grad():
@@ -112,12 +104,7 @@ def _lm_pair(registry, variant, cfg, state, norm_first, bias, device, dtype, see
         warnings.simplefilter("ignore")
         theirs = ref(x, mask=torch_mask(model, ids, n, cfg.h), src_key_padding_mask=ids == cfg.pad).gather(1, at)
     (theirs.to(wdtype) * weight).sum().backward()
-    params, d, their_grads = dict(ref.named_parameters()), cfg.d_model, {}
-    for name in ours_grads:
-        tname, block = encoder_name(name)
-        gr = params[tname].grad
-        their_grads[name] = (gr if block is None else gr[block * d:(block + 1) * d]).detach().cpu().clone()
-    return ours.detach().cpu(), ours_grads, theirs.detach().cpu(), their_grads
+    return ours.detach().cpu(), ours_grads, theirs.detach().cpu(), torch_grads(ref, ours_grads, encoder_name, cfg.d_model)
 
 
 def architecture_of(registry: Registry, variant: Variant) -> str:
