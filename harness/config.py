@@ -109,23 +109,22 @@ class ModelConfig:
         d_ff: inner width of the position-wise feed-forward network.
         dropout: dropout probability in [0, 1) (residual, embedding and attention weights).
         vocab: vocabulary size V, shared by source and target (>= 3: pad, start, end).
-        pad: id of the padding token, passed to the mask component. A run (:class:`RunConfig`)
-            accepts only 0, the tasks' pad id (their data and loss use 0 = pad, 1 = start,
-            2 = end, ``harness.tasks.base``); other values are for building models directly.
+        pad: id of the padding token, passed to the mask component. A run (:class:`RunConfig`) accepts only 0, the
+            tasks' pad id (their data and loss use 0 = pad, 1 = start, 2 = end, ``harness.tasks.base``); other values
+            are for building models directly.
         max_len: longest sequence the positional encoding supports.
-        n_kv_heads: key/value heads of a grouped-query attention component (``attention=gqa``;
-            Ainslie et al. 2023): each K/V head serves a contiguous group of h / n_kv_heads query
-            heads (LLaMA's ``repeat_kv``); 1 is multi-query attention (Shazeer 2019), h is
-            multi-head attention. 0 (default): not set, the component's own default. Must divide h.
-            Components with h K/V heads (every other built-in) ignore it.
-        window: keys a sliding-window causal mask keeps (``mask=sliding_window``; Mistral, Jiang et al.
-            2023): query i attends to j with i - window < j <= i, itself included. 0 (default): not set,
-            :meth:`sliding_window` gives :data:`WINDOW_DEFAULT`; 1 is refused (each query would see only
-            itself: no gradient reaches the self-attention's queries and keys). Other masks ignore it.
-        lm_layers: layers of the one stack of a decoder-only or prefix-LM model (``architecture`` slot). 0
-            (default): N, about the compute per token of an encoder-decoder with N + N layers and about half its
-            parameters (Raffel et al. 2020 §3.2.2, "LM, L layers: P parameters, M FLOPs"); 2 * N: about its
-            parameters and twice its compute ("2L layers: 2P, 2M"). Encoder-decoder models ignore it.
+        n_kv_heads: key/value heads of a grouped-query attention component (``attention=gqa``; Ainslie et al. 2023):
+            each K/V head serves a contiguous group of h / n_kv_heads query heads (LLaMA's ``repeat_kv``); 1 is
+            multi-query attention (Shazeer 2019), h is multi-head attention. 0 (default): not set, the component's own
+            default. Must divide h. Components with h K/V heads (every other built-in) ignore it.
+        window: keys a sliding-window causal mask keeps (``mask=sliding_window``; Mistral, Jiang et al. 2023): query i
+            attends to j with i - window < j <= i, itself included. 0 (default): not set, :meth:`sliding_window` gives
+            :data:`WINDOW_DEFAULT`; 1 is refused (each query would see only itself: no gradient reaches the
+            self-attention's queries and keys). Other masks ignore it.
+        lm_layers: layers of the one stack of a decoder-only or prefix-LM model (``architecture`` slot). 0 (default):
+            N, about the compute per token of an encoder-decoder with N + N layers and about half its parameters
+            (Raffel et al. 2020 §3.2.2, "LM, L layers: P parameters, M FLOPs"); 2 * N: about its parameters and twice
+            its compute ("2L layers: 2P, 2M"). Encoder-decoder models ignore it.
 
     Raises:
         ConfigError: on any out-of-range value (see :meth:`validate`).
@@ -191,49 +190,47 @@ class TrainConfig:
     """Task, training recipe (optimiser, learning rate, schedule) and evaluation settings of one trial.
 
     Args:
-        task: the name of a registered task (``python -m harness list``; default ``copy``). Checked against
-            the registry where one is loaded (``run``, ``bench``, every trial), not here.
-        seq_len: the task's length parameter L: longest content length of ``copy``, ``reverse``, ``sort``,
-            longest training length of ``copy_length``, row length of ``copy_fixed``, context C of ``text``.
+        task: the name of a registered task (``python -m harness list``; default ``copy``). Checked against the
+            registry where one is loaded (``run``, ``bench``, every trial), not here.
+        seq_len: the task's length parameter L: longest content length of ``copy``, ``reverse``, ``sort``, longest
+            training length of ``copy_length``, row length of ``copy_fixed``, context C of ``text``.
         batch: sequences per optimiser step.
         steps: optimiser steps.
-        optimizer: ``adam`` (default; Adam(0.9, 0.98), eps 1e-9, Vaswani et al. 2017 §5.3) or ``adamw``
-            (the same with decoupled weight decay, Loshchilov & Hutter 2019): :data:`OPTIMIZERS`.
-        weight_decay: ``adamw``'s decoupled weight decay lambda (>= 0; each step p <- p - lr * lambda * p
-            before the Adam update, as ``torch.optim.AdamW``); None (default): 0.1 for ``adamw``
-            (:data:`ADAMW_WEIGHT_DECAY`); ``adam`` takes none (0 or None).
-        decay_all: ``adamw`` decays every parameter; False (default): only >= 2-D weights that are not
-            embeddings (no decay on biases, norm gains, embedding and position tables; minGPT's rule).
-        lr: the peak learning rate (Adam's step size) of the ``constant``, ``cosine``, ``linear`` and
-            ``wsd`` schedules; None (default): 1e-3 for the decaying ones, noam_factor * d_model^-0.5
-            for ``constant``. The ``noam`` schedule refuses it (use noam_factor).
-        noam_factor: the ``noam`` schedule's factor (the Annotated Transformer's ``rate(factor=...)``), not
-            a learning rate: the peak step size is noam_factor * d_model^-0.5 * warmup^-0.5. Stored
-            records from before the rename hold it as ``lr`` (:func:`harness.settings.stored_train`).
-        warmup: warm-up steps (>= 1) of ``noam`` (the step size at step t is noam_factor * d_model^-0.5 *
-            min(t^-0.5, t * warmup^-1.5), Vaswani et al. 2017 §5.3) and of ``cosine``, ``linear`` and
-            ``wsd`` (lr * t / warmup up to step warmup); ``constant`` has none.
+        optimizer: ``adam`` (default; Adam(0.9, 0.98), eps 1e-9, Vaswani et al. 2017 §5.3) or ``adamw`` (the same with
+            decoupled weight decay, Loshchilov & Hutter 2019): :data:`OPTIMIZERS`.
+        weight_decay: ``adamw``'s decoupled weight decay lambda (>= 0; each step p <- p - lr * lambda * p before the
+            Adam update, as ``torch.optim.AdamW``); None (default): 0.1 for ``adamw`` (:data:`ADAMW_WEIGHT_DECAY`);
+            ``adam`` takes none (0 or None).
+        decay_all: ``adamw`` decays every parameter; False (default): only >= 2-D weights that are not embeddings (no
+            decay on biases, norm gains, embedding and position tables; minGPT's rule).
+        lr: the peak learning rate (Adam's step size) of the ``constant``, ``cosine``, ``linear`` and ``wsd``
+            schedules; None (default): 1e-3 for the decaying ones, noam_factor * d_model^-0.5 for ``constant``. The
+            ``noam`` schedule refuses it (use noam_factor).
+        noam_factor: the ``noam`` schedule's factor (the Annotated Transformer's ``rate(factor=...)``), not a learning
+            rate: the peak step size is noam_factor * d_model^-0.5 * warmup^-0.5. Stored records from before the
+            rename hold it as ``lr`` (:func:`harness.settings.stored_train`).
+        warmup: warm-up steps (>= 1) of ``noam`` (the step size at step t is noam_factor * d_model^-0.5 * min(t^-0.5,
+            t * warmup^-1.5), Vaswani et al. 2017 §5.3) and of ``cosine``, ``linear`` and ``wsd`` (lr * t / warmup up
+            to step warmup); ``constant`` has none.
         schedule: ``noam`` (default), ``constant``, ``cosine``, ``linear`` or ``wsd``
             (:data:`harness.schedule.SCHEDULES` gives each formula).
         min_lr: where ``cosine``, ``linear`` and ``wsd`` end at the last step (>= 0, <= the peak; default 0).
-        decay_fraction: the share of the steps over which ``wsd`` decays, at the end (0 < f <= 1;
-            default 0.2).
+        decay_fraction: the share of the steps over which ``wsd`` decays, at the end (0 < f <= 1; default 0.2).
         label_smoothing: epsilon in [0, 1) for ``cross_entropy(label_smoothing=...)``.
         eval_every: steps between held-out evaluations (0 = only at the end).
         eval_sequences: sequences for the final greedy exact-match (from ``eval_seed``).
         eval_seed: seed of the fixed held-out set (shared by every trial).
         grad_clip: max global gradient norm (0 = off).
         stop_at_solved: stop training at the first evaluation with exact-match >= 0.99.
-        beam: decoding of tasks scored by free-running decoding (``g2p``): 1 = greedy (default),
-            K > 1 = beam search of width K (:func:`harness.tasks.decoding.beam_search`).
-        bucket: length-bucketed training batches, each trimmed to its longest row, for tasks that
-            offer them (``g2p``: :meth:`harness.tasks.g2p.G2PTask.batches`); False = fixed width.
-        log_every: steps per training-loss row of the trial's curve, each row the mean loss of the
-            steps since the previous one (the last step and each evaluation's step always get a
-            row); 1 = one row per step (default). Long runs set it to keep their trial files and
-            ``curves.csv`` small; the metrics do not depend on it.
-        checkpoint_every: how often a trial writes its checkpoint (:mod:`harness.checkpoint`): ``"60s"``
-            (default; seconds of wall time), ``N`` steps, or ``"off"``. Results do not depend on it.
+        beam: decoding of tasks scored by free-running decoding (``g2p``): 1 = greedy (default), K > 1 = beam search
+            of width K (:func:`harness.tasks.decoding.beam_search`).
+        bucket: length-bucketed training batches, each trimmed to its longest row, for tasks that offer them (``g2p``:
+            :meth:`harness.tasks.g2p.G2PTask.batches`); False = fixed width.
+        log_every: steps per training-loss row of the trial's curve, each row the mean loss of the steps since the
+            previous one (the last step and each evaluation's step always get a row); 1 = one row per step (default).
+            Long runs set it to keep their trial files and ``curves.csv`` small; the metrics do not depend on it.
+        checkpoint_every: how often a trial writes its checkpoint (:mod:`harness.checkpoint`): ``"60s"`` (default;
+            seconds of wall time), ``N`` steps, or ``"off"``. Results do not depend on it.
     """
 
     task: str = "copy"
@@ -330,10 +327,9 @@ class TaskConfig:
 
     Args:
         split: which train / dev / test split the task uses: ``hash`` (default; every built-in task's own
-            deterministic split, by a hash of the content or the word) or ``standard`` (``g2p`` only: the
-            CMUdict train and test lists of microsoft/CNTK that the published g2p rows use, with a dev slice
-            out of train; docs/tasks.md). A task refuses a split it does not offer
-            (:attr:`harness.tasks.base.Task.splits`).
+            deterministic split, by a hash of the content or the word) or ``standard`` (``g2p`` only: the CMUdict
+            train and test lists of microsoft/CNTK that the published g2p rows use, with a dev slice out of train;
+            docs/tasks.md). A task refuses a split it does not offer (:attr:`harness.tasks.base.Task.splits`).
         path: a UTF-8 file the ``text`` task reads instead of Tiny Shakespeare, split the same way ("" (default):
             none; relative to the working directory); a task that reads no file refuses it (``Task.reads_path``).
 
@@ -431,12 +427,10 @@ class RunConfig:
 PRESETS: dict[str, RunConfig] = {
     "quick": RunConfig(
         ModelConfig(N=1, d_model=64, h=4, d_ff=256, dropout=0.0),
-        TrainConfig(task="copy", batch=128, steps=400, noam_factor=0.15, warmup=100, label_smoothing=0.1,
-                    eval_every=50)),
+        TrainConfig(task="copy", batch=128, steps=400, noam_factor=0.15, warmup=100, label_smoothing=0.1, eval_every=50)),
     "paper": RunConfig(
         ModelConfig(N=2, d_model=512, h=8, d_ff=2048, dropout=0.1),
-        TrainConfig(task="copy_fixed", batch=80, steps=400, noam_factor=0.5, warmup=400,
-                    label_smoothing=0.0, eval_every=20)),
+        TrainConfig(task="copy_fixed", batch=80, steps=400, noam_factor=0.5, warmup=400, label_smoothing=0.0, eval_every=20)),
     "suite": RunConfig(
         ModelConfig(N=1, d_model=64, h=4, d_ff=256, dropout=0.0),
         TrainConfig(task="copy", batch=64, steps=200, noam_factor=0.15, warmup=50, label_smoothing=0.1,
@@ -459,17 +453,16 @@ PRESETS: dict[str, RunConfig] = {
                     eval_every=2000, eval_sequences=100000, bucket=True, beam=4, log_every=10)),
     "gpu": RunConfig(
         ModelConfig(N=6, d_model=512, h=8, d_ff=2048, dropout=0.0),
-        TrainConfig(task="copy_fixed", seq_len=32, batch=512, steps=400, noam_factor=0.5, warmup=400,
-                    label_smoothing=0.0, eval_every=100)),
+        TrainConfig(task="copy_fixed", seq_len=32, batch=512, steps=400, noam_factor=0.5, warmup=400, label_smoothing=0.0,
+                    eval_every=100)),
     "text_cpu": RunConfig(  # nanoGPT's CPU recipe for shakespeare_char (docs/tasks.md, "text")
         ModelConfig(N=4, d_model=128, h=4, d_ff=512, dropout=0.0, vocab=68, max_len=66),
         TrainConfig(task="text", seq_len=64, batch=12, steps=2000, optimizer="adamw", weight_decay=0.1, lr=1e-3,
                     schedule="cosine", min_lr=1e-4, warmup=100, grad_clip=1.0, label_smoothing=0.0, eval_every=250,
                     eval_sequences=500, log_every=10)),
-    "tiny": RunConfig(
-        ModelConfig(N=1, d_model=16, h=2, d_ff=32, dropout=0.0, max_len=16),
-        TrainConfig(task="copy", seq_len=6, batch=16, steps=20, noam_factor=1.0, warmup=10,
-                    eval_every=10, eval_sequences=64)),
+    "tiny": RunConfig(ModelConfig(N=1, d_model=16, h=2, d_ff=32, dropout=0.0, max_len=16),
+                      TrainConfig(task="copy", seq_len=6, batch=16, steps=20, noam_factor=1.0, warmup=10, eval_every=10,
+                                  eval_sequences=64)),
 }
 
 PRESET_NOTES: dict[str, str] = {

@@ -182,7 +182,7 @@ def test_all_components_sweeps_every_installed_component():
     reg = _registry("adv_kv_swapped", "good_rmsnorm")
     scoped = checks.run_checks(reg, reg.select(["baseline"]))
     assert scoped.ok and {r.name for r in scoped.components} <= {"annotated", "bool", "post", "separate", "torch",
-                                                                 "scaled", "biased", "relu", "xavier"}
+                                                                 "scaled", "biased", "relu", "xavier", "encoder_decoder"}
     swept = checks.run_checks(reg, reg.select(["baseline"]), all_components=True)
     assert any("keys and values swapped" in f for f in swept.failures())
 

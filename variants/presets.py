@@ -184,9 +184,10 @@ ARCHITECTURE = [
 #: 2023): ``lm_rope_positions``, ``lm_alibi_positions``, ... (experiments/modern_lm_text.toml,
 #: experiments/length_generalisation_lm.toml).
 MODERN_LM = [
-    Variant(f"lm_{v.name}", {**v.slots, "architecture": "decoder_only"}, summary=f"gpt with {v.summary[len('baseline with '):]}"
-            if v.summary.startswith("baseline with ") else f"decoder-only: {v.summary}", source=v.source,
-            group="modern_lm", compared_with="gpt")
+    Variant(f"lm_{v.name}", {**v.slots, "architecture": "decoder_only"},
+            summary=(f"gpt with {v.summary[len('baseline with '):]}" if v.summary.startswith("baseline with ")
+                     else f"decoder-only: {v.summary}").replace(f", default {WINDOW_DEFAULT}", "").replace(" in the decoder", ""),
+            source=v.source, group="modern_lm", compared_with="gpt")
     for v in MODERN[1:]
 ] + [Variant("lm_no_positions", {"positional": "nope", "architecture": "decoder_only"},
              summary="gpt with no positional encoding (NoPE): order only from the causal mask",

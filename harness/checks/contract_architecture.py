@@ -22,10 +22,9 @@ from ..model import build_model
 from ..registry import Component, Registry, Variant
 from .contract_base import CONFORMS, VIOLATES, ComponentResult, component_result, crash_result
 from .inputs import fmt_size, padded_batch
+from .policy import ARCHITECTURE_ATOL as ATOL
 
 LABEL = "assembled model (forward, prefix = whole target, decode = forward)"
-#: Largest |Δ logit| (float64) between two computations of the same logits.
-ATOL = 1e-9
 
 
 def _model(comp: Component, cfg: ModelConfig, seed: int):

@@ -75,6 +75,9 @@ ALIBI_SLOPE_ATOL = 1e-9
 #: max |fault's output|)`` of it (``contract_layers``): the faults are float64 formulas, the component may
 #: round in float32.
 FAULT_MATCH_RTOL = 1e-3
+#: The ``architecture`` contract (``contract_architecture``): the largest |Δ logit| in float64 between two ways of
+#: computing the same logits (the whole target vs a prefix, ``forward`` vs ``decode``): rounding is ~1e-15 there.
+ARCHITECTURE_ATOL = 1e-9
 #: A residual block whose least-squares gain on its sub-layer is at most this (in |a|) is the identity
 #: (``contract_layers``): float64 zero, not a small gain.
 ZERO_GAIN = 1e-12
