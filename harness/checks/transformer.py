@@ -219,14 +219,22 @@ def _backward_note(d) -> str:
             f"trick, a custom autograd.Function), so training follows other gradients than nn.Transformer's")
 
 
-def _stack_pair(registry, variant, cfg, state, norm_first, final_norm, bias, device, dtype, seed):
-    wdtype = torch.float64 if dtype == "fp64" else torch.float32
+def stack_model(registry, variant, cfg, state, bias: bool, device, wdtype, stacks: tuple[str, ...]):
+    """``(model, canon)``: ``variant`` holding ``state`` in eval mode at ``wdtype`` on ``device``, and its canonical
+    parameters under ``stacks`` (name prefixes); with ``bias`` False its LayerNorm biases held at 0 and left out
+    (PyTorch's ``bias=False`` has none)."""
     if not bias:
         state = {k: (torch.zeros_like(v) if _STACK_LN_BIAS.fullmatch(k) else v) for k, v in state.items()}
     model, _ = load_variant(registry, variant, cfg, state)
     model = model.to(device, wdtype).eval()
     canon = {k: v for k, v in canonical_state_dict(model).items()
-             if k.startswith(("encoder.", "decoder.")) and (bias or not _STACK_LN_BIAS.fullmatch(k))}
+             if k.startswith(stacks) and (bias or not _STACK_LN_BIAS.fullmatch(k))}
+    return model, canon
+
+
+def _stack_pair(registry, variant, cfg, state, norm_first, final_norm, bias, device, dtype, seed):
+    wdtype = torch.float64 if dtype == "fp64" else torch.float32
+    model, canon = stack_model(registry, variant, cfg, state, bias, device, wdtype, ("encoder.", "decoder."))
     ref = make_nn_transformer(cfg, norm_first, final_norm, bias)
     ref.load_state_dict(torch_state(canon, nn_transformer_name), strict=True)
     ref = ref.to(device, wdtype).eval()

@@ -19,8 +19,8 @@ from .inputs import autocast, describe_exception, padded_batch
 from .pairs import CRASHES, NOT_COMPARABLE, ReferenceResult, reference_verdict, tensor_diff
 from .policy import get_tolerance
 from .runs import canonical_grads, load_variant
-from .transformer import (_STACK_LN_BIAS, compare_with_nn_transformer, make_nn_transformer, nn_transformer_name,
-                          nn_transformer_structure, torch_grads, torch_state)
+from .transformer import (compare_with_nn_transformer, make_nn_transformer, nn_transformer_name,
+                          nn_transformer_structure, stack_model, torch_grads, torch_state)
 
 
 def encoder_name(name: str) -> tuple[str, int | None]:
@@ -80,12 +80,7 @@ def torch_mask(model, ids: torch.Tensor, n: torch.Tensor, h: int) -> torch.Tenso
 def _lm_pair(registry, variant, cfg, state, norm_first, bias, device, dtype, seed):
     """(ours (B, T, D), our gradients, theirs (B, T, D), their gradients by canonical name) at ``dtype``."""
     wdtype = torch.float64 if dtype == "fp64" else torch.float32
-    if not bias:
-        state = {k: (torch.zeros_like(v) if _STACK_LN_BIAS.fullmatch(k) else v) for k, v in state.items()}
-    model, _ = load_variant(registry, variant, cfg, state)
-    model = model.to(device, wdtype).eval()
-    canon = {k: v for k, v in canonical_state_dict(model).items()
-             if k.startswith("decoder.") and (bias or not _STACK_LN_BIAS.fullmatch(k))}
+    model, canon = stack_model(registry, variant, cfg, state, bias, device, wdtype, ("decoder.",))
     ref = make_nn_transformer(cfg, norm_first, norm_first, bias).encoder
     ref.load_state_dict(torch_state(canon, encoder_name), strict=True)
     ref = ref.to(device, wdtype).eval()
