@@ -108,6 +108,20 @@ def cli_in_process(*args, cwd=None) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess(["harness", *map(str, args)], code, out.getvalue(), err.getvalue())
 
 
+@pytest.fixture
+def python_ctrl_c():
+    """Ctrl-C raising ``KeyboardInterrupt`` in this process for the test, as in a terminal. A
+    process started in the background by a non-interactive shell (``nohup pytest ... &``)
+    inherits SIGINT ignored, and then the loop's Ctrl-C hold (``harness.checkpoint``) rightly
+    stands aside and a SIGINT the test sends is lost: the test would wait out its deadlines and
+    see the run finish. The old handler comes back afterwards."""
+    import signal
+
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, old)
+
+
 def builtin_variant_names():
     """The variants of ``all`` (not buggy, in no group; the ``modern`` group: tests/test_modern.py)."""
     return sorted(n for n, v in Registry.from_plugins().variants.items() if not v.buggy and not v.group)

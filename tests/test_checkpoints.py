@@ -116,7 +116,7 @@ def run_args(tmp_path: Path, run_id: str, *extra) -> list[str]:
             "--results-dir", str(tmp_path), "--run-id", run_id, *extra]
 
 
-def test_ctrl_c_mid_trial_then_resume_equals_an_uninterrupted_run(tmp_path, monkeypatch):
+def test_ctrl_c_mid_trial_then_resume_equals_an_uninterrupted_run(tmp_path, monkeypatch, python_ctrl_c):
     (tmp_path / "holding.py").write_text(textwrap.dedent(HOLDING_PLUGIN))
     hold = tmp_path / "hold"
     hold.mkdir()

@@ -64,7 +64,7 @@ def timeless_csv(run: Path) -> pd.DataFrame:
     return frame.drop(columns=[c for c in frame.columns if c in GROUP_TIMES]).sort_values("seed").reset_index(drop=True)
 
 
-def test_ctrl_c_mid_group_then_resume_equals_an_uninterrupted_group(tmp_path, monkeypatch):
+def test_ctrl_c_mid_group_then_resume_equals_an_uninterrupted_group(tmp_path, monkeypatch, python_ctrl_c):
     (tmp_path / "holding.py").write_text(textwrap.dedent(HOLDING_PLUGIN))
     hold = tmp_path / "hold"
     hold.mkdir()
