@@ -19,7 +19,7 @@ from .planning import load_registry
 from .registry import Registry
 from .request import CheckOutcome, CheckRequest, check_dtype
 from .runmeta import RunMeta
-from .store import CHECKS_DIR, RunStore, atomic_write_text, check_name
+from .store import CHECKS_DIR, RunStore, atomic_write_text, check_name, config_path
 
 
 def check_model_config(preset: str | None, overrides) -> Any:
@@ -52,7 +52,7 @@ def checks_dir(results_dir: str | Path) -> Path:
     if str(results_dir) == "":
         raise ConfigError("--results-dir must not be empty (give a folder, e.g. --results-dir results)")
     folder = Path(results_dir) / CHECKS_DIR
-    if (folder / "config.json").is_file():
+    if config_path(folder) is not None:
         raise StoreError(f"{str(folder)!r} is a run folder, but check records go there; rename that run "
                          f"or give check another --results-dir")
     return folder

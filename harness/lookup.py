@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .errors import StoreError
-from .store import CHECKS_DIR, RECORD_KINDS, RunStore, iter_runs
+from .store import CHECKS_DIR, RECORD_KINDS, RunStore, config_path, iter_runs
 
 
 def resolve_run(ref: str, results_dir: str = "results", records: bool = False) -> RunStore:
@@ -22,7 +22,7 @@ def resolve_run(ref: str, results_dir: str = "results", records: bool = False) -
         return latest_run(results_dir)
     p, q = Path(ref), Path(results_dir) / ref
     for folder in (p, q, Path(results_dir) / CHECKS_DIR / ref):
-        if (folder / "config.json").is_file():
+        if config_path(folder) is not None:
             store = RunStore.open(folder)
             if records:  # verify reads the folder itself, an unreadable config.json included
                 return store
@@ -66,7 +66,7 @@ def latest_run(results_dir: str = "results") -> RunStore:
     Raises:
         StoreError: no finished run, naming the newest folder passed over and why.
     """
-    folders = sorted(iter_runs(results_dir), key=lambda d: ((d / "config.json").stat().st_mtime, d.name),
+    folders = sorted(iter_runs(results_dir), key=lambda d: (config_path(d).stat().st_mtime, d.name),
                      reverse=True)
     skipped = []
     for folder in folders:

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import gzip
 import hashlib
 import json
 import os
@@ -207,7 +208,7 @@ class RunStore:
         if not root.exists():
             raise StoreError(f"no run at {str(path)!r} (runs live under results/<run-id>/; "
                              f"see: ls results)")
-        if not (root / "config.json").is_file():
+        if config_path(root) is None:
             raise StoreError(f"{str(path)!r} is not a run directory (no config.json); "
                              f"runs live under results/<run-id>/")
         return cls(root)
@@ -215,11 +216,11 @@ class RunStore:
     def meta(self) -> RunMeta:
         """The run's ``config.json`` as a :class:`RunMeta`. Raises StoreError when it cannot be
         read or parsed, or holds no JSON object."""
-        path = self.root / "config.json"
+        path = config_path(self.root) or self.root / "config.json"
         try:
-            meta = json.loads(path.read_text())
-        except OSError as exc:
-            raise StoreError(f"cannot read {str(path)!r}: {exc.strerror or exc} "
+            meta = json.loads(read_config_text(path))
+        except (OSError, EOFError) as exc:
+            raise StoreError(f"cannot read {str(path)!r}: {getattr(exc, 'strerror', None) or exc} "
                              f"(check the path and its permissions)") from exc
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise StoreError(f"{str(path)!r} is not valid JSON ({exc}); "
@@ -265,6 +266,8 @@ class RunStore:
         if isinstance(meta, RunMeta):
             meta = meta.to_dict()
         atomic_write_text(self.root / "config.json", json.dumps(meta, indent=2, default=str))
+        with contextlib.suppress(FileNotFoundError):  # a gzip'd reference's config, now superseded
+            (self.root / "config.json.gz").unlink()
 
     @property
     def quarantine_dir(self) -> Path:
@@ -478,9 +481,20 @@ def _taken(root: Path) -> str:
             f"or continue that run with: python -m harness run --resume {root}")
 
 
+def config_path(folder: str | Path) -> Path | None:
+    """A run folder's ``config.json``, or its ``config.json.gz`` where only that is stored (a reference thinned for
+    size: results/reference/README.md); None when neither is a file."""
+    return next((p for p in (Path(folder) / n for n in ("config.json", "config.json.gz")) if p.is_file()), None)
+
+
+def read_config_text(path: Path) -> str:
+    """The text of a ``config.json`` or ``config.json.gz``. Raises OSError, EOFError or UnicodeDecodeError."""
+    return (gzip.decompress(path.read_bytes()) if path.name.endswith(".gz") else path.read_bytes()).decode("utf-8")
+
+
 def iter_runs(results_dir: str | Path) -> Iterable[Path]:
     """Run folders under ``results_dir``, newest first."""
     p = Path(results_dir)
     if not p.is_dir():
         return []
-    return sorted((d for d in p.iterdir() if (d / "config.json").is_file()), key=lambda d: d.name, reverse=True)
+    return sorted((d for d in p.iterdir() if config_path(d) is not None), key=lambda d: d.name, reverse=True)

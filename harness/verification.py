@@ -15,7 +15,7 @@ from typing import Sequence
 
 from .runmeta import RunMeta
 
-from .store import RunStore, tables_text
+from .store import RunStore, config_path, read_config_text, tables_text
 from .trial import GZ_SUFFIX, CorruptTrialError, TrialResult, current_header, key_of_file, read_trial_file
 
 #: Trial-file key of a saved model's record (``run --save-models``): ``{"file": "models/<key>.pt",
@@ -92,8 +92,8 @@ def _read_meta(store: RunStore, problems: list[str]) -> RunMeta | None:
     """``config.json`` as a :class:`RunMeta`, or None (with a problem line) when it holds no JSON object."""
     raw: object
     try:
-        raw = json.loads((store.root / "config.json").read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raw = json.loads(read_config_text(config_path(store.root) or store.root / "config.json"))
+    except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         problems.append(f"config.json: cannot be read as JSON ({str(exc)[:120]})")
         raw = None
     if raw is not None and not isinstance(raw, dict):

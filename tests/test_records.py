@@ -227,3 +227,39 @@ def test_a_gzipped_trial_file_is_read_verified_resumed_and_retired_like_a_plain_
     store = RunStore.open(run)
     moved = store.retire(key)
     assert moved.name == packed.name and moved.parent.name == "retried" and store.missing([key]) == [key]
+
+
+def test_a_gzipped_config_reads_like_the_plain_one_and_a_rewrite_leaves_one_config(tmp_path):
+    """A reference thinned for size stores ``config.json.gz`` (results/reference/README.md): opening,
+    ``load_run``, ``latest``, ``verify`` and ``tools/stale_references.py`` read it as the plain file; a
+    rewrite of the metadata leaves a plain ``config.json`` alone; a truncated one is one StoreError."""
+    import gzip
+    import subprocess
+    import sys
+
+    from harness.store import RunStore
+    from harness.verification import verify_run
+
+    results = tmp_path / "results" / "reference"
+    run = results / "sort"
+    shutil.copytree(REFERENCE, run)
+    plain = json.loads((run / "config.json").read_text())
+    (run / "config.json.gz").write_bytes(gzip.compress((run / "config.json").read_bytes()))
+    (run / "config.json").unlink()
+
+    assert harness.load_run(run).meta.to_dict() == RunStore.open(REFERENCE).meta().to_dict()
+    assert latest_run(results).root == run and resolve_run("sort", results).root == run
+    assert verify_run(RunStore.open(run))[0] == []
+    tool = subprocess.run([sys.executable, str(ROOT / "tools" / "stale_references.py"), "--root", str(tmp_path)],
+                          capture_output=True, text=True)
+    assert plain["environment"]["git_commit"][:7] in tool.stdout, tool.stdout + tool.stderr
+
+    store = RunStore.open(run)
+    store.write_meta(store.meta())
+    assert sorted(p.name for p in run.glob("config.json*")) == ["config.json"]
+    assert json.loads((run / "config.json").read_text())["config_hash"] == plain["config_hash"]
+
+    (run / "config.json.gz").write_bytes(gzip.compress((run / "config.json").read_bytes())[:30])
+    (run / "config.json").unlink()
+    with pytest.raises(StoreError, match="cannot read"):
+        RunStore.open(run).meta()

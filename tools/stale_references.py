@@ -24,6 +24,7 @@ harness never needs to run, train or verify a run.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import subprocess
 import sys
@@ -67,10 +68,11 @@ class Staleness:
 
 
 def recorded_commit(config: Path) -> str | None:
-    """``environment.git_commit`` of a run's ``config.json``, or None where it has none or does not parse."""
+    """``environment.git_commit`` of a run's ``config.json`` (or ``config.json.gz``), or None where it has none or does not parse."""
     try:
-        data = json.loads(config.read_text())
-    except (OSError, ValueError):
+        raw = config.read_bytes()
+        data = json.loads(gzip.decompress(raw) if config.name.endswith(".gz") else raw)
+    except (OSError, EOFError, ValueError):
         return None
     env = data.get("environment") if isinstance(data, dict) else None
     commit = env.get("git_commit") if isinstance(env, dict) else None
@@ -84,7 +86,7 @@ def find_references(reference_root: Path) -> list[Reference]:
     skipped.
     """
     found: dict[tuple[str, str], Reference] = {}
-    for config in sorted(reference_root.rglob("config.json")):
+    for config in sorted(p for n in ("config.json", "config.json.gz") for p in reference_root.rglob(n)):
         raw = recorded_commit(config)
         if raw is None:
             continue
