@@ -10,21 +10,22 @@ import pytest
 from harness.runmeta import Execution, Resume
 from harness.trial import TrialSpec
 from harness.runmeta import RunMeta
-from harness.store import RunStore, load_run
+from harness.store import RunStore, load_run, read_config_text
 
 from .conftest import ROOT
 
-REFERENCE_CONFIGS = sorted((ROOT / "results" / "reference").glob("**/config.json"))
+REFERENCE_CONFIGS = sorted(p for name in ("config.json", "config.json.gz")  # gzip'd where over 90 KB
+                           for p in (ROOT / "results" / "reference").glob(f"**/{name}"))
 
 
 def test_there_are_reference_runs_of_every_kind():
-    kinds = {RunMeta.from_dict(json.loads(p.read_text())).kind for p in REFERENCE_CONFIGS}
+    kinds = {RunMeta.from_dict(json.loads(read_config_text(p))).kind for p in REFERENCE_CONFIGS}
     assert {"train", "check", "bench", "profile", "grad_norm_at_init"} <= kinds
 
 
 @pytest.mark.parametrize("path", REFERENCE_CONFIGS, ids=lambda p: str(p.parent.relative_to(ROOT / "results")))
 def test_every_reference_config_round_trips_byte_for_byte(path):
-    text = path.read_text()
+    text = read_config_text(path)
     d = json.loads(text)
     meta = RunStore.open(path.parent).meta()
     assert isinstance(meta, RunMeta)
